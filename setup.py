@@ -1,0 +1,49 @@
+"""tola-plugin: TOLA (one-step DiffTSR) as a BasicSR plugin."""
+import re
+
+from setuptools import find_packages, setup
+
+
+def read_version():
+    with open('tola_plugin/version.py', encoding='utf-8') as f:
+        return re.search(r"__version__ = '([^']+)'", f.read()).group(1)
+
+
+setup(
+    name='tola-plugin',
+    version=read_version(),
+    description='TOLA: Text-aware One-step Latent Adaptation of DiffTSR, as a BasicSR plugin',
+    long_description=open('README.md', encoding='utf-8').read(),
+    long_description_content_type='text/markdown',
+    packages=find_packages(include=['tola_plugin', 'tola_plugin.*']),
+    package_data={'tola_plugin.vocab': ['*.txt']},
+    include_package_data=True,
+    python_requires='>=3.10',
+    # Ranges, not pins: pins for a reproducible environment live in requirements.txt.
+    install_requires=[
+        'basicsr>=1.4.2',
+        'torch>=2.1',
+        'torchvision>=0.16',
+        'diffusers>=0.30',
+        'peft>=0.13',
+        'lpips>=0.1.4',
+        'safetensors',
+        'lmdb',
+        'opencv-python',
+        'numpy',
+        'Pillow',
+        'PyYAML',
+        'zhconv',
+        'mmengine',
+    ],
+    extras_require={
+        'eval': ['pyiqa==0.1.16', 'rapidocr-onnxruntime==1.4.4', 'matplotlib', 'huggingface_hub'],
+        'test': ['pytest'],
+    },
+    entry_points={
+        'console_scripts': [
+            'tola-train=tola_plugin.train:main',
+            'tola-test=tola_plugin.test:main',
+        ],
+    },
+)

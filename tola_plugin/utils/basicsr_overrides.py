@@ -1,0 +1,76 @@
+"""The three BasicSR 1.4.2 functions that assume a GPU, replaced so CPU and gloo DDP work.
+
+Each replacement keeps upstream behaviour when CUDA is present (nccl, cuda devices).
+"""
+import os
+import os.path as osp
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DataParallel, DistributedDataParallel
+
+from tola_plugin import _compat  # noqa: F401  (before basicsr)
+import basicsr.train
+import basicsr.utils.options
+from basicsr.models.base_model import BaseModel
+from basicsr.utils import scandir
+from basicsr.utils import check_resume
+
+
+def init_dist(launcher, backend=None, **kwargs):
+    """Upstream computes ``rank % torch.cuda.device_count()`` (ZeroDivisionError on CPU) and forces nccl."""
+    import torch.multiprocessing as mp
+    if mp.get_start_method(allow_none=True) is None:
+        mp.set_start_method('spawn')
+    if launcher == 'slurm':
+        raise NotImplementedError('slurm launcher: use torchrun (--launcher pytorch)')
+    if launcher != 'pytorch':
+        raise ValueError(f'Invalid launcher type: {launcher}')
+    if backend is None:
+        backend = 'nccl' if torch.cuda.is_available() else 'gloo'
+    if torch.cuda.is_available():
+        torch.cuda.set_device(int(os.environ.get('LOCAL_RANK', os.environ['RANK'])) % torch.cuda.device_count())
+    dist.init_process_group(backend=backend, **kwargs)
+
+
+def load_resume_state(opt):
+    """Upstream calls torch.cuda.current_device() (fails on CPU) and looks CWD-relative for states."""
+    resume_state_path = None
+    if opt['auto_resume']:
+        state_path = osp.join(opt['path']['experiments_root'], 'training_states')
+        if osp.isdir(state_path):
+            states = [int(v.split('.state')[0]) for v in scandir(state_path, suffix='state')]
+            if states:
+                resume_state_path = osp.join(state_path, f'{max(states):.0f}.state')
+                opt['path']['resume_state'] = resume_state_path
+    elif opt['path'].get('resume_state'):
+        resume_state_path = opt['path']['resume_state']
+    if resume_state_path is None:
+        return None
+    if torch.cuda.is_available() and opt['num_gpu'] != 0:
+        location = f'cuda:{torch.cuda.current_device()}'
+    else:
+        location = 'cpu'
+    resume_state = torch.load(resume_state_path, map_location=location, weights_only=True)
+    check_resume(opt, resume_state['iter'])
+    return resume_state
+
+
+def model_to_device(self, net):
+    """Upstream passes ``device_ids=[torch.cuda.current_device()]`` to DDP, which fails on CPU."""
+    net = net.to(self.device)
+    if self.opt['dist']:
+        find_unused = self.opt.get('find_unused_parameters', False)
+        if self.device.type == 'cuda':
+            net = DistributedDataParallel(net, device_ids=[torch.cuda.current_device()],
+                                          find_unused_parameters=find_unused)
+        else:
+            net = DistributedDataParallel(net, find_unused_parameters=find_unused)
+    elif self.opt['num_gpu'] > 1:
+        net = DataParallel(net)
+    return net
+
+
+basicsr.utils.options.init_dist = init_dist  # parse_options calls the name imported into options
+basicsr.train.load_resume_state = load_resume_state
+BaseModel.model_to_device = model_to_device
