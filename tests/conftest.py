@@ -1,0 +1,66 @@
+"""Shared fixtures: a tiny rendered text-line set, and helpers to run the launchers in a temp CWD."""
+import os
+import socket
+import subprocess
+import sys
+
+import cv2
+import pytest
+import yaml
+
+import tola_plugin  # noqa: F401  (registers everything before any test builds from options)
+from tola_plugin.utils.text_render import TextLineRenderer
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHARED = os.path.join(os.path.dirname(REPO), 'shared')
+
+
+def render_pairs(folder, num, seed, scale=4):
+    """Render ``num`` lines into folder/{hr,lr_x<scale>} with folder/labels.tsv; returns the folder."""
+    renderer = TextLineRenderer(seed=seed)
+    hr, lr = os.path.join(folder, 'hr'), os.path.join(folder, f'lr_x{scale}')
+    os.makedirs(hr, exist_ok=True)
+    os.makedirs(lr, exist_ok=True)
+    lines = []
+    for i in range(num):
+        rgb, text, _ = renderer.render(i)
+        bgr = cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR)
+        name = f'{i + 1:06d}.png'
+        cv2.imwrite(os.path.join(hr, name), bgr)
+        cv2.imwrite(os.path.join(lr, name), cv2.resize(bgr, (bgr.shape[1] // scale, bgr.shape[0] // scale),
+                                                       interpolation=cv2.INTER_CUBIC))
+        lines.append(f'{name}\t{text}\n')
+    with open(os.path.join(folder, 'labels.tsv'), 'w', encoding='utf-8') as f:
+        f.writelines(lines)
+    return folder
+
+
+@pytest.fixture(scope='session')
+def rendered_sets(tmp_path_factory):
+    """{'train': folder of 8 lines, 'val': folder of 2 lines}, each with hr/, lr_x4/ and labels.tsv."""
+    root = tmp_path_factory.mktemp('rendered')
+    return {'train': render_pairs(str(root / 'train'), 8, seed=0),
+            'val': render_pairs(str(root / 'val'), 2, seed=1)}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+def write_options(path, opt):
+    with open(path, 'w', encoding='utf-8') as f:
+        yaml.safe_dump(opt, f, sort_keys=False, allow_unicode=True)
+    return str(path)
+
+
+def run_launcher(args, cwd, timeout=600, env=None):
+    """Run ``python -m ...`` (or torchrun) in ``cwd``; returns CompletedProcess, raising with output on failure."""
+    full_env = dict(os.environ, **(env or {}))
+    full_env.setdefault('OMP_NUM_THREADS', '1')
+    proc = subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          env=full_env)
+    if proc.returncode != 0:
+        raise AssertionError(f'{args} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}')
+    return proc

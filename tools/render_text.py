@@ -1,0 +1,88 @@
+#!/usr/bin/env python
+"""Render single-line text images on a 128x512 canvas, with their transcriptions.
+
+Writes (a) a folder of PNGs plus a labels TSV (``filename<TAB>transcription``, default ``OUT/labels.tsv``) and/or (b) a
+FudanVI-format LMDB. Optionally also a bicubic-downsampled LR folder with the same file names, for
+paired baselines. Same seed, same bytes.
+
+Example:
+    python tools/render_text.py --num 200 --seed 0 --out demo_data/train
+    python tools/render_text.py --num 200 --seed 0 --out data/hr --labels data/labels.tsv --lq-out data/lr_x4
+    python tools/render_text.py --num 1000 --seed 1 --lmdb datasets/rendered.lmdb
+"""
+import argparse
+import os
+import sys
+
+import cv2
+from tqdm import tqdm
+
+from tola_plugin.data.fudanvi_lmdb import write_fudanvi_lmdb
+from tola_plugin.utils.text_render import CATEGORIES, DEFAULT_CATEGORY_PROBS, TextLineRenderer
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument('--num', type=int, required=True, help='number of lines to render')
+    p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--out', help='output folder for PNGs + labels.tsv')
+    p.add_argument('--labels', help='labels TSV path (default: OUT/labels.tsv)')
+    p.add_argument('--lmdb', help='output FudanVI LMDB folder (must not exist yet)')
+    p.add_argument('--lq-out', help='also write bicubic-downsampled LR PNGs (same names) here')
+    p.add_argument('--lq-scale', type=int, default=4, help='downsampling factor for --lq-out (default 4)')
+    p.add_argument('--font', action='append', help='font file (repeatable); default: fontconfig Chinese fonts')
+    p.add_argument('--texts', help='UTF-8 file with one transcription per line, used in order instead of random text')
+    p.add_argument('--category-probs', type=float, nargs=len(CATEGORIES), default=list(DEFAULT_CATEGORY_PROBS),
+                   metavar='P', help=f'probabilities of {", ".join(CATEGORIES)}')
+    p.add_argument('--height', type=int, default=128)
+    p.add_argument('--width', type=int, default=512)
+    p.add_argument('--format', choices=('png', 'jpg'), default='png', help='image encoding inside the LMDB')
+    args = p.parse_args(argv)
+    if not args.out and not args.lmdb:
+        p.error('give --out and/or --lmdb')
+    if args.lq_out and not args.out:
+        p.error('--lq-out needs --out')
+    if args.num <= 0:
+        p.error('--num must be positive')
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    texts = None
+    if args.texts:
+        with open(args.texts, encoding='utf-8') as f:
+            texts = [line.rstrip('\n') for line in f if line.strip()]
+        if len(texts) < args.num:
+            sys.exit(f'{args.texts} has {len(texts)} non-empty lines, fewer than --num {args.num}')
+    renderer = TextLineRenderer(args.font, seed=args.seed, category_probs=args.category_probs,
+                                height=args.height, width=args.width)
+    for folder in (args.out, args.lq_out):
+        if folder:
+            os.makedirs(folder, exist_ok=True)
+    labels, encoded = [], []
+    for i in tqdm(range(args.num), desc='render', disable=not sys.stderr.isatty()):
+        rgb, text, _ = renderer.render(i, texts[i] if texts else None)
+        bgr = cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR)
+        name = f'{i + 1:06d}.png'
+        if args.out:
+            cv2.imwrite(os.path.join(args.out, name), bgr)
+            labels.append(f'{name}\t{text}\n')
+        if args.lq_out:
+            lq = cv2.resize(bgr, (args.width // args.lq_scale, args.height // args.lq_scale),
+                            interpolation=cv2.INTER_CUBIC)
+            cv2.imwrite(os.path.join(args.lq_out, name), lq)
+        if args.lmdb:
+            ok, buf = cv2.imencode('.' + args.format, bgr)
+            encoded.append((buf.tobytes(), text))
+    if args.out:
+        with open(args.labels or os.path.join(args.out, 'labels.tsv'), 'w', encoding='utf-8') as f:
+            f.writelines(labels)
+    if args.lmdb:
+        write_fudanvi_lmdb(args.lmdb, encoded)
+    print(f'rendered {args.num} lines' + (f' -> {args.out}' if args.out else '') +
+          (f' -> {args.lmdb}' if args.lmdb else ''))
+
+
+if __name__ == '__main__':
+    main()
