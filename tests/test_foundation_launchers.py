@@ -57,6 +57,7 @@ def test_train_validate_checkpoint_resume_and_test(rendered_sets, tmp_path):
     test_opt['path'] = {'pretrain_network_g': str(exp / 'models' / 'net_g_6.pth'), 'strict_load_g': True,
                         'param_key_g': 'params'}
     del test_opt['train']
+    test_opt['val']['suffix'] = None  # stock BasicSR test files carry it
     run_launcher(['-m', 'tola_plugin.test', '-opt', write_options(tmp_path / 'test.yml', test_opt)], cwd=tmp_path)
     assert len(glob.glob(str(tmp_path / 'results' / 'tiny_rrdb_test' / 'visualization' / 'rendered_test' / '*.png'))) == 2
 

@@ -1,0 +1,169 @@
+"""The package registers everything it defines, ships the vocabularies unchanged, and renders
+reproducible text lines into folders and FudanVI LMDBs."""
+import ast
+import filecmp
+import glob
+import hashlib
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from basicsr.archs import build_network
+from basicsr.data import build_dataset
+from basicsr.models import build_model
+from basicsr.utils.registry import (ARCH_REGISTRY, DATASET_REGISTRY, LOSS_REGISTRY, METRIC_REGISTRY,
+                                    MODEL_REGISTRY)
+
+import tola_plugin
+from conftest import REPO, SHARED
+from tola_plugin.data.fudanvi_lmdb import FudanVILmdbReader, write_fudanvi_lmdb
+from tola_plugin.text.alphabets import idm_alphabet, transocr_classes
+from tola_plugin.utils.text_render import TextLineRenderer, common_chinese, system_cjk_fonts
+
+PKG = os.path.dirname(tola_plugin.__file__)
+REGISTRIES = {'ARCH_REGISTRY': ARCH_REGISTRY, 'DATASET_REGISTRY': DATASET_REGISTRY, 'LOSS_REGISTRY': LOSS_REGISTRY,
+              'METRIC_REGISTRY': METRIC_REGISTRY, 'MODEL_REGISTRY': MODEL_REGISTRY}
+
+
+def declared_registrations():
+    """(registry name, object name, file) for every ``@X_REGISTRY.register()`` decorator in the package."""
+    found = []
+    for path in glob.glob(os.path.join(PKG, '**', '*.py'), recursive=True):
+        tree = ast.parse(open(path, encoding='utf-8').read())
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.ClassDef, ast.FunctionDef)):
+                for dec in node.decorator_list:
+                    call = dec.func if isinstance(dec, ast.Call) else dec
+                    if (isinstance(call, ast.Attribute) and call.attr == 'register'
+                            and isinstance(call.value, ast.Name) and call.value.id in REGISTRIES):
+                        found.append((call.value.id, node.name, os.path.relpath(path, REPO)))
+    return found
+
+
+def test_every_declared_name_is_registered_after_import():
+    declared = declared_registrations()
+    for registry, name, path in declared:
+        assert name in REGISTRIES[registry], f'{name} ({path}) is not in {registry} after import tola_plugin'
+    # Registrable modules live where the auto-import looks for them.
+    for registry, name, path in declared:
+        folder = {'ARCH_REGISTRY': 'archs', 'DATASET_REGISTRY': 'data', 'LOSS_REGISTRY': 'losses',
+                  'METRIC_REGISTRY': 'metrics', 'MODEL_REGISTRY': 'models'}[registry]
+        assert path.startswith(os.path.join('tola_plugin', folder) + os.sep), f'{name} registered outside {folder}/'
+
+
+@pytest.mark.parametrize('build,opt', [
+    (build_network, {'type': 'NoSuchArchXYZ'}),
+    (build_dataset, {'type': 'NoSuchDatasetXYZ', 'phase': 'train', 'name': 'x'}),
+    (build_model, {'model_type': 'NoSuchModelXYZ'}),
+])
+def test_unknown_type_names_itself(build, opt):
+    with pytest.raises(KeyError, match='NoSuch[A-Za-z]+XYZ'):
+        build(opt)
+
+
+def test_basicsr_imports_on_current_torchvision():
+    proc = subprocess.run([sys.executable, '-c', 'import tola_plugin, basicsr.data.degradations as d; '
+                           'print(d.rgb_to_grayscale.__module__)'], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_vocab_files_are_byte_identical_package_data():
+    assert len(idm_alphabet()) == 6735 and len(set(idm_alphabet())) == 6735
+    assert len(transocr_classes()) == 7937
+    for name in ('difftsr_idm_alphabet.txt', 'transocr_benchmark_alphabet.txt'):
+        ours = os.path.join(PKG, 'vocab', name)
+        theirs = os.path.join(SHARED, 'vocab', name)
+        if os.path.isfile(theirs):
+            assert filecmp.cmp(ours, theirs, shallow=False), f'{name} differs from shared/vocab'
+    setup_py = open(os.path.join(REPO, 'setup.py'), encoding='utf-8').read()
+    assert "'tola_plugin.vocab': ['*.txt']" in setup_py
+
+
+def digest(folder):
+    h = hashlib.sha256()
+    for path in sorted(glob.glob(os.path.join(folder, '**', '*'), recursive=True)):
+        if os.path.isfile(path):
+            h.update(os.path.relpath(path, folder).encode())
+            h.update(open(path, 'rb').read())
+    return h.hexdigest()
+
+
+def render_cli(tmp_path, tag, seed, num=6):
+    out, lmdb = tmp_path / tag / 'png', tmp_path / tag / 'lines.lmdb'
+    subprocess.run([sys.executable, os.path.join(REPO, 'tools', 'render_text.py'), '--num', str(num), '--seed',
+                    str(seed), '--out', str(out), '--lmdb', str(lmdb)], check=True, capture_output=True)
+    return out, lmdb
+
+
+def test_renderer_same_seed_same_bytes(tmp_path):
+    a_png, a_lmdb = render_cli(tmp_path, 'a', seed=3)
+    b_png, b_lmdb = render_cli(tmp_path, 'b', seed=3)
+    c_png, _ = render_cli(tmp_path, 'c', seed=4)
+    assert digest(a_png) == digest(b_png)
+    assert digest(a_png) != digest(c_png)
+    ra, rb = FudanVILmdbReader(str(a_lmdb)), FudanVILmdbReader(str(b_lmdb))
+    assert len(ra) == len(rb) == 6
+    assert all(ra.read_raw(i) == rb.read_raw(i) for i in range(1, 7))
+    # The folder and the LMDB hold the same lines.
+    labels = [line.rstrip('\n').split('\t') for line in open(a_png / 'labels.tsv', encoding='utf-8')]
+    assert [t for _, t in labels] == [ra.read_raw(i)[1] for i in range(1, 7)]
+
+
+def test_rendered_lines_have_canvas_size_and_covered_text():
+    renderer = TextLineRenderer(seed=0)
+    for i in range(20):
+        img, text, category = renderer.render(i)
+        assert img.shape == (128, 512, 3) and img.dtype == np.uint8
+        assert img.std() > 10, 'no visible text'
+        assert renderer.faces_covering(text), text
+        lengths = {'chinese': (2, 8), 'english': (3, 12), 'digits': (2, 6)}
+        if category in lengths:
+            assert lengths[category][0] <= len(text) <= lengths[category][1]
+    # Sample i does not depend on which other samples were rendered.
+    assert np.array_equal(TextLineRenderer(seed=0).render(7)[0], renderer.render(7)[0])
+
+
+def test_common_chinese_pool_is_in_both_alphabets():
+    pool = common_chinese()
+    assert 3000 < len(pool) <= 3755
+    assert set(pool) <= set(idm_alphabet()) and set(pool) <= set(transocr_classes())
+
+
+def test_font_lacking_a_character_is_refused():
+    latin = '/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf'
+    if not os.path.isfile(latin):
+        pytest.skip('DejaVuSans not installed')
+    renderer = TextLineRenderer([latin], seed=0)
+    img, text, _ = renderer.render(0, 'Hello 2024')
+    assert img.shape == (128, 512, 3)
+    with pytest.raises(ValueError, match='no font covers .*文字'):
+        renderer.render(1, '文字ab')
+
+
+def test_system_has_a_chinese_font():
+    assert system_cjk_fonts(), 'set-up should have installed a CJK font (fonts-wqy-microhei)'
+
+
+def test_lmdb_round_trip_and_errors(tmp_path):
+    import cv2
+    img = np.full((8, 16, 3), 200, np.uint8)
+    ok, buf = cv2.imencode('.png', img)
+    path = str(tmp_path / 'rt.lmdb')
+    assert write_fudanvi_lmdb(path, [(buf.tobytes(), '你好'), (buf.tobytes(), 'ab12')]) == 2
+    reader = FudanVILmdbReader(path)
+    assert len(reader) == 2
+    got, label = reader.read(1)
+    assert label == '你好' and np.array_equal(got, img)
+    assert reader.read(2)[1] == 'ab12'
+    with pytest.raises(KeyError, match='image-000000003'):
+        reader.read(3)
+    with pytest.raises(FileExistsError):
+        write_fudanvi_lmdb(path, [(buf.tobytes(), 'x')])
+    with pytest.raises(ValueError, match='empty label'):
+        write_fudanvi_lmdb(str(tmp_path / 'empty.lmdb'), [(buf.tobytes(), '')])
+    bad = str(tmp_path / 'bad.lmdb')
+    write_fudanvi_lmdb(bad, [(b'not an image', 'x')])
+    with pytest.raises(ValueError, match='not a decodable image'):
+        FudanVILmdbReader(bad).read(1)
