@@ -1,0 +1,216 @@
+"""TransOCR architecture: sizes, official LayerNorm / PE, preprocessing, decoding consistency, gradients."""
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tola_plugin  # noqa: F401  (registers the arch)
+from basicsr.archs import build_network
+from basicsr.utils.registry import ARCH_REGISTRY
+from tola_plugin.archs.transocr_arch import TransOCR, TransOCRLayerNorm
+from tola_plugin.text.alphabets import TRANSOCR_END, encode_transocr, transocr_classes
+
+DATA = os.path.join(os.path.dirname(__file__), 'data', 'transocr')
+MANIFEST = os.path.join(DATA, 'transocr_manifest.tsv')  # byte copy of ../shared/difftsr/manifests/transocr.tsv
+TINY = dict(embed_dim=16, pe_max_len=64, stem_channels=(4, 8), stage_channels=(8, 8, 16, 16),
+            stage_blocks=(1, 2, 1, 1), num_heads=2, ff_dim=32)
+
+
+def tiny(seed=0, **opts):
+    torch.manual_seed(seed)
+    model = TransOCR(**{**TINY, **opts})
+    # non-trivial BatchNorm statistics, so eval-mode BN is not the identity
+    for module in model.modules():
+        if isinstance(module, torch.nn.BatchNorm2d):
+            module.running_mean.uniform_(-0.1, 0.1)
+            module.running_var.uniform_(0.5, 1.5)
+    return model.eval()
+
+
+def test_full_size_counts_and_manifest():
+    model = TransOCR()
+    assert sum(p.numel() for p in model.parameters()) == 83_904_779
+    state = model.state_dict()
+    assert len(state) == 314
+    assert sum(v.numel() for v in state.values()) == 87_520_435
+    manifest = [line.split('\t') for line in open(MANIFEST, encoding='utf-8').read().splitlines()]
+    assert [k for k, _ in manifest] == list(state)
+    for key, shape in manifest:
+        assert list(state[key].shape) == eval(shape), key  # noqa: S307  (manifest shapes are '[a, b]')
+    assert state['pe.pe'].shape == (1, 7000, 512)
+
+
+def test_registered_and_buildable_from_options():
+    assert ARCH_REGISTRY.get('TransOCR') is TransOCR
+    model = build_network({'type': 'TransOCR', **TINY})
+    assert isinstance(model, TransOCR) and model.decoder.pff.w_1.out_features == 32
+
+
+def test_bad_options_are_refused():
+    with pytest.raises(ValueError, match='preprocess'):
+        TransOCR(**TINY, preprocess='bicubic')
+    with pytest.raises(ValueError, match='num_heads'):
+        TransOCR(**{**TINY, 'num_heads': 3})
+    with pytest.raises(ValueError, match='stage_blocks'):
+        TransOCR(**{**TINY, 'stage_blocks': (1, 1, 1)})
+
+
+def test_layernorm_is_the_official_unbiased_std_form():
+    norm = TransOCRLayerNorm(8)
+    with torch.no_grad():
+        norm.a_2.uniform_(0.5, 1.5)
+        norm.b_2.uniform_(-0.5, 0.5)
+    x = torch.randn(3, 5, 8) * 3 + 1
+    expected = norm.a_2 * (x - x.mean(-1, keepdim=True)) / (x.std(-1, unbiased=True, keepdim=True) + 1e-6) + norm.b_2
+    torch.testing.assert_close(norm(x), expected, rtol=0, atol=0)
+    # and it is NOT torch's LayerNorm (biased variance inside a sqrt)
+    assert not torch.allclose(norm(x), F.layer_norm(x, (8,), norm.a_2, norm.b_2, eps=1e-6), atol=1e-4)
+
+
+def test_positional_table_matches_the_sinusoid():
+    pe = TransOCR(**TINY).pe.pe[0].double()
+    position = torch.arange(64, dtype=torch.float64)[:, None]
+    div = torch.exp(torch.arange(0, 16, 2, dtype=torch.float64) * -(math.log(10000.0) / 16))
+    torch.testing.assert_close(pe[:, 0::2], torch.sin(position * div), rtol=0, atol=1e-5)
+    torch.testing.assert_close(pe[:, 1::2], torch.cos(position * div), rtol=0, atol=1e-5)
+    with pytest.raises(ValueError, match='positional table'):
+        TransOCR(**TINY).pe(65)
+
+
+def test_difftsr_preprocess_is_nearest_stride_and_benchmark_is_pil_like():
+    x = torch.rand(2, 3, 128, 512)
+    model = TransOCR(**TINY)
+    assert torch.equal(model.preprocess(x), x[:, :, ::4, ::2])
+    assert float(model.preprocess(x).min()) >= 0.0  # [0, 1] kept, no normalisation
+    from PIL import Image
+    image = Image.open(os.path.join(DATA, 'lr_real_7.png')).convert('RGB')
+    array = np.asarray(image, dtype=np.float32) / 255.0
+    pil = np.asarray(image.resize((256, 32), Image.BILINEAR), dtype=np.float32) / 255.0
+    pil = torch.from_numpy((pil - 0.5) / 0.5).permute(2, 0, 1)[None]
+    ours = TransOCR(**TINY, preprocess='benchmark').preprocess(torch.from_numpy(array).permute(2, 0, 1)[None])
+    assert ours.shape == (1, 3, 32, 256)
+    # PIL rounds its output to uint8; ours stays float: agree within one uint8 step in [-1, 1] units
+    assert float((ours - pil).abs().max()) <= 2.0 / 255.0
+    with pytest.raises(ValueError, match=r'\(B, C, H, W\)'):
+        model.preprocess(torch.rand(3, 128, 512))
+
+
+def test_encoder_output_size():
+    model = tiny()
+    with torch.no_grad():
+        memory = model.encode(torch.rand(2, 3, 128, 512))
+    assert memory.shape == (2, 32, 32)  # (2 x 16) image tokens of width 2 * embed_dim
+
+
+@pytest.mark.parametrize('incremental', [False, True])
+def test_greedy_equals_teacher_forcing_on_its_own_output(incremental):
+    model = tiny()
+    images = torch.rand(3, 3, 128, 512)
+    with torch.no_grad():
+        ids, probs = model.greedy_decode(images, max_steps=10, incremental=incremental)
+        logits = model(images, ids)  # decoder input = START + ids[:, :-1]
+    assert ids.shape == probs.shape == (3, 10) and ids.dtype == torch.long
+    soft = torch.softmax(logits, -1)
+    assert torch.equal(soft.argmax(-1), ids)
+    torch.testing.assert_close(soft.max(-1).values, probs, rtol=1e-5, atol=1e-7)
+    assert float(probs.min()) > 0.0 and float(probs.max()) <= 1.0
+
+
+def test_incremental_decoding_equals_full_rerun():
+    model = tiny(seed=3)
+    images = torch.rand(2, 3, 64, 256)
+    with torch.no_grad():
+        ids_a, probs_a = model.greedy_decode(images, max_steps=12, incremental=False)
+        ids_b, probs_b = model.greedy_decode(images, max_steps=12, incremental=True)
+    assert torch.equal(ids_a, ids_b)
+    torch.testing.assert_close(probs_a, probs_b, rtol=1e-5, atol=1e-7)
+
+
+def test_teacher_forcing_input_and_padding():
+    model = tiny()
+    images = torch.rand(2, 3, 128, 512)
+    row0 = encode_transocr('中国')  # [c, c, END]
+    row1 = encode_transocr('a')     # [c, END] + pad
+    targets = torch.tensor([row0, row1 + [-100]])
+    with torch.no_grad():
+        logits = model(images, targets)
+        memory = model.encode(images)
+        expected = model.decode(torch.tensor([[0] + row0[:-1], [0] + row1]), memory)
+    assert logits.shape == (2, 3, 7937)
+    torch.testing.assert_close(logits[0], expected[0])
+    torch.testing.assert_close(logits[1, :2], expected[1, :2])  # valid rows; the row after END is ignored
+    loss = F.cross_entropy(logits.transpose(1, 2), targets, ignore_index=-100)
+    assert torch.isfinite(loss)
+    with pytest.raises(ValueError, match='target ids'):
+        model(images, torch.tensor([[7937, TRANSOCR_END], [1, TRANSOCR_END]]))
+    with pytest.raises(ValueError, match='targets must be'):
+        model(images, torch.tensor([1, TRANSOCR_END]))
+
+
+def test_gradients_reach_the_input_image():
+    model = tiny()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    images = torch.rand(2, 3, 128, 512, requires_grad=True)
+    _, probs = model.greedy_decode(images, max_steps=5)
+    probs.sum().backward()
+    assert images.grad is not None and torch.isfinite(images.grad).all() and images.grad.abs().sum() > 0
+    images.grad = None
+    targets = torch.tensor([encode_transocr('中国'), encode_transocr('ab')])
+    loss = F.cross_entropy(model(images, targets).transpose(1, 2), targets, ignore_index=-100)
+    loss.backward()
+    assert images.grad.abs().sum() > 0
+    # 'difftsr' preprocessing is a nearest resize: only the sampled pixels receive gradient
+    assert images.grad[:, :, 1::4].abs().sum() == 0 and images.grad[:, :, ::4, ::2].abs().sum() > 0
+
+
+def _rigged(token):
+    """A tiny model whose generator always prefers ``token``."""
+    model = tiny()
+    with torch.no_grad():
+        model.generator_word.proj.weight.zero_()
+        model.generator_word.proj.bias.zero_()
+        model.generator_word.proj.bias[token] = 20.0
+    return model
+
+
+def test_recognize_default_and_difftsr_quirks():
+    a = transocr_classes().index('a')
+    images = torch.rand(1, 3, 128, 512)
+    assert _rigged(a).recognize(images) == ['a' * 24]
+    assert _rigged(a).recognize(images, difftsr_quirks=True) == ['a' * 23]  # the 23-step window
+    assert _rigged(TRANSOCR_END).recognize(images) == ['']
+    assert _rigged(0).recognize(images) == ['']  # START is not a character
+    assert _rigged(0).recognize(images, difftsr_quirks=True) == ['START' * 23]
+    with pytest.raises(ValueError, match='7937-class'):
+        tiny(num_classes=50).recognize(images)
+
+
+def test_dropout_only_in_train_mode():
+    model = tiny()
+    images = torch.rand(1, 3, 128, 512)
+    targets = torch.tensor([encode_transocr('ab')])
+    with torch.no_grad():
+        a, b = model(images, targets), model(images, targets)
+        assert torch.equal(a, b)  # eval: deterministic
+        for module in model.modules():
+            if isinstance(module, torch.nn.Dropout):
+                module.train()
+        torch.manual_seed(0)
+        c = model(images, targets)
+    assert not torch.allclose(a, c)  # PE / attention / FFN dropout (p = 0.1) act in train mode
+
+
+def test_frozen_option_keeps_eval_mode_and_passes_image_gradients():
+    model = tiny(frozen=True)
+    parent = torch.nn.Sequential(model)
+    parent.train()
+    assert not model.training and not any(m.training for m in model.modules())
+    assert not any(p.requires_grad for p in model.parameters())
+    images = torch.rand(1, 3, 128, 512, requires_grad=True)
+    model.greedy_decode(images, 3)[1].sum().backward()
+    assert images.grad.abs().sum() > 0
+    assert tiny().train().training  # default: ordinary nn.Module behaviour

@@ -1,0 +1,56 @@
+"""Strict loading of the official TransOCR checkpoint (``transocr.pth`` of the DiffTSR release).
+
+Layouts accepted (SPEC §h; DiffTSR's ``Text_Prediction.__init__``):
+- ``{'state_dict': {key: tensor}}`` with the bare model's keys;
+- a DataParallel state dict, keys prefixed ``module.`` (``module.module.`` is first rewritten to ``module.``,
+  as the official loader does);
+- a bare state dict (what ``TransOCR().state_dict()`` saves).
+The file is read with ``weights_only=True`` (never runs pickled code); any missing, unexpected or
+mis-shaped key is an error naming the key. Nothing is downloaded.
+"""
+from typing import Dict, Mapping
+
+import torch
+
+from tola_plugin.archs.transocr_arch import TransOCR
+from tola_plugin.utils.checkpoint_io import load_state_dict_strict, require_file, safe_torch_load
+
+COMPONENT = 'TransOCR (transocr.pth)'
+WHERE = ('The DiffTSR release (YuzheZhang-1999/DiffTSR README, Google Drive / Baidu links) publishes transocr.pth '
+         'next to DiffTSR.ckpt; download it and place it at e.g. checkpoints/transocr.pth, then point the option '
+         'to it.')
+
+
+def transocr_state_dict(raw: Mapping, path: str = '<in memory>') -> Dict[str, torch.Tensor]:
+    """Official-layout object (see module docstring) -> bare TransOCR state dict. ValueError for other layouts."""
+    if not isinstance(raw, Mapping):
+        raise ValueError(f'{COMPONENT} at {path!r}: expected a dict of tensors, got {type(raw).__name__}')
+    # The official loader rewrites the top-level keys only, before looking for 'state_dict'.
+    raw = {str(k).replace('module.module.', 'module.'): v for k, v in raw.items()}
+    state = raw['state_dict'] if 'state_dict' in raw else raw
+    if not isinstance(state, Mapping) or not state:
+        raise ValueError(f'{COMPONENT} at {path!r}: the state dict is empty or not a dict')
+    prefixed = [k.startswith('module.') for k in state]
+    if any(prefixed) and not all(prefixed):
+        mixed = [k for k in state if not k.startswith('module.')][:3]
+        raise KeyError(f'{COMPONENT} at {path!r}: some keys carry the DataParallel prefix "module." and some do not, '
+                       f'e.g. {mixed}')
+    out = {}
+    for key, value in state.items():
+        if not isinstance(value, torch.Tensor):
+            raise ValueError(f'{COMPONENT} at {path!r}: entry {key!r} is a {type(value).__name__}, not a tensor')
+        out[key[len('module.'):] if all(prefixed) else key] = value
+    return out
+
+
+def load_transocr(path: str, **arch_opts) -> TransOCR:
+    """Build ``TransOCR(**arch_opts)`` and load ``path`` strictly; returns the model in eval mode.
+
+    Raises FileNotFoundError (missing file, says where the release publishes it), ValueError (unreadable,
+    truncated, pickle with code, wrong shape, non-tensor entries) or KeyError (missing/unexpected keys).
+    """
+    require_file(path, f'{COMPONENT} checkpoint', WHERE)
+    state = transocr_state_dict(safe_torch_load(path, f'{COMPONENT} checkpoint'), path)
+    model = TransOCR(**arch_opts)
+    load_state_dict_strict(model, state, f'{COMPONENT} at {path!r}')
+    return model.eval()
