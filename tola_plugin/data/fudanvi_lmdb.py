@@ -19,6 +19,14 @@ def label_key(index: int) -> bytes:
     return b'label-%09d' % index
 
 
+def decode_image(data: bytes, what: str) -> np.ndarray:
+    """Encoded bytes -> BGR uint8 (H,W,3); a corrupt or empty image is a ValueError naming ``what``."""
+    img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR) if data else None
+    if img is None:
+        raise ValueError(f'{what}: not a decodable image ({len(data or b"")} bytes)')
+    return img
+
+
 def write_fudanvi_lmdb(path: str, samples: Iterable[Tuple[bytes, str]], map_size: int = 1 << 34) -> int:
     """Write (encoded image bytes, label) pairs to a new LMDB at ``path``; returns the sample count.
 
@@ -40,44 +48,57 @@ def write_fudanvi_lmdb(path: str, samples: Iterable[Tuple[bytes, str]], map_size
     return count
 
 
-class FudanVILmdbReader:
-    """Read-only access to a FudanVI LMDB; opened lazily so it survives DataLoader worker forks."""
+_ENVS = {}
 
-    def __init__(self, path: str):
+
+def shared_lmdb_env(path: str):
+    """One read-only, lock-free environment per LMDB folder, shared by every reader of the process.
+
+    py-lmdb refuses to open a folder twice in a process (e.g. train and validation sets on one LMDB
+    with different index lists); forked DataLoader workers inherit the environment and read through it,
+    as basicsr's LmdbBackend does.
+    """
+    key = os.path.realpath(path)
+    if key not in _ENVS:
         if not os.path.isfile(os.path.join(path, 'data.mdb')):
             raise FileNotFoundError(f'{path} is not an LMDB folder (no data.mdb)')
+        _ENVS[key] = lmdb.open(path, readonly=True, lock=False, readahead=False, meminit=False)
+    return _ENVS[key]
+
+
+class FudanVILmdbReader:
+    """Read-only access to a FudanVI LMDB by 1-based index."""
+
+    def __init__(self, path: str):
         self.path = path
-        self._env = None
-        with self._open().begin() as txn:
+        with shared_lmdb_env(path).begin() as txn:
             raw = txn.get(b'num-samples')
         if raw is None:
-            raise KeyError(f'{path}: LMDB has no num-samples key; expected FudanVI format')
+            raise KeyError(f'{path}: LMDB has no num-samples key; expected the FudanVI format')
         self.num_samples = int(raw)
-        self._env.close()
-        self._env = None
-
-    def _open(self):
-        if self._env is None:
-            self._env = lmdb.open(self.path, readonly=True, lock=False, readahead=False, meminit=False)
-        return self._env
 
     def __len__(self) -> int:
         return self.num_samples
 
+    def _get(self, key: bytes) -> bytes:
+        with shared_lmdb_env(self.path).begin() as txn:
+            value = txn.get(key)
+        if value is None:
+            raise KeyError(f'{self.path}: missing key {key.decode()}')
+        return value
+
+    def read_label(self, index: int) -> str:
+        """Label of the 1-based ``index``-th sample."""
+        return self._get(label_key(index)).decode('utf-8')
+
+    def read_image(self, index: int) -> np.ndarray:
+        """BGR uint8 image (H,W,3) of the 1-based ``index``-th sample."""
+        return decode_image(self._get(image_key(index)), f'{self.path}: {image_key(index).decode()}')
+
     def read_raw(self, index: int) -> Tuple[bytes, str]:
         """Encoded image bytes and label of the 1-based ``index``-th sample."""
-        with self._open().begin() as txn:
-            img = txn.get(image_key(index))
-            label = txn.get(label_key(index))
-        if img is None or label is None:
-            missing = image_key(index) if img is None else label_key(index)
-            raise KeyError(f'{self.path}: missing key {missing.decode()}')
-        return img, label.decode('utf-8')
+        return self._get(image_key(index)), self.read_label(index)
 
     def read(self, index: int) -> Tuple[np.ndarray, str]:
         """BGR uint8 image (H,W,3) and label of the 1-based ``index``-th sample."""
-        img_bytes, label = self.read_raw(index)
-        img = cv2.imdecode(np.frombuffer(img_bytes, np.uint8), cv2.IMREAD_COLOR)
-        if img is None:
-            raise ValueError(f'{self.path}: {image_key(index).decode()} is not a decodable image')
-        return img, label
+        return self.read_image(index), self.read_label(index)

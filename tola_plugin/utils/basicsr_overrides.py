@@ -1,6 +1,10 @@
-"""The three BasicSR 1.4.2 functions that assume a GPU, replaced so CPU and gloo DDP work.
+"""Every change this plugin makes to BasicSR 1.4.2, in one place.
 
-Each replacement keeps upstream behaviour when CUDA is present (nccl, cuda devices).
+1-3. The three functions that assume a GPU, replaced so CPU and gloo DDP work; each keeps upstream
+     behaviour when CUDA is present (nccl, cuda devices).
+4.   ``EnlargedSampler`` forwards the epoch (and each visit's unfolded index) to datasets that ask for
+     it, so online degradation is reproducible per (seed, epoch, index); BasicSR's own datasets are
+     unaffected.
 """
 import os
 import os.path as osp
@@ -12,6 +16,7 @@ from torch.nn.parallel import DataParallel, DistributedDataParallel
 from tola_plugin import _compat  # noqa: F401  (before basicsr)
 import basicsr.train
 import basicsr.utils.options
+from basicsr.data.data_sampler import EnlargedSampler
 from basicsr.models.base_model import BaseModel
 from basicsr.utils import scandir
 from basicsr.utils import check_resume
@@ -71,6 +76,35 @@ def model_to_device(self, net):
     return net
 
 
+_original_set_epoch, _original_iter = EnlargedSampler.set_epoch, EnlargedSampler.__iter__
+
+
+def sampler_set_epoch(self, epoch):
+    """Upstream never tells the dataset the epoch, so every epoch would repeat epoch 0's degradations.
+
+    BasicSR's loop calls ``set_epoch`` before re-creating the DataLoader iterator; with
+    ``persistent_workers: false`` (its default) workers are forked afresh then and see the new epoch.
+    """
+    _original_set_epoch(self, epoch)
+    dataset_set_epoch = getattr(self.dataset, 'set_epoch', None)
+    if callable(dataset_set_epoch):
+        dataset_set_epoch(epoch)
+
+
+def sampler_iter(self):
+    """Upstream yields ``v % len(dataset)``, so the k visits of ``dataset_enlarge_ratio: k`` share one
+    random stream; datasets with ``accepts_enlarged_indices = True`` get ``v`` itself (same permutation,
+    same rank split) and read sample ``v % len`` themselves."""
+    if not getattr(self.dataset, 'accepts_enlarged_indices', False):
+        return _original_iter(self)
+    g = torch.Generator()
+    g.manual_seed(self.epoch)
+    indices = torch.randperm(self.total_size, generator=g).tolist()
+    return iter(indices[self.rank:self.total_size:self.num_replicas])
+
+
 basicsr.utils.options.init_dist = init_dist  # parse_options calls the name imported into options
 basicsr.train.load_resume_state = load_resume_state
 BaseModel.model_to_device = model_to_device
+EnlargedSampler.set_epoch = sampler_set_epoch
+EnlargedSampler.__iter__ = sampler_iter

@@ -1,0 +1,129 @@
+"""Label files and the two token targets of a text line.
+
+- ``read_labels_tsv``: ``filename<TAB>transcription`` manifests (UTF-8, one line per image).
+- ``read_index_list``: DiffTSR's index-list file (one 0-based integer per line).
+- ``text_targets``: IDM tokens (24, pad 6735) and the TransOCR target (25, END then -100 padding),
+  normalized as DiffTSR's training dataset does (train/dataset/DiffTSR_training_dataset.py):
+  IDM text = ``label.lower()``; OCR text = ``strQ2B(label).lower()`` (its ``'$'`` end mark = our END).
+"""
+from typing import Callable, List, Sequence, Tuple
+
+import torch
+
+from tola_plugin.text.alphabets import IDM_MAX_LEN, encode_idm, encode_transocr
+from tola_plugin.text.normalize import full_to_half
+
+OCR_TARGET_LEN = IDM_MAX_LEN + 1  # 24 characters + END
+OCR_IGNORE_INDEX = -100  # torch CrossEntropyLoss default ignore_index
+IDM_TEXT_NORMS = ('lower', 'q2b_lower')
+
+
+class TextLabelError(ValueError):
+    """A transcription that cannot be turned into training targets."""
+
+
+def read_labels_tsv(path: str) -> List[Tuple[str, str]]:
+    """``[(filename, transcription), ...]`` in file order.
+
+    Blank lines are ignored; a line without a tab, an empty filename or transcription, or a repeated
+    filename is an error naming the file and line.
+    """
+    rows, seen = [], {}
+    with open(path, encoding='utf-8') as f:
+        for lineno, line in enumerate(f, start=1):
+            line = line.rstrip('\r\n')
+            if not line.strip():
+                continue
+            if '\t' not in line:
+                raise ValueError(f'{path}:{lineno}: expected "filename<TAB>transcription", got {line!r}')
+            name, text = line.split('\t', 1)
+            name = name.strip()
+            if not name:
+                raise ValueError(f'{path}:{lineno}: empty filename')
+            if not text.strip():
+                raise ValueError(f'{path}:{lineno}: empty label for {name!r}')
+            if name in seen:
+                raise ValueError(f'{path}:{lineno}: filename {name!r} repeats line {seen[name]}')
+            seen[name] = lineno
+            rows.append((name, text))
+    if not rows:
+        raise ValueError(f'{path}: no labelled images')
+    return rows
+
+
+def read_index_list(path: str, size: int) -> List[int]:
+    """0-based indices from ``path`` (one per line), each checked against ``size`` samples."""
+    indices = []
+    with open(path, encoding='utf-8') as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                index = int(line)
+            except ValueError:
+                raise ValueError(f'{path}:{lineno}: expected a 0-based integer index, got {line.strip()!r}') from None
+            if not 0 <= index < size:
+                raise ValueError(f'{path}:{lineno}: index {index} outside [0, {size}) of the source')
+            indices.append(index)
+    if not indices:
+        raise ValueError(f'{path}: empty index list')
+    return indices
+
+
+def idm_text(label: str, norm: str = 'lower') -> str:
+    """The text behind the IDM tokens: DiffTSR's ``label.lower()``, or with full-to-half width first."""
+    if norm == 'lower':
+        return label.lower()
+    if norm == 'q2b_lower':
+        return full_to_half(label).lower()
+    raise ValueError(f'idm_text_norm must be one of {IDM_TEXT_NORMS}, got {norm!r}')
+
+
+def ocr_text(label: str) -> str:
+    """DiffTSR's ``label_ocr`` without its '$' end mark: full-width to half-width, then lower-case."""
+    return full_to_half(label).lower()
+
+
+def text_targets(label: str, sample: str, idm_norm: str = 'lower') -> Tuple[torch.Tensor, torch.Tensor]:
+    """``(idm_tokens (24,) int64, ocr_target (25,) int64)`` of one transcription.
+
+    Raises TextLabelError naming ``sample`` for an empty label, a label longer than 24 characters
+    (the OCR target has room for 24 + END) or a character outside the TransOCR alphabet.
+    """
+    if not label or not label.strip():
+        raise TextLabelError(f'{sample}: empty label')
+    target_text = ocr_text(label)
+    if len(target_text) > IDM_MAX_LEN:
+        raise TextLabelError(f'{sample}: label {label!r} has {len(target_text)} characters, at most {IDM_MAX_LEN}')
+    try:
+        ocr_ids = encode_transocr(target_text)
+    except ValueError as err:
+        raise TextLabelError(f'{sample}: {err}') from None
+    ocr = torch.full((OCR_TARGET_LEN, ), OCR_IGNORE_INDEX, dtype=torch.long)
+    ocr[:len(ocr_ids)] = torch.tensor(ocr_ids, dtype=torch.long)
+    idm = torch.tensor(encode_idm(idm_text(label, idm_norm)), dtype=torch.long)
+    return idm, ocr
+
+
+def usable_positions(labels: Sequence[str], key: Callable[[int], str], idm_norm: str, skip_invalid: bool,
+                     where: str, warn: Callable[[str], None]) -> List[int]:
+    """Positions of ``labels`` that give valid targets.
+
+    Invalid labels raise one TextLabelError listing the first five (naming each sample by ``key(i)``),
+    unless ``skip_invalid``: then they are dropped and reported through ``warn``.
+    """
+    positions, errors = [], []
+    for i, label in enumerate(labels):
+        try:
+            text_targets(label, key(i), idm_norm)
+            positions.append(i)
+        except TextLabelError as err:
+            errors.append(str(err))
+    if errors and not skip_invalid:
+        raise TextLabelError(f'{len(errors)} invalid label(s) in {where} (set skip_invalid_labels: true to drop '
+                             f'them); first: {errors[:5]}')
+    if errors:
+        warn(f'{where}: skipped {len(errors)} sample(s) with invalid labels; first: {errors[:5]}')
+    if not positions:
+        raise ValueError(f'{where}: no usable samples')
+    return positions

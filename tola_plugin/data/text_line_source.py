@@ -1,0 +1,108 @@
+"""Labelled text-line images from a FudanVI LMDB or from a folder + labels TSV, optionally
+restricted by a DiffTSR index-list file; plus the resize to the 512x128 model canvas.
+
+Every record has a ``key``: the LMDB image key (``image-000000001``) or the file path, which BasicSR
+turns into the saved image's name (``osp.splitext(osp.basename(key))[0]``).
+"""
+import os
+from typing import List, Optional, Tuple
+
+import cv2
+import numpy as np
+from PIL import Image
+
+from tola_plugin.data.fudanvi_lmdb import FudanVILmdbReader, decode_image, image_key
+from tola_plugin.data.text_labels import read_index_list, read_labels_tsv
+
+CANVAS_W, CANVAS_H = 512, 128
+
+
+def read_image_file(path: str) -> np.ndarray:
+    """BGR uint8 (H,W,3) from a file; missing or corrupt files raise naming the path."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f'image file not found: {path}')
+    with open(path, 'rb') as f:
+        return decode_image(f.read(), path)
+
+
+def canvas_rgb8(img_bgr: np.ndarray, width: int = CANVAS_W, height: int = CANVAS_H) -> np.ndarray:
+    """BGR uint8 -> RGB uint8 (height,width,3).
+
+    Resized with PIL bicubic on 8-bit RGB, as DiffTSR's dataset and inference do (PIL antialiases when
+    shrinking, cv2 does not); images already at the canvas size are passed through unchanged.
+    """
+    rgb = cv2.cvtColor(img_bgr, cv2.COLOR_BGR2RGB)
+    if rgb.shape[:2] != (height, width):
+        rgb = np.asarray(Image.fromarray(rgb).resize((width, height), Image.BICUBIC))
+    return rgb
+
+
+def to_canvas(img_bgr: np.ndarray, width: int = CANVAS_W, height: int = CANVAS_H) -> np.ndarray:
+    """BGR uint8 -> RGB float32 (height,width,3) in [0,1] on the model canvas (see ``canvas_rgb8``)."""
+    return canvas_rgb8(img_bgr, width, height).astype(np.float32) / 255.0
+
+
+class LmdbLineSource:
+    """Lines of a FudanVI LMDB; ``indices`` are 0-based (key = index + 1, as DiffTSR)."""
+
+    def __init__(self, path: str, index_list: Optional[str] = None):
+        self.path = path
+        self.reader = FudanVILmdbReader(path)
+        n = len(self.reader)
+        self.indices = read_index_list(index_list, n) if index_list else list(range(n))
+        # All labels up front so that label problems surface at construction.
+        self.labels = [self.reader.read_label(i + 1) for i in self.indices]
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def key(self, i: int) -> str:
+        return image_key(self.indices[i] + 1).decode()
+
+    def read(self, i: int) -> np.ndarray:
+        """BGR uint8 image of record ``i``."""
+        return self.reader.read_image(self.indices[i] + 1)
+
+
+class FolderLineSource:
+    """Images of ``folder`` named in a labels TSV (file order); ``index_list`` picks 0-based TSV rows."""
+
+    def __init__(self, folder: str, labels_tsv: str, index_list: Optional[str] = None):
+        if not os.path.isdir(folder):
+            raise FileNotFoundError(f'image folder not found: {folder}')
+        rows = read_labels_tsv(labels_tsv)
+        if index_list:
+            rows = [rows[i] for i in read_index_list(index_list, len(rows))]
+        missing = [name for name, _ in rows if not os.path.isfile(os.path.join(folder, name))]
+        if missing:
+            raise FileNotFoundError(f'{len(missing)} file(s) named in {labels_tsv} are missing from {folder}, '
+                                    f'first: {missing[:5]}')
+        self.folder = folder
+        self.names = [name for name, _ in rows]
+        self.labels = [text for _, text in rows]
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def key(self, i: int) -> str:
+        return os.path.join(self.folder, self.names[i])
+
+    def read(self, i: int) -> np.ndarray:
+        return read_image_file(self.key(i))
+
+
+def build_line_source(opt: dict, root_key: str) -> Tuple[object, str]:
+    """Line source for ``opt[root_key]`` per ``opt['io_backend']['type']`` ('lmdb' or 'disk')."""
+    root = opt.get(root_key)
+    if not root:
+        raise KeyError(f'dataset option {root_key!r} is required')
+    backend = opt.get('io_backend', {}).get('type', 'disk')
+    if backend == 'lmdb':
+        if opt.get('labels'):
+            raise ValueError(f'io_backend lmdb reads labels from {root}; remove the "labels" option')
+        return LmdbLineSource(root, opt.get('index_list')), backend
+    if backend == 'disk':
+        if not opt.get('labels'):
+            raise KeyError('io_backend disk needs the "labels" option (TSV: filename<TAB>transcription)')
+        return FolderLineSource(root, opt['labels'], opt.get('index_list')), backend
+    raise ValueError(f'io_backend.type must be "lmdb" or "disk", got {backend!r}')
