@@ -8,7 +8,8 @@ from typing import Dict, List, Tuple
 import torch
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-MANIFESTS = os.path.join(os.path.dirname(REPO), 'shared', 'difftsr', 'manifests')
+# Copies of ../shared/difftsr/manifests (every key and shape of the official checkpoint), so a clone tests alone.
+MANIFESTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data', 'backbone', 'manifests')
 DATA = os.path.join(REPO, 'tests', 'data', 'backbone')
 OFFICIAL_KEYS = {'idm': 'IDM_Unet', 'vae': 'VAE_model', 'mom': 'MoM_module', 'tdm': 'TDM_Decoder'}
 

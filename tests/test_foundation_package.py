@@ -167,3 +167,15 @@ def test_lmdb_round_trip_and_errors(tmp_path):
     write_fudanvi_lmdb(bad, [(b'not an image', 'x')])
     with pytest.raises(ValueError, match='not a decodable image'):
         FudanVILmdbReader(bad).read(1)
+
+
+@pytest.mark.parametrize('ours,theirs', [
+    *[(f'tests/data/backbone/manifests/{n}.tsv', f'difftsr/manifests/{n}.tsv') for n in ('idm', 'vae', 'mom', 'tdm')],
+    ('tests/data/transocr/transocr_manifest.tsv', 'difftsr/manifests/transocr.tsv'),
+])
+def test_test_fixture_copies_match_shared_facts(ours, theirs):
+    """The tests carry copies of the shared manifests so a clone tests alone; they must not drift."""
+    theirs = os.path.join(SHARED, theirs)
+    if not os.path.isfile(theirs):
+        pytest.skip('../shared is not beside this clone')
+    assert filecmp.cmp(os.path.join(REPO, ours), theirs, shallow=False)
