@@ -34,10 +34,12 @@ setup(
         'Pillow',
         'PyYAML',
         'zhconv',
+        'rapidfuzz',
         'mmengine',
     ],
     extras_require={
-        'eval': ['pyiqa==0.1.16', 'rapidocr-onnxruntime==1.4.4', 'matplotlib', 'huggingface_hub'],
+        'eval': ['pyiqa==0.1.16', 'rapidocr-onnxruntime==1.4.4', 'rapidfuzz', 'scipy', 'matplotlib',
+                 'huggingface_hub'],
         'test': ['pytest'],
     },
     entry_points={

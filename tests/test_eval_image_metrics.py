@@ -1,0 +1,255 @@
+"""Image metrics: luminance PSNR/SSIM against hand computations, local-weights-only construction of
+LPIPS/DISTS/FID (fake TORCH_HOME with random weights under the real file names), BasicSR registration."""
+import os
+
+import cv2
+import numpy as np
+import pytest
+import torch
+from scipy.signal import correlate2d
+
+import tola_plugin  # noqa: F401  (registers the BasicSR metrics)
+from tola_plugin.evaluation import weights as W
+from tola_plugin.evaluation.image_metrics import PairedImageMetrics, build_paired_metric, fid_between_dirs, \
+    images_to_tensor
+from tola_plugin.evaluation.testing import write_fake_metric_weights
+
+EPS = 1e-8  # pyiqa's PSNR adds it to the MSE
+TOL_DB = 1e-6  # pyiqa holds the BT.601 coefficients in float32: ~3e-7 dB from the float64 hand value
+
+
+def y_bt601(rgb01):
+    """Hand luminance: ITU-R BT.601 limited-range Y of RGB in [0,1], in [0,1]."""
+    r, g, b = rgb01[..., 0], rgb01[..., 1], rgb01[..., 2]
+    return (16 + 65.481 * r + 128.553 * g + 24.966 * b) / 255
+
+
+def hand_ssim(y1, y2):
+    """Hand SSIM (Wang et al. 2004) on 8-bit luminance, 11x11 Gaussian sigma 1.5, 'valid' window positions."""
+    y1, y2 = np.round(y1 * 255), np.round(y2 * 255)
+    ax = np.arange(11) - 5
+    g = np.exp(-(ax[:, None] ** 2 + ax[None, :] ** 2) / (2 * 1.5 ** 2))
+    g /= g.sum()
+    f = lambda x: correlate2d(x, g, mode='valid')  # noqa: E731
+    c1, c2 = (0.01 * 255) ** 2, (0.03 * 255) ** 2
+    mu1, mu2 = f(y1), f(y2)
+    s11, s22, s12 = f(y1 * y1) - mu1 ** 2, f(y2 * y2) - mu2 ** 2, f(y1 * y2) - mu1 * mu2
+    cs = np.maximum((2 * s12 + c2) / (s11 + s22 + c2), 0)
+    return float((((2 * mu1 * mu2 + c1) / (mu1 ** 2 + mu2 ** 2 + c1)) * cs).mean())
+
+
+@pytest.fixture(scope='module')
+def exact_metrics():
+    return PairedImageMetrics(('psnr', 'ssim'))
+
+
+@pytest.fixture(scope='module')
+def pair():
+    rng = np.random.default_rng(0)
+    ref = rng.integers(0, 256, (1, 40, 72, 3)).astype(np.uint8)
+    out = np.clip(ref.astype(int) + rng.integers(-30, 31, ref.shape), 0, 255).astype(np.uint8)
+    return out, ref
+
+
+def test_psnr_is_bt601_luminance_without_crop(exact_metrics, pair):
+    out, ref = pair
+    got = exact_metrics(images_to_tensor(out), images_to_tensor(ref))['psnr'][0]
+    mse = np.mean((y_bt601(out[0] / 255.0) - y_bt601(ref[0] / 255.0)) ** 2)
+    assert got == pytest.approx(10 * np.log10(1 / (mse + EPS)), abs=TOL_DB)
+    # same convention as BasicSR's calculate_psnr(test_y_channel=True, crop_border=0) on BGR uint8
+    from basicsr.metrics import calculate_psnr
+    assert got == pytest.approx(calculate_psnr(out[0][..., ::-1], ref[0][..., ::-1], 0, test_y_channel=True),
+                                abs=1e-4)
+
+
+def test_psnr_black_white_closed_form(exact_metrics):
+    black = np.zeros((1, 16, 16, 3), np.uint8)
+    white = np.full((1, 16, 16, 3), 255, np.uint8)
+    got = exact_metrics(images_to_tensor(white), images_to_tensor(black))
+    # YCbCr Y spans 16..235 of 255: PSNR = 20 log10(255/219) = 1.3228 dB (YIQ would give 0 dB)
+    assert got['psnr'][0] == pytest.approx(10 * np.log10(1 / ((219 / 255) ** 2 + EPS)), abs=TOL_DB)
+    assert got['psnr'][0] == pytest.approx(1.3219, abs=1e-4)
+    yiq = PairedImageMetrics(('psnr', ), color_space='yiq')(images_to_tensor(white), images_to_tensor(black))
+    assert yiq['psnr'][0] == pytest.approx(0.0, abs=1e-6)
+    # constant images: SSIM = (2 mu1 mu2 + C1) / (mu1^2 + mu2^2 + C1) with Y = 16 and 235 (pyiqa's float32
+    # Gaussian window does not sum to exactly 1, which leaves a ~1e-6 variance residue at Y = 235)
+    c1 = (0.01 * 255) ** 2
+    assert got['ssim'][0] == pytest.approx((2 * 16 * 235 + c1) / (16 ** 2 + 235 ** 2 + c1), abs=1e-5)
+
+
+def test_ssim_matches_hand_computation(exact_metrics, pair):
+    out, ref = pair
+    got = exact_metrics(images_to_tensor(out), images_to_tensor(ref))['ssim'][0]
+    # pyiqa builds the Gaussian window in float32: ~2e-9 from the float64 hand value
+    assert got == pytest.approx(hand_ssim(y_bt601(out[0] / 255.0), y_bt601(ref[0] / 255.0)), abs=1e-8)
+
+
+def test_border_pixels_count(exact_metrics):
+    ref = np.full((1, 20, 30, 3), 100, np.uint8)
+    out = ref.copy()
+    out[:, 0, :, :] = 110  # only the top row differs: a border crop would make the images identical
+    got = exact_metrics(images_to_tensor(out), images_to_tensor(ref))['psnr'][0]
+    mse = (y_bt601(np.full(3, 110 / 255)) - y_bt601(np.full(3, 100 / 255))) ** 2 * 30 / (20 * 30)
+    assert got == pytest.approx(10 * np.log10(1 / (mse + EPS)), abs=TOL_DB)
+
+
+def test_basicsr_registered_psnr_ssim(pair):
+    from basicsr.metrics import calculate_metric
+    out, ref = pair
+    bgr_out, bgr_ref = np.ascontiguousarray(out[0][..., ::-1]), np.ascontiguousarray(ref[0][..., ::-1])
+    data = {'img': bgr_out, 'img2': bgr_ref}
+    psnr = calculate_metric(data, {'type': 'calculate_tola_psnr', 'better': 'higher'})
+    mse = np.mean((y_bt601(out[0] / 255.0) - y_bt601(ref[0] / 255.0)) ** 2)
+    assert psnr == pytest.approx(10 * np.log10(1 / (mse + EPS)), abs=TOL_DB)
+    ssim = calculate_metric(data, {'type': 'calculate_tola_ssim', 'crop_border': 0})
+    assert ssim == pytest.approx(hand_ssim(y_bt601(out[0] / 255.0), y_bt601(ref[0] / 255.0)), abs=1e-8)
+    with pytest.raises(ValueError, match='luminance'):
+        calculate_metric(data, {'type': 'calculate_tola_psnr', 'test_y_channel': False})
+
+
+@pytest.mark.parametrize('metric,missing', [('lpips', 'alexnet-owt-7be5be79.pth'),
+                                            ('dists', 'vgg16-397923af.pth')])
+def test_missing_weights_name_file_and_folder(tmp_path, monkeypatch, metric, missing):
+    monkeypatch.setenv('TORCH_HOME', str(tmp_path))
+    with pytest.raises(FileNotFoundError) as err:
+        build_paired_metric(metric)
+    assert missing in str(err.value)
+    assert os.path.join(str(tmp_path), 'hub', 'checkpoints') in str(err.value)
+
+
+def test_missing_fid_weights(tmp_path, monkeypatch):
+    monkeypatch.setenv('TORCH_HOME', str(tmp_path))
+    with pytest.raises(FileNotFoundError, match='pt_inception-2015-12-05-6726825d.pth') as err:
+        fid_between_dirs(str(tmp_path), str(tmp_path))
+    assert os.path.join(str(tmp_path), 'hub', 'pyiqa') in str(err.value)
+
+
+def test_downloads_are_refused():
+    import torch.hub
+    with W.no_downloads():
+        with pytest.raises(RuntimeError, match='refusing to download'):
+            torch.hub.download_url_to_file('https://example.invalid/x.pth', '/tmp/never')
+
+
+@pytest.fixture(scope='module')
+def fake_home(tmp_path_factory):
+    home = tmp_path_factory.mktemp('torch_home')
+    write_fake_metric_weights(str(home))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv('TORCH_HOME', str(home))
+        yield str(home)
+
+
+@pytest.fixture(scope='module')
+def learned_metrics(fake_home):
+    return PairedImageMetrics(('lpips', 'dists'))
+
+
+def test_fake_weight_files_are_small(fake_home):
+    sizes = [os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(fake_home) for f in files]
+    assert len(sizes) == 4 and sum(sizes) < 3_000_000
+
+
+def test_lpips_dists_from_local_files(learned_metrics):
+    rng = np.random.default_rng(3)
+    ref = rng.integers(0, 256, (2, 64, 64, 3)).astype(np.uint8)
+    out = ref.copy()
+    out[1] = 255 - out[1]
+    x, y = images_to_tensor(out), images_to_tensor(ref)
+    scores = learned_metrics(x, y)
+    for name in ('lpips', 'dists'):
+        assert scores[name].shape == (2, )
+        assert scores[name][0] == pytest.approx(0.0, abs=1e-5)     # identical pair
+        assert scores[name][1] > scores[name][0] + 1e-4          # different pair
+    # the LPIPS linear layers are the lpips wheel's, loaded for real
+    import lpips
+    stored = torch.load(os.path.join(os.path.dirname(lpips.__file__), 'weights', 'v0.1', 'alex.pth'),
+                        map_location='cpu', weights_only=True)
+    own = learned_metrics._metrics['lpips'].net.state_dict()
+    assert all(torch.equal(own[k], v) for k, v in stored.items())
+
+
+def test_calibration_keys_that_do_not_land_are_an_error(fake_home, tmp_path, monkeypatch):
+    """pyiqa loads calibration weights with strict=False; a file with foreign keys must not pass silently."""
+    home = tmp_path / 'home'
+    (home / 'hub' / 'pyiqa').mkdir(parents=True)
+    (home / 'hub' / 'checkpoints').mkdir(parents=True)
+    os.symlink(os.path.join(fake_home, 'hub', 'checkpoints', W.VGG16.name), home / 'hub' / 'checkpoints' / W.VGG16.name)
+    torch.save({'gamma': torch.ones(1, 1475, 1, 1)}, home / 'hub' / 'pyiqa' / W.DISTS_WEIGHTS.name)
+    monkeypatch.setenv('TORCH_HOME', str(home))
+    with pytest.raises(ValueError, match='did not load'):
+        build_paired_metric('dists')
+
+
+def test_basicsr_registered_lpips(fake_home, learned_metrics):
+    from basicsr.metrics import calculate_metric
+    rng = np.random.default_rng(4)
+    a = rng.integers(0, 256, (48, 64, 3)).astype(np.uint8)
+    b = 255 - a
+    got = calculate_metric({'img': a, 'img2': b}, {'type': 'calculate_tola_lpips', 'better': 'lower', 'device': 'cpu'})
+    ref = learned_metrics(images_to_tensor([a[..., ::-1].copy()]), images_to_tensor([b[..., ::-1].copy()]))['lpips'][0]
+    assert got == pytest.approx(ref, abs=1e-6)
+
+
+def low_rank_frechet(mu1, sigma1, mu2, sigma2, feats=None):
+    """Exact Frechet distance when both covariances come from few samples: with S_i = A_i A_i^T,
+    Tr sqrt(S1 S2) = nuclear norm of A1^T A2, so no 2048x2048 matrix square root (~1 min here) is needed."""
+    a1, a2 = (np.asarray(f, dtype=np.float64) for f in feats)
+    n1, n2 = (a1 - a1.mean(0)) / np.sqrt(len(a1) - 1), (a2 - a2.mean(0)) / np.sqrt(len(a2) - 1)
+    tr_sqrt = np.linalg.svd(n1 @ n2.T, compute_uv=False).sum()
+    diff = a1.mean(0) - a2.mean(0)
+    return diff @ diff + (n1 * n1).sum() + (n2 * n2).sum() - 2 * tr_sqrt
+
+
+def test_low_rank_frechet_equals_pyiqa():
+    from pyiqa.archs.fid_arch import frechet_distance
+    rng = np.random.default_rng(6)
+    f1, f2 = rng.normal(size=(5, 12)), rng.normal(1.0, 2.0, size=(6, 12))
+    args = (f1.mean(0), np.cov(f1, rowvar=False), f2.mean(0), np.cov(f2, rowvar=False))
+    assert low_rank_frechet(*args, feats=(f1, f2)) == pytest.approx(frechet_distance(*args), rel=1e-6)
+
+
+def test_fid_over_two_directories(fake_home, tmp_path, monkeypatch):
+    from pyiqa.archs import fid_arch
+    rng = np.random.default_rng(5)
+    for sub in ('a', 'b', 'c'):
+        (tmp_path / sub).mkdir()
+    for i in range(3):
+        img = rng.integers(0, 256, (32, 96, 3)).astype(np.uint8)
+        cv2.imwrite(str(tmp_path / 'a' / f'{i}.png'), img)
+        cv2.imwrite(str(tmp_path / 'b' / f'{i}.png'), img)
+        cv2.imwrite(str(tmp_path / 'c' / f'{i}.png'), cv2.GaussianBlur(255 - img, (7, 7), 3))
+    # Real pyiqa feature extraction (full InceptionV3 from the local file); the Frechet step is swapped for its
+    # exact low-rank form (checked above) and records the features it was given.
+    seen = []
+    real_features = fid_arch.get_folder_features
+
+    def spy_features(fdir, *args, **kwargs):
+        feats = real_features(fdir, *args, **kwargs)
+        seen.append((fdir, feats))
+        return feats
+
+    monkeypatch.setattr(fid_arch, 'get_folder_features', spy_features)
+    monkeypatch.setattr(fid_arch, 'frechet_distance',
+                        lambda *args: low_rank_frechet(*args, feats=(seen[-2][1], seen[-1][1])))
+    same = fid_between_dirs(str(tmp_path / 'a'), str(tmp_path / 'b'))
+    other = fid_between_dirs(str(tmp_path / 'a'), str(tmp_path / 'c'))
+    assert [os.path.basename(d) for d, _ in seen] == ['a', 'b', 'a', 'c']
+    assert all(f.shape == (3, 2048) for _, f in seen)          # pool3 features of every image, once per folder
+    assert abs(same) < 1e-6 * max(other, 1.0)
+    assert other > 0
+
+
+def test_lpips_equals_reference_lpips_package(fake_home, learned_metrics):
+    """Same backbone file and linear layers: pyiqa's LPIPS-AlexNet equals the authors' `lpips` package."""
+    import lpips
+    with W.no_downloads():
+        reference = lpips.LPIPS(net='alex', version='0.1', verbose=False).eval()
+    rng = np.random.default_rng(7)
+    a = rng.integers(0, 256, (2, 48, 80, 3)).astype(np.uint8)
+    b = np.clip(a.astype(int) + rng.integers(-60, 61, a.shape), 0, 255).astype(np.uint8)
+    x, y = images_to_tensor(a), images_to_tensor(b)
+    ours = learned_metrics(x, y)['lpips']
+    with torch.no_grad():
+        theirs = reference(x.float() * 2 - 1, y.float() * 2 - 1).reshape(-1).numpy()
+    assert ours == pytest.approx(theirs, rel=1e-5, abs=1e-7)

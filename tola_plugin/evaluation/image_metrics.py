@@ -1,0 +1,131 @@
+"""Image metrics of the paper through pyiqa: PSNR, SSIM, LPIPS-AlexNet, DISTS per image, FID per directory pair.
+
+Luminance: PSNR and SSIM are computed on the Y channel of **YCbCr (ITU-R BT.601, limited range:
+Y = 16/255 + (65.481 R + 128.553 G + 24.966 B)/255 for RGB in [0,1])**, without border crop. This is
+BasicSR's / MATLAB's ``rgb2ycbcr`` (``test_y_channel=True``), the convention of the super-resolution and
+text-SR line of work that DiffTSR and TOLA report against; pyiqa's own default (YIQ, full-range luma) is
+available as ``color_space='yiq'``. pyiqa's SSIM rounds Y to 8-bit levels (data range 255) and uses an
+11x11 Gaussian window (sigma 1.5) with 'valid' filtering; PSNR uses data range 1 and no rounding.
+
+Inputs everywhere: float tensors (B,3,H,W), RGB, values in [0,1]; restored and reference of the same size.
+"""
+from typing import Dict, Iterable, Optional, Sequence
+
+import numpy as np
+import torch
+
+from tola_plugin.evaluation import weights as W
+
+LUMA_COLOR_SPACES = ('ycbcr', 'yiq')
+DEFAULT_COLOR_SPACE = 'ycbcr'
+PAIRED_METRICS = ('psnr', 'ssim', 'lpips', 'dists')
+LOWER_IS_BETTER = {'lpips': True, 'dists': True, 'fid': True}
+
+
+def _check_color_space(color_space: str) -> str:
+    if color_space not in LUMA_COLOR_SPACES:
+        raise ValueError(f'color_space must be one of {LUMA_COLOR_SPACES}, got {color_space!r}')
+    return color_space
+
+
+def build_paired_metric(name: str, device: str = 'cpu', color_space: str = DEFAULT_COLOR_SPACE):
+    """Build one pyiqa full-reference metric from local weights only.
+
+    name: 'psnr' | 'ssim' (luminance, no crop) | 'lpips' (AlexNet, v0.1) | 'dists'.
+    Raises FileNotFoundError before construction when a weight file is missing (see ``weights``).
+    """
+    import pyiqa
+    _check_color_space(color_space)
+    with W.no_downloads():
+        if name == 'psnr':
+            return pyiqa.create_metric('psnr', device=device, test_y_channel=True, color_space=color_space,
+                                       crop_border=0)
+        if name == 'ssim':
+            return pyiqa.create_metric('ssim', device=device, test_y_channel=True, color_space=color_space,
+                                       crop_border=0, downsample=False)
+        if name == 'lpips':
+            W.require_metric_weights('lpips')
+            metric = pyiqa.create_metric('lpips', device=device, net='alex', version='0.1',
+                                         pretrained_model_path=W.weight_path(W.LPIPS_ALEX_LINEAR))
+            _assert_loaded(metric.net, W.weight_path(W.LPIPS_ALEX_LINEAR), 'LPIPS linear layers')
+            return metric
+        if name == 'dists':
+            W.require_metric_weights('dists')
+            metric = pyiqa.create_metric('dists', device=device,
+                                         pretrained_model_path=W.weight_path(W.DISTS_WEIGHTS))
+            _assert_loaded(metric.net, W.weight_path(W.DISTS_WEIGHTS), 'DISTS weights')
+            return metric
+    raise ValueError(f'unknown paired image metric {name!r}; expected one of {PAIRED_METRICS}')
+
+
+def _assert_loaded(net: torch.nn.Module, path: str, what: str) -> None:
+    """pyiqa loads calibration weights with strict=False; make sure every tensor of the file really landed."""
+    stored = torch.load(path, map_location='cpu', weights_only=True)
+    stored = stored.get('params', stored) if isinstance(stored, dict) else stored
+    own = net.state_dict()
+    for key, value in stored.items():
+        key = key[len('module.'):] if key.startswith('module.') else key
+        if key not in own or own[key].shape != value.shape or not torch.equal(own[key].cpu(), value.cpu()):
+            raise ValueError(f'{what} from {path!r}: tensor {key!r} did not load into {type(net).__name__}')
+
+
+class PairedImageMetrics:
+    """Per-image PSNR/SSIM/LPIPS/DISTS with networks built once.
+
+    ``metrics(restored, reference)`` -> {name: float64 array (B,)}; inputs (B,3,H,W) RGB in [0,1].
+    """
+
+    def __init__(self, names: Sequence[str] = PAIRED_METRICS, device: str = 'cpu',
+                 color_space: str = DEFAULT_COLOR_SPACE):
+        unknown = [n for n in names if n not in PAIRED_METRICS]
+        if unknown:
+            raise ValueError(f'unknown paired image metric(s) {unknown}; expected a subset of {PAIRED_METRICS}')
+        self.names = tuple(names)
+        self.device = device
+        self.color_space = color_space
+        self._metrics = {n: build_paired_metric(n, device, color_space) for n in self.names}
+
+    @torch.no_grad()
+    def __call__(self, restored: torch.Tensor, reference: torch.Tensor) -> Dict[str, np.ndarray]:
+        if restored.shape != reference.shape or restored.dim() != 4 or restored.shape[1] != 3:
+            raise ValueError(f'restored {tuple(restored.shape)} and reference {tuple(reference.shape)} must both '
+                             f'be (B,3,H,W) of the same size')
+        out = {}
+        for name, metric in self._metrics.items():
+            # Exact metrics in float64 (the 8-bit rounding inside SSIM is then exact); networks in float32.
+            dtype = torch.float64 if name in ('psnr', 'ssim') else torch.float32
+            score = metric(restored.to(self.device, dtype), reference.to(self.device, dtype))
+            out[name] = score.detach().reshape(restored.shape[0]).double().cpu().numpy()
+        return out
+
+
+def fid_between_dirs(restored_dir: str, reference_dir: str, device: str = 'cpu', batch_size: int = 8,
+                     num_workers: int = 0, mode: str = 'clean', verbose: bool = False) -> float:
+    """FID between every image of two folders, computed once (pyiqa 'fid': InceptionV3 pool3, 2048-d
+    features, clean-fid resizing, Frechet distance with scipy's matrix square root, ~1 min on a 2-core CPU).
+
+    pyiqa reads the folders recursively; callers must make sure they contain exactly the evaluated images.
+    """
+    import pyiqa
+    W.require_metric_weights('fid')
+    with W.no_downloads():
+        metric = pyiqa.create_metric('fid', device=device)
+    return float(metric(restored_dir, reference_dir, mode=mode, batch_size=batch_size, num_workers=num_workers,
+                        verbose=verbose))
+
+
+def images_to_tensor(images_rgb: Iterable[np.ndarray]) -> torch.Tensor:
+    """List of HxWx3 uint8 RGB arrays (same size) -> (B,3,H,W) float64 in [0,1] (exact k/255 values; the
+    networks get a float32 copy)."""
+    arrays = [np.asarray(img) for img in images_rgb]
+    for arr in arrays:
+        if arr.dtype != np.uint8 or arr.ndim != 3 or arr.shape[2] != 3:
+            raise ValueError(f'expected HxWx3 uint8 images, got dtype {arr.dtype} shape {arr.shape}')
+    batch = np.stack(arrays).astype(np.float64) / 255.0
+    return torch.from_numpy(batch).permute(0, 3, 1, 2).contiguous()
+
+
+def luminance(rgb: torch.Tensor, color_space: Optional[str] = DEFAULT_COLOR_SPACE) -> torch.Tensor:
+    """(B,3,H,W) RGB [0,1] -> (B,1,H,W) luminance in [0,1] as used by PSNR (pyiqa ``to_y_channel``)."""
+    from pyiqa.utils.color_util import to_y_channel
+    return to_y_channel(rgb, 1.0, _check_color_space(color_space))

@@ -1,0 +1,194 @@
+"""Figures of the paper, written as PNG and PDF (matplotlib, no display needed: ``Figure`` objects, Agg).
+
+- ``quality_latency_figure``: (a) PSNR and (b) TransOCR ACC against seconds per image (log scale).
+- ``recognition_diagnostics_figure``: (a) ACC across prior-confidence bins, (b) ACC across text categories,
+  (c) character edit counts, for a baseline and a method (output of ``diagnostics.diagnose``).
+- ``comparison_grid``: rows = LR, methods, HR; columns = samples; row labels on the left, optional column
+  titles (e.g. the ground-truth text).
+Chinese text in labels is drawn with a CJK font found on the system when there is one.
+"""
+import os
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+CJK_FONTS = ('Noto Sans CJK SC', 'WenQuanYi Zen Hei', 'WenQuanYi Micro Hei', 'AR PL UMing CN', 'Droid Sans Fallback')
+COLORS = ('#8c8c8c', '#d62728', '#1f77b4', '#2ca02c', '#ff7f0e', '#9467bd', '#8c564b', '#e377c2', '#17becf',
+          '#bcbd22')
+
+
+def _rc() -> dict:
+    """Font fallback: DejaVu for Latin, then the first installed CJK font."""
+    import logging
+    from matplotlib import font_manager
+    # WenQuanYi ships only a 'medium' weight; matplotlib logs a harmless warning for each lookup.
+    logging.getLogger('matplotlib.font_manager').setLevel(logging.ERROR)
+    installed = {f.name for f in font_manager.fontManager.ttflist}
+    family = ['DejaVu Sans'] + [f for f in CJK_FONTS if f in installed]
+    return {'font.family': family, 'font.size': 9, 'axes.titlesize': 10, 'pdf.fonttype': 42,
+            'axes.spines.top': False, 'axes.spines.right': False}
+
+
+def _save(fig, out_stem: str) -> Tuple[str, str]:
+    os.makedirs(os.path.dirname(os.path.abspath(out_stem)), exist_ok=True)
+    paths = (f'{out_stem}.png', f'{out_stem}.pdf')
+    fig.savefig(paths[0], dpi=200, bbox_inches='tight')
+    fig.savefig(paths[1], bbox_inches='tight')
+    return paths
+
+
+def quality_latency_figure(points: Sequence[Mapping], out_stem: str, highlight: Optional[str] = None,
+                           acc_key: str = 't_acc') -> Tuple[str, str]:
+    """points: dicts with 'method', 'seconds' (per image), 'psnr' and ``acc_key``; writes out_stem.{png,pdf}."""
+    import matplotlib
+    from matplotlib.figure import Figure
+    if not points:
+        raise ValueError('quality_latency_figure: no points')
+    for p in points:
+        missing = [k for k in ('method', 'seconds', 'psnr', acc_key) if p.get(k) is None]
+        if missing:
+            raise ValueError(f'quality_latency_figure: point {p.get("method")!r} lacks {missing}')
+        if p['seconds'] <= 0:
+            raise ValueError(f'quality_latency_figure: {p["method"]!r} has non-positive seconds {p["seconds"]}')
+    with matplotlib.rc_context(_rc()):
+        fig = Figure(figsize=(9, 3.4))
+        axes = fig.subplots(1, 2)
+        for ax, key, label, tag in ((axes[0], 'psnr', 'PSNR (dB)', '(a)'),
+                                    (axes[1], acc_key, 'TransOCR ACC' if acc_key == 't_acc' else acc_key, '(b)')):
+            for i, p in enumerate(points):
+                hl = p['method'] == highlight
+                ax.scatter(p['seconds'], p[key], s=80 if hl else 40, marker='*' if hl else 'o',
+                           color=COLORS[1] if hl else COLORS[(i % (len(COLORS) - 2)) + 2], zorder=3,
+                           edgecolors='black', linewidths=0.5)
+                ax.annotate(p['method'], (p['seconds'], p[key]), textcoords='offset points', xytext=(4, 4),
+                            fontsize=8, fontweight='bold' if hl else 'normal')
+            ax.set_xscale('log')
+            ax.set_xlabel('Inference time (s / image, log scale)')
+            ax.set_ylabel(label)
+            ax.set_title(f'{tag} {label.split(" (")[0]} vs. latency')
+            ax.grid(True, which='both', alpha=0.3, linewidth=0.5)
+        fig.tight_layout()
+        return _save(fig, out_stem)
+
+
+def _grouped_bars(ax, labels: Sequence[str], series: Mapping[str, Sequence[Optional[float]]], ylabel: str,
+                  title: str, value_fmt: str = '{:.2f}') -> None:
+    x = np.arange(len(labels))
+    width = 0.8 / max(len(series), 1)
+    for i, (name, values) in enumerate(series.items()):
+        vals = [np.nan if v is None else v for v in values]
+        bars = ax.bar(x + (i - (len(series) - 1) / 2) * width, vals, width, label=name, color=COLORS[i % len(COLORS)],
+                      edgecolor='black', linewidth=0.4)
+        for bar, v in zip(bars, vals):
+            if not np.isnan(v):
+                ax.annotate(value_fmt.format(v), (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                            textcoords='offset points', xytext=(0, 1.5), ha='center', fontsize=6.5)
+    top = np.nanmax([np.nan if v is None else v for vals in series.values() for v in vals] + [0.0])
+    ax.set_ylim(0, (top if top > 0 else 1.0) * 1.22)  # head room for the value labels and the legend
+    ax.set_xticks(x)
+    ax.set_xticklabels(labels)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=7, frameon=False, loc='upper center', ncol=len(series))
+    ax.grid(True, axis='y', alpha=0.3, linewidth=0.5)
+
+
+def recognition_diagnostics_figure(result: Mapping, out_stem: str) -> Tuple[str, str]:
+    """Three panels from ``diagnostics.diagnose`` output; writes out_stem.{png,pdf}."""
+    import matplotlib
+    from matplotlib.figure import Figure
+    a, b = result['methods']
+    with matplotlib.rc_context(_rc()):
+        fig = Figure(figsize=(11, 3.3))
+        axes = fig.subplots(1, 3)
+        if 'confidence_bins' in result:
+            rows = result['confidence_bins']
+            _grouped_bars(axes[0], [f'{r["bin"]}\nN={r["n"]:,}' for r in rows],
+                          {a: [r['acc_a'] for r in rows], b: [r['acc_b'] for r in rows]}, 'ACC',
+                          '(a) ACC by prior confidence')
+        else:
+            axes[0].text(0.5, 0.5, 'no prior confidences\n(pass --prior-csv)', ha='center', va='center')
+            axes[0].set_title('(a) ACC by prior confidence')
+            axes[0].set_axis_off()
+        if 'categories' in result:
+            rows = result['categories']
+            _grouped_bars(axes[1], [f'{r["category"]}\nN={r["n"]:,}' for r in rows],
+                          {a: [r['acc_a'] for r in rows], b: [r['acc_b'] for r in rows]}, 'ACC',
+                          '(b) ACC by text category')
+        if 'edits' in result:
+            rows = result['edits']
+            _grouped_bars(axes[2], ['Substitutions', 'Deletions', 'Insertions'],
+                          {r['method']: [r['substitutions'], r['deletions'], r['insertions']] for r in rows},
+                          'Count', f'(c) Character edits ({rows[0]["gt_chars"]:,} GT chars)', '{:,.0f}')
+            from matplotlib.ticker import MaxNLocator
+            axes[2].yaxis.set_major_locator(MaxNLocator(integer=True))
+        fig.tight_layout()
+        return _save(fig, out_stem)
+
+
+def comparison_grid(rows: Sequence[Tuple[str, Sequence[np.ndarray]]], out_stem: str,
+                    column_titles: Optional[Sequence[str]] = None, cell_width: float = 2.4) -> Tuple[str, str]:
+    """rows: (label, images) with images as HxWx3 uint8 RGB, the same number per row (one per column).
+
+    Each cell keeps its image's aspect ratio (128x512 text lines -> wide cells). Writes out_stem.{png,pdf}.
+    """
+    import matplotlib
+    from matplotlib.figure import Figure
+    if not rows:
+        raise ValueError('comparison_grid: no rows')
+    n_cols = len(rows[0][1])
+    if n_cols == 0 or any(len(imgs) != n_cols for _, imgs in rows):
+        raise ValueError(f'comparison_grid: every row needs the same non-zero number of images, got '
+                         f'{[len(imgs) for _, imgs in rows]}')
+    if column_titles is not None and len(column_titles) != n_cols:
+        raise ValueError(f'comparison_grid: {len(column_titles)} column titles for {n_cols} columns')
+    aspect = max(img.shape[0] / img.shape[1] for _, imgs in rows for img in imgs)
+    with matplotlib.rc_context(_rc()):
+        fig = Figure(figsize=(1.2 + cell_width * n_cols, 0.35 + len(rows) * (cell_width * aspect + 0.12)))
+        axes = np.atleast_2d(fig.subplots(len(rows), n_cols, squeeze=False))
+        for r, (label, imgs) in enumerate(rows):
+            for c, img in enumerate(imgs):
+                ax = axes[r, c]
+                ax.imshow(img, interpolation='nearest')
+                ax.set_xticks([])
+                ax.set_yticks([])
+                for spine in ax.spines.values():
+                    spine.set_visible(False)
+                if c == 0:
+                    ax.set_ylabel(label, rotation=0, ha='right', va='center', fontsize=9, labelpad=6)
+                if r == 0 and column_titles is not None:
+                    ax.set_title(column_titles[c], fontsize=9)
+        fig.subplots_adjust(wspace=0.04, hspace=0.08)
+        return _save(fig, out_stem)
+
+
+def load_grid_rows(row_dirs: Sequence[Tuple[str, str]], samples: Sequence[str]) -> List[Tuple[str, List[np.ndarray]]]:
+    """[(label, folder)] x sample file names -> rows of RGB images; a missing file is an error naming it."""
+    import cv2
+    rows = []
+    for label, folder in row_dirs:
+        imgs = []
+        for name in samples:
+            path = os.path.join(folder, name)
+            img = cv2.imread(path, cv2.IMREAD_COLOR)
+            if img is None:
+                raise FileNotFoundError(f'comparison grid row {label!r}: cannot read {path!r}')
+            imgs.append(img[:, :, ::-1])
+        rows.append((label, imgs))
+    return rows
+
+
+def latency_points(latency: Mapping[str, float], summaries: Sequence[Mapping[str, Mapping[str, float]]],
+                   acc_key: str = 't_acc') -> List[Dict]:
+    """Join seconds per image {method: s} with evaluate.py summaries ({method: {metric: value}})."""
+    merged: Dict[str, Dict[str, float]] = {}
+    for summary in summaries:
+        for method, values in summary.items():
+            merged.setdefault(method, {}).update(values)
+    points = []
+    for method, seconds in latency.items():
+        if method not in merged:
+            raise KeyError(f'latency given for {method!r}, but no evaluation summary has it (have {sorted(merged)})')
+        points.append({'method': method, 'seconds': seconds, 'psnr': merged[method].get('psnr'),
+                       acc_key: merged[method].get(acc_key)})
+    return points

@@ -1,0 +1,169 @@
+"""Files of the evaluation: labels manifests, exact filename matching, prior CSVs, per-image CSVs, summaries.
+
+Formats (docs/evaluation.md has the full description):
+- labels manifest: UTF-8 TSV, one ``filename<TAB>transcription`` per line, no header (the dataset tools'
+  format, read by ``tola_plugin.data.text_labels.read_labels_tsv``).
+- prior CSV (written by the TOLA inference tool): UTF-8 CSV with header; required columns ``filename``,
+  ``prior_text``, ``prior_confidence``; optional ``prior_token_confidences`` (space-separated floats).
+- per-image CSV (written by tools/evaluate.py): one row per image, columns in ``PER_IMAGE_COLUMNS`` order
+  (those the run computed).
+"""
+import csv
+import json
+import math
+import os
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence
+
+IMAGE_EXTENSIONS = ('.png', '.jpg', '.jpeg', '.bmp', '.tif', '.tiff', '.webp')
+MAX_LISTED = 20  # names listed in a mismatch error
+
+PRIOR_COLUMNS = ('filename', 'prior_text', 'prior_confidence')
+
+# Per-image columns. Recognizer columns are prefixed 't_' (TransOCR) and 'p_' (PP-OCRv4 / PaddleOCR):
+# <prefix>pred (raw recognizer output), <prefix>conf (recognizer confidence), <prefix>acc (0/1), <prefix>ned.
+PER_IMAGE_COLUMNS = ('filename', 'gt', 'psnr', 'ssim', 'lpips', 'dists', 't_pred', 't_conf', 't_acc', 't_ned',
+                     'p_pred', 'p_conf', 'p_acc', 'p_ned')
+TEXT_COLUMNS = ('filename', 'gt', 't_pred', 'p_pred')
+
+# Display names and directions of the set-level metrics (Table 1 of the paper), in table order.
+SUMMARY_METRICS = (('psnr', 'PSNR', True), ('ssim', 'SSIM', True), ('lpips', 'LPIPS', False),
+                   ('dists', 'DISTS', False), ('fid', 'FID', False), ('t_acc', 'T-ACC', True),
+                   ('t_ned', 'T-NED', True), ('p_acc', 'P-ACC', True), ('p_ned', 'P-NED', True))
+
+
+def list_images(folder: str) -> List[str]:
+    """Sorted image file names directly inside ``folder``; an image in a subfolder is an error (FID reads
+    folders recursively, so nested images would silently enter it)."""
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f'image folder {folder!r} does not exist')
+    names = []
+    for root, _, files in os.walk(folder):
+        for name in files:
+            if name.lower().endswith(IMAGE_EXTENSIONS):
+                if os.path.abspath(root) != os.path.abspath(folder):
+                    raise ValueError(f'{folder!r} contains an image in a subfolder ({os.path.join(root, name)!r}); '
+                                     f'evaluation folders must be flat')
+                names.append(name)
+    if not names:
+        raise ValueError(f'image folder {folder!r} contains no images ({", ".join(IMAGE_EXTENSIONS)})')
+    return sorted(names)
+
+
+def _listing(names: Iterable[str]) -> str:
+    names = sorted(names)
+    shown = ', '.join(names[:MAX_LISTED])
+    return f'{shown}, ... ({len(names)} in total)' if len(names) > MAX_LISTED else shown
+
+
+def match_filenames(sets: Mapping[str, Sequence[str]]) -> List[str]:
+    """Exact filename matching across named sets (folders, manifests); returns the common sorted names.
+
+    Any name missing from any set is a ValueError listing, per set, the names it lacks and has extra.
+    """
+    if not sets:
+        raise ValueError('nothing to match')
+    union = set().union(*[set(v) for v in sets.values()])
+    problems = []
+    for label, names in sets.items():
+        missing = union - set(names)
+        if missing:
+            problems.append(f'{label} lacks {len(missing)} name(s): {_listing(missing)}')
+    if problems:
+        raise ValueError('filenames do not match exactly:\n  ' + '\n  '.join(problems))
+    return sorted(union)
+
+
+def read_labels(path: str) -> Dict[str, str]:
+    """Labels manifest -> {filename: transcription}; the project's one format and reader
+    (``tola_plugin.data.text_labels.read_labels_tsv``: TSV filename<TAB>transcription, no header)."""
+    from tola_plugin.data.text_labels import read_labels_tsv
+    return dict(read_labels_tsv(path))
+
+
+def read_prior_csv(path: str) -> Dict[str, Dict[str, object]]:
+    """Prior CSV -> {filename: {'prior_text': str, 'prior_confidence': float}} (confidence in [0,1])."""
+    with open(path, encoding='utf-8', newline='') as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in PRIOR_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ValueError(f'prior CSV {path!r} lacks column(s) {missing}; required: {list(PRIOR_COLUMNS)}')
+        out = {}
+        for row in reader:
+            name = row['filename']
+            try:
+                conf = float(row['prior_confidence'])
+            except ValueError:
+                raise ValueError(f'prior CSV {path!r}: prior_confidence {row["prior_confidence"]!r} of {name!r} '
+                                 f'is not a number') from None
+            if not 0.0 <= conf <= 1.0:
+                raise ValueError(f'prior CSV {path!r}: prior_confidence {conf} of {name!r} is outside [0,1]')
+            if name in out:
+                raise ValueError(f'prior CSV {path!r}: duplicate filename {name!r}')
+            out[name] = {'prior_text': row['prior_text'], 'prior_confidence': conf}
+    if not out:
+        raise ValueError(f'prior CSV {path!r} has no rows')
+    return out
+
+
+def write_prior_csv(path: str, rows: Iterable[Mapping[str, object]]) -> None:
+    """Write a prior CSV (for the inference tool and tests). rows: dicts with the PRIOR_COLUMNS keys
+    (and optionally 'prior_token_confidences', a sequence of floats)."""
+    rows = list(rows)
+    extra = any('prior_token_confidences' in r for r in rows)
+    fields = list(PRIOR_COLUMNS) + (['prior_token_confidences'] if extra else [])
+    with open(path, 'w', encoding='utf-8', newline='') as f:
+        writer = csv.DictWriter(f, fieldnames=fields)
+        writer.writeheader()
+        for r in rows:
+            row = {k: r[k] for k in PRIOR_COLUMNS}
+            if extra:
+                row['prior_token_confidences'] = ' '.join(f'{float(c):.6f}' for c in r.get('prior_token_confidences',
+                                                                                           ()))
+            writer.writerow(row)
+
+
+def write_per_image_csv(path: str, rows: Sequence[Mapping[str, object]]) -> None:
+    """Per-image results in PER_IMAGE_COLUMNS order (only the columns present in the rows)."""
+    present = [c for c in PER_IMAGE_COLUMNS if any(c in r for r in rows)]
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, 'w', encoding='utf-8', newline='') as f:
+        writer = csv.DictWriter(f, fieldnames=present)
+        writer.writeheader()
+        for r in rows:
+            writer.writerow({c: r.get(c, '') for c in present})
+
+
+def read_per_image_csv(path: str) -> Dict[str, Dict[str, object]]:
+    """Per-image CSV -> {filename: row}; numeric columns become floats."""
+    with open(path, encoding='utf-8', newline='') as f:
+        rows = {}
+        for row in csv.DictReader(f):
+            rows[row['filename']] = {k: (v if k in TEXT_COLUMNS else float(v)) for k, v in row.items()
+                                     if v != '' or k in TEXT_COLUMNS}
+    if not rows:
+        raise ValueError(f'per-image CSV {path!r} has no rows')
+    return rows
+
+
+def _fmt(value: Optional[float], key: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return '-'
+    return f'{value:.4f}'
+
+
+def summary_markdown(summary: Mapping[str, Mapping[str, float]], title: str = '') -> str:
+    """Methods x metrics table (paper order, 4 decimals, arrows for direction); absent metrics omitted."""
+    keys = [(k, name, up) for k, name, up in SUMMARY_METRICS if any(k in m for m in summary.values())]
+    head = '| Method | ' + ' | '.join(f'{name}{"↑" if up else "↓"}' for _, name, up in keys) + ' |'
+    sep = '| --- | ' + ' | '.join('---:' for _ in keys) + ' |'
+    lines = ([f'## {title}', ''] if title else []) + [head, sep]
+    for method, metrics in summary.items():
+        lines.append(f'| {method} | ' + ' | '.join(_fmt(metrics.get(k), k) for k, _, _ in keys) + ' |')
+    return '\n'.join(lines) + '\n'
+
+
+def write_json(path: str, obj) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, 'w', encoding='utf-8') as f:
+        json.dump(obj, f, ensure_ascii=False, indent=2)
+        f.write('\n')

@@ -1,0 +1,170 @@
+"""Evaluate restored folders against references and labels (tools/evaluate.py is the command line).
+
+For each method folder: exact filename matching with the reference folder and the labels manifest, then per
+image PSNR/SSIM/LPIPS/DISTS and TransOCR/PP-OCRv4 ACC and NED, FID once over the two folders. Writes
+``per_image/<method>.csv``, ``summary.json`` and ``summary.md`` into the output folder.
+"""
+import os
+import sys
+from typing import Dict, List, Mapping, Optional, Sequence
+
+import cv2
+import numpy as np
+
+from tola_plugin.evaluation import records as R
+from tola_plugin.evaluation.image_metrics import DEFAULT_COLOR_SPACE, PAIRED_METRICS, PairedImageMetrics, \
+    fid_between_dirs, images_to_tensor
+from tola_plugin.evaluation.recognizers import PREFIX, RECOGNIZERS, build_recognizer
+from tola_plugin.evaluation.text_metrics import ned, normalize
+
+ALL_METRICS = PAIRED_METRICS + ('fid', ) + RECOGNIZERS
+
+
+def read_bgr(path: str) -> np.ndarray:
+    """Image file -> HxWx3 uint8 BGR (alpha dropped, gray expanded). Unreadable file -> ValueError."""
+    img = cv2.imread(path, cv2.IMREAD_COLOR)
+    if img is None:
+        raise ValueError(f'cannot read image {path!r}')
+    return img
+
+
+def resolve_metrics(requested: Optional[Sequence[str]], has_reference: bool, has_labels: bool,
+                    has_transocr: bool) -> List[str]:
+    """The metrics to compute. None = every metric the inputs allow; an explicit request the inputs cannot
+    satisfy is an error saying what is missing."""
+    if requested is None:
+        return [m for m in ALL_METRICS if (m not in PAIRED_METRICS + ('fid', ) or has_reference)
+                and (m not in RECOGNIZERS or has_labels) and (m != 'transocr' or has_transocr)]
+    unknown = [m for m in requested if m not in ALL_METRICS]
+    if unknown:
+        raise ValueError(f'unknown metric(s) {unknown}; choose from {list(ALL_METRICS)}')
+    for m in requested:
+        if m in PAIRED_METRICS + ('fid', ) and not has_reference:
+            raise ValueError(f'metric {m!r} needs a reference folder (--reference)')
+        if m in RECOGNIZERS and not has_labels:
+            raise ValueError(f'metric {m!r} needs a labels manifest (--labels)')
+        if m == 'transocr' and not has_transocr:
+            raise ValueError("metric 'transocr' needs the official TransOCR checkpoint (--transocr-checkpoint)")
+    return [m for m in ALL_METRICS if m in requested]
+
+
+def _recognition_columns(prefix: str, pred: str, conf: float, gt: str, lower: bool) -> Dict[str, object]:
+    p, g = normalize(pred, lower), normalize(gt, lower)
+    return {f'{prefix}pred': pred, f'{prefix}conf': conf, f'{prefix}acc': float(p == g), f'{prefix}ned': ned(p, g)}
+
+
+def evaluate_methods(methods: Mapping[str, str], out_dir: str, reference_dir: Optional[str] = None,
+                     labels_path: Optional[str] = None, metrics: Optional[Sequence[str]] = None,
+                     device: str = 'cpu', color_space: str = DEFAULT_COLOR_SPACE, lower: bool = False,
+                     transocr_checkpoint: Optional[str] = None, transocr_preprocess: str = 'difftsr',
+                     transocr_model=None, batch_size: int = 8, num_workers: int = 0,
+                     progress: bool = True) -> Dict[str, Dict[str, float]]:
+    """Evaluate every ``{method name: restored folder}``; returns {method: {metric: value}} (also written).
+
+    Set-level values: mean of per-image PSNR/SSIM/LPIPS/DISTS, ACC (fraction of exact matches), NED (mean);
+    FID over the folders. ``transocr_model`` (an in-memory TransOCR) may replace ``transocr_checkpoint``.
+    """
+    if not methods:
+        raise ValueError('no method folders given')
+    labels = R.read_labels(labels_path) if labels_path else None
+    chosen = resolve_metrics(metrics, reference_dir is not None, labels is not None,
+                             transocr_checkpoint is not None or transocr_model is not None)
+    if not chosen:
+        raise ValueError('no metric can be computed: give --reference and/or --labels')
+
+    stems = [_safe(m) for m in methods]
+    if len(set(stems)) != len(stems):
+        raise ValueError(f'method names {list(methods)} collide as file names {stems}; rename them')
+    sets = {f'method {name!r} ({folder})': R.list_images(folder) for name, folder in methods.items()}
+    if reference_dir is not None:
+        sets[f'reference ({reference_dir})'] = R.list_images(reference_dir)
+    if labels is not None:
+        sets[f'labels ({labels_path})'] = list(labels)
+    names = R.match_filenames(sets)
+
+    paired = [m for m in chosen if m in PAIRED_METRICS]
+    image_metrics = PairedImageMetrics(paired, device, color_space) if paired else None
+    recognizers = {}
+    for m in chosen:
+        if m == 'transocr':
+            opts = {'model': transocr_model} if transocr_model is not None else {'checkpoint': transocr_checkpoint}
+            recognizers[m] = build_recognizer('transocr', device=device, preprocess=transocr_preprocess, **opts)
+        elif m == 'ppocrv4':
+            recognizers[m] = build_recognizer('ppocrv4')
+
+    summary: Dict[str, Dict[str, float]] = {}
+    per_image_files = {}
+    for method, folder in methods.items():
+        rows = score_folder(folder, names, reference_dir, labels, image_metrics, recognizers, lower, batch_size,
+                            desc=f'evaluate {method}', progress=progress)
+        csv_path = os.path.join(out_dir, 'per_image', f'{_safe(method)}.csv')
+        R.write_per_image_csv(csv_path, rows)
+        per_image_files[method] = os.path.relpath(csv_path, out_dir)
+        values = {}
+        for key, _, _ in R.SUMMARY_METRICS:  # paper order
+            if key == 'fid' and 'fid' in chosen:
+                values['fid'] = fid_between_dirs(folder, reference_dir, device=device, num_workers=num_workers)
+            elif key in rows[0]:
+                values[key] = float(np.mean([r[key] for r in rows]))
+        summary[method] = values
+
+    protocol = {'n_images': len(names), 'metrics': chosen, 'luma_color_space': color_space, 'border_crop': 0,
+                'lpips_net': 'alex', 'lower_case': lower, 'transocr_preprocess': transocr_preprocess,
+                'reference_dir': reference_dir, 'labels': labels_path,
+                'methods': dict(methods)}
+    R.write_json(os.path.join(out_dir, 'summary.json'),
+                 {'protocol': protocol, 'summary': summary, 'per_image': per_image_files})
+    with open(os.path.join(out_dir, 'summary.md'), 'w', encoding='utf-8') as f:
+        f.write(R.summary_markdown(summary, f'Evaluation on {len(names)} images'))
+    return summary
+
+
+def score_folder(folder: str, names: Sequence[str], reference_dir: Optional[str], labels: Optional[Mapping[str, str]],
+                 image_metrics: Optional[PairedImageMetrics], recognizers: Mapping[str, object], lower: bool,
+                 batch_size: int = 8, desc: str = 'evaluate', progress: bool = True) -> List[Dict[str, object]]:
+    """Per-image rows (see records.PER_IMAGE_COLUMNS) of one restored folder, in ``names`` order."""
+    from tqdm import tqdm
+    rows: List[Dict[str, object]] = []
+    bar = tqdm(total=len(names), desc=desc, unit='img', disable=not progress, file=sys.stderr)
+    for start in range(0, len(names), batch_size):
+        batch = names[start:start + batch_size]
+        restored = [read_bgr(os.path.join(folder, n)) for n in batch]
+        batch_rows = [{'filename': n} for n in batch]
+        if labels is not None:
+            for row, n in zip(batch_rows, batch):
+                row['gt'] = labels[n]
+        if image_metrics is not None:
+            reference = [read_bgr(os.path.join(reference_dir, n)) for n in batch]
+            for n, x, y in zip(batch, restored, reference):
+                if x.shape != y.shape:
+                    raise ValueError(f'{n}: restored image {x.shape[1]}x{x.shape[0]} and reference '
+                                     f'{y.shape[1]}x{y.shape[0]} differ in size (W x H); no resizing is done')
+            scores = _paired_scores(image_metrics, restored, reference)
+            for i, row in enumerate(batch_rows):
+                row.update({k: float(v[i]) for k, v in scores.items()})
+        for name, recognizer in recognizers.items():
+            for row, n, rec in zip(batch_rows, batch, recognizer(restored)):
+                row.update(_recognition_columns(PREFIX[name], rec.text, rec.confidence, labels[n], lower))
+        rows.extend(batch_rows)
+        bar.update(len(batch))
+    bar.close()
+    return rows
+
+
+def _paired_scores(image_metrics: PairedImageMetrics, restored_bgr, reference_bgr) -> Dict[str, np.ndarray]:
+    """Group the batch by image size (a tensor batch needs one size) and score each group."""
+    out = {n: np.zeros(len(restored_bgr)) for n in image_metrics.names}
+    shapes = {}
+    for i, img in enumerate(restored_bgr):
+        shapes.setdefault(img.shape, []).append(i)
+    for idx in shapes.values():
+        x = images_to_tensor([restored_bgr[i][:, :, ::-1] for i in idx])
+        y = images_to_tensor([reference_bgr[i][:, :, ::-1] for i in idx])
+        for name, values in image_metrics(x, y).items():
+            out[name][idx] = values
+    return out
+
+
+def _safe(name: str) -> str:
+    """Method name -> file name stem."""
+    return ''.join(c if c.isalnum() or c in '-_.' else '_' for c in name)

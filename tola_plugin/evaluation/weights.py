@@ -1,0 +1,121 @@
+"""Local weight files of the learned image metrics, checked before any metric is built.
+
+pyiqa and torchvision download missing weights on first use. The evaluation must run offline, so every
+file is looked up in its cache folder first and a missing one is a FileNotFoundError naming the file, the
+folder it belongs in and where to get it. While a metric is built, downloading is disabled outright
+(``no_downloads``), so a file we did not anticipate fails loudly instead of being fetched.
+
+Folders (both follow ``$TORCH_HOME``, default ``~/.cache/torch``):
+- torchvision backbones: ``torch.hub.get_dir()/checkpoints``
+- pyiqa calibration / FID weights: ``torch.hub.get_dir()/pyiqa``
+"""
+import contextlib
+import os
+from dataclasses import dataclass
+from typing import Dict, Iterator
+
+import torch
+
+TORCHVISION = 'torchvision'
+PYIQA = 'pyiqa'
+LPIPS_WHEEL = 'lpips-wheel'
+
+
+@dataclass(frozen=True)
+class WeightFile:
+    """One pretrained file: exact cache name, which store it lives in, what it is, where to get it."""
+    name: str
+    store: str
+    what: str
+    url: str
+
+
+ALEXNET = WeightFile('alexnet-owt-7be5be79.pth', TORCHVISION, 'torchvision AlexNet IMAGENET1K_V1 (LPIPS backbone)',
+                     'https://download.pytorch.org/models/alexnet-owt-7be5be79.pth')
+VGG16 = WeightFile('vgg16-397923af.pth', TORCHVISION, 'torchvision VGG16 IMAGENET1K_V1 (DISTS backbone)',
+                   'https://download.pytorch.org/models/vgg16-397923af.pth')
+# The LPIPS v0.1 AlexNet linear heads ship inside the `lpips` wheel; pyiqa's LPIPS_v0.1_alex-df73285e.pth holds
+# the same tensors under the same keys (research/basicsr.md §5), so no download is ever needed for them.
+LPIPS_ALEX_LINEAR = WeightFile('weights/v0.1/alex.pth', LPIPS_WHEEL, 'LPIPS v0.1 AlexNet linear layers',
+                               'the lpips==0.1.4 wheel (pip install lpips)')
+DISTS_WEIGHTS = WeightFile('DISTS_weights-f5e65c96.pth', PYIQA, 'DISTS alpha/beta weights',
+                           'https://huggingface.co/chaofengc/IQA-PyTorch-Weights/resolve/main/'
+                           'DISTS_weights-f5e65c96.pth')
+FID_INCEPTION = WeightFile('pt_inception-2015-12-05-6726825d.pth', PYIQA, 'FID InceptionV3 (pytorch-fid port)',
+                           'https://huggingface.co/chaofengc/IQA-PyTorch-Weights/resolve/main/'
+                           'pt_inception-2015-12-05-6726825d.pth')
+
+# Which files each learned metric needs. PSNR and SSIM need none.
+METRIC_WEIGHTS = {
+    'lpips': (ALEXNET, LPIPS_ALEX_LINEAR),
+    'dists': (VGG16, DISTS_WEIGHTS),
+    'fid': (FID_INCEPTION, ),
+}
+
+
+def torchvision_cache_dir() -> str:
+    """Folder torchvision loads ImageNet backbones from (read at call time, like torchvision does)."""
+    return os.path.join(torch.hub.get_dir(), 'checkpoints')
+
+
+def pyiqa_cache_dir() -> str:
+    """Folder pyiqa loads its calibration and FID weights from."""
+    return os.path.join(torch.hub.get_dir(), 'pyiqa')
+
+
+def store_dir(store: str) -> str:
+    if store == TORCHVISION:
+        return torchvision_cache_dir()
+    if store == PYIQA:
+        return pyiqa_cache_dir()
+    if store == LPIPS_WHEEL:
+        import lpips
+        return os.path.dirname(os.path.abspath(lpips.__file__))
+    raise ValueError(f'unknown weight store {store!r}')
+
+
+def weight_path(weight: WeightFile) -> str:
+    return os.path.join(store_dir(weight.store), weight.name)
+
+
+def require_metric_weights(metric: str) -> Dict[str, str]:
+    """Check that every file ``metric`` needs exists; return {file name: path}.
+
+    Raises FileNotFoundError naming the file, the folder it must be in, and where to get it.
+    """
+    if metric not in METRIC_WEIGHTS:
+        return {}
+    paths = {}
+    for weight in METRIC_WEIGHTS[metric]:
+        path = weight_path(weight)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(
+                f'{metric}: {weight.what} not found: expected file {weight.name!r} in folder '
+                f'{os.path.dirname(path)!r} (set TORCH_HOME to change the cache root). Nothing is downloaded at '
+                f'run time; copy the file there from {weight.url}')
+        paths[weight.name] = path
+    return paths
+
+
+def _refuse_download(url, *args, **kwargs):
+    raise RuntimeError(f'refusing to download {url!r}: evaluation weights must be local files '
+                       f'(see tola_plugin/evaluation/weights.py and docs/evaluation.md)')
+
+
+@contextlib.contextmanager
+def no_downloads() -> Iterator[None]:
+    """Build pyiqa/torchvision metrics with downloading disabled and pyiqa pointed at ``pyiqa_cache_dir()``.
+
+    pyiqa fixes its cache folder when it is imported; re-pointing it here makes both libraries follow the
+    current ``$TORCH_HOME``. The download functions are swapped for one that raises, restored on exit.
+    """
+    import torch.hub
+    from pyiqa.utils import download_util
+    saved = (download_util.DEFAULT_CACHE_DIR, download_util.download_url_to_file, torch.hub.download_url_to_file)
+    download_util.DEFAULT_CACHE_DIR = pyiqa_cache_dir()
+    download_util.download_url_to_file = _refuse_download
+    torch.hub.download_url_to_file = _refuse_download
+    try:
+        yield
+    finally:
+        download_util.DEFAULT_CACHE_DIR, download_util.download_url_to_file, torch.hub.download_url_to_file = saved
