@@ -1,0 +1,187 @@
+#!/usr/bin/env python
+"""Parameters, MACs and batch-1 latency of TOLA and of the 200-step DiffTSR route (paper Table "efficiency").
+
+Builds the TOLANet of an option file's ``network_g`` (the official checkpoints, or random weights with
+``--random-weights``: counts and timings do not depend on the values), counts MACs with mmengine
+(one multiply-add = 1 MAC; attention matmuls included) and times each component on batch-1 inputs.
+
+Rows follow the paper's convention ("VAEs and text modules are excluded"):
+  TOLA     params = IDM + IDM LoRA + LRC;   MACs = IDM with LoRA + LRC, once
+  DiffTSR  params = IDM;                    MACs = 200 x IDM (the MoM text encoder, MoM U-Net and TDM excluded)
+plus the full routes with the VAE and TransOCR. DiffTSR's latency is composed from measured components:
+TransOCR + VAE encoder + steps x (MoM + IDM) + VAE decoder (the TDM is not implemented: the default
+route never runs it).
+
+Example:
+    python tools/benchmark_efficiency.py -opt options/test/test_TOLA.yml --random-weights --repeats 3
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+import yaml
+from torch import nn
+
+import tola_plugin  # noqa: F401  (registers the plugin)
+from basicsr.archs import build_network
+from basicsr.archs.rrdbnet_arch import RRDBNet
+from tola_plugin.archs.vae_arch import LATENT_SCALE
+from tola_plugin.text.alphabets import IDM_MAX_LEN
+from tola_plugin.utils.complexity import count_macs, count_parameters
+from tola_plugin.utils.lora import count_lora_parameters
+
+
+class _Call(nn.Module):
+    """Wrap a callable so FlopAnalyzer (which traces ``module.forward``) can count it."""
+
+    def __init__(self, owner: nn.Module, fn):
+        super().__init__()
+        self.owner, self.fn = owner, fn
+
+    def forward(self, *args):
+        return self.fn(*args)
+
+
+def timed(fn, repeats: int) -> float:
+    """Median wall-clock seconds of ``fn()`` over ``repeats`` runs after one warm-up run."""
+    with torch.no_grad():
+        fn()
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            fn()
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def build_tola(opt_path: str, random_weights: bool, device: torch.device) -> nn.Module:
+    with open(opt_path, encoding='utf-8') as f:
+        opt = yaml.safe_load(f)
+    if 'network_g' not in opt or opt['network_g'].get('type') != 'TOLANet':
+        raise ValueError(f'{opt_path}: expected a network_g of type TOLANet')
+    net_opt = dict(opt['network_g'])
+    if random_weights:
+        net_opt['backbone_init'] = 'random'
+    return build_network(net_opt).to(device).eval()
+
+
+def measure(net: nn.Module, height: int, width: int, steps: int, repeats: int, device: torch.device) -> dict:
+    """Counts and timings of every component of ``net`` (a TOLANet) on one (1,3,height,width) input."""
+    lq = torch.rand(1, 3, height, width, device=device)
+    with torch.no_grad():
+        z_lr = net.vae.encode(lq).latent_dist.mode()
+    tokens = torch.randint(0, 6735, (1, IDM_MAX_LEN), device=device)
+    weights = torch.rand(1, IDM_MAX_LEN, device=device)
+    context = net.mom.encode_text(tokens, token_weights=weights)
+    t = torch.full((1,), net.timestep, dtype=torch.long, device=device)
+    idm_in = torch.cat([z_lr, z_lr], 1)
+    lrc_in = torch.cat([z_lr, z_lr], 1)
+    with net.idm.disable_adapter() if hasattr(net.idm, 'disable_adapter') else torch.no_grad():
+        idm_macs = count_macs(net.idm, (idm_in, t, context))
+        idm_time = timed(lambda: net.idm(idm_in, t, context), repeats)
+    idm_lora_macs = count_macs(net.idm, (idm_in, t, context))
+    vae_encode = _Call(net.vae, lambda x: net.vae.encode(x).latent_dist.mode())
+    vae_decode = _Call(net.vae, lambda z: net.vae.decode(z / LATENT_SCALE).sample)
+    text_encoder = _Call(net.mom, lambda tok, w: net.mom.encode_text(tok, token_weights=w))
+    mom_step = _Call(net.mom, lambda tok, zl, zt, tt, w: net.mom(tok, zl, zt, tt, token_weights=w))
+    ocr_encoder = _Call(net.transocr, lambda x: net.transocr.encode(x))
+
+    lora_idm = count_lora_parameters(net.idm)
+    r = {
+        'params': {
+            'idm': count_parameters(net.idm) - lora_idm, 'idm_lora': lora_idm,
+            'vae_lora': count_lora_parameters(net.vae),
+            'lrc': count_parameters(net.lrc) if net.lrc is not None else 0,
+            'vae': count_parameters(net.vae) - count_lora_parameters(net.vae),
+            'mom': count_parameters(net.mom), 'transocr': count_parameters(net.transocr)},
+        'macs': {
+            'idm': idm_macs, 'idm_with_lora': idm_lora_macs,
+            'lrc': count_macs(net.lrc, (lrc_in,)) if net.lrc is not None else 0,
+            'vae_encoder': count_macs(vae_encode, (lq,)), 'vae_decoder': count_macs(vae_decode, (z_lr,)),
+            'mom_text_encoder': count_macs(text_encoder, (tokens, weights)),
+            'mom_step': count_macs(mom_step, (tokens, z_lr, z_lr, t, weights)),
+            'transocr_encoder': count_macs(ocr_encoder, (lq,))},
+        'seconds': {
+            'idm': idm_time, 'idm_with_lora': timed(lambda: net.idm(idm_in, t, context), repeats),
+            'mom_step': timed(lambda: net.mom(tokens, z_lr, z_lr, t, token_weights=weights), repeats),
+            'vae_encoder': timed(lambda: vae_encode(lq), repeats),
+            'vae_decoder': timed(lambda: vae_decode(z_lr), repeats),
+            'transocr_greedy': timed(lambda: net.transocr.greedy_decode(lq), repeats),
+            'tola_end_to_end': timed(lambda: net(lq, noise_seeds=[0]), repeats)},
+    }
+    p, m, s = r['params'], r['macs'], r['seconds']
+    difftsr_seconds = (s['transocr_greedy'] + s['vae_encoder'] + steps * (s['mom_step'] + s['idm'])
+                       + s['vae_decoder'])
+    r['rows'] = {
+        'TOLA (paper convention)': {'params': p['idm'] + p['idm_lora'] + p['lrc'],
+                                    'macs': m['idm_with_lora'] + m['lrc'], 'seconds': s['tola_end_to_end']},
+        f'DiffTSR {steps} steps (paper convention)': {'params': p['idm'], 'macs': steps * m['idm'],
+                                                      'seconds': difftsr_seconds},
+        'TOLA full route': {'params': sum(p.values()), 'seconds': s['tola_end_to_end'],
+                            'macs': m['vae_encoder'] + m['mom_text_encoder'] + m['idm_with_lora'] + m['lrc']
+                            + m['vae_decoder'] + m['transocr_encoder']},
+        f'DiffTSR {steps} steps full route (no TDM)': {
+            'params': p['idm'] + p['vae'] + p['mom'] + p['transocr'], 'seconds': difftsr_seconds,
+            'macs': m['vae_encoder'] + steps * (m['mom_step'] + m['idm']) + m['vae_decoder'] + m['transocr_encoder']},
+    }
+    r['trainable'] = p['idm_lora'] + p['vae_lora'] + p['lrc']
+    return r
+
+
+def esrgan_row(height: int, width: int, repeats: int, device: torch.device) -> dict:
+    """ESRGAN (basicsr RRDBNet, 23 blocks) x4 from the (height/4, width/4) LR."""
+    net = RRDBNet(3, 3, scale=4, num_feat=64, num_block=23, num_grow_ch=32).to(device).eval()
+    lr = torch.rand(1, 3, height // 4, width // 4, device=device)
+    return {'params': count_parameters(net), 'macs': count_macs(net, (lr,)), 'seconds': timed(lambda: net(lr), repeats)}
+
+
+def markdown(rows: dict) -> str:
+    lines = ['| Method | # Params. (M) | MACs (G) | Inference time (s) |', '|---|---:|---:|---:|']
+    for name, row in rows.items():
+        lines.append(f"| {name} | {row['params'] / 1e6:.2f} | {row['macs'] / 1e9:,.3f} | {row['seconds']:.4f} |")
+    return '\n'.join(lines)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument('-opt', required=True, help='option file with a TOLANet network_g')
+    p.add_argument('--random-weights', action='store_true', help='build the backbone with random weights')
+    p.add_argument('--height', type=int, default=128)
+    p.add_argument('--width', type=int, default=512)
+    p.add_argument('--steps', type=int, default=200, help='DiffTSR sampling steps (200)')
+    p.add_argument('--repeats', type=int, default=3, help='timed runs per component (median; after a warm-up)')
+    p.add_argument('--esrgan', action='store_true', help='add the ESRGAN x4 baseline row')
+    p.add_argument('--device', default='auto', help="'auto' (CUDA if present), 'cpu', 'cuda:0', ...")
+    p.add_argument('--out', help='write the results as JSON here (and a .md next to it)')
+    args = p.parse_args(argv)
+    device = torch.device('cuda' if args.device == 'auto' and torch.cuda.is_available() else
+                          'cpu' if args.device == 'auto' else args.device)
+    if args.repeats < 1:
+        p.error('--repeats must be at least 1')
+    try:
+        net = build_tola(args.opt, args.random_weights, device)
+    except (FileNotFoundError, ValueError, KeyError) as err:
+        sys.exit(f'error: {err}')
+    result = measure(net, args.height, args.width, args.steps, args.repeats, device)
+    if args.esrgan:
+        result['rows']['ESRGAN x4'] = esrgan_row(args.height, args.width, args.repeats, device)
+    result['device'] = str(device)
+    table = markdown(result['rows'])
+    print(table)
+    print(f"\nTrainable (stored) parameters: {result['trainable']:,}")
+    if args.out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        with open(args.out, 'w', encoding='utf-8') as f:
+            json.dump(result, f, indent=2)
+        with open(os.path.splitext(args.out)[0] + '.md', 'w', encoding='utf-8') as f:
+            f.write(table + '\n')
+
+
+if __name__ == '__main__':
+    main()
