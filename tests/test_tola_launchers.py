@@ -1,0 +1,45 @@
+"""The demo option files through the real launchers: single-process train -> test, and 2-process gloo DDP
+(validation on rank 0 must not start a collective the other rank never joins)."""
+import glob
+import os
+
+import torch
+
+from conftest import free_port, run_launcher, write_options
+from tola_testing import REPO, load_yaml
+
+
+def demo_options(rendered, name, total_iter, freq):
+    opt = load_yaml(os.path.join(REPO, 'options', 'demo', 'train_TOLA_demo.yml'))
+    opt['name'] = name
+    for phase, folder in (('train', 'train'), ('val', 'val')):
+        opt['datasets'][phase]['dataroot_gt'] = os.path.join(rendered[folder], 'hr')
+        opt['datasets'][phase]['labels'] = os.path.join(rendered[folder], 'labels.tsv')
+    opt['datasets']['train'].update(num_worker_per_gpu=0, dataset_enlarge_ratio=4)
+    opt['train'].update(total_iter=total_iter, warmup_iter=-1)
+    opt['val']['val_freq'] = freq
+    opt['logger'].update(print_freq=1, save_checkpoint_freq=freq)
+    return opt
+
+
+def test_two_process_gloo_ddp_train_validate_and_test(rendered_sets, tmp_path):
+    opt = demo_options(rendered_sets, 'tola_ddp', total_iter=2, freq=2)
+    opt_file = write_options(tmp_path / 'ddp.yml', opt)
+    env = {'OMP_NUM_THREADS': '1'}
+    run_launcher(['-m', 'torch.distributed.run', '--nproc_per_node=2', f'--master_port={free_port()}',
+                  '-m', 'tola_plugin.train', '-opt', opt_file, '--launcher', 'pytorch'], cwd=tmp_path, env=env)
+    exp = tmp_path / 'experiments' / 'tola_ddp'
+    log = open(glob.glob(str(exp / 'train_*.log'))[0], encoding='utf-8').read()
+    assert 'World size (gpu number): 2' in log and 'DistributedDataParallel' in log
+    assert 'TransOCR ACC' in log and 'End of training' in log
+    state = torch.load(exp / 'models' / 'net_g_latest.pth', weights_only=True)['params']
+    assert {k.split('.')[0] for k in state} == {'idm_lora', 'vae_lora', 'lrc'}
+
+    test = load_yaml(os.path.join(REPO, 'options', 'demo', 'test_TOLA_demo.yml'))
+    test['datasets']['test_1'].update(dataroot_gt=opt['datasets']['val']['dataroot_gt'],
+                                      labels=opt['datasets']['val']['labels'])
+    test['path']['pretrain_network_g'] = str(exp / 'models' / 'net_g_latest.pth')
+    run_launcher(['-m', 'tola_plugin.test', '-opt', write_options(tmp_path / 'test.yml', test)], cwd=tmp_path,
+                 env=env)
+    images = glob.glob(str(tmp_path / 'results' / 'demo_TOLA_test' / 'visualization' / 'rendered_val' / '*.png'))
+    assert len(images) == 2

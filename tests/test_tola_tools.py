@@ -1,0 +1,96 @@
+"""tools/export_merged.py and tools/infer_tola.py on a tiny random backbone."""
+import os
+import sys
+
+import cv2
+import pytest
+import torch
+import yaml
+
+import tola_plugin  # noqa: F401
+from tola_plugin.archs.tola_arch import MERGED_FORMAT, TOLANet
+from tola_plugin.evaluation.records import read_prior_csv
+from tola_plugin.utils.tola_loading import build_tola_from_options
+from tola_testing import REPO, tiny_net_opt, one_thread  # noqa: F401
+
+sys.path.insert(0, os.path.join(REPO, 'tools'))
+import export_merged  # noqa: E402
+import infer_tola  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures('one_thread')
+
+
+@pytest.fixture(scope='module')
+def trained(tmp_path_factory):
+    """An option file with the tiny backbone and a checkpoint of non-trivial adapters."""
+    root = tmp_path_factory.mktemp('tola_tools')
+    torch.manual_seed(0)
+    net = TOLANet(**tiny_net_opt())
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, p in net.named_parameters():
+            if '.lora_B.' in name or name.startswith('lrc.conv_out'):
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.05)
+    checkpoint = root / 'net_g_1.pth'
+    torch.save({'params': net.adaptation_state_dict()}, checkpoint)
+    opt = {'network_g': dict(type='TOLANet', **tiny_net_opt()),
+           'path': {'pretrain_network_g': str(checkpoint), 'param_key_g': 'params'}}
+    opt_path = root / 'tiny.yml'
+    opt_path.write_text(yaml.safe_dump(opt), encoding='utf-8')
+    lr_dir = root / 'lr'
+    lr_dir.mkdir()
+    rng = torch.Generator().manual_seed(2)
+    for name in ('a.png', 'b.jpg'):
+        img = (torch.rand(40, 150, 3, generator=rng) * 255).to(torch.uint8).numpy()
+        cv2.imwrite(str(lr_dir / name), img)
+    return dict(root=root, opt=str(opt_path), checkpoint=str(checkpoint), lr=str(lr_dir), net=net)
+
+
+def test_export_merged_writes_a_pickle_free_equivalent_model(trained):
+    out = trained['root'] / 'merged.safetensors'
+    assert export_merged.main(['-opt', trained['opt'], '--out', str(out), '--verify']) == 0
+    from safetensors import safe_open
+    with safe_open(str(out), framework='pt') as f:
+        assert f.metadata()['format'] == MERGED_FORMAT
+        assert not any('lora_' in k for k in f.keys())
+    merged = TOLANet.from_merged(str(out))
+    adapted = build_tola_from_options(trained['opt'])
+    lq = torch.rand(2, 3, 32, 128)
+    with torch.no_grad():
+        a, b = adapted(lq, noise_seeds=[3, 4]), merged(lq, noise_seeds=[3, 4])
+    assert (a - b).abs().max() <= 1e-5 * a.abs().max()
+    with pytest.raises(ValueError, match='fixed by the merged file'):
+        TOLANet.from_merged(str(out), lrc=None)
+    bad = trained['root'] / 'foreign.safetensors'
+    from safetensors.torch import save_file
+    save_file({'x': torch.zeros(1)}, str(bad))
+    with pytest.raises(ValueError, match='not a merged TOLA model'):
+        TOLANet.from_merged(str(bad))
+
+
+def test_export_refuses_untrained_adapters(trained, tmp_path):
+    opt = yaml.safe_load(open(trained['opt'], encoding='utf-8'))
+    opt['path'] = {}
+    path = tmp_path / 'nockpt.yml'
+    path.write_text(yaml.safe_dump(opt), encoding='utf-8')
+    with pytest.raises(ValueError, match='no adaptation checkpoint'):
+        export_merged.main(['-opt', str(path), '--out', str(tmp_path / 'x.safetensors')])
+
+
+def test_infer_writes_images_and_prior_csv(trained, tmp_path):
+    merged = trained['root'] / 'merged_for_infer.safetensors'
+    export_merged.main(['-opt', trained['opt'], '--out', str(merged)])
+    out_a, out_b = tmp_path / 'merged', tmp_path / 'options'
+    assert infer_tola.main(['--merged', str(merged), '--input', trained['lr'], '--out', str(out_a),
+                            '--batch-size', '2']) == 0
+    assert infer_tola.main(['-opt', trained['opt'], '--input', trained['lr'], '--out', str(out_b)]) == 0
+    for name in ('a.png', 'b.png'):
+        img_a, img_b = cv2.imread(str(out_a / name)), cv2.imread(str(out_b / name))
+        assert img_a.shape == (128, 512, 3)
+        # same per-image noise, batch 2 vs 1, merged vs merged-on-load: equal up to a rounding step
+        assert abs(img_a.astype(int) - img_b.astype(int)).max() <= 1
+    prior = read_prior_csv(str(out_a / 'prior.csv'))
+    assert set(prior) == {'a.png', 'b.png'}
+    assert all(0.0 <= row['prior_confidence'] <= 1.0 for row in prior.values())
+    with pytest.raises(FileNotFoundError):
+        infer_tola.main(['--merged', str(merged), '--input', str(tmp_path / 'nope'), '--out', str(tmp_path / 'o')])

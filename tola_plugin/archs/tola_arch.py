@@ -1,0 +1,376 @@
+"""TOLANet: TOLA's one-step DiffTSR restorer (paper Algorithm 1) with peft LoRA and latent residual correction.
+
+One forward = Algorithm 1, top to bottom: frozen TransOCR -> IDM tokens + confidences; VAE encoder (LoRA)
+-> z_LR; q-sample at the fixed t; MoM text encoder once; IDM (LoRA) once; ẑ0; LRC; frozen VAE decoder.
+No TDM, no MoM U-Net (its I_cond only feeds the TDM), no reverse loop.
+
+Every paper variant/control is a constructor switch (see docs/tola.md for the table of option files).
+"""
+import inspect
+import json
+import zlib
+from typing import Dict, Optional, Sequence
+
+import torch
+from peft import PeftModel
+from torch import nn
+
+from tola_plugin import _compat  # noqa: F401  (before basicsr)
+from basicsr.archs import build_network
+from basicsr.utils.registry import ARCH_REGISTRY
+
+from tola_plugin.archs.idm_unet_arch import DiffTSRIDMUNet
+from tola_plugin.archs.mom_arch import DiffTSRMoM
+from tola_plugin.archs.transocr_arch import TransOCR
+from tola_plugin.archs.vae_arch import LATENT_SCALE, DiffTSRVAE
+from tola_plugin.text.alphabets import IDM_MAX_LEN, IDM_PAD, decode_idm
+from tola_plugin.text.text_prior import difftsr_prediction_text, transocr_to_idm
+from tola_plugin.utils.diffusion_schedule import NUM_TRAIN_TIMESTEPS, make_ldm_scheduler
+from tola_plugin.utils.lora import (IDM_LORA_TARGETS, VAE_ENCODER_LORA_TARGETS, add_lora, count_lora_parameters,
+                                    load_lora_state_dict, lora_state_dict, merge_lora)
+from tola_plugin.utils.transocr_checkpoint import load_transocr
+
+TEXT_PRIORS = ('predicted', 'gt', 'null', 'none')
+CONFIDENCES = ('predicted', 'uniform')
+CONTEXT_ROUTES = ('mom', 'direct')
+LATENT_MODES = ('mode', 'sample')
+NOISE_MODES = ('gaussian', 'zero')
+BACKBONE_INITS = ('checkpoint', 'random')
+TEXT_STEPS = 24  # greedy TransOCR steps, as DiffTSR's Text_Prediction
+MERGED_FORMAT = 'tola_plugin.tola_merged/1'
+POSTERIOR_SEED_OFFSET = 0x9E3779B9  # per-image seed of the posterior sample = ε's seed + this
+
+
+def schedule_constants(timestep: int):
+    """(√ᾱ_t, √(1-ᾱ_t)) as Python floats for the zero-indexed ``timestep``.
+
+    ᾱ is accumulated in float64 from the diffusers scheduler's betas and the square roots are taken in
+    float64, as LDM's numpy schedule does before its buffers are cast to float32; the float32 tensors they
+    multiply round them exactly as the official float32 buffers are rounded.
+    """
+    if not 0 <= int(timestep) < NUM_TRAIN_TIMESTEPS:
+        raise ValueError(f'TOLANet: timestep must be in [0, {NUM_TRAIN_TIMESTEPS - 1}], got {timestep!r}')
+    with torch.device('cpu'):  # real numbers even when the network is being built on the meta device
+        betas = make_ldm_scheduler('ddpm').betas.double()
+        alpha_bar = torch.cumprod(1.0 - betas, 0)[int(timestep)]
+    return float(alpha_bar.sqrt()), float((1.0 - alpha_bar).sqrt())
+
+
+def image_noise_seed(name: str, base_seed: int = 0) -> int:
+    """Per-image noise seed from a file name: the same image gets the same ε in every run and variant
+    (the paper's paired comparisons use identical per-image noise)."""
+    return (zlib.crc32(name.encode('utf-8')) + 1_000_003 * int(base_seed)) % (2 ** 63)
+
+
+@ARCH_REGISTRY.register()
+class TOLANet(nn.Module):
+    """One-step text-aware DiffTSR restorer. lq (B, 3, H, W) RGB in [0, 1] -> restored (B, 3, H, W) in [0, 1].
+
+    Backbone:
+        backbone_init: 'checkpoint' (default; the official ``DiffTSR.ckpt`` / ``transocr.pth``, strict) or
+            'random' (tests and the CPU demo only: modules built from ``*_config`` with random weights).
+        difftsr_checkpoint, transocr_checkpoint: file paths (official layout or the converted safetensors).
+        idm_config, vae_config, mom_config, transocr_config: constructor overrides of the backbone modules
+            (architecture); with 'checkpoint' they must match the file (strict loading).
+        random_seed: seed of the 'random' backbone (0), drawn from its own RNG stream so that training and
+            testing rebuild the very same random backbone whatever the global RNG state.
+    Algorithm 1 switches (paper default first):
+        timestep: fixed zero-indexed q-sample / IDM timestep t (999; Table S4/S6 use 899, 949).
+        latent: 'mode' (posterior mean of the VAE encoder) or 'sample' (the official DiffTSR inference).
+        noise: 'gaussian' (one ε ~ N(0, I) per input) or 'zero' (the ε = 0 control, Table S6).
+        text_prior: 'predicted' (TransOCR on the LR input), 'gt' (oracle: ground-truth tokens),
+            'null' (empty text: all pads, MoM retained) or 'none' (No MoM: the TransOCR-MoM branch is removed
+            and the IDM gets an all-zero context).
+        confidence: 'predicted' (token embeddings × aligned TransOCR confidences) or 'uniform' (no weighting,
+            exactly DiffTSR's conditioning).
+        context_route: 'mom' (the MoM text encoder) or 'direct' (Direct tokens: confidence-scaled token
+            embeddings of the MoM text encoder used as context, without its position embedding and layers).
+    Adaptation:
+        lora_rank, lora_alpha: peft LoRA rank r (4) and alpha (None = r).
+        idm_lora, vae_lora: insert LoRA into the IDM transformer blocks / the VAE encoder + quant_conv.
+        vae_lora_active: False disables the VAE-encoder LoRA at inference (the "VAE LoRA off" control).
+        lrc: BasicSR network option dict of the correction branch ({type: LatentResidualCorrection, ...},
+            {type: PlainResidualCorrection}) or None (no correction: ẑ0corr = ẑ0).
+        clamp_output: clamp the decoded image to [0, 1] (True; the output image range).
+    """
+
+    def __init__(self, backbone_init='checkpoint', difftsr_checkpoint='checkpoints/DiffTSR.ckpt',
+                 transocr_checkpoint='checkpoints/transocr.pth', idm_config=None, vae_config=None, mom_config=None,
+                 transocr_config=None, timestep=999, latent='mode', noise='gaussian', text_prior='predicted',
+                 confidence='predicted', context_route='mom', lora_rank=4, lora_alpha=None, idm_lora=True,
+                 vae_lora=True, vae_lora_active=True, lrc=None, clamp_output=True, random_seed=0):
+        options = {k: v for k, v in locals().items() if k not in ('self', '__class__')}
+        super().__init__()
+        for name, value, allowed in (('backbone_init', backbone_init, BACKBONE_INITS), ('latent', latent, LATENT_MODES),
+                                     ('noise', noise, NOISE_MODES), ('text_prior', text_prior, TEXT_PRIORS),
+                                     ('confidence', confidence, CONFIDENCES),
+                                     ('context_route', context_route, CONTEXT_ROUTES)):
+            if value not in allowed:
+                raise ValueError(f'TOLANet: {name} must be one of {allowed}, got {value!r}')
+        if context_route == 'direct' and text_prior == 'none':
+            raise ValueError("TOLANet: context_route 'direct' needs a text prior (text_prior 'none' removes it)")
+        self.options = options  # constructor arguments, for the merged export
+        self.set_timestep(timestep)
+        self.latent, self.noise, self.text_prior = latent, noise, text_prior
+        self.confidence, self.context_route, self.clamp_output = confidence, context_route, bool(clamp_output)
+
+        # Frozen backbone (official weights, strict), then LoRA on top (peft freezes every base weight).
+        idm, vae, mom, transocr = self._build_backbone(backbone_init, difftsr_checkpoint, transocr_checkpoint,
+                                                       idm_config, vae_config, mom_config, transocr_config,
+                                                       random_seed)
+        for module in (idm, vae, mom, transocr):
+            module.requires_grad_(False)
+        self.context_dim = idm.config.cross_attention_dim
+        self.vae_lora_active = bool(vae_lora_active)
+        self.idm = add_lora(idm, IDM_LORA_TARGETS, lora_rank, lora_alpha) if idm_lora else idm
+        self.vae = add_lora(vae, VAE_ENCODER_LORA_TARGETS, lora_rank, lora_alpha) if vae_lora else vae
+        if vae_lora and not vae_lora_active:
+            self.vae.base_model.disable_adapter_layers()
+        self.mom = mom
+        self.transocr = transocr  # also the OCR-loss recognizer (TOLAModel shares it; one copy in memory)
+        self.lrc = build_network(dict(lrc)) if lrc else None
+        self.train(True)
+
+    # ----------------------------------------------------------------------------------- construction
+    @staticmethod
+    def _build_backbone(backbone_init, difftsr_checkpoint, transocr_checkpoint, idm_config, vae_config,
+                        mom_config, transocr_config, random_seed):
+        configs = dict(idm=dict(idm_config or {}), vae=dict(vae_config or {}), mom=dict(mom_config or {}))
+        if backbone_init == 'checkpoint':
+            from tola_plugin.utils.difftsr_checkpoint import load_difftsr  # heavy loader, only when used
+            given = {k: v for k, v in configs.items() if v}  # absent = official size / the converted file's own
+            modules = load_difftsr(difftsr_checkpoint, components=('idm', 'vae', 'mom'), configs=given or None)
+            transocr = load_transocr(transocr_checkpoint, **dict(transocr_config or {}))
+            return modules['idm'], modules['vae'], modules['mom'], transocr
+        with torch.random.fork_rng(devices=[]):  # CPU init; the global RNG stream is left untouched
+            torch.manual_seed(int(random_seed))
+            return (DiffTSRIDMUNet(**configs['idm']), DiffTSRVAE(**configs['vae']), DiffTSRMoM(**configs['mom']),
+                    TransOCR(**dict(transocr_config or {})))
+
+    def set_timestep(self, timestep: int) -> None:
+        """Fix the q-sample / IDM timestep t and its schedule constants (an inference switch, e.g. Table S6)."""
+        self.timestep = int(timestep)
+        self.sqrt_alpha_bar, self.sqrt_one_minus_alpha_bar = schedule_constants(self.timestep)
+
+    def train(self, mode: bool = True):
+        """Only the correction branch follows ``mode``: every frozen module (TransOCR's BatchNorm and dropout
+        in particular) stays in eval mode, so training changes nothing but LoRA and LRC."""
+        super().train(False)
+        if self.lrc is not None:
+            self.lrc.train(mode)
+        self.training = mode
+        return self
+
+    # --------------------------------------------------------------------------------------- forward
+    def forward(self, lq: torch.Tensor, gt_tokens: Optional[torch.Tensor] = None,
+                noise_seeds: Optional[Sequence[int]] = None, return_intermediates: bool = False):
+        """Algorithm 1.
+
+        Args:
+            lq: (B, 3, H, W) RGB LR image in [0, 1] (H, W multiples of 4; 128×512 in the paper).
+            gt_tokens: (B, 24) IDM indices of the ground truth; used only with text_prior 'gt'.
+            noise_seeds: B ints; image i draws its ε from ``torch.Generator().manual_seed(seeds[i])`` (CPU,
+                so the draw is device-independent). None: the global RNG.
+            return_intermediates: also return the latents and the text prior (dict).
+        Returns:
+            restored (B, 3, H, W) in [0, 1] (unclamped if clamp_output is False), or a dict with 'image',
+            'z_lr', 'z_t', 'eps', 'eps_hat', 'z0', 'r', 'delta_r', 'z0_corr' (unscaled latent space as in the
+            paper), 'tokens' (B, 24), 'confidences' (B, 24) (None when unweighted), 'prior_texts' (B strings: the
+            text the tokens encode; None without a text branch).
+        """
+        # 1-2. Text prior: frozen TransOCR -> tokens + confidences, normalised and mapped to IDM indices.
+        tokens, confidences, prior_texts = self.predict_text_prior(lq, gt_tokens)
+        # 1. LoRA-adapted VAE encoder -> unscaled z_LR (3, H/4, W/4).
+        posterior = self.vae.encode(lq).latent_dist
+        z_lr = posterior.mode() if self.latent == 'mode' else self.sample_posterior(posterior, noise_seeds)
+        # 3. q-sample at the fixed t with one ε per input.
+        eps = self.draw_noise(z_lr, noise_seeds)
+        z_t = self.sqrt_alpha_bar * z_lr + self.sqrt_one_minus_alpha_bar * eps
+        # 4. MoM once: C_cond from confidence-scaled token embeddings (I_cond feeds only the TDM: skipped).
+        context = self.text_context(tokens, confidences, batch=lq.shape[0], like=z_lr)
+        # 5. LoRA-adapted IDM once on [z_t, z_LR] (z_t first, both unscaled, as DiffTSR).
+        t = torch.full((lq.shape[0],), self.timestep, dtype=torch.long, device=lq.device)
+        eps_hat = self.idm(torch.cat([z_t, z_lr], 1), t, context)
+        # 6. ε-prediction -> clean latent; no reverse update follows.
+        z0 = (z_t - self.sqrt_one_minus_alpha_bar * eps_hat) / self.sqrt_alpha_bar
+        # 7. Latent residual correction of r = z_LR - ẑ0.
+        if self.lrc is not None:
+            r = z_lr - z0
+            delta_r = self.lrc(torch.cat([z_lr, r], 1))
+            z0_corr = z_lr - (r + delta_r)
+        else:
+            r, delta_r, z0_corr = None, None, z0
+        # 8. Frozen VAE decoder of ẑ0corr / s (the official code multiplies by 1/s; same here, to the last bit).
+        image = self.vae.decode((1.0 / LATENT_SCALE) * z0_corr).sample
+        if self.clamp_output:
+            image = image.clamp(0.0, 1.0)
+        if not return_intermediates:
+            return image
+        return dict(image=image, z_lr=z_lr, z_t=z_t, eps=eps, eps_hat=eps_hat, z0=z0, r=r, delta_r=delta_r,
+                    z0_corr=z0_corr, tokens=tokens, confidences=confidences, prior_texts=prior_texts)
+
+    # --------------------------------------------------------------------------------- forward parts
+    def predict_text_prior(self, lq: torch.Tensor, gt_tokens: Optional[torch.Tensor] = None):
+        """-> (tokens (B, 24) long IDM indices, confidences (B, 24) float or None = unweighted, texts: the B
+        strings the tokens encode), per text_prior; (None, None, None) for 'none'."""
+        batch = lq.shape[0]
+        if self.text_prior == 'none':
+            return None, None, None
+        if self.text_prior == 'predicted':
+            with torch.no_grad():  # frozen conditioning recognizer: nothing upstream of it is trained
+                ids, probs = self.transocr.greedy_decode(lq, max_steps=TEXT_STEPS)
+            tokens, confidences = transocr_to_idm(ids, probs)
+            texts = [difftsr_prediction_text(i, p)[0] for i, p in zip(ids.tolist(), probs.tolist())]
+        elif self.text_prior == 'gt':
+            if gt_tokens is None:
+                raise ValueError("TOLANet: text_prior 'gt' needs gt_tokens (the dataset's 'idm_tokens')")
+            if tuple(gt_tokens.shape) != (batch, IDM_MAX_LEN):
+                raise ValueError(f'TOLANet: gt_tokens must be (B, {IDM_MAX_LEN}), got {tuple(gt_tokens.shape)}')
+            tokens = gt_tokens.long()
+            confidences = (tokens != IDM_PAD).to(lq.dtype)  # a certain prior: 1 on characters, 0 on pads
+            texts = [decode_idm(row) for row in tokens.tolist()]
+        else:  # 'null': the empty string, i.e. all pads with zero confidence
+            tokens = torch.full((batch, IDM_MAX_LEN), IDM_PAD, dtype=torch.long, device=lq.device)
+            confidences = torch.zeros(batch, IDM_MAX_LEN, dtype=lq.dtype, device=lq.device)
+            texts = [''] * batch
+        if self.confidence == 'uniform':
+            confidences = None
+        return tokens.to(lq.device), None if confidences is None else confidences.to(lq), texts
+
+    def text_context(self, tokens, confidences, batch: int, like: torch.Tensor) -> torch.Tensor:
+        """C_cond (B, 24, context_dim) for the IDM cross-attention."""
+        if tokens is None:  # No MoM: the conditioning branch is removed
+            return like.new_zeros(batch, IDM_MAX_LEN, self.context_dim)
+        with torch.no_grad():  # frozen MoM; only LoRA/LRC downstream are trained
+            if self.context_route == 'mom':
+                return self.mom.encode_text(tokens, token_weights=confidences)
+            embeddings = self.mom.text_encoder.token_emb(tokens)
+            return embeddings if confidences is None else embeddings * confidences.unsqueeze(-1)
+
+    def sample_posterior(self, posterior, noise_seeds: Optional[Sequence[int]] = None) -> torch.Tensor:
+        """mean + std·n (the official DiffTSR's posterior sample); n comes from its own per-image stream (ε's seed
+        + POSTERIOR_SEED_OFFSET), so ε is the same draw with either latent mode."""
+        seeds = None if noise_seeds is None else [(int(s) + POSTERIOR_SEED_OFFSET) % 2 ** 63 for s in noise_seeds]
+        return posterior.mean + posterior.std * self.standard_normal(posterior.mean, seeds)
+
+    def draw_noise(self, z_lr: torch.Tensor, noise_seeds: Optional[Sequence[int]] = None) -> torch.Tensor:
+        """ε with the shape of z_LR: zeros for noise 'zero', else ``standard_normal``."""
+        if self.noise == 'zero':
+            return torch.zeros_like(z_lr)
+        return self.standard_normal(z_lr, noise_seeds)
+
+    @staticmethod
+    def standard_normal(like: torch.Tensor, seeds: Optional[Sequence[int]] = None) -> torch.Tensor:
+        """N(0, I) shaped like ``like``: image i from ``torch.Generator().manual_seed(seeds[i])`` on the CPU (the
+        draw does not depend on the device or the batch), or from the global RNG when ``seeds`` is None."""
+        if seeds is None:
+            return torch.randn_like(like)
+        if len(seeds) != like.shape[0]:
+            raise ValueError(f'TOLANet: got {len(seeds)} noise seeds for a batch of {like.shape[0]}')
+        draws = [torch.randn(like.shape[1:], generator=torch.Generator().manual_seed(int(s)), dtype=like.dtype)
+                 for s in seeds]
+        return torch.stack(draws).to(like.device)
+
+    # ------------------------------------------------------------------------------ adaptation state
+    def trainable_parameter_counts(self) -> Dict[str, int]:
+        """Parameters TOLA optimises and saves: {'idm_lora', 'vae_lora', 'lrc', 'total'} (Table S3)."""
+        counts = dict(idm_lora=count_lora_parameters(self.idm), vae_lora=count_lora_parameters(self.vae),
+                      lrc=sum(p.numel() for p in self.lrc.parameters()) if self.lrc is not None else 0)
+        counts['total'] = sum(counts.values())
+        return counts
+
+    def adaptation_state_dict(self) -> Dict[str, torch.Tensor]:
+        """Exactly the trained state: peft's adapter state of the IDM and VAE ('idm_lora.*', 'vae_lora.*') and
+        the correction branch ('lrc.*'). Frozen backbone weights are never saved."""
+        state = {}
+        if self.has_lora('idm'):
+            state.update({f'idm_lora.{k}': v for k, v in lora_state_dict(self.idm).items()})
+        if self.has_lora('vae'):
+            state.update({f'vae_lora.{k}': v for k, v in lora_state_dict(self.vae).items()})
+        if self.lrc is not None:
+            state.update({f'lrc.{k}': v.detach().clone() for k, v in self.lrc.state_dict().items()})
+        return state
+
+    def load_adaptation_state_dict(self, state: Dict[str, torch.Tensor]) -> None:
+        """Inverse of ``adaptation_state_dict``; strict: any missing or unexpected key raises KeyError."""
+        parts = {'idm_lora': {}, 'vae_lora': {}, 'lrc': {}}
+        for key, value in state.items():
+            head, _, rest = key.partition('.')
+            if head not in parts:
+                raise KeyError(f'TOLANet adaptation state: unexpected key {key!r} (expected idm_lora.*, '
+                               'vae_lora.*, lrc.*)')
+            parts[head][rest] = value
+        for name in ('idm', 'vae'):
+            if self.has_lora(name):
+                load_lora_state_dict(getattr(self, name), parts[f'{name}_lora'], component=f'TOLANet {name}')
+            elif parts[f'{name}_lora']:
+                raise KeyError(f'TOLANet: the state has {name} LoRA weights but this model has no {name} LoRA '
+                               f'({name}_lora is off)')
+        if self.lrc is not None:
+            self.lrc.load_state_dict(parts['lrc'], strict=True)
+        elif parts['lrc']:
+            raise KeyError('TOLANet: the state has LRC weights but this model has no correction branch (lrc: ~)')
+
+    def has_lora(self, name: str) -> bool:
+        """Whether the 'idm' or 'vae' module currently carries (unmerged) peft LoRA adapters."""
+        return isinstance(getattr(self, name), PeftModel)
+
+    def merge_lora(self) -> None:
+        """Fold LoRA into the base weights (peft merge_and_unload): same outputs within fp32 rounding, no
+        adapter overhead; afterwards the model has no adaptation state apart from the LRC."""
+        for name in ('idm', 'vae'):
+            if not self.has_lora(name):
+                continue
+            if name == 'vae' and not self.vae_lora_active:
+                self.vae = self.vae.unload()  # the "VAE LoRA off" control: the base encoder, unchanged
+            else:
+                setattr(self, name, merge_lora(getattr(self, name)))
+
+
+    # ----------------------------------------------------------------------------- merged export
+    def merged_options(self) -> Dict:
+        """Constructor options that rebuild this network's architecture with LoRA merged (no adapters):
+        the backbone sizes are read from the modules themselves."""
+        if self.has_lora('idm') or self.has_lora('vae'):
+            raise ValueError('TOLANet.merged_options: call merge_lora() first')
+        opts = dict(self.options, backbone_init='random', idm_lora=False, vae_lora=False, vae_lora_active=True)
+        for key in ('difftsr_checkpoint', 'transocr_checkpoint'):
+            opts.pop(key, None)
+        for name, module in (('idm', self.idm), ('vae', self.vae), ('mom', self.mom)):
+            accepted = inspect.signature(type(module).__init__).parameters
+            opts[f'{name}_config'] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in module.config.items()
+                                      if k in accepted}
+        return opts
+
+    def save_merged(self, path: str) -> None:
+        """Merge LoRA (if not yet) and write every tensor of the network to one pickle-free safetensors file,
+        with the rebuild options in its metadata (``TOLANet.from_merged`` reads it back)."""
+        from safetensors.torch import save_file
+        self.merge_lora()
+        metadata = {'format': MERGED_FORMAT, 'options': json.dumps(self.merged_options())}
+        save_file({k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}, path, metadata=metadata)
+
+    @classmethod
+    def from_merged(cls, path: str, **overrides) -> 'TOLANet':
+        """Rebuild a merged TOLANet from ``save_merged``'s file (strict). ``overrides``: inference switches
+        such as timestep or noise (architecture options come from the file)."""
+        from safetensors import safe_open
+        from safetensors.torch import load_file
+        from tola_plugin.utils.checkpoint_io import require_file
+        require_file(path, 'merged TOLA model', 'Write one with tools/export_merged.py.')
+        with safe_open(path, framework='pt') as f:
+            metadata = f.metadata() or {}
+        if metadata.get('format') != MERGED_FORMAT:
+            raise ValueError(f'{path!r} is not a merged TOLA model (metadata format {metadata.get("format")!r}, '
+                             f'expected {MERGED_FORMAT!r})')
+        opts = json.loads(metadata['options'])
+        architecture = {'idm_config', 'vae_config', 'mom_config', 'transocr_config', 'lrc', 'idm_lora', 'vae_lora'}
+        bad = sorted(set(overrides) & architecture)
+        if bad:
+            raise ValueError(f'TOLANet.from_merged: {bad} are fixed by the merged file')
+        opts.update(overrides)
+        with torch.device('meta'):  # no random init of ~1B parameters that are overwritten right away
+            net = cls(**opts)
+        net.load_state_dict(load_file(path), strict=True, assign=True)
+        net.requires_grad_(False)
+        return net.eval()
