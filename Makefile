@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup demo test clean
+.PHONY: setup demo demo-baseline test clean
 
 setup: $(VENV)/.installed
 
@@ -10,7 +10,10 @@ $(VENV)/.installed: requirements.txt setup.py tools/setup_env.sh
 	bash tools/setup_env.sh $(VENV)
 
 demo: setup
-	bash tools/run_demo.sh $(abspath $(PY))
+	bash tools/run_demo.sh $(abspath $(PY)) tola
+
+demo-baseline: setup
+	bash tools/run_demo.sh $(abspath $(PY)) rrdb
 
 test: setup
 	$(PY) -m pytest -q tests
