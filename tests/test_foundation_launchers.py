@@ -5,7 +5,6 @@ import os
 import re
 import sys
 
-import pytest
 import yaml
 
 from conftest import REPO, free_port, run_launcher, write_options

@@ -5,7 +5,7 @@ Every record has a ``key``: the LMDB image key (``image-000000001``) or the file
 turns into the saved image's name (``osp.splitext(osp.basename(key))[0]``).
 """
 import os
-from typing import List, Optional, Tuple
+from typing import Optional, Tuple
 
 import cv2
 import numpy as np

@@ -23,7 +23,7 @@ from torch import nn
 from tola_plugin.archs.idm_unet_arch import DiffTSRIDMUNet
 from tola_plugin.archs.mom_arch import DiffTSRMoM
 from tola_plugin.archs.vae_arch import DiffTSRVAE
-from tola_plugin.utils.checkpoint_io import require_file
+from tola_plugin.utils.checkpoint_io import load_state_dict_strict, require_file
 
 logger = logging.getLogger(__name__)
 
@@ -265,36 +265,6 @@ def build_component(name: str, config: Optional[Mapping] = None, device: str = '
         raise TypeError(f'DiffTSR component {name!r}: bad config {dict(config or {})}: {err}') from err
 
 
-def assign_strict(module: nn.Module, state_dict: Mapping[str, torch.Tensor], component: str,
-                  origin: Optional[Origin] = None) -> nn.Module:
-    """Check ``state_dict`` against ``module`` key by key and shape by shape, then assign it (float32).
-    Errors name the component, our key and (if known) the official key."""
-    origin = origin or {}
-
-    def name(k):
-        return f'{origin[k]!r} (ours: {k!r})' if origin.get(k, k) != k else repr(k)
-
-    own = module.state_dict()
-    missing = [k for k in own if k not in state_dict]
-    unexpected = [k for k in state_dict if k not in own]
-    if missing or unexpected:
-        raise KeyError(f'{component}: {len(missing)} missing key(s) {missing[:5]}, {len(unexpected)} unexpected '
-                       f'key(s) {[name(k) for k in unexpected[:5]]}')
-    tensors = {}
-    for key, value in state_dict.items():
-        if not isinstance(value, torch.Tensor):
-            raise TypeError(f'{component}: key {name(key)} holds a {type(value).__name__}, expected a tensor')
-        if tuple(value.shape) != tuple(own[key].shape):
-            raise ValueError(f'{component}: key {name(key)} has shape {tuple(value.shape)}, '
-                             f'expected {tuple(own[key].shape)}')
-        tensors[key] = value if value.dtype == own[key].dtype else value.to(own[key].dtype)
-    module.load_state_dict(tensors, strict=True, assign=True)
-    left = [k for k, t in list(module.named_parameters()) + list(module.named_buffers()) if t.is_meta]
-    if left:
-        raise RuntimeError(f'{component}: tensors not covered by the checkpoint: {left[:5]}')
-    return module.eval()
-
-
 # ---------------------------------------------------------------------------------------------------------
 # reading files
 
@@ -366,7 +336,7 @@ def load_difftsr(path: str, components: Iterable[str] = COMPONENTS, configs: Opt
             raise ValueError(f'DiffTSR checkpoint {path!r}: {key!r} is a {type(sd).__name__}, expected a state dict')
         module = build_component(comp, configs.get(comp))
         ours, origin = _TO_OURS[comp](sd, module.config)
-        nets[comp] = assign_strict(module, ours, key, origin)
+        nets[comp] = load_state_dict_strict(module, ours, key, origin)
         del sd, ours
     return nets
 
@@ -394,7 +364,7 @@ def _load_converted(path: str, components: Tuple[str, ...], configs: Dict) -> Di
                 raise KeyError(f'converted DiffTSR checkpoint {path!r} holds no {comp!r} tensors')
             module = build_component(comp, configs.get(comp, stored.get(comp)))
             sd = {k[len(prefix):]: f.get_tensor(k) for k in names}
-            nets[comp] = assign_strict(module, sd, f'{os.path.basename(path)}[{comp}]')
+            nets[comp] = load_state_dict_strict(module, sd, f'{os.path.basename(path)}[{comp}]')
     return nets
 
 
