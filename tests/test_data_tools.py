@@ -54,6 +54,11 @@ def test_make_lmdb_round_trip(tmp_path):
     (images / 'a.jpg').write_bytes(b'garbage')
     with pytest.raises(ValueError, match='a.jpg: not a decodable image'):
         tool.main(['--images', str(images), '--labels', str(tmp_path / 'labels.tsv'), '--out', str(tmp_path / 'x')])
+    # the failed write leaves nothing behind, so the rerun after fixing the file is accepted
+    assert not (tmp_path / 'x').exists()
+    (images / 'a.jpg').write_bytes(originals['a.jpg'])
+    assert tool.main(['--images', str(images), '--labels', str(tmp_path / 'labels.tsv'),
+                      '--out', str(tmp_path / 'x')]) == 0
 
 
 def test_split_matches_paper_counts_and_is_deterministic(tmp_path):
@@ -180,6 +185,18 @@ def test_screen_rt50_end_to_end(tmp_path, monkeypatch):
     assert len(ds) == 4 and 'gt' not in ds[0]
     with pytest.raises(SystemExit, match='still missing'):
         tool.main(args[:5] + [str(tmp_path / 'rt2'), '--composition', 'chinese=2,english=2,numeric=1'])
+
+
+def test_rt50_and_realce200_defaults_are_the_papers():
+    """Paper supp.: RT50 = 17 Chinese, 17 English, 16 numeric; 10 mild, 20 medium, 20 hard. RealCE-200 = 200 pairs
+    from the 13 mm (LR) and 52 mm (reference) images of the validation split."""
+    rt50 = _tool('screen_rt50').parse_args(['--images', 'i', '--candidates', 'c', '--out', 'o'])
+    assert rt50.composition == {'chinese': 17, 'english': 17, 'numeric': 16}
+    assert rt50.difficulty == {'mild': 10, 'medium': 20, 'hard': 20}
+    assert (rt50.chinese_len, rt50.english_len, rt50.numeric_len) == ([2, 8], [3, 12], [2, 6])
+    assert (rt50.min_width, rt50.min_height, rt50.dhash_distance) == (24, 8, 7)
+    realce = _tool('build_realce200').parse_args(['--root', 'r', '--out', 'o'])
+    assert (realce.count, realce.split, realce.lr_focal, realce.ref_focal) == (200, 'val', '13mm', '52mm')
 
 
 # ----------------------------------------------------------------------------------------- RealCE-200

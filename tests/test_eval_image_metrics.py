@@ -66,7 +66,7 @@ def test_psnr_black_white_closed_form(exact_metrics):
     black = np.zeros((1, 16, 16, 3), np.uint8)
     white = np.full((1, 16, 16, 3), 255, np.uint8)
     got = exact_metrics(images_to_tensor(white), images_to_tensor(black))
-    # YCbCr Y spans 16..235 of 255: PSNR = 20 log10(255/219) = 1.3228 dB (YIQ would give 0 dB)
+    # YCbCr Y spans 16..235 of 255: PSNR = 20 log10(255/219) = 1.3219 dB (YIQ would give 0 dB)
     assert got['psnr'][0] == pytest.approx(10 * np.log10(1 / ((219 / 255) ** 2 + EPS)), abs=TOL_DB)
     assert got['psnr'][0] == pytest.approx(1.3219, abs=1e-4)
     yiq = PairedImageMetrics(('psnr', ), color_space='yiq')(images_to_tensor(white), images_to_tensor(black))

@@ -53,7 +53,9 @@ def test_ppocrv4_is_recognition_only_and_offline(ppocr):
     import rapidocr_onnxruntime
     assert os.path.basename(ppocr.model_path) == 'ch_PP-OCRv4_rec_infer.onnx'
     assert ppocr.model_path.startswith(os.path.dirname(rapidocr_onnxruntime.__file__))   # inside the wheel
-    assert not hasattr(ppocr, 'text_det') and not hasattr(ppocr, 'text_cls')             # no det / cls models
+    # one ONNX session, and it runs the recognition model: no detector, no orientation classifier
+    sessions = [v for v in vars(ppocr).values() if hasattr(v, 'session')]
+    assert sessions == [ppocr.engine] and ppocr.engine.session.session._model_path == ppocr.model_path
     assert len(ppocr.engine.postprocess_op.character) == 6625   # blank + ppocr_keys_v1 (6,623) + space
 
 

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from tola_plugin.evaluation.statistics import N_RESAMPLES, mcnemar_exact, paired_bootstrap
+from tola_plugin.evaluation.statistics import CONFIDENCE, N_RESAMPLES, mcnemar_exact, paired_bootstrap
 
 
 def test_mcnemar_textbook_example():
@@ -33,7 +33,7 @@ def test_paired_bootstrap_covers_a_known_difference():
     noise = rng.normal(0.0, 0.2, n)
     b = a + 0.3 + (noise - noise.mean())          # mean difference exactly 0.3
     res = paired_bootstrap(a, b)
-    assert res.n_resamples == N_RESAMPLES == 5000 and res.n == n
+    assert res.n_resamples == N_RESAMPLES == 5000 and res.confidence == CONFIDENCE == 0.95 and res.n == n
     assert res.change == pytest.approx(0.3, abs=1e-12)
     assert res.low < 0.3 < res.high and res.excludes_zero()
     # the percentile interval of a mean is about +-1.96 standard errors of the paired differences

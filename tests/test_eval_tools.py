@@ -196,7 +196,7 @@ def test_diagnose_known_answers(evaluated):
     assert behaviour == {('A', 'correct'): (3, 2, None, 1), ('A', 'wrong'): (3, 0, 3, 0),
                          ('B', 'correct'): (3, 2, None, 1), ('B', 'wrong'): (3, 3, 0, 0)}
     md = (out / 'diagnostics.md').read_text(encoding='utf-8')
-    assert '| Wrong prior |' in md or 'Wrong prior' in md
+    assert '| Statistic | Correct prior | Wrong prior |' in md and '| N | 3 | 3 |' in md
     assert '| A | 2 | 1 | 1 | 4 | 19.05 |' in md
     assert (out / 'recognition_diagnostics.png').stat().st_size > 10_000
     assert (out / 'recognition_diagnostics.pdf').exists()

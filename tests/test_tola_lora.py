@@ -7,8 +7,7 @@ import tola_plugin  # noqa: F401
 from tola_plugin.archs.idm_unet_arch import DiffTSRIDMUNet
 from tola_plugin.archs.tola_arch import TOLANet
 from tola_plugin.archs.vae_arch import DiffTSRVAE
-from tola_plugin.utils.lora import (IDM_LORA_PARAMS_R4, IDM_LORA_TARGETS, VAE_ENCODER_LORA_PARAMS_R4,
-                                    VAE_ENCODER_LORA_TARGETS, add_lora, count_lora_parameters)
+from tola_plugin.utils.lora import IDM_LORA_TARGETS, VAE_ENCODER_LORA_TARGETS, add_lora, count_lora_parameters
 
 
 def _meta(cls):
@@ -17,13 +16,15 @@ def _meta(cls):
 
 
 def test_paper_counts_at_rank4():
-    assert IDM_LORA_PARAMS_R4 == 2_027_520 and VAE_ENCODER_LORA_PARAMS_R4 == 250_548
     idm = add_lora(_meta(DiffTSRIDMUNet), IDM_LORA_TARGETS, rank=4)
     vae = add_lora(_meta(DiffTSRVAE), VAE_ENCODER_LORA_TARGETS, rank=4)
     assert count_lora_parameters(idm) == 2_027_520
     assert count_lora_parameters(vae) == 250_548
     assert sum(p.numel() for p in idm.parameters() if p.requires_grad) == 2_027_520
     assert sum(p.numel() for p in vae.parameters() if p.requires_grad) == 250_548
+    for model in (idm, vae):  # paper: (r, alpha) = (4, 4), zero dropout
+        config = model.peft_config['default']
+        assert (config.r, config.lora_alpha, config.lora_dropout) == (4, 4, 0.0)
 
 
 def test_placement_is_the_papers():
@@ -57,7 +58,8 @@ def test_full_size_tolanet_trains_exactly_the_adaptation_state():
 
 
 def test_lora_rejects_bad_rank_and_unmatched_targets():
-    with pytest.raises(ValueError, match='rank'):
+    with pytest.raises(ValueError, match='rank must be a positive integer') as err:
         add_lora(torch.nn.Linear(2, 2), IDM_LORA_TARGETS, rank=0)
+    assert 'matches' not in str(err.value)  # a bad rank is not reported as "no module matches"
     with pytest.raises(ValueError, match='matches'):
         add_lora(torch.nn.Sequential(torch.nn.Linear(2, 2)), IDM_LORA_TARGETS, rank=4)

@@ -83,6 +83,36 @@ def test_one_step_changes_only_lora_and_lrc(tmp_path, rendered_sets):
     assert 'lrc.conv_out.weight' in changed
 
 
+def test_real_run_has_the_papers_training_configuration():
+    """options/train/train_TOLA.yml carries the paper's Implementation Details / Table S4 numbers."""
+    opt = load_yaml(os.path.join(REPO, 'options/train/train_TOLA.yml'))
+    train, net = opt['train'], opt['network_g']
+    assert (train['total_iter'], train['warmup_iter'], train['grad_clip_norm']) == (100_000, 500, 1.0)
+    assert opt['datasets']['train']['batch_size_per_gpu'] == 16
+    assert train['optim_g'] == {'type': 'AdamW', 'lr': 5e-5, 'betas': [0.9, 0.999], 'weight_decay': 0.01}
+    assert train['scheduler']['milestones'] == [] and train.get('ema_decay', 0) == 0
+    weights = {k: (train[k]['type'], train[k]['loss_weight']) for k in ('pixel_opt', 'perceptual_opt', 'ocr_opt')}
+    assert weights == {'pixel_opt': ('L1Loss', 1.0), 'perceptual_opt': ('LPIPSLoss', 1.0),
+                       'ocr_opt': ('OCRCELoss', 0.02)}
+    assert train['perceptual_opt']['net'] == 'vgg' and train['perceptual_opt'].get('pretrained_backbone', True)
+    assert (net['timestep'], net['latent'], net['lora_rank'], net['lora_alpha']) == (999, 'mode', 4, 4)
+    assert net['lrc'] == {'type': 'LatentResidualCorrection', 'num_feat': 32, 'num_grow_ch': 16, 'num_block': 1}
+
+
+def test_gradients_are_clipped_to_norm_one(tmp_path, rendered_sets):
+    opt = train_opt(tmp_path, rendered_sets)
+    model = build_model(opt)
+    assert model.grad_clip_norm == 1.0
+    params = model.optimizer_g.param_groups[0]['params']
+    model.optimizer_g.step = lambda: None  # keep the clipped gradients for inspection
+    model.feed_data(small_batch(build_dataset(opt['datasets']['train'])))
+    for p in params:  # huge gradients from a scaled loss would exceed the clip norm
+        p.register_hook(lambda g: g * 1e6)
+    model.optimize_parameters(1)
+    total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in params]))
+    assert total == pytest.approx(1.0, rel=1e-4)
+
+
 def test_warmup_reaches_the_base_lr(tmp_path, rendered_sets):
     opt = train_opt(tmp_path, rendered_sets)
     model = build_model(opt)
@@ -98,6 +128,7 @@ def test_checkpoint_resume_and_pretrained_load(tmp_path, rendered_sets):
     model = build_model(opt)
     model.feed_data(small_batch(build_dataset(opt['datasets']['train'])))
     model.optimize_parameters(1)
+    model.update_learning_rate(2, warmup_iter=4)  # steps the scheduler and sets a warm-up lr a fresh model lacks
     model.save(epoch=0, current_iter=1)
     saved = torch.load(tmp_path / 'net_g_1.pth', weights_only=True)
     assert list(saved) == ['params']
@@ -116,6 +147,7 @@ def test_checkpoint_resume_and_pretrained_load(tmp_path, rendered_sets):
     assert o1['param_groups'] == o2['param_groups']
     assert all(torch.equal(o1['state'][i]['exp_avg'], o2['state'][i]['exp_avg']) for i in o1['state'])
     assert model2.schedulers[0].state_dict() == model.schedulers[0].state_dict()
+    assert model2.schedulers[0].last_epoch == 1 and o2['param_groups'][0]['lr'] == pytest.approx(5e-5 / 2)
 
     opt3 = train_opt(tmp_path, rendered_sets)
     opt3['path']['pretrain_network_g'] = str(tmp_path / 'missing.pth')
@@ -188,3 +220,13 @@ def test_option_file_builds_and_runs_one_iteration(path, tmp_path, rendered_sets
         model.feed_data(small_batch(dataset, n=1))
         model.test()
         assert model.output.shape == (1, 3) + SMALL
+
+
+def test_missing_validation_metric_weights_fail_before_training(tmp_path, rendered_sets, monkeypatch):
+    """train_TOLA.yml selects checkpoints by LPIPS-Alex: without its weight file the run stops at start, naming
+    the file, instead of at the first validation thousands of iterations in."""
+    opt = train_opt(tmp_path, rendered_sets)
+    opt['val']['metrics']['lpips'] = {'type': 'calculate_tola_lpips', 'better': 'lower'}
+    monkeypatch.setenv('TORCH_HOME', str(tmp_path / 'empty_torch_home'))
+    with pytest.raises(FileNotFoundError, match='alexnet-owt-7be5be79.pth'):
+        build_model(opt)

@@ -6,6 +6,8 @@ import pytest
 import torch
 import yaml
 
+from tola_plugin.metrics.tola_iqa_metric import WEIGHTED_METRICS
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY_BACKBONE = os.path.join(REPO, 'tests', 'data', 'tola', 'tiny_backbone.yml')
 
@@ -61,6 +63,11 @@ def tiny_options(opt, rendered, tmp_dir):
                        log=str(tmp_dir), visualization=str(tmp_dir), results_root=str(tmp_dir))
     if 'train' in opt and opt['train'].get('perceptual_opt'):
         opt['train']['perceptual_opt']['pretrained_backbone'] = False
+    # No ImageNet weights in the test environment: drop the validation metrics that need them (their
+    # weight handling is tested in tests/test_eval_image_metrics.py and test_tola_model.py).
+    metrics = opt.get('val', {}).get('metrics') or {}
+    for name in [n for n, m in metrics.items() if m.get('type') in WEIGHTED_METRICS]:
+        del metrics[name]
     return opt
 
 

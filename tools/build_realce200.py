@@ -23,11 +23,10 @@ import argparse
 import os
 import re
 
-import cv2
 import numpy as np
 
 from tola_plugin.utils.cli_errors import run_tool
-from tola_plugin.data.image_checks import canvas_gray, dhash, hamming, image_stats, sha256_file
+from tola_plugin.data.image_checks import hamming, image_stats, sha256_file, write_png, write_tsv
 from tola_plugin.data.text_labels import ocr_text
 from tola_plugin.data.text_line_source import canvas_rgb8, read_image_file
 from tola_plugin.text.alphabets import transocr_classes
@@ -130,7 +129,7 @@ def collect_candidates(args):
             lr_stats, ref_stats = image_stats(lr_crop), image_stats(ref_crop)
             row.update(lr_gray_std=lr_stats['gray_std'], ref_gray_std=ref_stats['gray_std'],
                        lr_laplacian_var=lr_stats['laplacian_var'], ref_laplacian_var=ref_stats['laplacian_var'],
-                       ref_dhash=dhash(canvas_gray(ref_crop)))
+                       ref_dhash=ref_stats['dhash'])
             if ref_stats['laplacian_var'] < args.min_ref_sharpness:
                 row['reason'] = 'sharpness'
                 continue
@@ -156,29 +155,6 @@ def deduplicate(rows, distance: int):
             continue
         seen_text[key] = f'{row["source"]}#{row["line"]}'
         kept_hashes.append((row['ref_dhash'], f'{row["source"]}#{row["line"]}'))
-
-
-def write_png(path: str, rgb8: np.ndarray):
-    ok, buf = cv2.imencode('.png', cv2.cvtColor(rgb8, cv2.COLOR_RGB2BGR))
-    if not ok:
-        raise RuntimeError(f'PNG encoding failed for {path}')
-    with open(path, 'wb') as f:
-        f.write(buf.tobytes())
-
-
-def _tsv(path, header, rows):
-    with open(path, 'w', encoding='utf-8') as f:
-        f.write('\t'.join(header) + '\n')
-        for row in rows:
-            f.write('\t'.join(_fmt(row.get(k, '')) for k in header) + '\n')
-
-
-def _fmt(v):
-    if isinstance(v, float):
-        return f'{v:.6f}'
-    if isinstance(v, (int, np.integer)) and not isinstance(v, bool):
-        return str(int(v))
-    return str(v)
 
 
 def main(argv=None) -> int:
@@ -215,13 +191,13 @@ def main(argv=None) -> int:
         if 'ref_dhash' in r:
             r['ref_dhash'] = f'{r["ref_dhash"]:016x}'
     stats = ['lr_gray_std', 'ref_gray_std', 'lr_laplacian_var', 'ref_laplacian_var', 'ref_dhash']
-    _tsv(os.path.join(args.out, 'manifest.tsv'),
-         ['id', 'file', 'transcription', 'source', 'line', 'lr_source', 'ref_source', 'x0', 'y0', 'x1', 'y1'] + stats +
-         ['sha256_lr', 'sha256_hr'],
-         [dict(r, lr_source=f'{args.split}/{args.lr_focal}/{r["source"]}',
-               ref_source=f'{args.split}/{args.ref_focal}/{r["source"]}') for r in records])
-    _tsv(os.path.join(args.out, 'candidates.tsv'),
-         ['source', 'line', 'transcription', 'status', 'reason', 'x0', 'y0', 'x1', 'y1'] + stats, rows)
+    write_tsv(os.path.join(args.out, 'manifest.tsv'),
+              ['id', 'file', 'transcription', 'source', 'line', 'lr_source', 'ref_source', 'x0', 'y0', 'x1', 'y1'] +
+              stats + ['sha256_lr', 'sha256_hr'],
+              [dict(r, lr_source=f'{args.split}/{args.lr_focal}/{r["source"]}',
+                    ref_source=f'{args.split}/{args.ref_focal}/{r["source"]}') for r in records])
+    write_tsv(os.path.join(args.out, 'candidates.tsv'),
+              ['source', 'line', 'transcription', 'status', 'reason', 'x0', 'y0', 'x1', 'y1'] + stats, rows)
     print(f'{len(rows)} annotations, {len(pool)} candidates after filters, wrote {len(records)} pairs to {args.out}')
     return 0
 

@@ -10,8 +10,8 @@ Paired bootstrap: 5,000 filename-paired resamples (seeded); exact McNemar test f
 import argparse
 import json
 import os
-import sys
 
+from tola_plugin.utils.cli_errors import run_tool
 from tola_plugin.evaluation import records as R
 from tola_plugin.evaluation.diagnostics import diagnose, diagnostics_markdown
 from tola_plugin.evaluation.recognizers import PREFIX
@@ -79,4 +79,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    run_tool(main)

@@ -9,8 +9,8 @@ Writes <out>/per_image/<method>.csv, <out>/summary.json and <out>/summary.md. Se
 """
 import argparse
 import os
-import sys
 
+from tola_plugin.utils.cli_errors import run_tool
 from tola_plugin.evaluation.image_metrics import DEFAULT_COLOR_SPACE, LUMA_COLOR_SPACES
 from tola_plugin.evaluation.runner import ALL_METRICS, evaluate_methods
 
@@ -56,15 +56,14 @@ def main(argv=None) -> int:
     if len(methods) != len(args.method):
         raise SystemExit('error: two --method entries have the same name')
     metrics = [m.strip() for m in args.metrics.split(',') if m.strip()] if args.metrics else None
-    summary = evaluate_methods(methods, args.out, reference_dir=args.reference, labels_path=args.labels,
-                               metrics=metrics, device=args.device, color_space=args.color_space, lower=args.lower,
-                               transocr_checkpoint=args.transocr_checkpoint,
-                               transocr_preprocess=args.transocr_preprocess, batch_size=args.batch_size,
-                               num_workers=args.num_workers, progress=not args.no_progress)
+    evaluate_methods(methods, args.out, reference_dir=args.reference, labels_path=args.labels, metrics=metrics,
+                     device=args.device, color_space=args.color_space, lower=args.lower,
+                     transocr_checkpoint=args.transocr_checkpoint, transocr_preprocess=args.transocr_preprocess,
+                     batch_size=args.batch_size, num_workers=args.num_workers, progress=not args.no_progress)
     with open(os.path.join(args.out, 'summary.md'), encoding='utf-8') as f:
         print(f.read(), end='')
-    return 0 if summary else 1
+    return 0
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    run_tool(main)

@@ -9,11 +9,11 @@ Example:
 """
 import argparse
 import os
+import shutil
 
 from tola_plugin.utils.cli_errors import run_tool
-from tola_plugin.data.fudanvi_lmdb import write_fudanvi_lmdb
+from tola_plugin.data.fudanvi_lmdb import decode_image, write_fudanvi_lmdb
 from tola_plugin.data.text_labels import read_labels_tsv
-from tola_plugin.data.fudanvi_lmdb import decode_image
 
 
 def parse_args(argv=None):
@@ -43,7 +43,18 @@ def main(argv=None) -> int:
     rows = read_labels_tsv(args.labels)
     if os.path.exists(os.path.join(args.out, 'data.mdb')):
         raise SystemExit(f'error: {args.out} already holds an LMDB; remove it or choose another --out')
-    count = write_fudanvi_lmdb(args.out, iter_samples(args.images, rows), map_size=args.map_size)
+    created = not os.path.exists(args.out)
+    try:
+        count = write_fudanvi_lmdb(args.out, iter_samples(args.images, rows), map_size=args.map_size)
+    except BaseException:
+        # The aborted transaction leaves an empty data.mdb behind, which would make the rerun refuse --out.
+        if created:
+            shutil.rmtree(args.out, ignore_errors=True)
+        else:
+            for name in ('data.mdb', 'lock.mdb'):
+                if os.path.exists(os.path.join(args.out, name)):
+                    os.remove(os.path.join(args.out, name))
+        raise
     with open(os.path.join(args.out, 'filenames.tsv'), 'w', encoding='utf-8') as f:
         f.write('index\tfilename\n')
         for i, (name, _) in enumerate(rows, start=1):

@@ -21,81 +21,81 @@ TRAIN_BASE = os.path.join(REPO, 'options', 'train', 'train_TOLA.yml')
 TEST_BASE = os.path.join(REPO, 'options', 'test', 'test_TOLA.yml')
 OUT_DIR = os.path.join(REPO, 'options', 'ablations')
 FULL_CHECKPOINT = 'experiments/TOLA_CTR/models/net_g_latest.pth'
-SELECTION = ('Select the checkpoint by validation LPIPS, as the paper (Table S5/S6 captions); evaluate with '
+SELECTION = ('Select the checkpoint by validation {metric} as the paper does (Table S9 caption); evaluate with '
              'the matching test_ file.')
 
 REMOVE = object()  # override value that deletes the key (e.g. a loss block)
 
 # name: (paper table / row, network_g overrides, train overrides, comment)
 TRAINED = {
-    'full': ('Table 3 "Full"; reference row of Tables S5/S6', {}, {},
+    'full': ('Table 4 "Full"; reference row of Tables S8/S9', {}, {},
              'Identical to options/train/train_TOLA.yml.'),
-    'lrc_only': ('Table 3 "LRC only"', {'idm_lora': False, 'vae_lora': False}, {},
+    'lrc_only': ('Table 4 "LRC only"', {'idm_lora': False, 'vae_lora': False}, {},
                  'Default LRC trained; IDM and VAE stay frozen (no LoRA).'),
-    'lora_only': ('Table 3 "LoRA only"', {'lrc': None}, {},
+    'lora_only': ('Table 4 "LoRA only"', {'lrc': None}, {},
                   'Rank-4 IDM + VAE-encoder LoRA, no correction branch: z0corr = z0.'),
-    'plain_residual': ('Table 3 "Plain residual correction"',
+    'plain_residual': ('Table 4 "Plain residual correction"',
                        {'lrc': {'type': 'PlainResidualCorrection', 'num_feat': 30, 'num_block': 11}}, {},
                        'Parameter-matched plain branch (180,093 parameters) instead of the RRDB LRC.'),
-    'no_mom': ('Table 3 "No MoM"', {'text_prior': 'none'}, {},
+    'no_mom': ('Table 4 "No MoM"', {'text_prior': 'none'}, {},
                'Choice: with the TransOCR-MoM branch removed (training and inference), the IDM cross-attention '
                'gets an all-zero (B, 24, 160) context.'),
-    'direct_tokens': ('Table 3 "Direct token condition"', {'context_route': 'direct'}, {},
+    'direct_tokens': ('Table 4 "Direct token condition"', {'context_route': 'direct'}, {},
                       'Choice: the context is the MoM text encoder\'s own 160-d token embeddings of the predicted '
                       'tokens, scaled by the confidences, without its position embedding and layers.'),
-    'idm_lora_only': ('Table 3 "IDM LoRA only"', {'vae_lora': False}, {},
+    'idm_lora_only': ('Table 4 "IDM LoRA only"', {'vae_lora': False}, {},
                       'VAE-encoder LoRA omitted; IDM LoRA and the default LRC remain.'),
-    'vae_lora_only': ('Table 3 "VAE LoRA only"', {'idm_lora': False}, {},
+    'vae_lora_only': ('Table 4 "VAE LoRA only"', {'idm_lora': False}, {},
                       'IDM LoRA omitted; VAE-encoder LoRA and the default LRC remain.'),
-    'rank2': ('Tables S5/S6 "Rank 2"; Table S7 LoRA (r, alpha) = (2, 2)', {'lora_rank': 2, 'lora_alpha': 2}, {}, ''),
-    'rank4': ('Tables S5/S6 "Full" (rank 4); Table S7 (4, 4)', {'lora_rank': 4, 'lora_alpha': 4}, {},
+    'rank2': ('Tables S8/S9 "Rank 2"; Table S5 LoRA (r, alpha) = (2, 2)', {'lora_rank': 2, 'lora_alpha': 2}, {}, ''),
+    'rank4': ('Tables S8/S9 "Full" (rank 4); Table S5 (4, 4)', {'lora_rank': 4, 'lora_alpha': 4}, {},
               'Identical to Full (kept so that every examined value has a file).'),
-    'rank8': ('Tables S5/S6 "Rank 8"; Table S7 (8, 8)', {'lora_rank': 8, 'lora_alpha': 8}, {}, ''),
-    'lrc_small': ('Tables S5/S6 "LRC Small"; LRC (h, g, n) = (16, 8, 1), 45,235 parameters',
+    'rank8': ('Tables S8/S9 "Rank 8"; Table S5 (8, 8)', {'lora_rank': 8, 'lora_alpha': 8}, {}, ''),
+    'lrc_small': ('Tables S8/S9 "LRC Small"; LRC (h, g, n) = (16, 8, 1), 45,235 parameters',
                   {'lrc': {'type': 'LatentResidualCorrection', 'num_feat': 16, 'num_grow_ch': 8, 'num_block': 1}},
                   {}, ''),
-    'lrc_default': ('Tables S5/S6 "Full"; LRC (32, 16, 1), 180,323 parameters',
+    'lrc_default': ('Tables S8/S9 "Full"; LRC (32, 16, 1), 180,323 parameters',
                     {'lrc': {'type': 'LatentResidualCorrection', 'num_feat': 32, 'num_grow_ch': 16, 'num_block': 1}},
                     {}, 'Identical to Full.'),
-    'lrc_large': ('Tables S5/S6 "LRC Large"; LRC (32, 16, 2), 360,323 parameters',
+    'lrc_large': ('Tables S8/S9 "LRC Large"; LRC (32, 16, 2), 360,323 parameters',
                   {'lrc': {'type': 'LatentResidualCorrection', 'num_feat': 32, 'num_grow_ch': 16, 'num_block': 2}},
                   {}, ''),
-    'no_l1': ('Tables S5/S6 "No l1"', {}, {'pixel_opt': REMOVE}, 'Objective LPIPS-VGG + 0.02 OCR CE.'),
-    'no_lpips': ('Tables S5/S6 "No LPIPS"', {}, {'perceptual_opt': REMOVE},
-                 'Objective L1 + 0.02 OCR CE. The paper selects this checkpoint by validation PSNR (not LPIPS).'),
-    'ocr_w0': ('Tables S5/S6 "OCR wt. 0"', {}, {'ocr_opt': {'type': 'OCRCELoss', 'loss_weight': 0.0}},
+    'no_l1': ('Tables S8/S9 "No l1"', {}, {'pixel_opt': REMOVE}, 'Objective LPIPS-VGG + 0.02 OCR CE.'),
+    'no_lpips': ('Tables S8/S9 "No LPIPS"', {}, {'perceptual_opt': REMOVE},
+                 'Objective L1 + 0.02 OCR CE.'),
+    'ocr_w0': ('Tables S8/S9 "OCR wt. 0"', {}, {'ocr_opt': {'type': 'OCRCELoss', 'loss_weight': 0.0}},
                'OCR weight 0: the OCR loss is not computed.'),
-    'ocr_w002': ('Tables S5/S6 "Full" (OCR weight 0.02)', {}, {'ocr_opt': {'type': 'OCRCELoss', 'loss_weight': 0.02}},
+    'ocr_w002': ('Tables S8/S9 "Full" (OCR weight 0.02)', {}, {'ocr_opt': {'type': 'OCRCELoss', 'loss_weight': 0.02}},
                  'Identical to Full.'),
-    'ocr_w005': ('Tables S5/S6 "OCR wt. .05"', {}, {'ocr_opt': {'type': 'OCRCELoss', 'loss_weight': 0.05}}, ''),
-    'train_t899': ('Tables S5/S6 "Train t=899"', {'timestep': 899}, {},
+    'ocr_w005': ('Tables S8/S9 "OCR wt. .05"', {}, {'ocr_opt': {'type': 'OCRCELoss', 'loss_weight': 0.05}}, ''),
+    'train_t899': ('Tables S8/S9 "Train t=899"', {'timestep': 899}, {},
                    'Choice: the checkpoint trained at t=899 is also evaluated at t=899 (the paper does not say).'),
-    'train_t949': ('Tables S5/S6 "Train t=949"', {'timestep': 949}, {},
+    'train_t949': ('Tables S8/S9 "Train t=949"', {'timestep': 949}, {},
                    'Choice: the checkpoint trained at t=949 is also evaluated at t=949 (the paper does not say).'),
-    'train_t999': ('Tables S5/S6 "Full" (train t=999)', {'timestep': 999}, {}, 'Identical to Full.'),
+    'train_t999': ('Tables S8/S9 "Full" (train t=999)', {'timestep': 999}, {}, 'Identical to Full.'),
 }
 
 # name: (paper table / row, network_g overrides, checkpoint (None = none), comment)
 CONTROLS = {
-    'frozen_one_step': ('Table 3 "Frozen one-step"', {'idm_lora': False, 'vae_lora': False, 'lrc': None}, None,
+    'frozen_one_step': ('Table 4 "Frozen one-step"', {'idm_lora': False, 'vae_lora': False, 'lrc': None}, None,
                         'The frozen DiffTSR pathway run once through Algorithm 1: no LoRA, no LRC, nothing trained.'),
-    'null_context': ('Table 3 "Null context" (fixed-checkpoint control)', {'text_prior': 'null'}, FULL_CHECKPOINT,
+    'null_context': ('Table 4 "Null context" (fixed-checkpoint control)', {'text_prior': 'null'}, FULL_CHECKPOINT,
                      'Choice: the null text is the empty prediction, i.e. all 24 tokens are the pad 6735 with zero '
                      'confidence, passed through the MoM text encoder.'),
-    'uniform_confidence': ('Table 3 "Uniform confidence" (fixed-checkpoint control)', {'confidence': 'uniform'},
+    'uniform_confidence': ('Table 4 "Uniform confidence" (fixed-checkpoint control)', {'confidence': 'uniform'},
                            FULL_CHECKPOINT, 'Choice: unit confidence everywhere, pads included, i.e. DiffTSR\'s '
                            'unweighted token embeddings.'),
-    'gt_prior': ('Table 3 "GT prior (oracle)" (fixed-checkpoint control)', {'text_prior': 'gt'}, FULL_CHECKPOINT,
+    'gt_prior': ('Table 4 "GT prior (oracle)" (fixed-checkpoint control)', {'text_prior': 'gt'}, FULL_CHECKPOINT,
                  'Choice: ground-truth IDM tokens (the dataset\'s idm_tokens) with confidence 1 on characters and 0 '
                  'on pads (the alignment rule of predicted priors applied to a certain prior).'),
-    'vae_lora_off': ('Table S6 "VAE LoRA off" (fixed-checkpoint control)', {'vae_lora_active': False},
+    'vae_lora_off': ('Table S11 "VAE LoRA off" (fixed-checkpoint control)', {'vae_lora_active': False},
                      FULL_CHECKPOINT, 'All VAE-encoder LoRA (quant_conv included) disabled at inference; IDM LoRA '
                      'and LRC retained.'),
-    'infer_t899': ('Table S6 "Inference t=899" (fixed-checkpoint control)', {'timestep': 899}, FULL_CHECKPOINT, ''),
-    'infer_t949': ('Table S6 "Inference t=949" (fixed-checkpoint control)', {'timestep': 949}, FULL_CHECKPOINT, ''),
-    'infer_t999': ('Table S6 "Inference t=999" (fixed-checkpoint control)', {'timestep': 999}, FULL_CHECKPOINT,
+    'infer_t899': ('Table S11 "Inference t=899" (fixed-checkpoint control)', {'timestep': 899}, FULL_CHECKPOINT, ''),
+    'infer_t949': ('Table S11 "Inference t=949" (fixed-checkpoint control)', {'timestep': 949}, FULL_CHECKPOINT, ''),
+    'infer_t999': ('Table S11 "Inference t=999" (fixed-checkpoint control)', {'timestep': 999}, FULL_CHECKPOINT,
                    'Identical to options/test/test_TOLA.yml.'),
-    'eps_zero': ('Table S6 "eps = 0" (fixed-checkpoint control)', {'noise': 'zero'}, FULL_CHECKPOINT,
+    'eps_zero': ('Table S11 "eps = 0" (fixed-checkpoint control)', {'noise': 'zero'}, FULL_CHECKPOINT,
                  'z_t = sqrt(abar) z_LR: no noise is drawn.'),
 }
 
@@ -136,7 +136,8 @@ def build_files():
         opt['name'] = f'TOLA_abl_{name}'
         _apply(opt['network_g'], net)
         _apply(opt['train'], train)
-        files[f'train_{name}.yml'] = _dump(_header('trained variant', name, row, comment, SELECTION), opt)
+        selection = SELECTION.format(metric='PSNR' if train.get('perceptual_opt') is REMOVE else 'LPIPS')
+        files[f'train_{name}.yml'] = _dump(_header('trained variant', name, row, comment, selection), opt)
         test = copy.deepcopy(test_base)
         test['name'] = f'TOLA_abl_{name}_test'
         test['network_g'] = copy.deepcopy(opt['network_g'])

@@ -14,8 +14,8 @@ r"""Draw the paper's result figures (PNG + PDF).
 import argparse
 import csv
 import json
-import sys
 
+from tola_plugin.utils.cli_errors import run_tool
 from tola_plugin.evaluation import plots
 from tola_plugin.evaluation.records import read_labels
 
@@ -85,4 +85,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    run_tool(main)

@@ -23,11 +23,9 @@ import argparse
 import csv
 import os
 
-import cv2
-
 from tola_plugin.utils.cli_errors import run_tool
 from tola_plugin.data.image_checks import (RT50_LABEL_LENGTHS, RT50_THRESHOLDS, failed_quality_rules, hamming,
-                                           image_stats, label_category, sha256_file)
+                                           image_stats, label_category, sha256_file, write_png, write_tsv)
 from tola_plugin.data.text_line_source import canvas_rgb8, read_image_file
 from tola_plugin.text.normalize import normalize_text
 
@@ -141,14 +139,6 @@ def select(admitted, composition: dict, difficulty: dict, use_difficulty: bool):
     return chosen
 
 
-def _write_tsv(path, header, rows):
-    with open(path, 'w', encoding='utf-8') as f:
-        f.write('\t'.join(header) + '\n')
-        for r in rows:
-            cells = (f'{r[k]:.6f}' if isinstance(r.get(k), float) else str(r.get(k, '')) for k in header)
-            f.write('\t'.join(cells) + '\n')
-
-
 def main(argv=None) -> int:
     args = parse_args(argv)
     if not os.path.isdir(args.images):
@@ -160,9 +150,9 @@ def main(argv=None) -> int:
     admitted = screen(rows, args.images, args)
     os.makedirs(args.out, exist_ok=True)
     extra = [c for c in ('source', 'difficulty') if c in rows[0]]
-    _write_tsv(os.path.join(args.out, 'screening.tsv'),
-               ['filename', 'label', 'category'] + extra + STAT_KEYS + ['dhash', 'sha256_source', 'status', 'reasons'],
-               rows)
+    write_tsv(os.path.join(args.out, 'screening.tsv'),
+              ['filename', 'label', 'category'] + extra + STAT_KEYS + ['dhash', 'sha256_source', 'status', 'reasons'],
+              rows)
     print(f'{len(rows)} candidates, {len(admitted)} admitted')
     if args.screen_only:
         return 0
@@ -173,17 +163,13 @@ def main(argv=None) -> int:
         row['id'] = f'RT{n:0{width}d}'
         row['file'] = row['id'] + '.png'
         out_path = os.path.join(args.out, 'images', row['file'])
-        ok, buf = cv2.imencode('.png', cv2.cvtColor(canvas_rgb8(row.pop('_image')), cv2.COLOR_RGB2BGR))
-        if not ok:
-            raise RuntimeError(f'PNG encoding failed for {out_path}')
-        with open(out_path, 'wb') as f:
-            f.write(buf.tobytes())
+        write_png(out_path, canvas_rgb8(row.pop('_image')))
         row['sha256'] = sha256_file(out_path)
     with open(os.path.join(args.out, 'labels.tsv'), 'w', encoding='utf-8') as f:
         f.writelines(f'{r["file"]}\t{r["label"]}\n' for r in chosen)
-    _write_tsv(os.path.join(args.out, 'manifest.tsv'),
-               ['id', 'file', 'label', 'category', 'difficulty', 'source', 'filename'] + STAT_KEYS +
-               ['dhash', 'sha256_source', 'sha256'], chosen)
+    write_tsv(os.path.join(args.out, 'manifest.tsv'),
+              ['id', 'file', 'label', 'category', 'difficulty', 'source', 'filename'] + STAT_KEYS +
+              ['dhash', 'sha256_source', 'sha256'], chosen)
     print(f'wrote {len(chosen)} images to {os.path.join(args.out, "images")}')
     return 0
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from tola_plugin.utils.cli_errors import run_tool
 from tola_plugin.data.fudanvi_lmdb import FudanVILmdbReader
+from tola_plugin.data.text_labels import read_index_list
 
 
 def parse_args(argv=None):
@@ -54,13 +55,9 @@ def split_indices(indices, val_fraction=0.02, method='random', seed=0):
 
 
 def read_indices(path):
-    with open(path, encoding='utf-8') as f:
-        try:
-            values = [int(line) for line in f if line.strip()]
-        except ValueError as err:
-            raise SystemExit(f'error: {path}: {err}')
+    values = read_index_list(path)
     if len(set(values)) != len(values):
-        raise SystemExit(f'error: {path} repeats indices')
+        raise ValueError(f'{path} repeats indices')
     return values
 
 

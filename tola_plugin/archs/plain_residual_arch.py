@@ -1,4 +1,4 @@
-"""Parameter-matched plain correction branch: the paper's control for the LRC (Table 3, "Plain residual
+"""Parameter-matched plain correction branch: the paper's control for the LRC (Table 4, "Plain residual
 correction"; supplementary "Latent Residual Correction").
 
 6→30 1×1 projection, 11 two-convolution 3×3 residual blocks (LeakyReLU 0.2, residual scaling 0.2),

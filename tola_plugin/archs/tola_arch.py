@@ -9,9 +9,10 @@ Every paper variant/control is a constructor switch (see docs/tola.md for the ta
 import inspect
 import json
 import zlib
-from typing import Dict, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import torch
+from diffusers.utils.torch_utils import randn_tensor
 from peft import PeftModel
 from torch import nn
 
@@ -75,9 +76,10 @@ class TOLANet(nn.Module):
         random_seed: seed of the 'random' backbone (0), drawn from its own RNG stream so that training and
             testing rebuild the very same random backbone whatever the global RNG state.
     Algorithm 1 switches (paper default first):
-        timestep: fixed zero-indexed q-sample / IDM timestep t (999; Table S4/S6 use 899, 949).
+        timestep: fixed zero-indexed q-sample / IDM timestep t (999; 899 and 949 are trained in Tables S8/S9 and
+            used at inference in Table S11).
         latent: 'mode' (posterior mean of the VAE encoder) or 'sample' (the official DiffTSR inference).
-        noise: 'gaussian' (one ε ~ N(0, I) per input) or 'zero' (the ε = 0 control, Table S6).
+        noise: 'gaussian' (one ε ~ N(0, I) per input) or 'zero' (the ε = 0 control, Table S11).
         text_prior: 'predicted' (TransOCR on the LR input), 'gt' (oracle: ground-truth tokens),
             'null' (empty text: all pads, MoM retained) or 'none' (No MoM: the TransOCR-MoM branch is removed
             and the IDM gets an all-zero context).
@@ -148,7 +150,7 @@ class TOLANet(nn.Module):
                     TransOCR(**dict(transocr_config or {})))
 
     def set_timestep(self, timestep: int) -> None:
-        """Fix the q-sample / IDM timestep t and its schedule constants (an inference switch, e.g. Table S6)."""
+        """Fix the q-sample / IDM timestep t and its schedule constants (an inference switch, e.g. Table S11)."""
         self.timestep = int(timestep)
         self.sqrt_alpha_bar, self.sqrt_one_minus_alpha_bar = schedule_constants(self.timestep)
 
@@ -248,28 +250,28 @@ class TOLANet(nn.Module):
             return embeddings if confidences is None else embeddings * confidences.unsqueeze(-1)
 
     def sample_posterior(self, posterior, noise_seeds: Optional[Sequence[int]] = None) -> torch.Tensor:
-        """mean + std·n (the official DiffTSR's posterior sample); n comes from its own per-image stream (ε's seed
-        + POSTERIOR_SEED_OFFSET), so ε is the same draw with either latent mode."""
-        seeds = None if noise_seeds is None else [(int(s) + POSTERIOR_SEED_OFFSET) % 2 ** 63 for s in noise_seeds]
-        return posterior.mean + posterior.std * self.standard_normal(posterior.mean, seeds)
+        """mean + std·n (the official DiffTSR's posterior sample, diffusers' ``sample``); n comes from its own
+        per-image stream (ε's seed + POSTERIOR_SEED_OFFSET), so ε is the same draw with either latent mode."""
+        return posterior.sample(generator=self.generators(noise_seeds, posterior.mean.shape[0],
+                                                          offset=POSTERIOR_SEED_OFFSET))
 
     def draw_noise(self, z_lr: torch.Tensor, noise_seeds: Optional[Sequence[int]] = None) -> torch.Tensor:
-        """ε with the shape of z_LR: zeros for noise 'zero', else ``standard_normal``."""
+        """ε ~ N(0, I) with the shape of z_LR (zeros for noise 'zero'), drawn per image from ``generators``."""
         if self.noise == 'zero':
             return torch.zeros_like(z_lr)
-        return self.standard_normal(z_lr, noise_seeds)
+        return randn_tensor(z_lr.shape, generator=self.generators(noise_seeds, z_lr.shape[0]), device=z_lr.device,
+                            dtype=z_lr.dtype)
 
     @staticmethod
-    def standard_normal(like: torch.Tensor, seeds: Optional[Sequence[int]] = None) -> torch.Tensor:
-        """N(0, I) shaped like ``like``: image i from ``torch.Generator().manual_seed(seeds[i])`` on the CPU (the
-        draw does not depend on the device or the batch), or from the global RNG when ``seeds`` is None."""
+    def generators(seeds: Optional[Sequence[int]], batch: int, offset: int = 0) -> Optional[List[torch.Generator]]:
+        """One CPU ``torch.Generator`` per image, seeded with ``seeds[i] + offset``, for diffusers' ``randn_tensor``
+        (which then draws image i from generator i on the CPU: the draw depends neither on the device nor on the
+        batch), or None (the global RNG) when ``seeds`` is None."""
         if seeds is None:
-            return torch.randn_like(like)
-        if len(seeds) != like.shape[0]:
-            raise ValueError(f'TOLANet: got {len(seeds)} noise seeds for a batch of {like.shape[0]}')
-        draws = [torch.randn(like.shape[1:], generator=torch.Generator().manual_seed(int(s)), dtype=like.dtype)
-                 for s in seeds]
-        return torch.stack(draws).to(like.device)
+            return None
+        if len(seeds) != batch:
+            raise ValueError(f'TOLANet: got {len(seeds)} noise seeds for a batch of {batch}')
+        return [torch.Generator().manual_seed((int(s) + offset) % 2 ** 63) for s in seeds]
 
     # ------------------------------------------------------------------------------ adaptation state
     def trainable_parameter_counts(self) -> Dict[str, int]:
@@ -325,7 +327,6 @@ class TOLANet(nn.Module):
                 self.vae = self.vae.unload()  # the "VAE LoRA off" control: the base encoder, unchanged
             else:
                 setattr(self, name, merge_lora(getattr(self, name)))
-
 
     # ----------------------------------------------------------------------------- merged export
     def merged_options(self) -> Dict:

@@ -1,5 +1,6 @@
 """Image statistics and admission rules for real text images (paper supp. "RT50 Construction",
-"RealCE-200 Construction"), shared by tools/screen_rt50.py and tools/build_realce200.py.
+"RealCE-200 Construction"), and the PNG/TSV writers of their outputs, shared by tools/screen_rt50.py and
+tools/build_realce200.py.
 
 Statistics are computed on the 8-bit gray image after "canonical resizing" to the 512x128 canvas
 (PIL bicubic, as the datasets do): mean and population std of gray levels, variance of the 3x3
@@ -64,6 +65,31 @@ def sha256_file(path: str) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b''):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def write_png(path: str, rgb8: np.ndarray) -> None:
+    """RGB uint8 (H,W,3) -> PNG file at ``path``."""
+    ok, buf = cv2.imencode('.png', cv2.cvtColor(rgb8, cv2.COLOR_RGB2BGR))
+    if not ok:
+        raise RuntimeError(f'PNG encoding failed for {path}')
+    with open(path, 'wb') as f:
+        f.write(buf.tobytes())
+
+
+def _cell(value) -> str:
+    if isinstance(value, float):
+        return f'{value:.6f}'
+    if isinstance(value, np.integer):
+        return str(int(value))
+    return str(value)
+
+
+def write_tsv(path: str, header: List[str], rows: List[dict]) -> None:
+    """UTF-8 TSV with ``header``; one line per row dict (absent keys empty, floats with 6 decimals)."""
+    with open(path, 'w', encoding='utf-8') as f:
+        f.write('\t'.join(header) + '\n')
+        for row in rows:
+            f.write('\t'.join(_cell(row.get(k, '')) for k in header) + '\n')
 
 
 def image_stats(img_bgr: np.ndarray, canny=CANNY_THRESHOLDS) -> Dict[str, float]:

@@ -75,7 +75,7 @@ class TextDegradationDataset(data.Dataset):
         if opt.get('persistent_workers') and opt.get('num_worker_per_gpu', 0) > 0:
             raise ValueError('TextDegradationDataset needs persistent_workers: false, otherwise the workers '
                              'never see set_epoch and repeat the first epoch\'s degradations')
-        self.source, self.backend = build_line_source(opt, 'dataroot_gt')
+        self.source = build_line_source(opt, 'dataroot_gt')
         self.seed = int(opt.get('seed', 0))
         self.epoch = int(opt.get('epoch', 0))
         self.idm_text_norm = opt.get('idm_text_norm', 'lower')

@@ -6,7 +6,7 @@
   normalized as DiffTSR's training dataset does (train/dataset/DiffTSR_training_dataset.py):
   IDM text = ``label.lower()``; OCR text = ``strQ2B(label).lower()`` (its ``'$'`` end mark = our END).
 """
-from typing import Callable, List, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -51,8 +51,8 @@ def read_labels_tsv(path: str) -> List[Tuple[str, str]]:
     return rows
 
 
-def read_index_list(path: str, size: int) -> List[int]:
-    """0-based indices from ``path`` (one per line), each checked against ``size`` samples."""
+def read_index_list(path: str, size: Optional[int] = None) -> List[int]:
+    """0-based indices from ``path`` (one per line), each checked against ``size`` samples when given."""
     indices = []
     with open(path, encoding='utf-8') as f:
         for lineno, line in enumerate(f, start=1):
@@ -62,8 +62,9 @@ def read_index_list(path: str, size: int) -> List[int]:
                 index = int(line)
             except ValueError:
                 raise ValueError(f'{path}:{lineno}: expected a 0-based integer index, got {line.strip()!r}') from None
-            if not 0 <= index < size:
-                raise ValueError(f'{path}:{lineno}: index {index} outside [0, {size}) of the source')
+            if index < 0 or (size is not None and index >= size):
+                bound = f'[0, {size}) of the source' if size is not None else 'the non-negative integers'
+                raise ValueError(f'{path}:{lineno}: index {index} outside {bound}')
             indices.append(index)
     if not indices:
         raise ValueError(f'{path}: empty index list')

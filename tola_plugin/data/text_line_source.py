@@ -5,7 +5,7 @@ Every record has a ``key``: the LMDB image key (``image-000000001``) or the file
 turns into the saved image's name (``osp.splitext(osp.basename(key))[0]``).
 """
 import os
-from typing import Optional, Tuple
+from typing import Optional
 
 import cv2
 import numpy as np
@@ -15,6 +15,7 @@ from tola_plugin.data.fudanvi_lmdb import FudanVILmdbReader, decode_image, image
 from tola_plugin.data.text_labels import read_index_list, read_labels_tsv
 
 CANVAS_W, CANVAS_H = 512, 128
+IMAGE_EXTENSIONS = ('.png', '.jpg', '.jpeg', '.bmp', '.webp', '.tif', '.tiff')  # lower case
 
 
 def read_image_file(path: str) -> np.ndarray:
@@ -91,7 +92,7 @@ class FolderLineSource:
         return read_image_file(self.key(i))
 
 
-def build_line_source(opt: dict, root_key: str) -> Tuple[object, str]:
+def build_line_source(opt: dict, root_key: str) -> LmdbLineSource | FolderLineSource:
     """Line source for ``opt[root_key]`` per ``opt['io_backend']['type']`` ('lmdb' or 'disk')."""
     root = opt.get(root_key)
     if not root:
@@ -100,9 +101,9 @@ def build_line_source(opt: dict, root_key: str) -> Tuple[object, str]:
     if backend == 'lmdb':
         if opt.get('labels'):
             raise ValueError(f'io_backend lmdb reads labels from {root}; remove the "labels" option')
-        return LmdbLineSource(root, opt.get('index_list')), backend
+        return LmdbLineSource(root, opt.get('index_list'))
     if backend == 'disk':
         if not opt.get('labels'):
             raise KeyError('io_backend disk needs the "labels" option (TSV: filename<TAB>transcription)')
-        return FolderLineSource(root, opt['labels'], opt.get('index_list')), backend
+        return FolderLineSource(root, opt['labels'], opt.get('index_list'))
     raise ValueError(f'io_backend.type must be "lmdb" or "disk", got {backend!r}')

@@ -9,7 +9,7 @@ available as ``color_space='yiq'``. pyiqa's SSIM rounds Y to 8-bit levels (data 
 
 Inputs everywhere: float tensors (B,3,H,W), RGB, values in [0,1]; restored and reference of the same size.
 """
-from typing import Dict, Iterable, Optional, Sequence
+from typing import Dict, Iterable, Sequence
 
 import numpy as np
 import torch
@@ -19,7 +19,6 @@ from tola_plugin.evaluation import weights as W
 LUMA_COLOR_SPACES = ('ycbcr', 'yiq')
 DEFAULT_COLOR_SPACE = 'ycbcr'
 PAIRED_METRICS = ('psnr', 'ssim', 'lpips', 'dists')
-LOWER_IS_BETTER = {'lpips': True, 'dists': True, 'fid': True}
 
 
 def _check_color_space(color_space: str) -> str:
@@ -123,9 +122,3 @@ def images_to_tensor(images_rgb: Iterable[np.ndarray]) -> torch.Tensor:
             raise ValueError(f'expected HxWx3 uint8 images, got dtype {arr.dtype} shape {arr.shape}')
     batch = np.stack(arrays).astype(np.float64) / 255.0
     return torch.from_numpy(batch).permute(0, 3, 1, 2).contiguous()
-
-
-def luminance(rgb: torch.Tensor, color_space: Optional[str] = DEFAULT_COLOR_SPACE) -> torch.Tensor:
-    """(B,3,H,W) RGB [0,1] -> (B,1,H,W) luminance in [0,1] as used by PSNR (pyiqa ``to_y_channel``)."""
-    from pyiqa.utils.color_util import to_y_channel
-    return to_y_channel(rgb, 1.0, _check_color_space(color_space))

@@ -164,18 +164,9 @@ def comparison_grid(rows: Sequence[Tuple[str, Sequence[np.ndarray]]], out_stem: 
 
 def load_grid_rows(row_dirs: Sequence[Tuple[str, str]], samples: Sequence[str]) -> List[Tuple[str, List[np.ndarray]]]:
     """[(label, folder)] x sample file names -> rows of RGB images; a missing file is an error naming it."""
-    import cv2
-    rows = []
-    for label, folder in row_dirs:
-        imgs = []
-        for name in samples:
-            path = os.path.join(folder, name)
-            img = cv2.imread(path, cv2.IMREAD_COLOR)
-            if img is None:
-                raise FileNotFoundError(f'comparison grid row {label!r}: cannot read {path!r}')
-            imgs.append(img[:, :, ::-1])
-        rows.append((label, imgs))
-    return rows
+    from tola_plugin.data.text_line_source import read_image_file
+    return [(label, [read_image_file(os.path.join(folder, name))[:, :, ::-1] for name in samples])
+            for label, folder in row_dirs]
 
 
 def latency_points(latency: Mapping[str, float], summaries: Sequence[Mapping[str, Mapping[str, float]]],

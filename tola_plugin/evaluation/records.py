@@ -14,7 +14,9 @@ import math
 import os
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
-IMAGE_EXTENSIONS = ('.png', '.jpg', '.jpeg', '.bmp', '.tif', '.tiff', '.webp')
+from tola_plugin.data.text_labels import read_labels_tsv
+from tola_plugin.data.text_line_source import IMAGE_EXTENSIONS
+
 MAX_LISTED = 20  # names listed in a mismatch error
 
 PRIOR_COLUMNS = ('filename', 'prior_text', 'prior_confidence')
@@ -76,7 +78,6 @@ def match_filenames(sets: Mapping[str, Sequence[str]]) -> List[str]:
 def read_labels(path: str) -> Dict[str, str]:
     """Labels manifest -> {filename: transcription}; the project's one format and reader
     (``tola_plugin.data.text_labels.read_labels_tsv``: TSV filename<TAB>transcription, no header)."""
-    from tola_plugin.data.text_labels import read_labels_tsv
     return dict(read_labels_tsv(path))
 
 

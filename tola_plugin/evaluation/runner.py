@@ -8,9 +8,9 @@ import os
 import sys
 from typing import Dict, List, Mapping, Optional, Sequence
 
-import cv2
 import numpy as np
 
+from tola_plugin.data.text_line_source import read_image_file
 from tola_plugin.evaluation import records as R
 from tola_plugin.evaluation.image_metrics import DEFAULT_COLOR_SPACE, PAIRED_METRICS, PairedImageMetrics, \
     fid_between_dirs, images_to_tensor
@@ -18,14 +18,6 @@ from tola_plugin.evaluation.recognizers import PREFIX, RECOGNIZERS, build_recogn
 from tola_plugin.evaluation.text_metrics import ned, normalize
 
 ALL_METRICS = PAIRED_METRICS + ('fid', ) + RECOGNIZERS
-
-
-def read_bgr(path: str) -> np.ndarray:
-    """Image file -> HxWx3 uint8 BGR (alpha dropped, gray expanded). Unreadable file -> ValueError."""
-    img = cv2.imread(path, cv2.IMREAD_COLOR)
-    if img is None:
-        raise ValueError(f'cannot read image {path!r}')
-    return img
 
 
 def resolve_metrics(requested: Optional[Sequence[str]], has_reference: bool, has_labels: bool,
@@ -128,13 +120,13 @@ def score_folder(folder: str, names: Sequence[str], reference_dir: Optional[str]
     bar = tqdm(total=len(names), desc=desc, unit='img', disable=not progress, file=sys.stderr)
     for start in range(0, len(names), batch_size):
         batch = names[start:start + batch_size]
-        restored = [read_bgr(os.path.join(folder, n)) for n in batch]
+        restored = [read_image_file(os.path.join(folder, n)) for n in batch]
         batch_rows = [{'filename': n} for n in batch]
         if labels is not None:
             for row, n in zip(batch_rows, batch):
                 row['gt'] = labels[n]
         if image_metrics is not None:
-            reference = [read_bgr(os.path.join(reference_dir, n)) for n in batch]
+            reference = [read_image_file(os.path.join(reference_dir, n)) for n in batch]
             for n, x, y in zip(batch, restored, reference):
                 if x.shape != y.shape:
                     raise ValueError(f'{n}: restored image {x.shape[1]}x{x.shape[0]} and reference '

@@ -19,6 +19,18 @@ from tola_plugin import _compat  # noqa: F401  (before basicsr)
 from basicsr.utils.registry import METRIC_REGISTRY
 
 from tola_plugin.evaluation.image_metrics import DEFAULT_COLOR_SPACE, PairedImageMetrics, images_to_tensor
+from tola_plugin.evaluation.weights import require_metric_weights
+
+# Registered metric -> the pyiqa metric whose local weight files it needs.
+WEIGHTED_METRICS = {'calculate_tola_lpips': 'lpips', 'calculate_tola_dists': 'dists'}
+
+
+def require_validation_weights(val_opt: Optional[dict]) -> None:
+    """Check up front that every weight file the ``val.metrics`` of an option file need exists, so that a
+    training run fails at start rather than at its first validation thousands of iterations later."""
+    for metric_opt in ((val_opt or {}).get('metrics') or {}).values():
+        if metric_opt.get('type') in WEIGHTED_METRICS:
+            require_metric_weights(WEIGHTED_METRICS[metric_opt['type']])
 
 
 def _device(device: Optional[str]) -> str:

@@ -22,7 +22,8 @@ from basicsr.utils.dist_util import master_only
 from basicsr.utils.registry import MODEL_REGISTRY
 
 from tola_plugin.archs.tola_arch import image_noise_seed
-from tola_plugin.utils.checkpoint_io import require_file, safe_torch_load
+from tola_plugin.metrics.tola_iqa_metric import require_validation_weights
+from tola_plugin.utils.tola_loading import load_adaptation_checkpoint
 
 
 @MODEL_REGISTRY.register()
@@ -34,6 +35,7 @@ class TOLAModel(SRModel):
     # ------------------------------------------------------------------------------ training setup
     def init_training_settings(self):
         train_opt = self.opt['train']
+        require_validation_weights(self.opt.get('val'))
         if train_opt.get('ema_decay', 0) > 0:
             raise ValueError('TOLAModel: train.ema_decay must be 0: an EMA copy of TOLANet would duplicate the '
                              'frozen ~1B-parameter backbone (and the paper uses no EMA)')
@@ -175,12 +177,8 @@ class TOLAModel(SRModel):
         true: a partial adaptation state would silently leave adapters at their initial values)."""
         if not strict:
             raise ValueError('TOLAModel: strict_load_g: false is not supported for adaptation checkpoints')
-        require_file(load_path, 'TOLA adaptation checkpoint (path.pretrain_network_g)',
-                     'Train one with python -m tola_plugin.train or point the option at models/net_g_*.pth.')
-        checkpoint = safe_torch_load(load_path, 'TOLA adaptation checkpoint')
-        if param_key not in checkpoint:
-            raise KeyError(f'{load_path}: no {param_key!r} entry (found {sorted(checkpoint)})')
-        self.get_bare_model(net).load_adaptation_state_dict(checkpoint[param_key])
+        load_adaptation_checkpoint(self.get_bare_model(net), load_path, param_key,
+                                   what='TOLA adaptation checkpoint (path.pretrain_network_g)')
         get_root_logger().info(f'Loaded TOLA adaptation state from {load_path} [{param_key}]')
 
     @master_only

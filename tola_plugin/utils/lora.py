@@ -23,10 +23,6 @@ VAE_ENCODER_LORA_TARGETS = (r'(encoder\.(conv_in|conv_out'
                             r'|mid_block\.resnets\.\d+\.(conv1|conv2))'
                             r'|quant_conv)')
 
-# Paper Table S3 (rank 4, full-size DiffTSR modules).
-IDM_LORA_PARAMS_R4 = 2_027_520
-VAE_ENCODER_LORA_PARAMS_R4 = 250_548
-
 
 def lora_config(target_modules: str, rank: int = 4, alpha: Optional[float] = None) -> LoraConfig:
     """peft LoraConfig with TOLA's settings: rank r, alpha = r unless given (paper: (r, α) = (4, 4)), dropout 0."""
@@ -38,8 +34,9 @@ def lora_config(target_modules: str, rank: int = 4, alpha: Optional[float] = Non
 
 def add_lora(module: nn.Module, target_modules: str, rank: int = 4, alpha: Optional[float] = None) -> PeftModel:
     """Wrap ``module`` with peft LoRA adapters; freezes every base parameter. Raises if nothing matched."""
+    config = lora_config(target_modules, rank, alpha)  # outside the try: a bad rank is not "nothing matched"
     try:
-        return get_peft_model(module, lora_config(target_modules, rank, alpha))
+        return get_peft_model(module, config)
     except ValueError as err:  # peft: "Target modules ... not found in the base model"
         raise ValueError(f'LoRA: no module of {type(module).__name__} matches {target_modules!r}: {err}') from err
 

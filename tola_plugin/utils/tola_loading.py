@@ -1,4 +1,4 @@
-"""Build a trained TOLANet outside BasicSR's pipelines (export and inference tools)."""
+"""Load TOLA adaptation checkpoints, and build a trained TOLANet outside BasicSR's pipelines (tools)."""
 from typing import Optional
 
 import yaml
@@ -7,6 +7,17 @@ from tola_plugin import _compat  # noqa: F401  (before basicsr)
 from basicsr.archs import build_network
 
 from tola_plugin.utils.checkpoint_io import require_file, safe_torch_load
+
+
+def load_adaptation_checkpoint(net, path: str, param_key: str = 'params',
+                               what: str = 'TOLA adaptation checkpoint') -> None:
+    """Load ``{param_key: adaptation state}`` (``TOLAModel.save_network``'s file) into the TOLANet ``net``
+    (strict: a missing or unexpected LoRA/LRC key raises). ``what`` names the file (and its option) in errors."""
+    state = safe_torch_load(require_file(path, what, 'Train one with python -m tola_plugin.train or point the '
+                                                     'option at models/net_g_*.pth.'), what)
+    if param_key not in state:
+        raise KeyError(f'{path}: no {param_key!r} entry (found {sorted(state)})')
+    net.load_adaptation_state_dict(state[param_key])
 
 
 def build_tola_from_options(opt_path: str, checkpoint: Optional[str] = None):
@@ -21,13 +32,8 @@ def build_tola_from_options(opt_path: str, checkpoint: Optional[str] = None):
     path_opt = opt.get('path') or {}
     checkpoint = checkpoint or path_opt.get('pretrain_network_g')
     if checkpoint:
-        key = path_opt.get('param_key_g', 'params')
-        state = safe_torch_load(require_file(checkpoint, 'TOLA adaptation checkpoint',
-                                             'Train one with python -m tola_plugin.train.'),
-                                'TOLA adaptation checkpoint')
-        if key not in state:
-            raise KeyError(f'{checkpoint}: no {key!r} entry (found {sorted(state)})')
-        net.load_adaptation_state_dict(state[key])
+        load_adaptation_checkpoint(net, checkpoint, path_opt.get('param_key_g', 'params'),
+                                   what='TOLA adaptation checkpoint (path.pretrain_network_g or --checkpoint)')
     elif net.trainable_parameter_counts()['total']:
         raise ValueError(f'{opt_path}: no adaptation checkpoint (path.pretrain_network_g or --checkpoint) for a '
                          'network with LoRA/LRC')
