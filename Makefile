@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup demo demo-baseline test clean
+.PHONY: setup demo demo-baseline test test-isa clean
 
 setup: $(VENV)/.installed
 
@@ -17,6 +17,12 @@ demo-baseline: setup
 
 test: setup
 	$(PY) -m pytest -q tests
+
+# The tests marked `numerics` again with other CPU kernels forced: AVX2 (MKL and oneDNN too) and torch's generic
+# kernels. CI runs it after `make test` (docs/testing.md).
+test-isa: setup
+	ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 $(PY) -m pytest -m numerics tests
+	ATEN_CPU_CAPABILITY=default $(PY) -m pytest -m numerics tests
 
 clean:
 	rm -rf experiments results tb_logger demo_data

@@ -53,7 +53,9 @@ def tiny_official_state(meta) -> Dict[str, Dict[str, torch.Tensor]]:
     for i, comp in enumerate(('idm', 'vae', 'mom')):
         sd = fx.random_official_weights(meta['layout'][comp], fx.SEED + i)
         got, want = fx.checksum(sd), meta['checksums'][comp]
-        assert abs(got - want) <= 1e-9 * want, f'{comp}: regenerated weights drifted ({got} vs {want})'
+        # torch.randn's generic and vectorised kernels round Box-Muller differently: 6.6e-9 measured with the
+        # 'default' kernels, 0 with AVX2/AVX-512; another RNG stream would move the sum by ~1e-3
+        assert abs(got - want) <= 1e-7 * want, f'{comp}: regenerated weights drifted ({got} vs {want})'
         out[OFFICIAL_KEYS[comp]] = sd
     return out
 
@@ -61,11 +63,6 @@ def tiny_official_state(meta) -> Dict[str, Dict[str, torch.Tensor]]:
 def write_tiny_official_ckpt(path, meta) -> str:
     torch.save(tiny_official_state(meta), str(path))
     return str(path)
-
-
-def rel_err(ours: torch.Tensor, ref: torch.Tensor) -> float:
-    """max |ours - ref| / max |ref| (the hidden check's measure)."""
-    return float((ours.double() - ref.double()).abs().max() / ref.double().abs().max())
 
 
 def single_thread():

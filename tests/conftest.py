@@ -11,8 +11,29 @@ import yaml
 import tola_plugin  # noqa: F401  (registers everything before any test builds from options)
 from tola_plugin.utils.text_render import TextLineRenderer
 
+import numerics
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHARED = os.path.join(os.path.dirname(REPO), 'shared')
+
+
+def pytest_report_header(config):
+    """The CPU kernels in use, so a CI log shows which ISA the numerical tests ran with."""
+    import torch
+    forced = [f'{k}={os.environ[k]}' for k in ('ATEN_CPU_CAPABILITY', 'MKL_ENABLE_INSTRUCTIONS', 'ONEDNN_MAX_CPU_ISA')
+              if k in os.environ]
+    return f'torch {torch.__version__}, CPU kernels {torch.backends.cpu.get_cpu_capability()} {" ".join(forced)}'.strip()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    """Lets ``numerics.within`` refuse tolerance checks in tests that the forced-ISA CI runs would skip (set before
+    the test's fixtures, so module fixtures built for a marked test may check too)."""
+    numerics._ACTIVE['marked'] = item.get_closest_marker('numerics') is not None
+
+
+def pytest_runtest_teardown(item):
+    numerics._ACTIVE['marked'] = False
 
 
 def render_pairs(folder, num, seed, scale=4):

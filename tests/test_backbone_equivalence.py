@@ -1,5 +1,5 @@
 """Our modules, loaded through the real loader from official-layout weights, reproduce the OFFICIAL DiffTSR
-code's outputs (arrays in tests/data/backbone/, made by make_backbone_fixtures.py): rel. error <= 1e-5."""
+code's outputs (arrays in tests/data/backbone/, made by make_backbone_fixtures.py), within float32 rounding."""
 import pytest
 import torch
 
@@ -7,10 +7,15 @@ from tola_plugin.models.difftsr_model import difftsr_sample
 from tola_plugin.utils.difftsr_checkpoint import load_difftsr
 from tola_plugin.utils.diffusion_schedule import make_ldm_scheduler
 
-from backbone_testing import official_fixture, rel_err, single_thread, write_tiny_official_ckpt
+from backbone_testing import official_fixture, single_thread, write_tiny_official_ckpt
+from numerics import abs_err, rel_err, within
 
-TOL = 1e-5
+# Ours vs the official code on the same float32 inputs: the largest error measured over the AVX-512, AVX2 and
+# generic kernels (docs/testing.md) is 2.7e-6 (VAE decoder, AVX2), so 5e-5 keeps an 18x margin; a wrong layer is
+# >1e-2 off.
+TOL = 5e-5
 
+pytestmark = pytest.mark.numerics
 _one_thread = pytest.fixture(scope='module', autouse=True)(single_thread)
 
 
@@ -25,24 +30,24 @@ def setup(tmp_path_factory):
 def test_idm_matches_official(setup):
     nets, a, _ = setup
     eps = nets['idm'](a['idm.x'], a['idm.t'], a['idm.context'])
-    assert rel_err(eps, a['idm.eps']) <= TOL
+    within(rel_err(eps, a['idm.eps']), TOL, 'IDM eps')
 
 
 @torch.no_grad()
 def test_vae_matches_official(setup):
     nets, a, _ = setup
     dist = nets['vae'].encode(a['vae.image']).latent_dist
-    assert rel_err(dist.mean, a['vae.mean']) <= TOL
-    assert rel_err(dist.logvar, a['vae.logvar']) <= TOL
-    assert rel_err(nets['vae'].decode(a['vae.z']).sample, a['vae.decoded']) <= TOL
+    within(rel_err(dist.mean, a['vae.mean']), TOL, 'VAE posterior mean')
+    within(rel_err(dist.logvar, a['vae.logvar']), TOL, 'VAE posterior log-variance')
+    within(rel_err(nets['vae'].decode(a['vae.z']).sample, a['vae.decoded']), TOL, 'VAE decoder')
 
 
 @torch.no_grad()
 def test_mom_matches_official(setup):
     nets, a, _ = setup
     i_cond, c_cond = nets['mom'](a['mom.c_t'], a['mom.z_lr'], a['mom.z_t'], a['mom.t'])
-    assert rel_err(i_cond, a['mom.i_cond']) <= TOL
-    assert rel_err(c_cond, a['mom.c_cond']) <= TOL
+    within(rel_err(i_cond, a['mom.i_cond']), TOL, 'MoM I_cond')
+    within(rel_err(c_cond, a['mom.c_cond']), TOL, 'MoM C_cond')
     assert torch.equal(nets['mom'].encode_text(a['mom.c_t']), c_cond)
 
 
@@ -53,13 +58,14 @@ def test_token_weights(setup):
     nets, a, _ = setup
     enc = nets['mom'].text_encoder
     tokens = a['mom.c_t']
-    assert rel_err(enc(tokens, torch.ones(tokens.shape)), a['mom.c_cond']) <= TOL
+    within(rel_err(enc(tokens, torch.ones(tokens.shape)), a['mom.c_cond']), TOL, 'unit token weights')
     weights = torch.rand(tokens.shape, generator=torch.Generator().manual_seed(0))
     x = enc.token_emb(tokens) * weights[..., None] + enc.pos_emb.weight[:tokens.shape[1]]
     for block in enc.blocks:
         x = block(x)
-    assert torch.allclose(enc(tokens, weights), enc.norm(x), atol=1e-6)
-    assert not torch.allclose(enc(tokens, weights), a['mom.c_cond'], atol=1e-3)
+    # the same float32 operations in the same order: measured 0 on all three kernel sets
+    within(abs_err(enc(tokens, weights), enc.norm(x)), 1e-6, 'weighted tokens vs by hand')
+    assert abs_err(enc(tokens, weights), a['mom.c_cond']) > 1e-3
     with pytest.raises(ValueError, match='token_weights'):
         enc(tokens, weights[:, :3])
 
@@ -85,10 +91,12 @@ def test_whole_route_matches_official(setup):
                              generator=torch.Generator().manual_seed(meta['route_seed']))
     finally:
         nets['vae'].decode = decode
-    assert rel_err(seen['z'], a['route.z0_unscaled']) <= TOL
-    assert rel_err(seen['decoded'], a['route.decoded']) <= TOL
+    within(rel_err(seen['z'], a['route.z0_unscaled']), TOL, 'route z0')
+    within(rel_err(seen['decoded'], a['route.decoded']), TOL, 'route decoded image')
     ours_uint8 = (out[0].permute(1, 2, 0) * 255).numpy().astype('uint8')  # official: clamp, *255, astype
-    assert (torch.from_numpy(ours_uint8).int() - a['route.out_uint8'].int()).abs().max() <= 1
+    # the decoded image is within TOL of the official one, far below a grey level, but truncation to uint8 may still
+    # cross one boundary: at most one level (measured 1)
+    assert abs_err(torch.from_numpy(ours_uint8).int(), a['route.out_uint8'].int()) <= 1
 
 
 @torch.no_grad()
@@ -131,4 +139,5 @@ def test_idm_gradient_checkpointing_gives_same_gradients(setup):
         idm.eval()
         idm.zero_grad(set_to_none=True)
     assert plain and plain.keys() == ckpt.keys()
-    assert all(torch.allclose(plain[k], ckpt[k], rtol=1e-4, atol=1e-7) for k in plain)
+    # recomputation repeats the same float32 operations: measured 0 on all three kernel sets
+    within(max(rel_err(ckpt[k], plain[k]) for k in plain), 1e-6, 'checkpointed vs plain gradients')

@@ -67,6 +67,7 @@ def test_tiny_route_through_basicsr_test_pipeline(workdir):
         assert all(0 <= int(i) <= 6735 for i in model.text_prior.flatten())
         decode_idm(model.text_prior[0].tolist())  # decodes to the IDM alphabet
         ours = (model.output[0].permute(1, 2, 0).numpy()[:, :, ::-1] * 255).round()
+        # same kernels in both processes, other thread counts: float32 noise may cross one rounding boundary
         assert np.abs(ours - saved).max() <= 1
 
 

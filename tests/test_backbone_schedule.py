@@ -5,6 +5,8 @@ import torch
 
 from tola_plugin.utils.diffusion_schedule import alphas_cumprod, make_ldm_scheduler
 
+from numerics import rel_err, within
+
 
 def ldm_alphas_cumprod_float64():
     # LDM make_beta_schedule('linear'): linspace on sqrt(beta), float64 (reference for the test only)
@@ -12,17 +14,20 @@ def ldm_alphas_cumprod_float64():
     return np.cumprod(1.0 - betas)
 
 
+@pytest.mark.numerics
 def test_schedule_constants():
     ac = alphas_cumprod()
     assert ac.shape == (1000, )
+    # constants as printed in the paper / LDM (4-5 significant digits): the tolerance is their printed precision
     assert ac[999].item() == pytest.approx(9.691e-5, rel=1e-4)
     assert ac[999].sqrt().item() == pytest.approx(0.009844, rel=1e-4)
     assert ac[0].item() == pytest.approx(0.9985, rel=1e-7)
     assert ac[500].item() == pytest.approx(0.10768, rel=1e-4)
     assert ac[996].item() == pytest.approx(1.0311e-4, rel=1e-4)
-    # diffusers computes it in float32; LDM in float64 then rounds: they agree to < 1e-6 relative
+    # diffusers accumulates the product in float32, LDM in float64: measured 5.7e-7 relative at worst (the same on
+    # all three kernel sets), tolerance 1e-5
     ref = torch.from_numpy(ldm_alphas_cumprod_float64())
-    assert ((ac.double() - ref).abs() / ref).max() < 1e-6
+    within(float(((ac.double() - ref).abs() / ref).max()), 1e-5, 'alphas_cumprod vs float64')
 
 
 def test_ddim_200_timesteps_and_final_alpha():
@@ -39,6 +44,7 @@ def ldm_ddim_step(x, eps, a_t, a_prev, eta, noise):
     return np.sqrt(a_prev) * pred_x0 + np.sqrt(1 - a_prev - sigma**2) * eps + sigma * noise, sigma
 
 
+@pytest.mark.numerics
 @pytest.mark.parametrize('t', [996, 501, 6, 1])
 def test_ddim_step_equals_ldm_update(t):
     """diffusers' DDIM step with eta 0.2 is LDM's p_sample_ddim update (incl. sigma) to float32 rounding."""
@@ -50,8 +56,9 @@ def test_ddim_step_equals_ldm_update(t):
     ours = sched.step(eps, t, x, eta=0.2, variance_noise=noise).prev_sample
     ref, sigma = ldm_ddim_step(x.double().numpy(), eps.double().numpy(), a_t, a_prev, 0.2, noise.double().numpy())
     ref = torch.from_numpy(ref)
-    assert float((ours.double() - ref).abs().max() / ref.abs().max()) < 2e-6
-    if t == 996:
+    # float32 step vs the float64 update: measured 1.9e-7 at worst (t = 6, generic kernels), tolerance 3e-6
+    within(rel_err(ours, ref), 3e-6, 'DDIM step vs float64')
+    if t == 996:  # sigma as printed to 3-4 digits
         assert sigma == pytest.approx(0.0625, abs=1e-4)
     if t == 1:
         assert sigma == pytest.approx(0.0055, abs=1e-4)
@@ -61,7 +68,7 @@ def test_q_sample_at_999():
     sched = make_ldm_scheduler('ddim', 200)
     z, noise = torch.ones(1, 3, 2, 2), torch.zeros(1, 3, 2, 2)
     out = sched.add_noise(z, noise, torch.tensor([999]))
-    assert out.flatten()[0].item() == pytest.approx(0.009844, rel=1e-4)
+    assert out.flatten()[0].item() == pytest.approx(0.009844, rel=1e-4)  # sqrt(alphabar_999) to its printed digits
 
 
 def test_bad_scheduler_arguments():

@@ -13,6 +13,8 @@ from tola_plugin.evaluation.recognizers import PPOCRv4Recognizer, Recognition, T
 from tola_plugin.evaluation.text_metrics import normalize
 from tola_plugin.text.alphabets import TRANSOCR_END, encode_transocr
 
+from numerics import within
+
 
 def cjk_font():
     try:
@@ -73,8 +75,7 @@ def tiny_transocr(preprocess='difftsr'):
 
 
 def forced(model, class_index, logit=10.0):
-    """Make every decoding step output ``class_index`` with a known probability (float32 softmax over 7,937
-    classes: ~1e-5 relative rounding)."""
+    """Make every decoding step output ``class_index`` with a known probability (float64 value)."""
     with torch.no_grad():
         model.generator_word.proj.weight.zero_()
         model.generator_word.proj.bias.zero_()
@@ -82,14 +83,26 @@ def forced(model, class_index, logit=10.0):
     return math.exp(logit) / (math.exp(logit) + model.num_classes - 1)
 
 
+# The float32 softmax over 7,937 classes sums 7,936 equal terms: measured 1.3e-5 relative from the float64 value
+# with the AVX2 and the generic kernels, so 2e-4 keeps a 15x margin; the next candidate answer, p^5, is 70% off.
+SOFTMAX_TOL = 2e-4
+
+
+@pytest.mark.numerics
 def test_transocr_known_outputs():
     images = [np.full((128, 512, 3), 200, np.uint8), np.zeros((64, 256, 3), np.uint8)]
     model = tiny_transocr()
     p = forced(model, encode_transocr('a')[0])
     rec = TransOCRRecognizer(model=model, max_steps=5)
-    assert rec(images) == [Recognition('aaaaa', pytest.approx(p, rel=1e-5))] * 2
+    got = rec(images)
+    assert [r.text for r in got] == ['aaaaa'] * 2
+    for r in got:
+        within(abs(r.confidence - p) / p, SOFTMAX_TOL, 'forced-step confidence')
     p_end = forced(model, TRANSOCR_END)
-    assert rec(images) == [Recognition('', pytest.approx(p_end, rel=1e-5))] * 2   # empty text: confidence of END
+    got = rec(images)
+    assert [r.text for r in got] == [''] * 2
+    for r in got:   # empty text: confidence of END
+        within(abs(r.confidence - p_end) / p_end, SOFTMAX_TOL, 'END confidence')
 
 
 def test_transocr_matches_module_recognize_and_batches():

@@ -17,7 +17,8 @@ import diagnose  # noqa: E402
 import evaluate  # noqa: E402
 import plot_results  # noqa: E402
 
-from test_eval_recognizers import cjk_font, forced, render_line, tiny_transocr  # noqa: E402
+from test_eval_recognizers import SOFTMAX_TOL, cjk_font, forced, render_line, tiny_transocr  # noqa: E402
+from numerics import within  # noqa: E402
 
 LINES = {'a.png': '文字识别', 'b.png': 'Hello 2024', 'c.png': '北京欢迎你'}
 
@@ -38,6 +39,7 @@ def dataset(tmp_path_factory):
     return root
 
 
+@pytest.mark.numerics
 def test_evaluate_cli_two_methods(dataset, tmp_path, capsys):
     out = tmp_path / 'eval'
     assert evaluate.main(['--method', f'same={dataset / "same"}', '--method', f'blur={dataset / "blur"}',
@@ -46,8 +48,10 @@ def test_evaluate_cli_two_methods(dataset, tmp_path, capsys):
     summary = json.loads((out / 'summary.json').read_text(encoding='utf-8'))
     same, blur = summary['summary']['same'], summary['summary']['blur']
     assert list(same) == ['psnr', 'ssim', 'p_acc', 'p_ned']          # paper order
-    assert same['psnr'] == pytest.approx(80.0)                       # identical: 10 log10(1 / 1e-8)
-    assert same['ssim'] == pytest.approx(1.0)
+    # identical images: MSE is exactly 0, so PSNR = 10 log10(1 / 1e-8) and SSIM = 1 up to float32 rounding
+    # of the log and the ratios (measured 0 on all three kernel sets; one float32 ulp is 6e-8 relative)
+    within(abs(same['psnr'] - 80.0) / 80.0, 1e-6, 'PSNR of identical images')
+    within(abs(same['ssim'] - 1.0), 1e-6, 'SSIM of identical images')
     assert same['p_acc'] == pytest.approx(1.0) and same['p_ned'] == pytest.approx(1.0)
     assert blur['psnr'] < 40 and blur['ssim'] < 1
     assert summary['protocol']['luma_color_space'] == 'ycbcr' and summary['protocol']['border_crop'] == 0
@@ -61,6 +65,7 @@ def test_evaluate_cli_two_methods(dataset, tmp_path, capsys):
     assert table in capsys.readouterr().out
 
 
+@pytest.mark.numerics
 def test_evaluate_transocr_known_answer(dataset, tmp_path):
     """A TransOCR that always emits END reads every image as '': ACC 0 and NED 0 against non-empty labels."""
     model = tiny_transocr()
@@ -69,7 +74,9 @@ def test_evaluate_transocr_known_answer(dataset, tmp_path):
                                transocr_model=model, progress=False, metrics=['transocr'])
     assert summary == {'same': {'t_acc': 0.0, 't_ned': 0.0}}
     rows = R.read_per_image_csv(str(tmp_path / 'per_image' / 'same.csv'))
-    assert all(r['t_pred'] == '' and r['t_conf'] == pytest.approx(p_end, rel=1e-5) for r in rows.values())
+    assert all(r['t_pred'] == '' for r in rows.values())
+    for r in rows.values():
+        within(abs(r['t_conf'] - p_end) / p_end, SOFTMAX_TOL, 'END confidence in the per-image CSV')
 
 
 def test_all_nine_metrics_end_to_end(dataset, tmp_path, monkeypatch):
@@ -165,6 +172,7 @@ def evaluated(tmp_path):
     return tmp_path
 
 
+# diagnostics are float64 arithmetic on exact inputs: pytest.approx's default (1e-6 relative) is ~1e9x their rounding
 def test_diagnose_known_answers(evaluated):
     out = evaluated / 'diag'
     assert diagnose.main(['--eval-dir', str(evaluated / 'eval'), '--baseline', 'A', '--method', 'B', '--prior-csv',

@@ -90,16 +90,26 @@ def digest(folder):
     return h.hexdigest()
 
 
-def render_cli(tmp_path, tag, seed, num=6):
+def render_cli(tmp_path, tag, seed, num=6, subprocess_run=False):
+    """tools/render_text.py into tmp_path/tag; as a separate process (the real command line) or in-process."""
     out, lmdb = tmp_path / tag / 'png', tmp_path / tag / 'lines.lmdb'
-    subprocess.run([sys.executable, os.path.join(REPO, 'tools', 'render_text.py'), '--num', str(num), '--seed',
-                    str(seed), '--out', str(out), '--lmdb', str(lmdb)], check=True, capture_output=True)
+    args = ['--num', str(num), '--seed', str(seed), '--out', str(out), '--lmdb', str(lmdb)]
+    if subprocess_run:
+        subprocess.run([sys.executable, os.path.join(REPO, 'tools', 'render_text.py'), *args], check=True,
+                       capture_output=True)
+    else:
+        sys.path.insert(0, os.path.join(REPO, 'tools'))
+        try:
+            import render_text
+        finally:
+            sys.path.pop(0)
+        render_text.main(args)
     return out, lmdb
 
 
 def test_renderer_same_seed_same_bytes(tmp_path):
-    a_png, a_lmdb = render_cli(tmp_path, 'a', seed=3)
-    b_png, b_lmdb = render_cli(tmp_path, 'b', seed=3)
+    a_png, a_lmdb = render_cli(tmp_path, 'a', seed=3, subprocess_run=True)
+    b_png, b_lmdb = render_cli(tmp_path, 'b', seed=3)   # another process, same bytes
     c_png, _ = render_cli(tmp_path, 'c', seed=4)
     assert digest(a_png) == digest(b_png)
     assert digest(a_png) != digest(c_png)

@@ -12,7 +12,8 @@ from tola_plugin.text.text_prior import transocr_to_idm
 from tola_plugin.utils.difftsr_checkpoint import load_difftsr
 from tola_plugin.utils.transocr_checkpoint import load_transocr
 
-from backbone_testing import DATA, official_fixture, rel_err, write_tiny_official_ckpt
+from backbone_testing import DATA, official_fixture, write_tiny_official_ckpt
+from numerics import rel_err, within
 from tola_testing import one_thread  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures('one_thread')
@@ -31,6 +32,7 @@ def files(tmp_path_factory):
     return dict(ckpt=ckpt, transocr=str(root / 'transocr.pth'), configs=configs)
 
 
+@pytest.mark.numerics
 def test_checkpoint_route_equals_official_modules_through_algorithm1(files):
     cfg = files['configs']
     net = TOLANet(backbone_init='checkpoint', difftsr_checkpoint=files['ckpt'], transocr_checkpoint=files['transocr'],
@@ -50,8 +52,11 @@ def test_checkpoint_route_equals_official_modules_through_algorithm1(files):
         z0 = (z_t - s1m * eps) / sa
         image = ref['vae'].decode((1.0 / LATENT_SCALE) * z0).sample.clamp(0, 1)
     assert torch.equal(out['tokens'], tokens)
-    assert rel_err(out['z0'], z0) <= 1e-5 and rel_err(out['z0_corr'], z0) <= 1e-5
-    assert rel_err(out['image'], image) <= 1e-5
+    # the same frozen modules, once behind peft LoRA at init (B = 0) and LRC at init (Δr = 0): z0 measured 0,
+    # z0_corr 2.9e-8 (z_LR - (r + 0)), the image 2.5e-6 (the generic kernels); tolerance 3e-5
+    within(rel_err(out['z0'], z0), 3e-5, 'z0 vs the official modules')
+    within(rel_err(out['z0_corr'], z0), 3e-5, 'z0_corr vs the official modules')
+    within(rel_err(out['image'], image), 3e-5, 'image vs the official modules')
     assert net.trainable_parameter_counts()['total'] > 0 and not next(net.mom.parameters()).requires_grad
 
 

@@ -12,6 +12,7 @@ from tola_plugin.archs.tola_arch import TOLANet
 from tola_plugin.losses.lpips_loss import VGG16_FILE
 from tola_plugin.text.alphabets import TRANSOCR_END
 from tola_testing import tiny_net_opt, one_thread  # noqa: F401
+from numerics import rel_err, within
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 
@@ -59,6 +60,7 @@ def tiny_net():
     return TOLANet(**tiny_net_opt())
 
 
+@pytest.mark.numerics
 def test_ocr_ce_is_token_cross_entropy_with_padding_ignored(tiny_net):
     recognizer = tiny_net.transocr
     images = torch.rand(2, 3, 32, 128)
@@ -70,7 +72,8 @@ def test_ocr_ce_is_token_cross_entropy_with_padding_ignored(tiny_net):
     logits = recognizer(images, targets)
     manual = torch.cat([F.cross_entropy(logits[0, :3], targets[0, :3], reduction='none'),
                         F.cross_entropy(logits[1, :2], targets[1, :2], reduction='none')]).mean()
-    torch.testing.assert_close(value, 0.02 * manual)
+    # the same cross-entropy terms, reduced in another order: measured 0, tolerance 1e-5 (float32 noise)
+    within(rel_err(value, 0.02 * manual), 1e-5, 'OCR CE vs by hand')
     recognizer.train()
     try:
         with pytest.raises(RuntimeError, match='eval mode'):

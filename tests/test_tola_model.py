@@ -13,6 +13,7 @@ import tola_plugin  # noqa: F401
 from basicsr.data import build_dataset
 from basicsr.models import build_model
 from tola_testing import REPO, load_yaml, tiny_options, one_thread  # noqa: F401
+from numerics import within
 
 SMALL = (32, 128)  # batches are shrunk from the 128x512 canvas to keep one iteration ~1 s on CPU
 
@@ -99,6 +100,7 @@ def test_real_run_has_the_papers_training_configuration():
     assert net['lrc'] == {'type': 'LatentResidualCorrection', 'num_feat': 32, 'num_grow_ch': 16, 'num_block': 1}
 
 
+@pytest.mark.numerics
 def test_gradients_are_clipped_to_norm_one(tmp_path, rendered_sets):
     opt = train_opt(tmp_path, rendered_sets)
     model = build_model(opt)
@@ -110,7 +112,9 @@ def test_gradients_are_clipped_to_norm_one(tmp_path, rendered_sets):
         p.register_hook(lambda g: g * 1e6)
     model.optimize_parameters(1)
     total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in params]))
-    assert total == pytest.approx(1.0, rel=1e-4)
+    # clip_grad_norm_ scales by 1 / (norm + 1e-6) with float32 norms: measured 0 off 1, tolerance 1e-4 (the
+    # 1e-6 in the scale is 1e-12 relative here; float32 norms of ~1e4 terms round to ~1e-6)
+    within(abs(float(total) - 1.0), 1e-4, 'clipped gradient norm')
 
 
 def test_warmup_reaches_the_base_lr(tmp_path, rendered_sets):

@@ -16,6 +16,7 @@ from tola_testing import REPO, tiny_net_opt, one_thread  # noqa: F401
 sys.path.insert(0, os.path.join(REPO, 'tools'))
 import export_merged  # noqa: E402
 import infer_tola  # noqa: E402
+from numerics import rel_err, within
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 
@@ -46,6 +47,7 @@ def trained(tmp_path_factory):
     return dict(root=root, opt=str(opt_path), checkpoint=str(checkpoint), lr=str(lr_dir), net=net)
 
 
+@pytest.mark.numerics
 def test_export_merged_writes_a_pickle_free_equivalent_model(trained):
     out = trained['root'] / 'merged.safetensors'
     assert export_merged.main(['-opt', trained['opt'], '--out', str(out), '--verify']) == 0
@@ -58,7 +60,8 @@ def test_export_merged_writes_a_pickle_free_equivalent_model(trained):
     lq = torch.rand(2, 3, 32, 128)
     with torch.no_grad():
         a, b = adapted(lq, noise_seeds=[3, 4]), merged(lq, noise_seeds=[3, 4])
-    assert (a - b).abs().max() <= 1e-5 * a.abs().max()
+    # merged vs unmerged LoRA: float32 rounding of W + BA, measured 1.3e-6 relative at worst, tolerance 3e-5
+    within(rel_err(b, a), 3e-5, 'merged file vs adapted network')
     with pytest.raises(ValueError, match='fixed by the merged file'):
         TOLANet.from_merged(str(out), lrc=None)
     bad = trained['root'] / 'foreign.safetensors'
@@ -87,7 +90,8 @@ def test_infer_writes_images_and_prior_csv(trained, tmp_path):
     for name in ('a.png', 'b.png'):
         img_a, img_b = cv2.imread(str(out_a / name)), cv2.imread(str(out_b / name))
         assert img_a.shape == (128, 512, 3)
-        # same per-image noise, batch 2 vs 1, merged vs merged-on-load: equal up to a rounding step
+        # same per-image noise, batch 2 vs 1, merged vs merged-on-load: float32 noise far below a grey level, which
+        # may still cross one rounding boundary
         assert abs(img_a.astype(int) - img_b.astype(int)).max() <= 1
     prior = read_prior_csv(str(out_a / 'prior.csv'))
     assert set(prior) == {'a.png', 'b.png'}

@@ -28,7 +28,8 @@ import numpy as np
 from tola_plugin.utils.cli_errors import run_tool
 from tola_plugin.data.image_checks import hamming, image_stats, sha256_file, write_png, write_tsv
 from tola_plugin.data.text_labels import ocr_text
-from tola_plugin.data.text_line_source import canvas_rgb8, read_image_file
+from tola_plugin.data.image_io import read_image_file
+from tola_plugin.data.text_line_source import canvas_rgb8
 from tola_plugin.text.alphabets import transocr_classes
 
 _WS = re.compile(r'\s+')

@@ -20,7 +20,8 @@ import tola_plugin  # noqa: F401
 from basicsr.utils import tensor2img
 
 from tola_plugin.archs.tola_arch import TOLANet, image_noise_seed
-from tola_plugin.data.text_line_source import IMAGE_EXTENSIONS, read_image_file, to_canvas
+from tola_plugin.data.image_io import IMAGE_EXTENSIONS, read_image_file
+from tola_plugin.data.text_line_source import to_canvas
 from tola_plugin.evaluation.records import write_prior_csv
 from tola_plugin.utils.tola_loading import build_tola_from_options
 

@@ -26,7 +26,8 @@ import os
 from tola_plugin.utils.cli_errors import run_tool
 from tola_plugin.data.image_checks import (RT50_LABEL_LENGTHS, RT50_THRESHOLDS, failed_quality_rules, hamming,
                                            image_stats, label_category, sha256_file, write_png, write_tsv)
-from tola_plugin.data.text_line_source import canvas_rgb8, read_image_file
+from tola_plugin.data.image_io import read_image_file
+from tola_plugin.data.text_line_source import canvas_rgb8
 from tola_plugin.text.normalize import normalize_text
 
 STAT_KEYS = ['width', 'height', 'aspect', 'gray_mean', 'gray_std', 'laplacian_var', 'edge_density', 'entropy']

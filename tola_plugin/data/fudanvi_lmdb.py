@@ -4,9 +4,10 @@
 import os
 from typing import Iterable, Tuple
 
-import cv2
 import lmdb
 import numpy as np
+
+from tola_plugin.data.image_io import decode_image
 
 
 def image_key(index: int) -> bytes:
@@ -17,14 +18,6 @@ def image_key(index: int) -> bytes:
 def label_key(index: int) -> bytes:
     """Key of the 1-based ``index``-th label."""
     return b'label-%09d' % index
-
-
-def decode_image(data: bytes, what: str) -> np.ndarray:
-    """Encoded bytes -> BGR uint8 (H,W,3); a corrupt or empty image is a ValueError naming ``what``."""
-    img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR) if data else None
-    if img is None:
-        raise ValueError(f'{what}: not a decodable image ({len(data or b"")} bytes)')
-    return img
 
 
 def write_fudanvi_lmdb(path: str, samples: Iterable[Tuple[bytes, str]], map_size: int = 1 << 34) -> int:

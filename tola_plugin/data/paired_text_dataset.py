@@ -17,8 +17,8 @@ from basicsr.utils import get_root_logger
 from basicsr.utils.registry import DATASET_REGISTRY
 
 from tola_plugin.data.text_labels import text_targets, usable_positions
-from tola_plugin.data.text_line_source import (CANVAS_H, CANVAS_W, IMAGE_EXTENSIONS, FolderLineSource, LmdbLineSource,
-                                              to_canvas)
+from tola_plugin.data.image_io import IMAGE_EXTENSIONS
+from tola_plugin.data.text_line_source import CANVAS_H, CANVAS_W, FolderLineSource, LmdbLineSource, to_canvas
 
 
 def _unlisted(folder: str, listed: set) -> list:

@@ -11,19 +11,11 @@ import cv2
 import numpy as np
 from PIL import Image
 
-from tola_plugin.data.fudanvi_lmdb import FudanVILmdbReader, decode_image, image_key
+from tola_plugin.data.fudanvi_lmdb import FudanVILmdbReader, image_key
+from tola_plugin.data.image_io import read_image_file
 from tola_plugin.data.text_labels import read_index_list, read_labels_tsv
 
 CANVAS_W, CANVAS_H = 512, 128
-IMAGE_EXTENSIONS = ('.png', '.jpg', '.jpeg', '.bmp', '.webp', '.tif', '.tiff')  # lower case
-
-
-def read_image_file(path: str) -> np.ndarray:
-    """BGR uint8 (H,W,3) from a file; missing or corrupt files raise naming the path."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f'image file not found: {path}')
-    with open(path, 'rb') as f:
-        return decode_image(f.read(), path)
 
 
 def canvas_rgb8(img_bgr: np.ndarray, width: int = CANVAS_W, height: int = CANVAS_H) -> np.ndarray:

@@ -15,7 +15,7 @@ import os
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
 from tola_plugin.data.text_labels import read_labels_tsv
-from tola_plugin.data.text_line_source import IMAGE_EXTENSIONS
+from tola_plugin.data.image_io import IMAGE_EXTENSIONS
 
 MAX_LISTED = 20  # names listed in a mismatch error
 

@@ -10,7 +10,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from tola_plugin.data.text_line_source import read_image_file
+from tola_plugin.data.image_io import read_image_file
 from tola_plugin.evaluation import records as R
 from tola_plugin.evaluation.image_metrics import DEFAULT_COLOR_SPACE, PAIRED_METRICS, PairedImageMetrics, \
     fid_between_dirs, images_to_tensor
