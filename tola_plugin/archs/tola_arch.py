@@ -22,6 +22,7 @@ from basicsr.utils.registry import ARCH_REGISTRY
 
 from tola_plugin.archs.idm_unet_arch import DiffTSRIDMUNet
 from tola_plugin.archs.mom_arch import DiffTSRMoM
+from tola_plugin.archs.precision import PRECISIONS, autocast, resolve_precision
 from tola_plugin.archs.transocr_arch import TransOCR
 from tola_plugin.archs.vae_arch import LATENT_SCALE, DiffTSRVAE
 from tola_plugin.text.alphabets import IDM_MAX_LEN, IDM_PAD, decode_idm
@@ -94,13 +95,16 @@ class TOLANet(nn.Module):
         lrc: BasicSR network option dict of the correction branch ({type: LatentResidualCorrection, ...},
             {type: PlainResidualCorrection}) or None (no correction: ẑ0corr = ẑ0).
         clamp_output: clamp the decoded image to [0, 1] (True; the output image range).
+    Inference:
+        precision: 'fp32' (default), 'bf16', 'fp16' or 'auto': the compute dtype of the forward (autocast; the
+            output stays fp32). 'auto' = fp32 on a CPU without native bf16 (see ``archs/precision.py``).
     """
 
     def __init__(self, backbone_init='checkpoint', difftsr_checkpoint='checkpoints/DiffTSR.ckpt',
                  transocr_checkpoint='checkpoints/transocr.pth', idm_config=None, vae_config=None, mom_config=None,
                  transocr_config=None, timestep=999, latent='mode', noise='gaussian', text_prior='predicted',
                  confidence='predicted', context_route='mom', lora_rank=4, lora_alpha=None, idm_lora=True,
-                 vae_lora=True, vae_lora_active=True, lrc=None, clamp_output=True, random_seed=0):
+                 vae_lora=True, vae_lora_active=True, lrc=None, clamp_output=True, random_seed=0, precision='fp32'):
         options = {k: v for k, v in locals().items() if k not in ('self', '__class__')}
         super().__init__()
         for name, value, allowed in (('backbone_init', backbone_init, BACKBONE_INITS), ('latent', latent, LATENT_MODES),
@@ -113,6 +117,7 @@ class TOLANet(nn.Module):
             raise ValueError("TOLANet: context_route 'direct' needs a text prior (text_prior 'none' removes it)")
         self.options = options  # constructor arguments, for the merged export
         self.set_timestep(timestep)
+        self.set_precision(precision)
         self.latent, self.noise, self.text_prior = latent, noise, text_prior
         self.confidence, self.context_route, self.clamp_output = confidence, context_route, bool(clamp_output)
 
@@ -154,6 +159,12 @@ class TOLANet(nn.Module):
         self.timestep = int(timestep)
         self.sqrt_alpha_bar, self.sqrt_one_minus_alpha_bar = schedule_constants(self.timestep)
 
+    def set_precision(self, precision: str) -> None:
+        """Compute precision of the forward: 'fp32', 'bf16', 'fp16' or 'auto' (resolved per input device)."""
+        if precision not in PRECISIONS:
+            raise ValueError(f'TOLANet: precision must be one of {PRECISIONS}, got {precision!r}')
+        self.precision = precision
+
     def train(self, mode: bool = True):
         """Only the correction branch follows ``mode``: every frozen module (TransOCR's BatchNorm and dropout
         in particular) stays in eval mode, so training changes nothing but LoRA and LRC."""
@@ -180,30 +191,33 @@ class TOLANet(nn.Module):
             paper), 'tokens' (B, 24), 'confidences' (B, 24) (None when unweighted), 'prior_texts' (B strings: the
             text the tokens encode; None without a text branch).
         """
-        # 1-2. Text prior: frozen TransOCR -> tokens + confidences, normalised and mapped to IDM indices.
-        tokens, confidences, prior_texts = self.predict_text_prior(lq, gt_tokens)
-        # 1. LoRA-adapted VAE encoder -> unscaled z_LR (3, H/4, W/4).
-        posterior = self.vae.encode(lq).latent_dist
-        z_lr = posterior.mode() if self.latent == 'mode' else self.sample_posterior(posterior, noise_seeds)
-        # 3. q-sample at the fixed t with one ε per input.
-        eps = self.draw_noise(z_lr, noise_seeds)
-        z_t = self.sqrt_alpha_bar * z_lr + self.sqrt_one_minus_alpha_bar * eps
-        # 4. MoM once: C_cond from confidence-scaled token embeddings (I_cond feeds only the TDM: skipped).
-        context = self.text_context(tokens, confidences, batch=lq.shape[0], like=z_lr)
-        # 5. LoRA-adapted IDM once on [z_t, z_LR] (z_t first, both unscaled, as DiffTSR).
-        t = torch.full((lq.shape[0],), self.timestep, dtype=torch.long, device=lq.device)
-        eps_hat = self.idm(torch.cat([z_t, z_lr], 1), t, context)
-        # 6. ε-prediction -> clean latent; no reverse update follows.
-        z0 = (z_t - self.sqrt_one_minus_alpha_bar * eps_hat) / self.sqrt_alpha_bar
-        # 7. Latent residual correction of r = z_LR - ẑ0.
-        if self.lrc is not None:
-            r = z_lr - z0
-            delta_r = self.lrc(torch.cat([z_lr, r], 1))
-            z0_corr = z_lr - (r + delta_r)
-        else:
-            r, delta_r, z0_corr = None, None, z0
-        # 8. Frozen VAE decoder of ẑ0corr / s (the official code multiplies by 1/s; same here, to the last bit).
-        image = self.vae.decode((1.0 / LATENT_SCALE) * z0_corr).sample
+        # the precision switch: autocast around the whole algorithm (a no-op for fp32)
+        with autocast(resolve_precision(self.precision, lq.device), lq.device):
+            # 1-2. Text prior: frozen TransOCR -> tokens + confidences, normalised and mapped to IDM indices.
+            tokens, confidences, prior_texts = self.predict_text_prior(lq, gt_tokens)
+            # 1. LoRA-adapted VAE encoder -> unscaled z_LR (3, H/4, W/4).
+            posterior = self.vae.encode(lq).latent_dist
+            z_lr = posterior.mode() if self.latent == 'mode' else self.sample_posterior(posterior, noise_seeds)
+            # 3. q-sample at the fixed t with one ε per input.
+            eps = self.draw_noise(z_lr, noise_seeds)
+            z_t = self.sqrt_alpha_bar * z_lr + self.sqrt_one_minus_alpha_bar * eps
+            # 4. MoM once: C_cond from confidence-scaled token embeddings (I_cond feeds only the TDM: skipped).
+            context = self.text_context(tokens, confidences, batch=lq.shape[0], like=z_lr)
+            # 5. LoRA-adapted IDM once on [z_t, z_LR] (z_t first, both unscaled, as DiffTSR).
+            t = torch.full((lq.shape[0],), self.timestep, dtype=torch.long, device=lq.device)
+            eps_hat = self.idm(torch.cat([z_t, z_lr], 1), t, context)
+            # 6. ε-prediction -> clean latent; no reverse update follows.
+            z0 = (z_t - self.sqrt_one_minus_alpha_bar * eps_hat) / self.sqrt_alpha_bar
+            # 7. Latent residual correction of r = z_LR - ẑ0.
+            if self.lrc is not None:
+                r = z_lr - z0
+                delta_r = self.lrc(torch.cat([z_lr, r], 1))
+                z0_corr = z_lr - (r + delta_r)
+            else:
+                r, delta_r, z0_corr = None, None, z0
+            # 8. Frozen VAE decoder of ẑ0corr / s (the official code multiplies by 1/s; same here, to the last bit).
+            image = self.vae.decode((1.0 / LATENT_SCALE) * z0_corr).sample
+        image = image.float()
         if self.clamp_output:
             image = image.clamp(0.0, 1.0)
         if not return_intermediates:
