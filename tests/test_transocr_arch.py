@@ -12,6 +12,7 @@ from basicsr.archs import build_network
 from basicsr.utils.registry import ARCH_REGISTRY
 from tola_plugin.archs.transocr_arch import TransOCR, TransOCRLayerNorm
 from tola_plugin.text.alphabets import TRANSOCR_END, encode_transocr, transocr_classes
+from tola_plugin.text.text_prior import transocr_to_idm
 
 from numerics import abs_err, assert_clear_argmax, rel_err, within
 
@@ -131,6 +132,31 @@ def test_greedy_equals_teacher_forcing_on_its_own_output(incremental):
     assert torch.equal(soft.argmax(-1), ids)
     within(rel_err(probs, soft.max(-1).values), DECODE_TOL, 'greedy vs teacher-forced step probabilities')
     assert float(probs.min()) > 0.0 and float(probs.max()) <= 1.0
+
+
+def test_stop_at_end_stops_once_every_image_has_ended(monkeypatch):
+    model = tiny()
+    images = torch.rand(2, 3, 128, 512)
+    # the scripted argmax of each step for images 0 and 1: image 0 ends at step 1, image 1 at step 3
+    steps = [[5, 6], [TRANSOCR_END, 7], [8, 9], [9, TRANSOCR_END], [1, 1], [2, 2]]
+
+    def scripted(tokens, position, cache):
+        assert tokens.shape == (2, 1) and tokens[:, 0].tolist() == ([0, 0] if position == 0 else steps[position - 1])
+        logits = torch.zeros(2, model.num_classes)
+        logits[torch.arange(2), torch.tensor(steps[position])] = 10.0 + position
+        return logits
+
+    monkeypatch.setattr(model, 'decode_step', scripted)
+    ids, probs = model.greedy_decode(images, max_steps=6, stop_at_end=True)
+    assert ids.T.tolist() == steps[:4] and probs.shape == (2, 4)
+    full_ids, full_probs = model.greedy_decode(images, max_steps=6)
+    assert full_ids.T.tolist() == steps and torch.equal(full_probs[:, :4], probs)
+    # the text prior reads the same tokens and confidences from both
+    for got, want in zip(transocr_to_idm(ids, probs), transocr_to_idm(full_ids, full_probs)):
+        assert torch.equal(got, want)
+    # while an image has not ended, all steps run
+    steps[3] = [9, 7]
+    assert model.greedy_decode(images, max_steps=6, stop_at_end=True)[0].shape == (2, 6)
 
 
 @pytest.mark.numerics

@@ -101,6 +101,16 @@ class DiffTSRMoM(ModelMixin, ConfigMixin):
         self.text_encoder = DiffTSRTextEncoder(num_classes, text_dim, text_depth, text_heads, text_head_dim,
                                                max_seq_len=max_seq_len)
 
+    #: state-dict prefixes of the image branch (token embedder + small U-Net), which only feeds the TDM
+    IMAGE_BRANCH = ('token_embedder.', 'unet.')
+
+    def drop_image_branch(self) -> None:
+        """Remove the token embedder and the small U-Net (1,923,939 parameters at the defaults): their ``I_cond``
+        only feeds the TDM, so a one-step restorer never runs them. Afterwards ``encode_text`` works, ``forward``
+        raises, and the state dict has no ``IMAGE_BRANCH`` keys."""
+        self.token_embedder = None
+        self.unet = None
+
     def encode_text(self, c_t: torch.Tensor, token_weights: Optional[torch.Tensor] = None) -> torch.Tensor:
         """c_t (B,24) IDM-alphabet ids (pad 6735) -> C_cond (B,24,160), the IDM's cross-attention context."""
         return self.text_encoder(c_t, token_weights)
@@ -109,6 +119,8 @@ class DiffTSRMoM(ModelMixin, ConfigMixin):
                 token_weights: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
         """c_t (B,24) long; z_lr (B,3,h,w) unscaled posterior; z_t (B,3,h,w) diffusion variable; t (B,) or int.
         Returns (I_cond (B,3,h,w), C_cond (B,24,160)). Note the order cat(z_LR, z_t), the reverse of the IDM's."""
+        if self.unet is None:
+            raise RuntimeError('DiffTSRMoM: the image branch was dropped (drop_image_branch); only encode_text runs')
         z_in = torch.cat((z_lr, z_t), dim=1) * self.config.scale_factor
         i_cond = self.unet(z_in, t, encoder_hidden_states=self.token_embedder(c_t), return_dict=False)[0]
         return i_cond, self.encode_text(c_t, token_weights)

@@ -1,9 +1,18 @@
 """Inference precision: 'fp32' | 'bf16' | 'fp16' | 'auto' -> the dtype a forward runs its matmuls and convolutions in.
 
 Low precision runs through ``torch.autocast`` (weights stay fp32; the output is returned as fp32). On CUDA every
-choice is native. On a CPU, bf16 is fast only with native bf16 instructions (AVX512-BF16 or AMX, detected at run
-time); elsewhere it is emulated and many times slower than fp32, so 'auto' picks fp32 there and an explicit 'bf16'
-or 'fp16' warns.
+choice is native ('bf16' needs a GPU with bf16, Ampere or newer). On a CPU the hardware is detected at run time:
+
+- bf16 is faster than fp32 only with AMX tiles (Intel Sapphire Rapids and newer with AMX enabled), where oneDNN
+  runs bf16 convolutions and matmuls on the tile unit. AVX512-BF16 alone does not make it faster: one bf16 dot
+  product instruction does the work of two fp32 FMAs but issues at half their rate, and the casts come on top
+  (measured on an AVX512-BF16 CPU without AMX: bf16 convolutions and matmuls at 0.55x the speed of fp32).
+  Without AVX512-BF16 or AMX, bf16 is emulated and many times slower.
+- fp16 likewise needs AMX-FP16.
+
+So 'auto' is bf16 on CUDA (fp16 on GPUs without bf16) and on CPUs with AMX, and fp32 on every other CPU; an explicit
+low precision on a CPU that lacks the matching unit runs, with a warning that it will be slower than fp32.
+docs/inference.md lists the measured speed and deviation of each precision.
 """
 import contextlib
 import warnings
@@ -15,23 +24,51 @@ _DTYPES = {'fp32': torch.float32, 'bf16': torch.bfloat16, 'fp16': torch.float16}
 
 
 def cpu_has_native_bf16() -> bool:
-    """Whether this CPU executes bf16 natively (AVX512-BF16 or AMX tiles)."""
+    """Whether this CPU has bf16 instructions at all (AVX512-BF16 or AMX tiles); without them bf16 is emulated."""
     return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
 
 
+def cpu_has_amx_bf16() -> bool:
+    """Whether this CPU has AMX tiles (every AMX CPU has AMX-BF16): the unit that makes bf16 faster than fp32."""
+    return bool(torch.cpu._is_amx_tile_supported())
+
+
+def cpu_has_amx_fp16() -> bool:
+    """Whether this CPU has AMX-FP16, the unit that makes fp16 faster than fp32."""
+    return bool(torch.cpu._is_amx_fp16_supported())
+
+
+def _slow_on_cpu(dtype: torch.dtype) -> str:
+    """Why ``dtype`` is slower than fp32 on this CPU ('' when it is not)."""
+    if dtype == torch.bfloat16 and not cpu_has_amx_bf16():
+        if cpu_has_native_bf16():
+            return ('this CPU has AVX512-BF16 but no AMX, where bf16 convolutions and matmuls run at about half '
+                    'the speed of fp32')
+        return 'this CPU has no bf16 instructions (AVX512-BF16/AMX): bf16 is emulated, many times slower than fp32'
+    if dtype == torch.float16 and not cpu_has_amx_fp16():
+        return 'this CPU has no AMX-FP16: fp16 convolutions and matmuls are slower than fp32'
+    return ''
+
+
 def resolve_precision(precision: str, device) -> torch.dtype:
-    """The compute dtype of ``precision`` on ``device`` (a torch.device or its name)."""
+    """The compute dtype of ``precision`` on ``device`` (a torch.device or its name). Warns (UserWarning) when an
+    explicit low precision will be slower than fp32 on this hardware."""
     if precision not in PRECISIONS:
         raise ValueError(f'precision must be one of {PRECISIONS}, got {precision!r}')
     kind = torch.device(device).type
     if precision == 'auto':
         if kind == 'cuda':
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        return torch.bfloat16 if kind == 'cpu' and cpu_has_native_bf16() else torch.float32
+        return torch.bfloat16 if kind == 'cpu' and cpu_has_amx_bf16() else torch.float32
     dtype = _DTYPES[precision]
-    if kind == 'cpu' and dtype != torch.float32 and not cpu_has_native_bf16():
-        warnings.warn(f'precision {precision!r} on a CPU without native bf16 (AVX512-BF16/AMX) is emulated and '
-                      'much slower than fp32; use fp32 or auto', stacklevel=2)
+    if dtype == torch.float32:
+        return dtype
+    if kind == 'cpu':
+        reason = _slow_on_cpu(dtype)
+        if reason:
+            warnings.warn(f'precision {precision!r}: {reason}; use fp32 or auto (docs/inference.md)', stacklevel=2)
+    elif kind == 'cuda' and dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported():
+        warnings.warn("precision 'bf16': this GPU has no native bf16; use fp16 or auto", stacklevel=2)
     return dtype
 
 

@@ -6,6 +6,7 @@ No TDM, no MoM U-Net (its I_cond only feeds the TDM), no reverse loop.
 
 Every paper variant/control is a constructor switch (see docs/tola.md for the table of option files).
 """
+import contextlib
 import inspect
 import json
 import zlib
@@ -26,7 +27,7 @@ from tola_plugin.archs.precision import PRECISIONS, autocast, resolve_precision
 from tola_plugin.archs.transocr_arch import TransOCR
 from tola_plugin.archs.vae_arch import LATENT_SCALE, DiffTSRVAE
 from tola_plugin.text.alphabets import IDM_MAX_LEN, IDM_PAD, decode_idm
-from tola_plugin.text.text_prior import difftsr_prediction_text, transocr_to_idm
+from tola_plugin.text.text_prior import DIFFTSR_MAX_TOKENS, difftsr_prediction_text, transocr_to_idm
 from tola_plugin.utils.diffusion_schedule import NUM_TRAIN_TIMESTEPS, make_ldm_scheduler
 from tola_plugin.utils.lora import (IDM_LORA_TARGETS, VAE_ENCODER_LORA_TARGETS, add_lora, count_lora_parameters,
                                     load_lora_state_dict, lora_state_dict, merge_lora)
@@ -38,7 +39,8 @@ CONTEXT_ROUTES = ('mom', 'direct')
 LATENT_MODES = ('mode', 'sample')
 NOISE_MODES = ('gaussian', 'zero')
 BACKBONE_INITS = ('checkpoint', 'random')
-TEXT_STEPS = 24  # greedy TransOCR steps, as DiffTSR's Text_Prediction
+TEXT_DECODINGS = ('incremental', 'full_prefix')
+TEXT_STEPS = 24  # greedy TransOCR steps, as DiffTSR's Text_Prediction (the 'full_prefix' reference route)
 MERGED_FORMAT = 'tola_plugin.tola_merged/1'
 POSTERIOR_SEED_OFFSET = 0x9E3779B9  # per-image seed of the posterior sample = ε's seed + this
 
@@ -96,21 +98,28 @@ class TOLANet(nn.Module):
             {type: PlainResidualCorrection}) or None (no correction: ẑ0corr = ẑ0).
         clamp_output: clamp the decoded image to [0, 1] (True; the output image range).
     Inference:
-        precision: 'fp32' (default), 'bf16', 'fp16' or 'auto': the compute dtype of the forward (autocast; the
-            output stays fp32). 'auto' = fp32 on a CPU without native bf16 (see ``archs/precision.py``).
+        precision: 'fp32' (default), 'bf16', 'fp16' or 'auto': the compute dtype of the VAE, MoM, IDM and LRC
+            (autocast; the output stays fp32; the TransOCR text prior always runs in fp32). 'auto' = bf16 on CUDA
+            and on CPUs with AMX, fp32 on other CPUs (see ``archs/precision.py``).
+        text_decoding: how the greedy TransOCR prior is decoded, the same function either way (docs/inference.md):
+            'incremental' (default: cached keys/values, only the 23 steps the prior reads, stopping once every
+            image has emitted END) or 'full_prefix' (DiffTSR's loop: the whole prefix re-run for 24 steps; the
+            reference route of tools/benchmark_inference.py).
     """
 
     def __init__(self, backbone_init='checkpoint', difftsr_checkpoint='checkpoints/DiffTSR.ckpt',
                  transocr_checkpoint='checkpoints/transocr.pth', idm_config=None, vae_config=None, mom_config=None,
                  transocr_config=None, timestep=999, latent='mode', noise='gaussian', text_prior='predicted',
                  confidence='predicted', context_route='mom', lora_rank=4, lora_alpha=None, idm_lora=True,
-                 vae_lora=True, vae_lora_active=True, lrc=None, clamp_output=True, random_seed=0, precision='fp32'):
+                 vae_lora=True, vae_lora_active=True, lrc=None, clamp_output=True, random_seed=0, precision='fp32',
+                 text_decoding='incremental'):
         options = {k: v for k, v in locals().items() if k not in ('self', '__class__')}
         super().__init__()
         for name, value, allowed in (('backbone_init', backbone_init, BACKBONE_INITS), ('latent', latent, LATENT_MODES),
                                      ('noise', noise, NOISE_MODES), ('text_prior', text_prior, TEXT_PRIORS),
                                      ('confidence', confidence, CONFIDENCES),
-                                     ('context_route', context_route, CONTEXT_ROUTES)):
+                                     ('context_route', context_route, CONTEXT_ROUTES),
+                                     ('text_decoding', text_decoding, TEXT_DECODINGS)):
             if value not in allowed:
                 raise ValueError(f'TOLANet: {name} must be one of {allowed}, got {value!r}')
         if context_route == 'direct' and text_prior == 'none':
@@ -120,6 +129,8 @@ class TOLANet(nn.Module):
         self.set_precision(precision)
         self.latent, self.noise, self.text_prior = latent, noise, text_prior
         self.confidence, self.context_route, self.clamp_output = confidence, context_route, bool(clamp_output)
+        self.text_decoding = text_decoding
+        self.inference_only = False  # set by prepare_for_inference
 
         # Frozen backbone (official weights, strict), then LoRA on top (peft freezes every base weight).
         idm, vae, mom, transocr = self._build_backbone(backbone_init, difftsr_checkpoint, transocr_checkpoint,
@@ -168,6 +179,9 @@ class TOLANet(nn.Module):
     def train(self, mode: bool = True):
         """Only the correction branch follows ``mode``: every frozen module (TransOCR's BatchNorm and dropout
         in particular) stays in eval mode, so training changes nothing but LoRA and LRC."""
+        if mode and self.inference_only:
+            raise RuntimeError('TOLANet: this network was prepared for inference (LoRA merged, MoM image branch '
+                               'dropped) and cannot be trained; build a new TOLANet to train')
         super().train(False)
         if self.lrc is not None:
             self.lrc.train(mode)
@@ -191,32 +205,36 @@ class TOLANet(nn.Module):
             paper), 'tokens' (B, 24), 'confidences' (B, 24) (None when unweighted), 'prior_texts' (B strings: the
             text the tokens encode; None without a text branch).
         """
-        # the precision switch: autocast around the whole algorithm (a no-op for fp32)
-        with autocast(resolve_precision(self.precision, lq.device), lq.device):
-            # 1-2. Text prior: frozen TransOCR -> tokens + confidences, normalised and mapped to IDM indices.
+        dtype = resolve_precision(self.precision, lq.device)
+        # inference-only networks run without autograd bookkeeping
+        with torch.inference_mode() if self.inference_only else contextlib.nullcontext():
+            # 1-2. Text prior: frozen TransOCR -> tokens + confidences, normalised and mapped to IDM indices. Always
+            # fp32: its ids are discrete choices that low precision could flip on near-ties, and its decoding steps
+            # are weight-bound matrix-vector products that casting the weights would only slow down.
             tokens, confidences, prior_texts = self.predict_text_prior(lq, gt_tokens)
-            # 1. LoRA-adapted VAE encoder -> unscaled z_LR (3, H/4, W/4).
-            posterior = self.vae.encode(lq).latent_dist
-            z_lr = posterior.mode() if self.latent == 'mode' else self.sample_posterior(posterior, noise_seeds)
-            # 3. q-sample at the fixed t with one ε per input.
-            eps = self.draw_noise(z_lr, noise_seeds)
-            z_t = self.sqrt_alpha_bar * z_lr + self.sqrt_one_minus_alpha_bar * eps
-            # 4. MoM once: C_cond from confidence-scaled token embeddings (I_cond feeds only the TDM: skipped).
-            context = self.text_context(tokens, confidences, batch=lq.shape[0], like=z_lr)
-            # 5. LoRA-adapted IDM once on [z_t, z_LR] (z_t first, both unscaled, as DiffTSR).
-            t = torch.full((lq.shape[0],), self.timestep, dtype=torch.long, device=lq.device)
-            eps_hat = self.idm(torch.cat([z_t, z_lr], 1), t, context)
-            # 6. ε-prediction -> clean latent; no reverse update follows.
-            z0 = (z_t - self.sqrt_one_minus_alpha_bar * eps_hat) / self.sqrt_alpha_bar
-            # 7. Latent residual correction of r = z_LR - ẑ0.
-            if self.lrc is not None:
-                r = z_lr - z0
-                delta_r = self.lrc(torch.cat([z_lr, r], 1))
-                z0_corr = z_lr - (r + delta_r)
-            else:
-                r, delta_r, z0_corr = None, None, z0
-            # 8. Frozen VAE decoder of ẑ0corr / s (the official code multiplies by 1/s; same here, to the last bit).
-            image = self.vae.decode((1.0 / LATENT_SCALE) * z0_corr).sample
+            with autocast(dtype, lq.device):  # the precision switch (a no-op for fp32)
+                # 1. LoRA-adapted VAE encoder -> unscaled z_LR (3, H/4, W/4).
+                posterior = self.vae.encode(lq).latent_dist
+                z_lr = posterior.mode() if self.latent == 'mode' else self.sample_posterior(posterior, noise_seeds)
+                # 3. q-sample at the fixed t with one ε per input.
+                eps = self.draw_noise(z_lr, noise_seeds)
+                z_t = self.sqrt_alpha_bar * z_lr + self.sqrt_one_minus_alpha_bar * eps
+                # 4. MoM once: C_cond from confidence-scaled token embeddings (I_cond feeds only the TDM: skipped).
+                context = self.text_context(tokens, confidences, batch=lq.shape[0], like=z_lr)
+                # 5. LoRA-adapted IDM once on [z_t, z_LR] (z_t first, both unscaled, as DiffTSR).
+                t = torch.full((lq.shape[0],), self.timestep, dtype=torch.long, device=lq.device)
+                eps_hat = self.idm(torch.cat([z_t, z_lr], 1), t, context)
+                # 6. ε-prediction -> clean latent; no reverse update follows.
+                z0 = (z_t - self.sqrt_one_minus_alpha_bar * eps_hat) / self.sqrt_alpha_bar
+                # 7. Latent residual correction of r = z_LR - ẑ0.
+                if self.lrc is not None:
+                    r = z_lr - z0
+                    delta_r = self.lrc(torch.cat([z_lr, r], 1))
+                    z0_corr = z_lr - (r + delta_r)
+                else:
+                    r, delta_r, z0_corr = None, None, z0
+                # 8. Frozen VAE decoder of ẑ0corr / s (the official code multiplies by 1/s; same here, to the last bit).
+                image = self.vae.decode((1.0 / LATENT_SCALE) * z0_corr).sample
         image = image.float()
         if self.clamp_output:
             image = image.clamp(0.0, 1.0)
@@ -234,7 +252,10 @@ class TOLANet(nn.Module):
             return None, None, None
         if self.text_prior == 'predicted':
             with torch.no_grad():  # frozen conditioning recognizer: nothing upstream of it is trained
-                ids, probs = self.transocr.greedy_decode(lq, max_steps=TEXT_STEPS)
+                if self.text_decoding == 'full_prefix':
+                    ids, probs = self.transocr.greedy_decode(lq, max_steps=TEXT_STEPS, incremental=False)
+                else:  # the prior reads 23 steps, cut at END: later steps are never decoded
+                    ids, probs = self.transocr.greedy_decode(lq, max_steps=DIFFTSR_MAX_TOKENS, stop_at_end=True)
             tokens, confidences = transocr_to_idm(ids, probs)
             texts = [difftsr_prediction_text(i, p)[0] for i, p in zip(ids.tolist(), probs.tolist())]
         elif self.text_prior == 'gt':
@@ -348,6 +369,9 @@ class TOLANet(nn.Module):
         the backbone sizes are read from the modules themselves."""
         if self.has_lora('idm') or self.has_lora('vae'):
             raise ValueError('TOLANet.merged_options: call merge_lora() first')
+        if self.inference_only:
+            raise ValueError('TOLANet: a network prepared for inference has no MoM image branch and cannot be '
+                             'exported; export the trained network (tools/export_merged.py)')
         opts = dict(self.options, backbone_init='random', idm_lora=False, vae_lora=False, vae_lora_active=True)
         for key in ('difftsr_checkpoint', 'transocr_checkpoint'):
             opts.pop(key, None)
@@ -365,12 +389,11 @@ class TOLANet(nn.Module):
         metadata = {'format': MERGED_FORMAT, 'options': json.dumps(self.merged_options())}
         save_file({k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}, path, metadata=metadata)
 
-    @classmethod
-    def from_merged(cls, path: str, **overrides) -> 'TOLANet':
-        """Rebuild a merged TOLANet from ``save_merged``'s file (strict). ``overrides``: inference switches
-        such as timestep or noise (architecture options come from the file)."""
+    @staticmethod
+    def read_merged_options(path: str, overrides: Dict) -> Dict:
+        """The constructor options stored in ``save_merged``'s file, updated with the inference switches
+        ``overrides`` (architecture options come from the file: overriding one is an error)."""
         from safetensors import safe_open
-        from safetensors.torch import load_file
         from tola_plugin.utils.checkpoint_io import require_file
         require_file(path, 'merged TOLA model', 'Write one with tools/export_merged.py.')
         with safe_open(path, framework='pt') as f:
@@ -382,10 +405,46 @@ class TOLANet(nn.Module):
         architecture = {'idm_config', 'vae_config', 'mom_config', 'transocr_config', 'lrc', 'idm_lora', 'vae_lora'}
         bad = sorted(set(overrides) & architecture)
         if bad:
-            raise ValueError(f'TOLANet.from_merged: {bad} are fixed by the merged file')
+            raise ValueError(f'TOLANet: {bad} are fixed by the merged file {path!r}')
         opts.update(overrides)
+        return opts
+
+    @classmethod
+    def from_merged(cls, path: str, **overrides) -> 'TOLANet':
+        """Rebuild a merged TOLANet from ``save_merged``'s file (strict; every tensor, the MoM image branch
+        included). ``overrides``: inference switches such as timestep or noise. For inference prefer
+        ``load_for_inference`` (no MoM image branch, inference mode)."""
+        from safetensors.torch import load_file
         with torch.device('meta'):  # no random init of ~1B parameters that are overwritten right away
-            net = cls(**opts)
-        net.load_state_dict(load_file(path), strict=True, assign=True)
+            net = cls(**cls.read_merged_options(path, overrides))
+        net.load_state_dict(load_file(path), strict=True, assign=True)  # memory-mapped tensors, no copy
         net.requires_grad_(False)
         return net.eval()
+
+    @classmethod
+    def load_for_inference(cls, path: str, **overrides) -> 'TOLANet':
+        """The inference network of ``save_merged``'s file: ``prepare_for_inference`` applied, the weights
+        memory-mapped from the file and assigned in place (read once, never copied on the CPU; ``.to(device)``
+        copies them to a GPU), the MoM image branch never read. ``overrides``: inference switches (precision,
+        text_decoding, timestep, noise, ...). Strict: every tensor the network runs must be in the file."""
+        from safetensors.torch import load_file
+        with torch.device('meta'):
+            net = cls(**cls.read_merged_options(path, overrides))
+        net.mom.drop_image_branch()
+        state = load_file(path)  # memory-mapped: a tensor's bytes are read when first used
+        unused = tuple(f'mom.{prefix}' for prefix in DiffTSRMoM.IMAGE_BRANCH)
+        state = {k: v for k, v in state.items() if not k.startswith(unused)}
+        net.load_state_dict(state, strict=True, assign=True)
+        return net.prepare_for_inference()
+
+    def prepare_for_inference(self) -> 'TOLANet':
+        """Make this network inference-only, in place (returns it), computing the same function: LoRA folded into
+        the weights (peft), the MoM image branch (only feeds the TDM) dropped, every parameter frozen, eval mode;
+        ``forward`` then runs under ``torch.inference_mode``. Training or exporting it afterwards is an error."""
+        self.merge_lora()
+        if self.mom.unet is not None:
+            self.mom.drop_image_branch()
+        self.requires_grad_(False)
+        self.eval()
+        self.inference_only = True
+        return self
