@@ -18,19 +18,16 @@ Example:
 import argparse
 import json
 import os
-import statistics
 import sys
-import time
 
 import torch
-import yaml
 from torch import nn
 
 import tola_plugin  # noqa: F401  (registers the plugin)
-from basicsr.archs import build_network
 from basicsr.archs.rrdbnet_arch import RRDBNet
 from tola_plugin.archs.vae_arch import LATENT_SCALE
 from tola_plugin.text.alphabets import IDM_MAX_LEN
+from tola_plugin.utils.benchmarking import build_benchmark_tola, median_seconds
 from tola_plugin.utils.complexity import count_macs, count_parameters
 from tola_plugin.utils.lora import count_lora_parameters
 
@@ -46,31 +43,6 @@ class _Call(nn.Module):
         return self.fn(*args)
 
 
-def timed(fn, repeats: int) -> float:
-    """Median wall-clock seconds of ``fn()`` over ``repeats`` runs after one warm-up run."""
-    with torch.no_grad():
-        fn()
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            fn()
-            if torch.cuda.is_available():
-                torch.cuda.synchronize()
-            times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-def build_tola(opt_path: str, random_weights: bool, device: torch.device) -> nn.Module:
-    with open(opt_path, encoding='utf-8') as f:
-        opt = yaml.safe_load(f)
-    if 'network_g' not in opt or opt['network_g'].get('type') != 'TOLANet':
-        raise ValueError(f'{opt_path}: expected a network_g of type TOLANet')
-    net_opt = dict(opt['network_g'])
-    if random_weights:
-        net_opt['backbone_init'] = 'random'
-    return build_network(net_opt).to(device).eval()
-
-
 def measure(net: nn.Module, height: int, width: int, steps: int, repeats: int, device: torch.device) -> dict:
     """Counts and timings of every component of ``net`` (a TOLANet) on one (1,3,height,width) input."""
     lq = torch.rand(1, 3, height, width, device=device)
@@ -84,7 +56,7 @@ def measure(net: nn.Module, height: int, width: int, steps: int, repeats: int, d
     lrc_in = torch.cat([z_lr, z_lr], 1)
     with net.idm.disable_adapter() if hasattr(net.idm, 'disable_adapter') else torch.no_grad():
         idm_macs = count_macs(net.idm, (idm_in, t, context))
-        idm_time = timed(lambda: net.idm(idm_in, t, context), repeats)
+        idm_time = median_seconds(lambda: net.idm(idm_in, t, context), repeats)
     idm_lora_macs = count_macs(net.idm, (idm_in, t, context))
     vae_encode = _Call(net.vae, lambda x: net.vae.encode(x).latent_dist.mode())
     vae_decode = _Call(net.vae, lambda z: net.vae.decode(z / LATENT_SCALE).sample)
@@ -108,12 +80,13 @@ def measure(net: nn.Module, height: int, width: int, steps: int, repeats: int, d
             'mom_step': count_macs(mom_step, (tokens, z_lr, z_lr, t, weights)),
             'transocr_encoder': count_macs(ocr_encoder, (lq,))},
         'seconds': {
-            'idm': idm_time, 'idm_with_lora': timed(lambda: net.idm(idm_in, t, context), repeats),
-            'mom_step': timed(lambda: net.mom(tokens, z_lr, z_lr, t, token_weights=weights), repeats),
-            'vae_encoder': timed(lambda: vae_encode(lq), repeats),
-            'vae_decoder': timed(lambda: vae_decode(z_lr), repeats),
-            'transocr_greedy': timed(lambda: net.transocr.greedy_decode(lq), repeats),
-            'tola_end_to_end': timed(lambda: net(lq, noise_seeds=[0]), repeats)},
+            'idm': idm_time, 'idm_with_lora': median_seconds(lambda: net.idm(idm_in, t, context), repeats),
+            'mom_step': median_seconds(lambda: net.mom(tokens, z_lr, z_lr, t, token_weights=weights), repeats),
+            'vae_encoder': median_seconds(lambda: vae_encode(lq), repeats),
+            'vae_decoder': median_seconds(lambda: vae_decode(z_lr), repeats),
+            # DiffTSR's loop: the whole prefix re-run for 24 steps
+            'transocr_greedy': median_seconds(lambda: net.transocr.greedy_decode(lq, incremental=False), repeats),
+            'tola_end_to_end': median_seconds(lambda: net(lq, noise_seeds=[0]), repeats)},
     }
     p, m, s = r['params'], r['macs'], r['seconds']
     difftsr_seconds = (s['transocr_greedy'] + s['vae_encoder'] + steps * (s['mom_step'] + s['idm'])
@@ -138,7 +111,8 @@ def esrgan_row(height: int, width: int, repeats: int, device: torch.device) -> d
     """ESRGAN (basicsr RRDBNet, 23 blocks) x4 from the (height/4, width/4) LR."""
     net = RRDBNet(3, 3, scale=4, num_feat=64, num_block=23, num_grow_ch=32).to(device).eval()
     lr = torch.rand(1, 3, height // 4, width // 4, device=device)
-    return {'params': count_parameters(net), 'macs': count_macs(net, (lr,)), 'seconds': timed(lambda: net(lr), repeats)}
+    return {'params': count_parameters(net), 'macs': count_macs(net, (lr,)),
+            'seconds': median_seconds(lambda: net(lr), repeats)}
 
 
 def markdown(rows: dict) -> str:
@@ -165,7 +139,7 @@ def main(argv=None):
     if args.repeats < 1:
         p.error('--repeats must be at least 1')
     try:
-        net = build_tola(args.opt, args.random_weights, device)
+        net = build_benchmark_tola(args.opt, args.random_weights).to(device)
     except (FileNotFoundError, ValueError, KeyError) as err:
         sys.exit(f'error: {err}')
     result = measure(net, args.height, args.width, args.steps, args.repeats, device)

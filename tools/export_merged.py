@@ -4,10 +4,14 @@
 The network is built from a TOLA option file (its ``network_g``: backbone checkpoints and switches), the
 adaptation state (LoRA + LRC) is loaded from a BasicSR checkpoint, LoRA is folded into the IDM and VAE
 weights with peft (``merge_and_unload``), and every tensor is written with the rebuild options in the file's
-metadata. ``TOLANet.from_merged(path)`` and ``tools/infer_tola.py --merged`` read it back.
+metadata. ``TOLANet.from_merged(path)``, ``TOLANet.load_for_inference(path)`` and ``tools/infer_tola.py --merged``
+read it back. ``--onnx`` also writes the IDM and VAE as ONNX files next to it (``<out without .safetensors>.onnx/``,
+about 3.6 GB at full size, a minute or two) for ``load_for_inference(path, backend='onnxruntime')``
+(docs/inference.md).
 
     python tools/export_merged.py -opt options/test/test_TOLA.yml \\
-        --checkpoint experiments/TOLA_CTR/models/net_g_latest.pth --out checkpoints/TOLA_merged.safetensors --verify
+        --checkpoint experiments/TOLA_CTR/models/net_g_latest.pth --out checkpoints/TOLA_merged.safetensors --verify \\
+        --onnx
 """
 import argparse
 import os
@@ -16,7 +20,7 @@ import sys
 import torch
 
 import tola_plugin  # noqa: F401  (registers the archs)
-from tola_plugin.archs.tola_arch import TOLANet
+from tola_plugin.archs.tola_arch import TOLANet, onnx_folder
 from tola_plugin.utils.tola_loading import build_tola_from_options
 
 
@@ -26,28 +30,38 @@ def main(argv=None):
     parser.add_argument('--checkpoint', help='adaptation checkpoint (default: path.pretrain_network_g)')
     parser.add_argument('--out', required=True, help='output .safetensors file')
     parser.add_argument('--verify', action='store_true',
-                        help='compare merged and unmerged outputs on a random 128x512 input (full size: minutes)')
+                        help='compare the unmerged, merged (and ONNX) outputs on a random input (full size: minutes)')
+    parser.add_argument('--onnx', action='store_true',
+                        help='also write the IDM and VAE as ONNX files for the onnxruntime backend')
+    parser.add_argument('--onnx-size', type=int, nargs=2, default=(128, 512), metavar=('H', 'W'),
+                        help='image size of the ONNX stages (default: 128 512)')
     args = parser.parse_args(argv)
     if not args.out.endswith('.safetensors'):
         parser.error('--out must end with .safetensors')
     net = build_tola_from_options(args.opt, args.checkpoint)
     if args.verify:
-        lq = torch.rand(1, 3, 128, 512, generator=torch.Generator().manual_seed(0))
+        size = tuple(args.onnx_size) if args.onnx else (128, 512)
+        lq = torch.rand(1, 3, *size, generator=torch.Generator().manual_seed(0))
         with torch.no_grad():
             before = net(lq, noise_seeds=[0])
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    net.save_merged(args.out)
+    net.save_merged(args.out, onnx_size=args.onnx_size if args.onnx else None)
     print(f'wrote {args.out} ({os.path.getsize(args.out) / 2 ** 20:.1f} MiB)')
+    if args.onnx:
+        print(f'wrote the ONNX stages to {onnx_folder(args.out)}')
     if args.verify:
         del net
-        merged = TOLANet.from_merged(args.out)
-        with torch.no_grad():
-            after = merged(lq, noise_seeds=[0])
-        err = ((after - before).abs().max() / before.abs().max().clamp_min(1e-12)).item()
-        print(f'merged vs unmerged: max relative difference {err:.2e}')
-        if err > 1e-4:
-            print('merged outputs differ from the unmerged model', file=sys.stderr)
-            return 1
+        loaders = {'merged': lambda: TOLANet.from_merged(args.out)}
+        if args.onnx:
+            loaders['onnxruntime'] = lambda: TOLANet.load_for_inference(args.out, backend='onnxruntime')
+        for name, load in loaders.items():
+            with torch.no_grad():
+                after = load()(lq, noise_seeds=[0])
+            err = ((after - before).abs().max() / before.abs().max().clamp_min(1e-12)).item()
+            print(f'{name} vs unmerged: max relative difference {err:.2e}')
+            if err > 1e-4:
+                print(f'{name} outputs differ from the unmerged model', file=sys.stderr)
+                return 1
     return 0
 
 

@@ -19,7 +19,8 @@ import torch
 import tola_plugin  # noqa: F401
 from basicsr.utils import tensor2img
 
-from tola_plugin.archs.tola_arch import TOLANet, image_noise_seed
+from tola_plugin.archs.precision import PRECISIONS
+from tola_plugin.archs.tola_arch import BACKENDS, TOLANet, image_noise_seed
 from tola_plugin.data.image_io import IMAGE_EXTENSIONS, read_image_file
 from tola_plugin.data.text_line_source import to_canvas
 from tola_plugin.evaluation.records import write_prior_csv
@@ -41,17 +42,21 @@ def list_images(folder):
 
 
 def load_network(args):
-    """The merged model, or the option file's network with its adaptation state, LoRA merged."""
-    switches = {k: v for k, v in (('timestep', args.timestep), ('noise', args.noise)) if v is not None}
+    """The inference network of the merged model, or of the option file's network with its adaptation state."""
+    switches = {k: v for k, v in (('timestep', args.timestep), ('noise', args.noise), ('precision', args.precision))
+                if v is not None}
     if args.merged:
-        return TOLANet.from_merged(args.merged, **switches)
+        return TOLANet.load_for_inference(args.merged, backend=args.backend, **switches)
+    if args.backend != 'torch':
+        raise ValueError('--backend onnxruntime needs --merged (the ONNX stages are written by export_merged.py --onnx)')
     net = build_tola_from_options(args.opt, args.checkpoint)
     if args.timestep is not None:
         net.set_timestep(args.timestep)
     if args.noise is not None:
         net.noise = args.noise
-    net.merge_lora()  # same outputs, no adapter overhead
-    return net
+    if args.precision is not None:
+        net.set_precision(args.precision)
+    return net.prepare_for_inference()  # LoRA merged: same outputs, no adapter overhead
 
 
 def main(argv=None):
@@ -67,6 +72,10 @@ def main(argv=None):
                         help='base of the per-image noise seeds (as val.noise_seed)')
     parser.add_argument('--timestep', type=int, help='override the inference timestep (default: the model\'s)')
     parser.add_argument('--noise', choices=('gaussian', 'zero'), help='override the noise mode')
+    parser.add_argument('--precision', choices=PRECISIONS,
+                        help="compute precision (default: the model's, fp32); auto = bf16 on CUDA and AMX CPUs")
+    parser.add_argument('--backend', choices=BACKENDS, default='torch',
+                        help='run the IDM and VAE on onnxruntime (CPU, fp32; needs export_merged.py --onnx)')
     parser.add_argument('--device', default='cuda' if torch.cuda.is_available() else 'cpu')
     args = parser.parse_args(argv)
     if args.batch_size < 1:

@@ -1,9 +1,12 @@
 r"""Draw the paper's result figures (PNG + PDF).
 
-    # (1) quality-latency scatter: seconds per image from a CSV (method,seconds_per_image), PSNR/ACC from
-    #     tools/evaluate.py summaries (or psnr/t_acc columns in the same CSV)
+    # (1) quality-latency scatter: seconds per image from a CSV (method,seconds_per_image) and/or the JSON of
+    #     tools/benchmark_inference.py, PSNR/ACC from tools/evaluate.py summaries (or psnr/t_acc columns in the
+    #     CSV); without ACC anywhere, the PSNR panel alone
     python tools/plot_results.py latency --latency latency.csv --summary results/eval/summary.json \
         --highlight TOLA --out figures/quality_latency
+    python tools/plot_results.py latency --benchmark results/benchmark/inference.json --latency others.csv \
+        --summary results/eval/summary.json --highlight TOLA --out figures/quality_latency
     # (2) recognition diagnostics (three panels) from tools/diagnose.py output
     python tools/plot_results.py diagnostics --diagnostics results/diagnostics/diagnostics.json \
         --out figures/recognition_diagnostics
@@ -39,11 +42,25 @@ def read_latency_csv(path: str):
     return latency, metrics
 
 
+def read_benchmark_json(path: str, method: str, route: str = 'default', batch: int = 1):
+    """tools/benchmark_inference.py's JSON -> ({method: seconds per image of ``route`` at ``batch``}, {})."""
+    with open(path, encoding='utf-8') as f:
+        timings = json.load(f).get('timings', {})
+    key = f'{route} batch {batch}'
+    if key not in timings:
+        raise ValueError(f'{path}: no timing {key!r} (have {sorted(timings)}); is it a benchmark_inference.py JSON?')
+    return {method: float(timings[key]['per_image_s'])}, {}
+
+
 def build_parser():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest='figure', required=True)
     lat = sub.add_parser('latency', help='quality-latency scatter (PSNR and ACC vs seconds per image)')
-    lat.add_argument('--latency', required=True, help='CSV: method,seconds_per_image[,psnr,t_acc]')
+    lat.add_argument('--latency', help='CSV: method,seconds_per_image[,psnr,t_acc]')
+    lat.add_argument('--benchmark', help='JSON of tools/benchmark_inference.py: its batch-1 seconds per image')
+    lat.add_argument('--benchmark-method', default='TOLA', help='method name of the --benchmark point (TOLA)')
+    lat.add_argument('--benchmark-route', default='default',
+                     help='route of the --benchmark JSON: default, onnxruntime or reference (default: default)')
     lat.add_argument('--summary', action='append', default=[], help='summary.json of tools/evaluate.py (repeatable)')
     lat.add_argument('--highlight', help='method drawn as a star (e.g. TOLA)')
     lat.add_argument('--out', required=True, help='output path without extension')
@@ -61,7 +78,11 @@ def build_parser():
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.figure == 'latency':
-        latency, own = read_latency_csv(args.latency)
+        if not args.latency and not args.benchmark:
+            raise ValueError('latency: give --latency CSV and/or --benchmark JSON')
+        latency, own = read_latency_csv(args.latency) if args.latency else ({}, {})
+        if args.benchmark:
+            latency.update(read_benchmark_json(args.benchmark, args.benchmark_method, args.benchmark_route)[0])
         summaries = [own]
         for path in args.summary:
             with open(path, encoding='utf-8') as f:

@@ -9,6 +9,8 @@ Every paper variant/control is a constructor switch (see docs/tola.md for the ta
 import contextlib
 import inspect
 import json
+import os
+import uuid
 import zlib
 from typing import Dict, List, Optional, Sequence
 
@@ -40,6 +42,7 @@ LATENT_MODES = ('mode', 'sample')
 NOISE_MODES = ('gaussian', 'zero')
 BACKBONE_INITS = ('checkpoint', 'random')
 TEXT_DECODINGS = ('incremental', 'full_prefix')
+BACKENDS = ('torch', 'onnxruntime')  # of the tensor stages of an inference network (load_for_inference)
 TEXT_STEPS = 24  # greedy TransOCR steps, as DiffTSR's Text_Prediction (the 'full_prefix' reference route)
 MERGED_FORMAT = 'tola_plugin.tola_merged/1'
 POSTERIOR_SEED_OFFSET = 0x9E3779B9  # per-image seed of the posterior sample = ε's seed + this
@@ -58,6 +61,11 @@ def schedule_constants(timestep: int):
         betas = make_ldm_scheduler('ddpm').betas.double()
         alpha_bar = torch.cumprod(1.0 - betas, 0)[int(timestep)]
     return float(alpha_bar.sqrt()), float((1.0 - alpha_bar).sqrt())
+
+
+def onnx_folder(merged_path: str) -> str:
+    """Where ``TOLANet.save_merged`` writes the ONNX stages of a merged file: ``x.safetensors`` -> ``x.onnx/``."""
+    return os.path.splitext(merged_path)[0] + '.onnx'
 
 
 def image_noise_seed(name: str, base_seed: int = 0) -> int:
@@ -125,6 +133,7 @@ class TOLANet(nn.Module):
         if context_route == 'direct' and text_prior == 'none':
             raise ValueError("TOLANet: context_route 'direct' needs a text prior (text_prior 'none' removes it)")
         self.options = options  # constructor arguments, for the merged export
+        self.backend = 'torch'  # load_for_inference may run the tensor stages on ONNX Runtime
         self.set_timestep(timestep)
         self.set_precision(precision)
         self.latent, self.noise, self.text_prior = latent, noise, text_prior
@@ -174,6 +183,9 @@ class TOLANet(nn.Module):
         """Compute precision of the forward: 'fp32', 'bf16', 'fp16' or 'auto' (resolved per input device)."""
         if precision not in PRECISIONS:
             raise ValueError(f'TOLANet: precision must be one of {PRECISIONS}, got {precision!r}')
+        if self.backend == 'onnxruntime' and precision not in ('fp32', 'auto'):
+            raise ValueError(f"TOLANet: the onnxruntime backend runs fp32 only (precision {precision!r} needs "
+                             "backend 'torch')")
         self.precision = precision
 
     def train(self, mode: bool = True):
@@ -205,7 +217,7 @@ class TOLANet(nn.Module):
             paper), 'tokens' (B, 24), 'confidences' (B, 24) (None when unweighted), 'prior_texts' (B strings: the
             text the tokens encode; None without a text branch).
         """
-        dtype = resolve_precision(self.precision, lq.device)
+        dtype = torch.float32 if self.backend == 'onnxruntime' else resolve_precision(self.precision, lq.device)
         # inference-only networks run without autograd bookkeeping
         with torch.inference_mode() if self.inference_only else contextlib.nullcontext():
             # 1-2. Text prior: frozen TransOCR -> tokens + confidences, normalised and mapped to IDM indices. Always
@@ -381,18 +393,23 @@ class TOLANet(nn.Module):
                                       if k in accepted}
         return opts
 
-    def save_merged(self, path: str) -> None:
+    def save_merged(self, path: str, onnx_size: Optional[Sequence[int]] = None) -> None:
         """Merge LoRA (if not yet) and write every tensor of the network to one pickle-free safetensors file,
-        with the rebuild options in its metadata (``TOLANet.from_merged`` reads it back)."""
+        with the rebuild options in its metadata (``TOLANet.from_merged`` reads it back). ``onnx_size`` (H, W):
+        also export the tensor stages for ONNX Runtime to ``onnx_folder(path)``, for (B, 3, H, W) images
+        (``load_for_inference(path, backend='onnxruntime')``; docs/inference.md)."""
         from safetensors.torch import save_file
         self.merge_lora()
         metadata = {'format': MERGED_FORMAT, 'options': json.dumps(self.merged_options())}
+        if onnx_size is not None:
+            from tola_plugin.archs.onnx_stages import export_onnx_stages
+            metadata['onnx_tag'] = uuid.uuid4().hex  # pairs the ONNX folder with this very file
+            export_onnx_stages(self, onnx_folder(path), *onnx_size, tag=metadata['onnx_tag'])
         save_file({k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}, path, metadata=metadata)
 
     @staticmethod
-    def read_merged_options(path: str, overrides: Dict) -> Dict:
-        """The constructor options stored in ``save_merged``'s file, updated with the inference switches
-        ``overrides`` (architecture options come from the file: overriding one is an error)."""
+    def read_merged_metadata(path: str) -> Dict[str, str]:
+        """The metadata of ``save_merged``'s file (checked to be one)."""
         from safetensors import safe_open
         from tola_plugin.utils.checkpoint_io import require_file
         require_file(path, 'merged TOLA model', 'Write one with tools/export_merged.py.')
@@ -401,7 +418,13 @@ class TOLANet(nn.Module):
         if metadata.get('format') != MERGED_FORMAT:
             raise ValueError(f'{path!r} is not a merged TOLA model (metadata format {metadata.get("format")!r}, '
                              f'expected {MERGED_FORMAT!r})')
-        opts = json.loads(metadata['options'])
+        return metadata
+
+    @classmethod
+    def read_merged_options(cls, path: str, overrides: Dict) -> Dict:
+        """The constructor options stored in ``save_merged``'s file, updated with the inference switches
+        ``overrides`` (architecture options come from the file: overriding one is an error)."""
+        opts = json.loads(cls.read_merged_metadata(path)['options'])
         architecture = {'idm_config', 'vae_config', 'mom_config', 'transocr_config', 'lrc', 'idm_lora', 'vae_lora'}
         bad = sorted(set(overrides) & architecture)
         if bad:
@@ -422,17 +445,34 @@ class TOLANet(nn.Module):
         return net.eval()
 
     @classmethod
-    def load_for_inference(cls, path: str, **overrides) -> 'TOLANet':
+    def load_for_inference(cls, path: str, backend: str = 'torch', **overrides) -> 'TOLANet':
         """The inference network of ``save_merged``'s file: ``prepare_for_inference`` applied, the weights
         memory-mapped from the file and assigned in place (read once, never copied on the CPU; ``.to(device)``
-        copies them to a GPU), the MoM image branch never read. ``overrides``: inference switches (precision,
-        text_decoding, timestep, noise, ...). Strict: every tensor the network runs must be in the file."""
+        copies them to a GPU), the MoM image branch never read. Strict: every tensor it runs must be in the file.
+
+        backend: 'torch' (default) or 'onnxruntime': the IDM and the VAE run on ONNX Runtime (CPU, fp32) from the
+            ONNX stages written next to the file (``tools/export_merged.py --onnx``; ``onnx_folder(path)``), and
+            their tensors in ``path`` are never read (docs/inference.md).
+        overrides: inference switches (precision, text_decoding, timestep, noise, ...).
+        """
         from safetensors.torch import load_file
+        if backend not in BACKENDS:
+            raise ValueError(f'TOLANet: backend must be one of {BACKENDS}, got {backend!r}')
         with torch.device('meta'):
             net = cls(**cls.read_merged_options(path, overrides))
         net.mom.drop_image_branch()
-        state = load_file(path)  # memory-mapped: a tensor's bytes are read when first used
         unused = tuple(f'mom.{prefix}' for prefix in DiffTSRMoM.IMAGE_BRANCH)
+        if backend == 'onnxruntime':
+            from tola_plugin.archs.onnx_stages import load_onnx_stages
+            folder, tag = onnx_folder(path), cls.read_merged_metadata(path).get('onnx_tag')
+            net.idm, net.vae, manifest = load_onnx_stages(folder)
+            if manifest['tag'] != tag:
+                raise ValueError(f'the ONNX stages at {folder!r} were not exported with {path!r} (another export); '
+                                 'write both again with tools/export_merged.py --onnx')
+            net.backend = backend
+            net.set_precision(net.precision)  # fp32 only on this backend
+            unused += ('idm.', 'vae.')
+        state = load_file(path)  # memory-mapped: a tensor's bytes are read when first used
         state = {k: v for k, v in state.items() if not k.startswith(unused)}
         net.load_state_dict(state, strict=True, assign=True)
         return net.prepare_for_inference()

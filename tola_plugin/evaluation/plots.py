@@ -1,6 +1,6 @@
 """Figures of the paper, written as PNG and PDF (matplotlib, no display needed: ``Figure`` objects, Agg).
 
-- ``quality_latency_figure``: (a) PSNR and (b) TransOCR ACC against seconds per image (log scale).
+- ``quality_latency_figure``: (a) PSNR and (b) TransOCR ACC (when given) against seconds per image (log scale).
 - ``recognition_diagnostics_figure``: (a) ACC across prior-confidence bins, (b) ACC across text categories,
   (c) character edit counts, for a baseline and a method (output of ``diagnostics.diagnose``).
 - ``comparison_grid``: rows = LR, methods, HR; columns = samples; row labels on the left, optional column
@@ -39,22 +39,28 @@ def _save(fig, out_stem: str) -> Tuple[str, str]:
 
 def quality_latency_figure(points: Sequence[Mapping], out_stem: str, highlight: Optional[str] = None,
                            acc_key: str = 't_acc') -> Tuple[str, str]:
-    """points: dicts with 'method', 'seconds' (per image), 'psnr' and ``acc_key``; writes out_stem.{png,pdf}."""
+    """points: dicts with 'method', 'seconds' (per image), 'psnr' and optionally ``acc_key``; writes
+    out_stem.{png,pdf}: (a) PSNR and, when the points carry ``acc_key``, (b) TransOCR ACC against latency."""
     import matplotlib
     from matplotlib.figure import Figure
     if not points:
         raise ValueError('quality_latency_figure: no points')
+    with_acc = [p for p in points if p.get(acc_key) is not None]
+    if with_acc and len(with_acc) != len(points):
+        lacking = [p.get('method') for p in points if p.get(acc_key) is None]
+        raise ValueError(f'quality_latency_figure: {lacking} lack {acc_key} (give it for every method or none)')
     for p in points:
-        missing = [k for k in ('method', 'seconds', 'psnr', acc_key) if p.get(k) is None]
+        missing = [k for k in ('method', 'seconds', 'psnr') if p.get(k) is None]
         if missing:
             raise ValueError(f'quality_latency_figure: point {p.get("method")!r} lacks {missing}')
         if p['seconds'] <= 0:
             raise ValueError(f'quality_latency_figure: {p["method"]!r} has non-positive seconds {p["seconds"]}')
+    panels = [('psnr', 'PSNR (dB)')] + ([(acc_key, 'TransOCR ACC' if acc_key == 't_acc' else acc_key)]
+                                        if with_acc else [])
     with matplotlib.rc_context(_rc()):
-        fig = Figure(figsize=(9, 3.4))
-        axes = fig.subplots(1, 2)
-        for ax, key, label, tag in ((axes[0], 'psnr', 'PSNR (dB)', '(a)'),
-                                    (axes[1], acc_key, 'TransOCR ACC' if acc_key == 't_acc' else acc_key, '(b)')):
+        fig = Figure(figsize=(4.5 * len(panels), 3.4))
+        axes = np.atleast_1d(fig.subplots(1, len(panels)))
+        for ax, (key, label), tag in zip(axes, panels, ('(a)', '(b)')):
             for i, p in enumerate(points):
                 hl = p['method'] == highlight
                 ax.scatter(p['seconds'], p[key], s=80 if hl else 40, marker='*' if hl else 'o',
