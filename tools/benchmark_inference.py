@@ -164,18 +164,24 @@ def training_iterations(opt_path: str, checkpoint, random_weights: bool, repeats
     model = TOLAModel(opt)
     lq, gt, target = rendered_lines(1, with_targets=True)
     model.feed_data({'lq': lq, 'gt': gt, 'ocr_target': target})
-    runs = defaultdict(list)
+    timer = StageTimer(model.bare_net)  # the text prior's share of the iteration
+    runs, prior = defaultdict(list), defaultdict(list)
     for repeat in range(repeats + 1):
         for decoding in ('full_prefix', 'incremental'):
             model.bare_net.text_decoding = decoding
+            timer.seconds.clear()
             start = time.perf_counter()
             model.optimize_parameters(repeat + 1)
             seconds = time.perf_counter() - start
-            print(f'training iteration, text_decoding {decoding}: {seconds:.2f} s', file=sys.stderr, flush=True)
+            print(f'training iteration, text_decoding {decoding}: {seconds:.2f} s (text prior '
+                  f'{timer.seconds["text prior"]:.2f} s)', file=sys.stderr, flush=True)
             if repeat:
                 runs[decoding].append(seconds)
+                prior[decoding].append(timer.seconds['text prior'])
     return {'before_full_prefix_s': statistics.median(runs['full_prefix']),
             'after_incremental_s': statistics.median(runs['incremental']),
+            'text_prior_before_s': statistics.median(prior['full_prefix']),
+            'text_prior_after_s': statistics.median(prior['incremental']),
             'all_s': dict(runs), 'losses': sorted(model.log_dict), 'batch': 1}
 
 

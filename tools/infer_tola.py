@@ -48,7 +48,7 @@ def load_network(args):
     if args.merged:
         return TOLANet.load_for_inference(args.merged, backend=args.backend, **switches)
     if args.backend != 'torch':
-        raise ValueError('--backend onnxruntime needs --merged (the ONNX stages are written by export_merged.py --onnx)')
+        raise ValueError('--backend onnxruntime needs --merged (export_merged.py --onnx writes the ONNX stages)')
     net = build_tola_from_options(args.opt, args.checkpoint)
     if args.timestep is not None:
         net.set_timestep(args.timestep)

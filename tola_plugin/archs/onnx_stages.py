@@ -2,8 +2,9 @@
 ``TOLANet.load_for_inference``.
 
 ``export_onnx_stages`` writes the three stages of a merged (LoRA folded) network as ONNX files with torch's exporter
-(the batch size stays dynamic, the image size is fixed at export), plus a manifest; ``load_onnx_stages`` opens them as modules with the interface Algorithm 1 calls (``idm(sample, t, C)``,
-``vae.encode(x).latent_dist``, ``vae.decode(z).sample``), so ``TOLANet.forward`` runs unchanged. ONNX Runtime's CPU
+(the batch size stays dynamic, the image size is fixed at export), plus a manifest; ``load_onnx_stages`` opens them
+as modules with the interface Algorithm 1 calls (``idm(sample, t, C)``, ``vae.encode(x).latent_dist``,
+``vae.decode(z).sample``), so ``TOLANet.forward`` runs unchanged. ONNX Runtime's CPU
 kernels are measured faster than eager PyTorch on these stages (docs/inference.md); results agree with eager fp32
 within 1e-5 relative. CPU and fp32 only. ``onnx`` is needed to export, ``onnxruntime`` to run.
 """

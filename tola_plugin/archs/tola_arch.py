@@ -245,7 +245,7 @@ class TOLANet(nn.Module):
                     z0_corr = z_lr - (r + delta_r)
                 else:
                     r, delta_r, z0_corr = None, None, z0
-                # 8. Frozen VAE decoder of ẑ0corr / s (the official code multiplies by 1/s; same here, to the last bit).
+                # 8. Frozen VAE decoder of ẑ0corr / s (the official code multiplies by 1/s; same here, to the bit).
                 image = self.vae.decode((1.0 / LATENT_SCALE) * z0_corr).sample
         image = image.float()
         if self.clamp_output:

@@ -74,7 +74,7 @@ class TransOCRRecognizer:
             rgb = np.stack([img[:, :, ::-1] for img in images[i:j]]).astype(np.float32) / 255.0
             x = torch.from_numpy(rgb).permute(0, 3, 1, 2).to(self.device)
             with torch.no_grad():
-                ids, probs = self.model.greedy_decode(x, max_steps=self.max_steps)
+                ids, probs = self.model.greedy_decode(x, max_steps=self.max_steps, stop_at_end=True)  # cut at END below
             for row, prob in zip(ids.tolist(), probs.tolist()):
                 length = row.index(end) if end in row else len(row)
                 conf = float(np.mean(prob[:length])) if length else float(prob[0])
