@@ -15,7 +15,7 @@ setup(
     description='TOLA: Text-aware One-step Latent Adaptation of DiffTSR, as a BasicSR plugin',
     long_description=open('README.md', encoding='utf-8').read(),
     long_description_content_type='text/markdown',
-    packages=find_packages(include=['tola_plugin', 'tola_plugin.*']),
+    packages=find_packages(include=['tola_plugin', 'tola_plugin.*', 'tola_cli']),
     package_data={'tola_plugin.vocab': ['*.txt']},
     include_package_data=True,
     python_requires='>=3.10',
@@ -46,6 +46,7 @@ setup(
         'console_scripts': [
             'tola-train=tola_plugin.train:main',
             'tola-test=tola_plugin.test:main',
+            'tola-infer=tola_cli.infer:cli',
         ],
     },
 )
