@@ -61,7 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--overwrite', action='store_true', help='replace existing outputs')
     parser.add_argument('--alpha-background', type=_rgb, default=(255, 255, 255), metavar='R,G,B',
                         help='colour under transparent pixels (255,255,255)')
-    parser.add_argument('--timestep', type=int, help="inference control: the q-sample and IDM timestep (default: the model's)")
+    parser.add_argument('--timestep', type=int,
+                        help="inference control: the q-sample and IDM timestep (default: the model's)")
     parser.add_argument('--noise', choices=('gaussian', 'zero'), help='inference control: the noise mode')
     return parser
 

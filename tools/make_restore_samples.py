@@ -20,7 +20,8 @@ from tola_plugin.utils.photo_render import PhotoLine, render_photo
 from tola_plugin.utils.text_render import TextLineRenderer
 
 # (width : height of the HR canvas, text); the canvas is 128 rows high
-LINES = ((1, '文字'), (2, '超分'), (4, 'Text2025'), (10, '一步文本超分辨率TOLA'), (20, 'AnyAspectRatioWorks0123456789'))
+LINES = ((1, '文字'), (2, '超分'), (4, 'Text2025'), (10, '一步文本超分辨率TOLA'),
+         (20, 'AnyAspectRatioWorks0123456789'))
 # the HR photo is 720 x 960; its lines are 40-56 pixels high before the downsampling
 PHOTO_LINES = (PhotoLine('Restore text', 0, (300, 110), 56), PhotoLine('文本图像超分', 10, (520, 300), 60),
                PhotoLine('ONE STEP 2025', -8, (400, 500), 52), PhotoLine('TOLA', 28, (800, 620), 48))

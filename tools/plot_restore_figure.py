@@ -58,7 +58,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     line_dir, photo_path = os.path.join(args.samples, 'lines'), os.path.join(args.samples, 'photo.png')
     if not os.path.isdir(line_dir) or not os.path.isfile(photo_path):
-        raise FileNotFoundError(f'{args.samples} lacks lines/ or photo.png; write it with tools/make_restore_samples.py')
+        raise FileNotFoundError(f'{args.samples} lacks lines/ or photo.png; write the samples with '
+                                f'tools/make_restore_samples.py')
     pipe = TOLAPipeline.from_merged(args.model).to(args.device)
     font, small = _font(15), _font(13)
     names = sorted((n for n in os.listdir(line_dir) if n.endswith('.png')),

@@ -171,13 +171,17 @@ class TOLAPipeline:
         ``path.pretrain_network_g``), LoRA merged (same outputs, no adapter overhead)."""
         from tola_plugin.utils.tola_loading import build_tola_from_options
         net = build_tola_from_options(option_file, checkpoint)
+        from tola_plugin.archs.tola_arch import LATENT_MODES, NOISE_MODES
         for name, value in dict(network_overrides or {}).items():
+            allowed = {'noise': NOISE_MODES, 'latent': LATENT_MODES}.get(name)
             if name == 'timestep':
                 net.set_timestep(value)
-            elif name in ('noise', 'latent'):
-                setattr(net, name, value)
-            else:
+            elif allowed is None:
                 raise ValueError(f'TOLAPipeline.from_options: cannot override {name!r} (timestep, noise, latent)')
+            elif value not in allowed:
+                raise ValueError(f'TOLAPipeline.from_options: {name} must be one of {allowed}, got {value!r}')
+            else:
+                setattr(net, name, value)
         net.merge_lora()
         return cls(net, **options)
 
