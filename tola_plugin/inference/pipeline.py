@@ -256,6 +256,8 @@ class TOLAPipeline:
                 self.detector = PPOCRv4Detector()
             polygons = self.detector(np.ascontiguousarray(rgb[..., ::-1]))
             quads = [expand_quad(reading_quad(p), self.margin) for p in polygons]
+            flips = self.detector.upside_down([np.ascontiguousarray(rectify(rgb, q)[..., ::-1]) for q in quads])
+            quads = [np.roll(q, 2, axis=0) if flip else q for q, flip in zip(quads, flips)]  # read the right way up
             strips = [(rectify(rgb, q), q, p) for q, p in zip(quads, polygons)]
         else:
             strips = [(rgb, None, None)]
