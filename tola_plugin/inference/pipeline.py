@@ -20,8 +20,8 @@ from PIL import Image, ImageOps
 from tola_plugin.archs.tola_arch import image_noise_seed
 from tola_plugin.data.image_io import WHITE, convert_array, read_image_file
 from tola_plugin.data.text_line_source import CANVAS_H
-from tola_plugin.inference.line_geometry import (PAD_MODES, blend_tiles, cut_tiles, plan_line, resize_rgb,
-                                                 to_canvas_height, to_uint8)
+from tola_plugin.inference.line_geometry import (PAD_MODES, LineLayout, blend_tiles, cut_tiles, plan_line,
+                                                 resize_rgb, to_canvas_height, to_uint8)
 from tola_plugin.inference.photo_geometry import expand_quad, paste_strip, reading_quad, rectify, scale_quad
 
 # The merged model that `make demo` exports (relative to the working directory, like the demo's experiments/).
@@ -80,7 +80,7 @@ class _Line:
     """A line being restored: its strip (uint8 RGB, native resolution), canvases and, after the network, priors."""
     image_index: int
     strip: np.ndarray
-    layout: object
+    layout: LineLayout
     tiles: np.ndarray
     seeds: List[int]
     quad: Optional[np.ndarray] = None
