@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup demo demo-baseline test test-isa clean
+.PHONY: setup demo demo-baseline restore-demo test test-isa clean
 
 setup: $(VENV)/.installed
 
@@ -14,6 +14,14 @@ demo: setup
 
 demo-baseline: setup
 	bash tools/run_demo.sh $(abspath $(PY)) rrdb
+
+# After `make demo` (its merged model): lines of aspect 1:1 to 1:20 and a photo restored with tola-infer, and the
+# figure of docs/restore.md (docs/restore.md, "Samples and figure").
+restore-demo: setup
+	[ -d demo_data/restore_samples ] || $(PY) tools/make_restore_samples.py --out demo_data/restore_samples
+	$(PY) -m tola_cli.infer -i demo_data/restore_samples/lines -o results/restore_lines --overwrite
+	$(PY) -m tola_cli.infer -i demo_data/restore_samples/photo.png -o results/restore_photo --detect --overwrite
+	$(PY) tools/plot_restore_figure.py --samples demo_data/restore_samples --out results/restore_figure.png
 
 test: setup
 	$(PY) -m pytest -q tests

@@ -15,7 +15,7 @@ setup(
     description='TOLA: Text-aware One-step Latent Adaptation of DiffTSR, as a BasicSR plugin',
     long_description=open('README.md', encoding='utf-8').read(),
     long_description_content_type='text/markdown',
-    packages=find_packages(include=['tola_plugin', 'tola_plugin.*']),
+    packages=find_packages(include=['tola_plugin', 'tola_plugin.*', 'tola_cli']),
     package_data={'tola_plugin.vocab': ['*.txt']},
     include_package_data=True,
     python_requires='>=3.10',
@@ -40,12 +40,14 @@ setup(
     extras_require={
         'eval': ['pyiqa==0.1.16', 'rapidocr-onnxruntime==1.4.4', 'rapidfuzz', 'scipy', 'matplotlib',
                  'huggingface_hub'],
+        'onnx': ['onnx==1.23.2', 'onnxruntime==1.23.2'],
         'test': ['pytest'],
     },
     entry_points={
         'console_scripts': [
             'tola-train=tola_plugin.train:main',
             'tola-test=tola_plugin.test:main',
+            'tola-infer=tola_cli.infer:cli',
         ],
     },
 )

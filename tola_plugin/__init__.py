@@ -7,3 +7,4 @@ from tola_plugin import _compat  # noqa: F401  (must precede every basicsr impor
 from tola_plugin.utils import basicsr_overrides  # noqa: F401
 from tola_plugin import archs, data, losses, metrics, models  # noqa: F401
 from tola_plugin.version import __version__  # noqa: F401
+from tola_plugin.inference import TOLAPipeline  # noqa: F401,E402  (the Python API: docs/restore.md)

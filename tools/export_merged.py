@@ -4,7 +4,7 @@
 The network is built from a TOLA option file (its ``network_g``: backbone checkpoints and switches), the
 adaptation state (LoRA + LRC) is loaded from a BasicSR checkpoint, LoRA is folded into the IDM and VAE
 weights with peft (``merge_and_unload``), and every tensor is written with the rebuild options in the file's
-metadata. ``TOLANet.from_merged(path)``, ``TOLANet.load_for_inference(path)`` and ``tools/infer_tola.py --merged``
+metadata. ``TOLANet.from_merged(path)``, ``TOLANet.load_for_inference(path)`` and ``tola-infer --model``
 read it back. ``--onnx`` also writes the IDM and VAE as ONNX files next to it (``<out without .safetensors>.onnx/``,
 about 3.6 GB at full size, a minute or two) for ``load_for_inference(path, backend='onnxruntime')``
 (docs/inference.md).

@@ -55,6 +55,35 @@ def _orient(img: np.ndarray, orientation: int) -> np.ndarray:
     return np.ascontiguousarray(ops[orientation](img)) if orientation in ops else img
 
 
+def convert_array(img: np.ndarray, what: str, background: Sequence[int] = WHITE, order: str = 'BGR') -> np.ndarray:
+    """An in-memory image -> BGR uint8 (H, W, 3), by the rules of ``decode_image`` (no EXIF: arrays have none).
+
+    img: (H, W) gray, (H, W, 2) gray + alpha, (H, W, 3) colour or (H, W, 4) colour + alpha; uint8, uint16 or float
+    in [0, 1]. order: 'BGR' (OpenCV's) or 'RGB' (PIL's, numpy users') channel order of ``img``.
+    """
+    if len(background) != 3 or not all(0 <= int(c) <= 255 for c in background):
+        raise ValueError(f'background must be an RGB colour of three values in [0, 255], got {background!r}')
+    if order not in ('BGR', 'RGB'):
+        raise ValueError(f"channel order must be 'BGR' or 'RGB', got {order!r}")
+    if not isinstance(img, np.ndarray) or img.ndim not in (2, 3) or img.size == 0:
+        raise ValueError(f'{what}: expected an (H, W) or (H, W, C) image array, got {type(img).__name__} '
+                         f'{getattr(img, "shape", "")}')
+    img = _to_uint8(img, what)
+    if img.ndim == 3 and img.shape[2] in (3, 4) and order == 'RGB':
+        img = img[..., [2, 1, 0] + ([3] if img.shape[2] == 4 else [])]
+    if img.ndim == 2:
+        img = cv2.cvtColor(img, cv2.COLOR_GRAY2BGR)
+    elif img.shape[2] == 1:
+        img = cv2.cvtColor(img[..., 0], cv2.COLOR_GRAY2BGR)
+    elif img.shape[2] == 2:  # gray + alpha
+        img = _composite(np.dstack([img[..., :1].repeat(3, 2), img[..., 1:]]), background)
+    elif img.shape[2] == 4:
+        img = _composite(img, background)
+    elif img.shape[2] != 3:
+        raise ValueError(f'{what}: {img.shape[2]} channels (expected gray, colour or colour + alpha)')
+    return np.ascontiguousarray(img)
+
+
 def decode_image(data: bytes, what: str, background: Sequence[int] = WHITE) -> np.ndarray:
     """Encoded bytes -> BGR uint8 (H, W, 3). ``what`` names the source in errors; ``background``: RGB colour
     under transparent pixels."""
@@ -64,16 +93,7 @@ def decode_image(data: bytes, what: str, background: Sequence[int] = WHITE) -> n
     if img is None or img.size == 0:
         raise ValueError(f'{what}: not a decodable image ({len(data or b"")} bytes; empty, truncated or not an '
                          f'image file)')
-    img = _to_uint8(img, what)
-    if img.ndim == 2:
-        img = cv2.cvtColor(img, cv2.COLOR_GRAY2BGR)
-    elif img.shape[2] == 2:  # gray + alpha
-        img = _composite(np.dstack([img[..., :1].repeat(3, 2), img[..., 1:]]), background)
-    elif img.shape[2] == 4:
-        img = _composite(img, background)
-    elif img.shape[2] != 3:
-        raise ValueError(f'{what}: {img.shape[2]} channels (expected gray, BGR or BGRA)')
-    return _orient(img, _exif_orientation(data))
+    return _orient(convert_array(img, what, background), _exif_orientation(data))
 
 
 def read_image_file(path: str, background: Sequence[int] = WHITE) -> np.ndarray:

@@ -83,18 +83,25 @@ class TransOCRRecognizer:
         return out
 
 
-def _rapidocr_rec_config(num_threads: int) -> dict:
+def rapidocr_model_config(section: str, num_threads: int) -> dict:
+    """rapidocr-onnxruntime 1.4.4's config of one model ('Det', 'Cls' or 'Rec'), its ONNX file resolved inside
+    the wheel (an error naming the file when it is missing) and ``num_threads`` ONNX Runtime threads."""
     import rapidocr_onnxruntime
     from rapidocr_onnxruntime.utils import read_yaml
     root = os.path.dirname(os.path.abspath(rapidocr_onnxruntime.__file__))
-    config = read_yaml(os.path.join(root, 'config.yaml'))['Rec']
+    config = read_yaml(os.path.join(root, 'config.yaml'))[section]
     config['model_path'] = os.path.join(root, config['model_path'])
     if not os.path.isfile(config['model_path']):
-        raise FileNotFoundError(f'PP-OCRv4 recognition model not found at {config["model_path"]!r}; it ships inside '
+        what = {'Det': 'detection', 'Cls': 'orientation', 'Rec': 'recognition'}[section]
+        raise FileNotFoundError(f'PP-OCRv4 {what} model not found at {config["model_path"]!r}; it ships inside '
                                 f'the rapidocr-onnxruntime==1.4.4 wheel (pip install rapidocr-onnxruntime==1.4.4)')
     config['intra_op_num_threads'] = num_threads
     config['inter_op_num_threads'] = num_threads
     return config
+
+
+def _rapidocr_rec_config(num_threads: int) -> dict:
+    return rapidocr_model_config('Rec', num_threads)
 
 
 class PPOCRv4Recognizer:

@@ -1,0 +1,42 @@
+"""Helpers of the inference tests: stand-in restorers with TOLANet's inference contract, a tiny merged model, and
+the rendered test photo."""
+import torch
+
+from tola_plugin.archs.tola_arch import TOLANet
+from tola_plugin.utils.photo_render import PhotoLine
+from tola_testing import tiny_net_opt
+
+# Five lines at different angles (one upside down) and sizes on a 480x640 "photo" (tola_plugin.utils.photo_render).
+PHOTO_LINES = (PhotoLine('Restore text', 0, (200, 70), 40), PhotoLine('文本图像超分', 12, (330, 200), 44),
+               PhotoLine('ONE STEP 2025', -10, (260, 330), 36), PhotoLine('TOLA', 30, (520, 400), 36),
+               PhotoLine('Upside down', 180, (160, 440), 32))
+
+
+class StandInRestorer(torch.nn.Module):
+    """TOLANet's inference contract without a network: 'image' = lq (identity) or 1 - lq (invert); the text prior
+    of canvas i is its noise seed written out, with token confidences 0.5."""
+
+    def __init__(self, invert: bool = False):
+        super().__init__()
+        self.invert = invert
+        self.anchor = torch.nn.Parameter(torch.zeros(1))  # a parameter, so that the pipeline finds the device
+        self.calls = []  # batch sizes seen
+
+    def forward(self, lq, noise_seeds=None, return_intermediates=False):
+        assert tuple(lq.shape[1:]) == (3, 128, 512) and lq.dtype == torch.float32
+        self.calls.append(lq.shape[0])
+        texts = [str(s) for s in noise_seeds]
+        confidences = torch.full((lq.shape[0], 24), 0.5)
+        return dict(image=1.0 - lq if self.invert else lq.clone(), prior_texts=texts, confidences=confidences)
+
+
+def write_tiny_merged(path) -> str:
+    """A merged model file of the tiny random backbone (tests/data/tola/tiny_backbone.yml) with non-zero adapters."""
+    net = TOLANet(**tiny_net_opt())
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, p in net.named_parameters():
+            if '.lora_B.' in name or name.startswith('lrc.conv_out'):
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.05)
+    net.save_merged(str(path))
+    return str(path)

@@ -1,0 +1,141 @@
+"""tola-infer (tola_cli/infer.py): odd files, output safety, flags, whole photos, fast --help."""
+import json
+import os
+import subprocess
+import sys
+
+import cv2
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from tola_cli import infer
+from tola_plugin.evaluation.records import read_prior_csv
+from tola_plugin.utils.photo_render import render_photo
+from inference_testing import PHOTO_LINES, write_tiny_merged
+from tola_testing import one_thread  # noqa: F401
+
+pytestmark = pytest.mark.usefixtures('one_thread')
+
+
+@pytest.fixture(scope='module')
+def tiny_model(tmp_path_factory):
+    return write_tiny_merged(tmp_path_factory.mktemp('cli') / 'tiny_merged.safetensors')
+
+
+def odd_folder(root):
+    """Lines stored every awkward way, plus three files that cannot be read. -> (folder, {name: expected shape})"""
+    folder = root / 'odd'
+    folder.mkdir()
+    rng = np.random.default_rng(0)
+    rgb = rng.integers(0, 256, (32, 96, 3), dtype=np.uint8)
+    Image.fromarray(rgb).save(folder / 'plain.png')
+    Image.fromarray(rgb[..., 0]).save(folder / 'gray.png')
+    cv2.imwrite(str(folder / 'deep16.png'), (rgb.astype(np.uint16) * 257))
+    rgba = np.dstack([rgb, np.where(rng.random((32, 96)) > 0.5, 255, 0).astype(np.uint8)])
+    Image.fromarray(rgba).save(folder / 'alpha.png')
+    Image.fromarray(rgb).convert('CMYK').save(folder / 'cmyk.jpg')
+    exif = Image.Exif()
+    exif[0x0112] = 6  # stored sideways: shown rotated 90 degrees clockwise -> 96 x 32 upright
+    Image.fromarray(rgb).save(folder / 'rotated.jpg', exif=exif)
+    (folder / 'empty.png').write_bytes(b'')
+    (folder / 'text.png').write_text('not an image')
+    data = (folder / 'plain.png').read_bytes()
+    (folder / 'truncated.png').write_bytes(data[:len(data) // 2])
+    expected = {'plain.png': (128, 384, 3), 'gray.png': (128, 384, 3), 'deep16.png': (128, 384, 3),
+                'alpha.png': (128, 384, 3), 'cmyk.jpg': (128, 384, 3), 'rotated.jpg': (128, 43, 3)}
+    return folder, expected
+
+
+def test_odd_files_are_handled_or_reported_and_the_rest_go_on(tiny_model, tmp_path, capsys):
+    folder, expected = odd_folder(tmp_path)
+    out = tmp_path / 'out'
+    status = infer.main(['-i', str(folder), '-o', str(out), '--model', tiny_model, '--batch-size', '4'])
+    assert status == 1
+    for name, shape in expected.items():
+        assert cv2.imread(str(out / name)).shape == shape, name
+    assert sorted(os.listdir(out)) == sorted(list(expected) + ['prior.csv'])
+    prior = read_prior_csv(str(out / 'prior.csv'))
+    assert set(prior) == set(expected)
+    err = capsys.readouterr()
+    for bad in ('empty.png', 'text.png', 'truncated.png'):
+        assert f'failed: {folder / bad}: not a decodable image' in err.err
+    assert '3 image(s) failed' in err.err and 'restored 6 of 9 image(s)' in err.out
+
+
+def test_outputs_never_replace_inputs_or_existing_files(tiny_model, tmp_path):
+    folder = tmp_path / 'lines'
+    folder.mkdir()
+    line = np.random.default_rng(1).integers(0, 256, (24, 60, 3), dtype=np.uint8)
+    cv2.imwrite(str(folder / 'a.png'), line)
+    before = (folder / 'a.png').read_bytes()
+    with pytest.raises(ValueError, match='outputs would replace inputs'):
+        infer.main(['-i', str(folder), '-o', str(folder), '--model', tiny_model, '--overwrite'])
+    assert (folder / 'a.png').read_bytes() == before
+    out = tmp_path / 'out'
+    single = str(folder / 'a.png')  # a single file works as -i
+    assert infer.main(['-i', single, '-o', str(out), '--model', tiny_model, '--suffix', '_x', '--ext', 'jpg',
+                       '-s', '2']) == 0
+    assert cv2.imread(str(out / 'a_x.jpg')).shape == (48, 120, 3)
+    with pytest.raises(ValueError, match='already exist'):
+        infer.main(['-i', single, '-o', str(out), '--model', tiny_model, '--suffix', '_x', '--ext', 'jpg'])
+    assert infer.main(['-i', single, '-o', str(out), '--model', tiny_model, '--suffix', '_x', '--ext', 'jpg',
+                       '--overwrite']) == 0
+    assert cv2.imread(str(out / 'a_x.jpg')).shape == (128, 320, 3)
+    # outputs into the input folder are fine with a suffix; --recursive keeps subfolders
+    (folder / 'sub').mkdir()
+    cv2.imwrite(str(folder / 'sub' / 'b.png'), line)
+    assert infer.main(['-i', str(folder), '-o', str(tmp_path / 'rec'), '--model', tiny_model, '--recursive']) == 0
+    assert set(read_prior_csv(str(tmp_path / 'rec' / 'prior.csv'))) == {'a.png', 'sub/b.png'}
+    # two inputs with one output name
+    cv2.imwrite(str(folder / 'a.bmp'), line)
+    with pytest.raises(ValueError, match='would both be written'):
+        infer.main(['-i', str(folder), '-o', str(tmp_path / 'clash'), '--model', tiny_model])
+
+
+def test_flags_are_strict(tiny_model, tmp_path, monkeypatch, capsys):
+    base = ['-i', str(tmp_path), '--model', tiny_model]
+    for bad in (['--out', 'x'], ['--over'], ['--overlap', '512'], ['--batch-size', '0'], ['-s', '0'],
+                ['--checkpoint', 'c.pth'], ['--alpha-background', '1,2'], ['-opt', 'o.yml']):
+        with pytest.raises(SystemExit) as exc:
+            infer.parse_args(base + bad)  # abbreviations are off: --out is not --output
+        assert exc.value.code == 2, bad
+    assert infer.parse_args(base + ['-o', 'x']).output == 'x'  # -o is the output, not -opt
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match='CUDA is not available'):
+            infer.main(base + ['--device', 'cuda', '-o', str(tmp_path / 'o')])
+    monkeypatch.chdir(tmp_path)  # no demo model here
+    cv2.imwrite(str(tmp_path / 'a.png'), np.zeros((8, 8, 3), np.uint8))
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:  # the console script: one line, no traceback
+        infer.cli(['-i', 'a.png', '-o', 'o'])
+    assert exc.value.code not in (0, None)
+    message = capsys.readouterr().err + str(exc.value.code)
+    assert 'run `make demo` first' in message and 'Traceback' not in message
+
+
+def test_help_answers_without_importing_torch():
+    code = ('import sys\nfrom tola_cli import infer\ntry:\n    infer.main(["--help"])\nexcept SystemExit as e:\n'
+            '    assert e.code == 0\nheavy = [m for m in ("torch", "basicsr", "tola_plugin") if m in sys.modules]\n'
+            'assert not heavy, heavy\n')
+    proc = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert '--detect' in proc.stdout and '--outscale' in proc.stdout
+
+
+def test_detect_writes_the_restored_photo_and_a_json_of_lines(tiny_model, tmp_path):
+    photo, _, _ = render_photo(PHOTO_LINES, height=480, width=640)
+    cv2.imwrite(str(tmp_path / 'photo.png'), photo[..., ::-1])
+    out = tmp_path / 'out'
+    assert infer.main(['-i', str(tmp_path / 'photo.png'), '-o', str(out), '--model', tiny_model, '--detect',
+                       '-s', '1', '--batch-size', '4']) == 0
+    assert cv2.imread(str(out / 'photo.png')).shape == (480, 640, 3)
+    report = json.loads((out / 'photo.json').read_text(encoding='utf-8'))
+    assert report['input'] == str(tmp_path / 'photo.png') and report['output_size'] == [480, 640]
+    assert sorted(line['text_before'].replace(' ', '') for line in report['lines']) == \
+        sorted(line.text.replace(' ', '') for line in PHOTO_LINES)
+    for line in report['lines']:
+        assert len(line['polygon']) == 4 and line['prior_text'] and 0.0 <= line['prior_confidence'] <= 1.0
+        assert isinstance(line['text_after'], str)
+    assert not (out / 'prior.csv').exists()

@@ -1,0 +1,106 @@
+"""tola-infer: restore text images (a file or a folder) with a TOLA model; any size and aspect, whole photos.
+
+  tola-infer -i LR_DIR -o results/tola                                  # the demo model (make demo)
+  tola-infer -i photo.jpg -o results/photo --detect --model MERGED.safetensors
+  tola-infer -i LR_DIR -o results/tola -opt options/test/test_TOLA.yml [--checkpoint net_g.pth]
+
+Each image is resized to height 128 with its aspect kept; a line narrower than 512 is padded and the pad cropped
+off afterwards, a wider one is restored in overlapping 128x512 windows blended over --overlap columns. The output
+is 128 high (aspect kept), or --outscale times the input. With --detect, PP-OCRv4 finds the text lines of a photo;
+each is rectified, restored and pasted back, and a JSON lists the lines (polygon, PP-OCRv4 text before and after,
+text prior and its mean confidence). Line mode writes prior.csv (the text prior of each output).
+
+Outputs: OUT/<name><suffix>.<ext> (subfolders kept with --recursive). Existing outputs are never replaced without
+--overwrite, and an output may never replace an input. A file that cannot be read is reported and skipped; the
+run ends with a summary, exit status 1 if any file failed. docs/restore.md has the details.
+"""
+import argparse
+import sys
+
+
+def _rgb(text: str):
+    parts = text.split(',')
+    try:
+        values = tuple(int(p) for p in parts)
+    except ValueError:
+        values = ()
+    if len(values) != 3 or not all(0 <= v <= 255 for v in values):
+        raise argparse.ArgumentTypeError(f'expected R,G,B with three integers in [0, 255], got {text!r}')
+    return values
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog='tola-infer', description=__doc__, allow_abbrev=False,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('-i', '--input', required=True, help='an image file or a folder of images')
+    parser.add_argument('-o', '--output', default='results/tola_infer', help='output folder (results/tola_infer)')
+    model = parser.add_mutually_exclusive_group()
+    model.add_argument('--model', help='merged TOLA model (.safetensors from tools/export_merged.py); default: the '
+                                       'demo model experiments/demo_TOLA/TOLA_demo_merged.safetensors (make demo)')
+    model.add_argument('-opt', help='TOLA option file (network_g + path.pretrain_network_g), instead of --model')
+    parser.add_argument('--checkpoint', help='with -opt: adaptation checkpoint (default: path.pretrain_network_g)')
+    parser.add_argument('--suffix', default='', help='appended to each output name (none)')
+    parser.add_argument('--ext', choices=('auto', 'png', 'jpg'), default='auto',
+                        help='output format; auto: jpg for .jpg/.jpeg inputs, png otherwise')
+    parser.add_argument('-s', '--outscale', type=float,
+                        help='output size relative to the input (default: height 128, or with --detect the scale '
+                             'that brings the median line to 128 rows, within 1-4)')
+    parser.add_argument('--detect', action='store_true',
+                        help='whole photos: find the text lines (PP-OCRv4), restore each in place, write a JSON')
+    parser.add_argument('--overlap', type=int, default=128,
+                        help='columns shared by neighbouring 128x512 windows of a wide line (128; 0-511)')
+    parser.add_argument('--pad-mode', choices=('edge', 'reflect'), default='edge',
+                        help='padding of a line narrower than 512 (edge)')
+    parser.add_argument('--batch-size', type=int, default=1, help='128x512 canvases per network call (1)')
+    parser.add_argument('--device', help='cpu, cuda, cuda:1, ... (default: cuda when available, else cpu)')
+    parser.add_argument('--precision', choices=('fp32', 'bf16', 'fp16', 'auto'),
+                        help="compute precision (default: the model's, fp32)")
+    parser.add_argument('--backend', choices=('torch', 'onnxruntime'), default='torch',
+                        help='run the IDM and VAE on ONNX Runtime (CPU, fp32; needs --model exported with '
+                             'tools/export_merged.py --onnx; docs/inference.md)')
+    parser.add_argument('--seed', type=int, default=0,
+                        help='base of the per-image noise seeds (0; the same file name gets the same noise)')
+    parser.add_argument('--recursive', action='store_true', help='also images in subfolders of a folder input')
+    parser.add_argument('--overwrite', action='store_true', help='replace existing outputs')
+    parser.add_argument('--alpha-background', type=_rgb, default=(255, 255, 255), metavar='R,G,B',
+                        help='colour under transparent pixels (255,255,255)')
+    parser.add_argument('--timestep', type=int,
+                        help="inference control: the q-sample and IDM timestep (default: the model's)")
+    parser.add_argument('--noise', choices=('gaussian', 'zero'), help='inference control: the noise mode')
+    return parser
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    """Parse and check the arguments with the standard library only (``--help`` exits here, fast)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.checkpoint and not args.opt:
+        parser.error('--checkpoint goes with -opt (a merged --model already holds its adaptation)')
+    if args.backend != 'torch' and args.opt:
+        parser.error('--backend onnxruntime needs --model (tools/export_merged.py --onnx writes its ONNX stages)')
+    if args.batch_size < 1:
+        parser.error(f'--batch-size must be >= 1, got {args.batch_size}')
+    if not 0 <= args.overlap < 512:
+        parser.error(f'--overlap must be in [0, 511], got {args.overlap}')
+    if args.outscale is not None and not args.outscale > 0:
+        parser.error(f'--outscale must be > 0, got {args.outscale}')
+    return args
+
+
+def main(argv=None) -> int:
+    """Run the command (for tests and tools): usage errors exit via argparse; bad input raises."""
+    args = parse_args(argv)
+    from tola_plugin.inference.folder_run import run  # heavy imports only after parsing
+    return run(args)
+
+
+def cli(argv=None):
+    """Console script ``tola-infer``: bad input or configuration ends in one ``error: ...`` line."""
+    args = parse_args(argv)
+    from tola_plugin.utils.cli_errors import run_tool
+    from tola_plugin.inference.folder_run import run
+    run_tool(lambda: run(args))
+
+
+if __name__ == '__main__':
+    cli()
