@@ -23,6 +23,7 @@ from tola_plugin.archs.tola_arch import TOLANet, image_noise_seed
 from tola_plugin.data.image_io import IMAGE_EXTENSIONS, read_image_file
 from tola_plugin.data.text_line_source import to_canvas
 from tola_plugin.evaluation.records import write_prior_csv
+from tola_plugin.utils.cli_errors import run_tool
 from tola_plugin.utils.tola_loading import build_tola_from_options
 
 
@@ -99,4 +100,4 @@ def main(argv=None):
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    run_tool(main)

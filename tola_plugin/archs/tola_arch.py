@@ -28,8 +28,9 @@ from tola_plugin.archs.vae_arch import LATENT_SCALE, DiffTSRVAE
 from tola_plugin.text.alphabets import IDM_MAX_LEN, IDM_PAD, decode_idm
 from tola_plugin.text.text_prior import difftsr_prediction_text, transocr_to_idm
 from tola_plugin.utils.diffusion_schedule import NUM_TRAIN_TIMESTEPS, make_ldm_scheduler
-from tola_plugin.utils.lora import (IDM_LORA_TARGETS, VAE_ENCODER_LORA_TARGETS, add_lora, count_lora_parameters,
-                                    load_lora_state_dict, lora_state_dict, merge_lora)
+from tola_plugin.utils.lora import (IDM_LORA_TARGETS, VAE_ENCODER_LORA_TARGETS, add_lora, check_lora_settings,
+                                    count_lora_parameters, load_lora_state_dict, lora_settings, lora_state_dict,
+                                    merge_lora)
 from tola_plugin.utils.transocr_checkpoint import load_transocr
 
 TEXT_PRIORS = ('predicted', 'gt', 'null', 'none')
@@ -115,6 +116,7 @@ class TOLANet(nn.Module):
                 raise ValueError(f'TOLANet: {name} must be one of {allowed}, got {value!r}')
         if context_route == 'direct' and text_prior == 'none':
             raise ValueError("TOLANet: context_route 'direct' needs a text prior (text_prior 'none' removes it)")
+        check_lora_settings(lora_rank, lora_alpha, idm_lora, vae_lora, vae_lora_active)
         self.options = options  # constructor arguments, for the merged export
         self.set_timestep(timestep)
         self.set_precision(precision)
@@ -307,6 +309,18 @@ class TOLANet(nn.Module):
             state.update({f'lrc.{k}': v.detach().clone() for k, v in self.lrc.state_dict().items()})
         return state
 
+    def adaptation_config(self) -> Dict:
+        """The settings the adaptation state depends on, recorded in every checkpoint and checked when one is
+        loaded: ``lora_rank``, ``lora_alpha`` (None without LoRA), ``idm_lora`` / ``vae_lora`` (the target
+        patterns, None without that LoRA) and ``lrc`` (its options with defaults filled in, None without LRC)."""
+        from tola_plugin.utils.option_checks import resolved_options
+        loras = {name: lora_settings(getattr(self, name)) for name in ('idm', 'vae') if self.has_lora(name)}
+        first = next(iter(loras.values()), {})
+        return {'lora_rank': first.get('rank'), 'lora_alpha': first.get('alpha'),
+                'idm_lora': loras['idm']['targets'] if 'idm' in loras else None,
+                'vae_lora': loras['vae']['targets'] if 'vae' in loras else None,
+                'lrc': resolved_options(ARCH_REGISTRY, self.options['lrc']) if self.lrc is not None else None}
+
     def load_adaptation_state_dict(self, state: Dict[str, torch.Tensor]) -> None:
         """Inverse of ``adaptation_state_dict``; strict: any missing or unexpected key raises KeyError."""
         parts = {'idm_lora': {}, 'vae_lora': {}, 'lrc': {}}
@@ -361,20 +375,20 @@ class TOLANet(nn.Module):
         """Merge LoRA (if not yet) and write every tensor of the network to one pickle-free safetensors file,
         with the rebuild options in its metadata (``TOLANet.from_merged`` reads it back)."""
         from safetensors.torch import save_file
+        from tola_plugin.utils.checkpoint_io import atomic_write
         self.merge_lora()
         metadata = {'format': MERGED_FORMAT, 'options': json.dumps(self.merged_options())}
-        save_file({k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}, path, metadata=metadata)
+        tensors = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
+        atomic_write(path, lambda tmp: save_file(tensors, tmp, metadata=metadata))
 
     @classmethod
     def from_merged(cls, path: str, **overrides) -> 'TOLANet':
         """Rebuild a merged TOLANet from ``save_merged``'s file (strict). ``overrides``: inference switches
         such as timestep or noise (architecture options come from the file)."""
-        from safetensors import safe_open
         from safetensors.torch import load_file
-        from tola_plugin.utils.checkpoint_io import require_file
+        from tola_plugin.utils.checkpoint_io import require_file, safetensors_metadata
         require_file(path, 'merged TOLA model', 'Write one with tools/export_merged.py.')
-        with safe_open(path, framework='pt') as f:
-            metadata = f.metadata() or {}
+        metadata = safetensors_metadata(path, 'merged TOLA model')
         if metadata.get('format') != MERGED_FORMAT:
             raise ValueError(f'{path!r} is not a merged TOLA model (metadata format {metadata.get("format")!r}, '
                              f'expected {MERGED_FORMAT!r})')
