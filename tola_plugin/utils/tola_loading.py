@@ -17,11 +17,12 @@ ADAPTATION_META_KEY = 'tola_adaptation'  # the settings an adaptation checkpoint
 def check_adaptation_config(recorded: Dict, current: Dict, path: str, what: str) -> None:
     """Each recorded setting (``TOLANet.adaptation_config``) must equal the network's: a LoRA applied with another
     alpha, rank or placement, or an LRC of another size, would restore different images without any error."""
-    for key in sorted(set(recorded) | set(current)):
-        if recorded.get(key) != current.get(key):
-            raise ValueError(f'{what} {path!r} was trained with {key} = {recorded.get(key)!r}, but the network has '
-                             f'{key} = {current.get(key)!r} (network_g.{key}); set network_g to the settings of '
-                             f'training')
+    differ = [key for key in sorted(set(recorded) | set(current)) if recorded.get(key) != current.get(key)]
+    if differ:  # all of them at once: a rank change usually moves alpha too
+        trained = ', '.join(f'{key} = {recorded.get(key)!r}' for key in differ)
+        network = ', '.join(f'{key} = {current.get(key)!r}' for key in differ)
+        raise ValueError(f'{what} {path!r} was trained with {trained}, but the network has {network} '
+                         f'(network_g); set network_g to the settings of training')
 
 
 def check_adaptation_shapes(state: Dict, net, path: str, what: str) -> None:
