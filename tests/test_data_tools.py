@@ -12,6 +12,7 @@ from tola_plugin.data.image_checks import (RT50_THRESHOLDS, dhash, failed_qualit
                                            image_stats, label_category)
 from tola_plugin.data.fudanvi_lmdb import shared_lmdb_env
 from tola_plugin.data.text_line_source import LmdbLineSource
+from tola_plugin.utils.cli_errors import UsageError
 
 TOOLS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'tools')
 
@@ -49,7 +50,7 @@ def test_make_lmdb_round_trip(tmp_path):
     with shared_lmdb_env(out).begin() as txn:
         assert txn.get(b'image-000000002') == originals['a.jpg'] and txn.get(b'num-samples') == b'3'
     assert (tmp_path / 'db.lmdb' / 'filenames.tsv').read_text(encoding='utf-8').splitlines()[1] == '1\tb.png'
-    with pytest.raises(SystemExit, match='already holds an LMDB'):
+    with pytest.raises(UsageError, match='already holds an LMDB'):
         tool.main(['--images', str(images), '--labels', str(tmp_path / 'labels.tsv'), '--out', out])
     (images / 'a.jpg').write_bytes(b'garbage')
     with pytest.raises(ValueError, match='a.jpg: not a decodable image'):
@@ -183,7 +184,7 @@ def test_screen_rt50_end_to_end(tmp_path, monkeypatch):
     ds = build_dataset({'type': 'PairedTextDataset', 'phase': 'val', 'name': 'rt', 'io_backend': {'type': 'disk'},
                         'dataroot_lq': str(out / 'images'), 'labels': str(out / 'labels.tsv')})
     assert len(ds) == 4 and 'gt' not in ds[0]
-    with pytest.raises(SystemExit, match='still missing'):
+    with pytest.raises(UsageError, match='still missing'):
         tool.main(args[:5] + [str(tmp_path / 'rt2'), '--composition', 'chinese=2,english=2,numeric=1'])
 
 
@@ -256,5 +257,5 @@ def test_build_realce200_end_to_end(tmp_path):
     lax = tmp_path / 'lax'
     assert tool.main(['--root', str(root), '--out', str(lax), '--count', '3', '--min-ref-sharpness', '0']) == 0
     assert '\tcontrast\t' in (lax / 'candidates.tsv').read_text(encoding='utf-8')
-    with pytest.raises(SystemExit, match='only 3 candidates'):
+    with pytest.raises(UsageError, match='only 3 candidates'):
         tool.main(['--root', str(root), '--out', str(tmp_path / 'x'), '--count', '4'])

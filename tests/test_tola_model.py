@@ -135,7 +135,8 @@ def test_checkpoint_resume_and_pretrained_load(tmp_path, rendered_sets):
     model.update_learning_rate(2, warmup_iter=4)  # steps the scheduler and sets a warm-up lr a fresh model lacks
     model.save(epoch=0, current_iter=1)
     saved = torch.load(tmp_path / 'net_g_1.pth', weights_only=True)
-    assert list(saved) == ['params']
+    assert list(saved) == ['params', 'tola_adaptation']  # the state and the settings it was trained with
+    assert saved['tola_adaptation'] == model.bare_net.adaptation_config()
     state = model.bare_net.adaptation_state_dict()
     assert set(saved['params']) == set(state)  # exactly the adaptation state, nothing frozen
     assert sum(v.numel() for v in saved['params'].values()) == model.bare_net.trainable_parameter_counts()['total']

@@ -1,15 +1,30 @@
 """BasicSR's training pipeline with the plugin registered; ``experiments/`` goes under the CWD.
 
 Usage: ``python -m tola_plugin.train -opt FILE.yml [--auto_resume] [--launcher pytorch]``.
+Every ``torch.load`` of the run is weights-only; bad options or input end in one ``error: ...`` line and exit
+status 2 (``utils/cli_errors.py``).
 """
 import os
 
-import tola_plugin  # noqa: F401  (registers the plugin and the CPU/DDP overrides)
+import tola_plugin  # noqa: F401  (registers the plugin and the BasicSR overrides)
 from basicsr.train import train_pipeline
+
+from tola_plugin.utils import run_lock
+from tola_plugin.utils.checkpoint_io import weights_only_loads
+from tola_plugin.utils.cli_errors import run_tool
+
+
+def run():
+    try:
+        with weights_only_loads():
+            train_pipeline(os.getcwd())
+    finally:
+        run_lock.release_all()
+    return 0
 
 
 def main():
-    train_pipeline(os.getcwd())
+    run_tool(run)
 
 
 if __name__ == '__main__':

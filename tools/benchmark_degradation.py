@@ -15,6 +15,7 @@ from tola_plugin.data.bsrgan_degradation import BSRGANDegradation
 from tola_plugin.data.realesrgan_degradation import RealESRGANDegradation
 from tola_plugin.data.sample_rng import sample_generator
 from tola_plugin.utils.text_render import TextLineRenderer
+from tola_plugin.utils.cli_errors import run_tool
 
 
 def main(argv=None):
@@ -32,7 +33,8 @@ def main(argv=None):
                 chain(img, scale, sample_generator(args.seed, 0, i))
             ms = 1000 * (time.perf_counter() - start) / args.samples
             print(f'| {type(chain).__name__} | x{scale} | {ms:.1f} |')
+    return 0
 
 
 if __name__ == '__main__':
-    main()
+    run_tool(main)

@@ -18,7 +18,6 @@ Example:
 import argparse
 import json
 import os
-import sys
 
 import torch
 from torch import nn
@@ -28,6 +27,7 @@ from basicsr.archs.rrdbnet_arch import RRDBNet
 from tola_plugin.archs.vae_arch import LATENT_SCALE
 from tola_plugin.text.alphabets import IDM_MAX_LEN
 from tola_plugin.utils.benchmarking import build_benchmark_tola, median_seconds
+from tola_plugin.utils.cli_errors import run_tool
 from tola_plugin.utils.complexity import count_macs, count_parameters
 from tola_plugin.utils.lora import count_lora_parameters
 
@@ -138,10 +138,7 @@ def main(argv=None):
                           'cpu' if args.device == 'auto' else args.device)
     if args.repeats < 1:
         p.error('--repeats must be at least 1')
-    try:
-        net = build_benchmark_tola(args.opt, args.random_weights).to(device)
-    except (FileNotFoundError, ValueError, KeyError) as err:
-        sys.exit(f'error: {err}')
+    net = build_benchmark_tola(args.opt, args.random_weights).to(device)
     result = measure(net, args.height, args.width, args.steps, args.repeats, device)
     if args.esrgan:
         result['rows']['ESRGAN x4'] = esrgan_row(args.height, args.width, args.repeats, device)
@@ -155,7 +152,8 @@ def main(argv=None):
             json.dump(result, f, indent=2)
         with open(os.path.splitext(args.out)[0] + '.md', 'w', encoding='utf-8') as f:
             f.write(table + '\n')
+    return 0
 
 
 if __name__ == '__main__':
-    main()
+    run_tool(main)

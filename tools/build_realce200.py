@@ -25,7 +25,7 @@ import re
 
 import numpy as np
 
-from tola_plugin.utils.cli_errors import run_tool
+from tola_plugin.utils.cli_errors import UsageError, run_tool
 from tola_plugin.data.image_checks import hamming, image_stats, sha256_file, write_png, write_tsv
 from tola_plugin.data.text_labels import ocr_text
 from tola_plugin.data.image_io import read_image_file
@@ -91,7 +91,7 @@ def collect_candidates(args):
     anno_dir = os.path.join(split_dir, 'annos')
     for d in (lr_dir, ref_dir, anno_dir):
         if not os.path.isdir(d):
-            raise SystemExit(f'error: {d} not found; expected the RealCE layout <root>/<split>/'
+            raise UsageError(f'{d} not found; expected the RealCE layout <root>/<split>/'
                              f'{{{args.lr_focal},{args.ref_focal},annos}}')
     alphabet = set(transocr_classes()[2:-1])
     rows = []
@@ -99,7 +99,7 @@ def collect_candidates(args):
         stem = os.path.splitext(name)[0]
         anno = os.path.join(anno_dir, stem + '.txt')
         if not os.path.isfile(anno):
-            raise SystemExit(f'error: annotation {anno} for image {name} not found')
+            raise UsageError(f'annotation {anno} for image {name} not found')
         lr_img, ref_img = read_image_file(os.path.join(lr_dir, name)), read_image_file(os.path.join(ref_dir, name))
         with open(anno, encoding=args.anno_encoding) as f:
             lines = [line for line in f if line.strip()]
@@ -161,12 +161,12 @@ def deduplicate(rows, distance: int):
 def main(argv=None) -> int:
     args = parse_args(argv)
     if os.path.isdir(args.out) and os.listdir(args.out):
-        raise SystemExit(f'error: --out {args.out} is not empty')
+        raise UsageError(f'--out {args.out} is not empty')
     rows = collect_candidates(args)
     deduplicate(rows, args.dhash_distance)
     pool = [i for i, r in enumerate(rows) if r['status'] == 'candidate']
     if len(pool) < args.count:
-        raise SystemExit(f'error: only {len(pool)} candidates survive the filters, --count is {args.count}; '
+        raise UsageError(f'only {len(pool)} candidates survive the filters, --count is {args.count}; '
                          f'see the reasons with a smaller --count')
     chosen = sorted(np.random.Generator(np.random.PCG64(args.seed)).choice(pool, args.count, replace=False).tolist())
     for i in pool:

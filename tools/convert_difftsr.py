@@ -12,6 +12,7 @@ import sys
 
 import torch
 
+from tola_plugin.utils.cli_errors import run_tool
 from tola_plugin.utils.difftsr_checkpoint import COMPONENTS, load_difftsr, save_converted
 
 
@@ -35,9 +36,11 @@ def main(argv=None):
             ref = again[comp].state_dict()
             for key, value in net.state_dict().items():
                 if not torch.equal(value, ref[key]):
-                    sys.exit(f'verify failed: {comp}.{key} differs')
+                    print(f'error: verify failed: {comp}.{key} differs', file=sys.stderr)
+                    return 1
         print('verified: identical tensors')
+    return 0
 
 
 if __name__ == '__main__':
-    main()
+    run_tool(main)

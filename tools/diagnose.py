@@ -11,7 +11,7 @@ import argparse
 import json
 import os
 
-from tola_plugin.utils.cli_errors import run_tool
+from tola_plugin.utils.cli_errors import UsageError, run_tool
 from tola_plugin.evaluation import records as R
 from tola_plugin.evaluation.diagnostics import diagnose, diagnostics_markdown
 from tola_plugin.evaluation.recognizers import PREFIX
@@ -21,7 +21,7 @@ from tola_plugin.evaluation.statistics import N_RESAMPLES
 def load_method(eval_dir: str, summary: dict, method: str):
     files = summary.get('per_image', {})
     if method not in files:
-        raise SystemExit(f'error: method {method!r} not in {os.path.join(eval_dir, "summary.json")} '
+        raise UsageError(f'method {method!r} not in {os.path.join(eval_dir, "summary.json")} '
                          f'(has {sorted(files)})')
     return R.read_per_image_csv(os.path.join(eval_dir, files[method]))
 
@@ -51,7 +51,7 @@ def main(argv=None) -> int:
         summary_a = json.load(f)
     lower = summary_b['protocol']['lower_case']
     if summary_a['protocol']['lower_case'] != lower:
-        raise SystemExit('error: the two evaluations used different case handling (--lower)')
+        raise UsageError('the two evaluations used different case handling (--lower)')
     a = load_method(base_dir, summary_a, args.baseline)
     b = load_method(args.eval_dir, summary_b, args.method)
     names = R.match_filenames({f'baseline {args.baseline!r}': list(a), f'method {args.method!r}': list(b)})
@@ -59,7 +59,7 @@ def main(argv=None) -> int:
     for n in names:
         if 'gt' in a[n] and 'gt' in b[n]:
             if a[n]['gt'] != b[n]['gt']:
-                raise SystemExit(f'error: {n}: the two evaluations have different labels')
+                raise UsageError(f'{n}: the two evaluations have different labels')
             labels[n] = a[n]['gt']
     if len(labels) != len(names):
         labels = {n: '' for n in names}  # image metrics only: no recognition diagnostics

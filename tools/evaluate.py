@@ -10,7 +10,8 @@ Writes <out>/per_image/<method>.csv, <out>/summary.json and <out>/summary.md. Se
 import argparse
 import os
 
-from tola_plugin.utils.cli_errors import run_tool
+from tola_plugin.data.image_io import WHITE
+from tola_plugin.utils.cli_errors import UsageError, run_tool
 from tola_plugin.evaluation.image_metrics import DEFAULT_COLOR_SPACE, LUMA_COLOR_SPACES
 from tola_plugin.evaluation.runner import ALL_METRICS, evaluate_methods
 
@@ -25,6 +26,18 @@ def parse_method(spec: str):
     if not name or not folder:
         raise argparse.ArgumentTypeError(f'--method expects NAME=FOLDER, got {spec!r}')
     return name, folder
+
+
+def parse_rgb(spec: str):
+    """'R,G,B' with three integers in [0, 255]."""
+    parts = spec.split(',')
+    try:
+        rgb = tuple(int(v) for v in parts)
+    except ValueError:
+        rgb = ()
+    if len(rgb) != 3 or not all(0 <= v <= 255 for v in rgb):
+        raise argparse.ArgumentTypeError(f'expected R,G,B with three integers in [0, 255], got {spec!r}')
+    return rgb
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="lower-case texts before matching (CTR benchmark variant; the paper preserves case)")
     p.add_argument('--color-space', default=DEFAULT_COLOR_SPACE, choices=LUMA_COLOR_SPACES,
                    help='luminance for PSNR/SSIM (default ycbcr: BT.601 Y as BasicSR/MATLAB)')
+    p.add_argument('--background', type=parse_rgb, default=WHITE, metavar='R,G,B',
+                   help='colour under transparent pixels of RGBA/LA/palette images (default 255,255,255 = white)')
     p.add_argument('--device', default='cpu', help='torch device, e.g. cpu or cuda:0')
     p.add_argument('--batch-size', type=int, default=8)
     p.add_argument('--num-workers', type=int, default=0, help='data-loader workers of FID')
@@ -54,12 +69,13 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     methods = dict(args.method)
     if len(methods) != len(args.method):
-        raise SystemExit('error: two --method entries have the same name')
+        raise UsageError('two --method entries have the same name')
     metrics = [m.strip() for m in args.metrics.split(',') if m.strip()] if args.metrics else None
     evaluate_methods(methods, args.out, reference_dir=args.reference, labels_path=args.labels, metrics=metrics,
                      device=args.device, color_space=args.color_space, lower=args.lower,
                      transocr_checkpoint=args.transocr_checkpoint, transocr_preprocess=args.transocr_preprocess,
-                     batch_size=args.batch_size, num_workers=args.num_workers, progress=not args.no_progress)
+                     batch_size=args.batch_size, num_workers=args.num_workers, progress=not args.no_progress,
+                     background=args.background)
     with open(os.path.join(args.out, 'summary.md'), encoding='utf-8') as f:
         print(f.read(), end='')
     return 0

@@ -21,6 +21,7 @@ import torch
 
 import tola_plugin  # noqa: F401  (registers the archs)
 from tola_plugin.archs.tola_arch import TOLANet, onnx_folder
+from tola_plugin.utils.cli_errors import run_tool
 from tola_plugin.utils.tola_loading import build_tola_from_options
 
 
@@ -60,10 +61,10 @@ def main(argv=None):
             err = ((after - before).abs().max() / before.abs().max().clamp_min(1e-12)).item()
             print(f'{name} vs unmerged: max relative difference {err:.2e}')
             if err > 1e-4:
-                print(f'{name} outputs differ from the unmerged model', file=sys.stderr)
+                print(f'error: {name} outputs differ from the unmerged model', file=sys.stderr)
                 return 1
     return 0
 
 
 if __name__ == '__main__':
-    sys.exit(main())
+    run_tool(main)

@@ -11,7 +11,7 @@ import argparse
 import os
 import shutil
 
-from tola_plugin.utils.cli_errors import run_tool
+from tola_plugin.utils.cli_errors import UsageError, run_tool
 from tola_plugin.data.fudanvi_lmdb import write_fudanvi_lmdb
 from tola_plugin.data.image_io import decode_image
 from tola_plugin.data.text_labels import read_labels_tsv
@@ -40,10 +40,10 @@ def iter_samples(images: str, rows):
 def main(argv=None) -> int:
     args = parse_args(argv)
     if not os.path.isdir(args.images):
-        raise SystemExit(f'error: --images {args.images} is not a folder')
+        raise UsageError(f'--images {args.images} is not a folder')
     rows = read_labels_tsv(args.labels)
     if os.path.exists(os.path.join(args.out, 'data.mdb')):
-        raise SystemExit(f'error: {args.out} already holds an LMDB; remove it or choose another --out')
+        raise UsageError(f'{args.out} already holds an LMDB; remove it or choose another --out')
     created = not os.path.exists(args.out)
     try:
         count = write_fudanvi_lmdb(args.out, iter_samples(args.images, rows), map_size=args.map_size)

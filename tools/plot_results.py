@@ -18,7 +18,7 @@ import argparse
 import csv
 import json
 
-from tola_plugin.utils.cli_errors import run_tool
+from tola_plugin.utils.cli_errors import UsageError, run_tool
 from tola_plugin.evaluation import plots
 from tola_plugin.evaluation.records import read_labels
 
@@ -35,7 +35,7 @@ def read_latency_csv(path: str):
     with open(path, encoding='utf-8', newline='') as f:
         reader = csv.DictReader(f)
         if not {'method', 'seconds_per_image'} <= set(reader.fieldnames or []):
-            raise SystemExit(f'error: {path} needs columns method, seconds_per_image (got {reader.fieldnames})')
+            raise UsageError(f'{path} needs columns method, seconds_per_image (got {reader.fieldnames})')
         for row in reader:
             latency[row['method']] = float(row['seconds_per_image'])
             metrics[row['method']] = {k: float(row[k]) for k in ('psnr', 't_acc') if row.get(k)}
@@ -98,7 +98,7 @@ def main(argv=None) -> int:
             labels = read_labels(args.labels)
             missing = [s for s in samples if s not in labels]
             if missing:
-                raise SystemExit(f'error: {args.labels} has no label for {missing}')
+                raise UsageError(f'{args.labels} has no label for {missing}')
             titles = [labels[s] for s in samples]
         paths = plots.comparison_grid(plots.load_grid_rows(args.row, samples), args.out, titles)
     print('\n'.join(paths))

@@ -18,6 +18,7 @@ import cv2
 from tqdm import tqdm
 
 from tola_plugin.data.fudanvi_lmdb import write_fudanvi_lmdb
+from tola_plugin.utils.cli_errors import UsageError, run_tool
 from tola_plugin.utils.text_render import CATEGORIES, DEFAULT_CATEGORY_PROBS, TextLineRenderer
 
 
@@ -54,7 +55,7 @@ def main(argv=None):
         with open(args.texts, encoding='utf-8') as f:
             texts = [line.rstrip('\n') for line in f if line.strip()]
         if len(texts) < args.num:
-            sys.exit(f'{args.texts} has {len(texts)} non-empty lines, fewer than --num {args.num}')
+            raise UsageError(f'{args.texts} has {len(texts)} non-empty lines, fewer than --num {args.num}')
     renderer = TextLineRenderer(args.font, seed=args.seed, category_probs=args.category_probs,
                                 height=args.height, width=args.width)
     for folder in (args.out, args.lq_out):
@@ -82,7 +83,8 @@ def main(argv=None):
         write_fudanvi_lmdb(args.lmdb, encoded)
     print(f'rendered {args.num} lines' + (f' -> {args.out}' if args.out else '') +
           (f' -> {args.lmdb}' if args.lmdb else ''))
+    return 0
 
 
 if __name__ == '__main__':
-    main()
+    run_tool(main)

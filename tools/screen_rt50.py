@@ -23,7 +23,7 @@ import argparse
 import csv
 import os
 
-from tola_plugin.utils.cli_errors import run_tool
+from tola_plugin.utils.cli_errors import UsageError, run_tool
 from tola_plugin.data.image_checks import (RT50_LABEL_LENGTHS, RT50_THRESHOLDS, failed_quality_rules, hamming,
                                            image_stats, label_category, sha256_file, write_png, write_tsv)
 from tola_plugin.data.image_io import read_image_file
@@ -75,14 +75,14 @@ def read_candidates(path: str):
         reader = csv.DictReader(f, delimiter='\t')
         missing = {'filename', 'label'} - set(reader.fieldnames or [])
         if missing:
-            raise SystemExit(f'error: {path} header lacks column(s) {sorted(missing)}; got {reader.fieldnames}')
+            raise UsageError(f'{path} header lacks column(s) {sorted(missing)}; got {reader.fieldnames}')
         rows = [dict(r) for r in reader]
     if not rows:
-        raise SystemExit(f'error: {path} lists no candidates')
+        raise UsageError(f'{path} lists no candidates')
     for n, r in enumerate(rows, start=2):
         r['label'] = (r['label'] or '').strip()
         if r.get('difficulty') and r['difficulty'] not in DIFFICULTIES:
-            raise SystemExit(f'error: {path}:{n}: difficulty must be one of {DIFFICULTIES}, got {r["difficulty"]!r}')
+            raise UsageError(f'{path}:{n}: difficulty must be one of {DIFFICULTIES}, got {r["difficulty"]!r}')
     return rows
 
 
@@ -135,7 +135,7 @@ def select(admitted, composition: dict, difficulty: dict, use_difficulty: bool):
     if use_difficulty:
         short.update({k: v for k, v in need_diff.items() if v > 0})
     if short:
-        raise SystemExit(f'error: not enough admitted candidates; still missing {short} '
+        raise UsageError(f'not enough admitted candidates; still missing {short} '
                          f'(see screening.tsv for the reasons)')
     return chosen
 
@@ -143,9 +143,9 @@ def select(admitted, composition: dict, difficulty: dict, use_difficulty: bool):
 def main(argv=None) -> int:
     args = parse_args(argv)
     if not os.path.isdir(args.images):
-        raise SystemExit(f'error: --images {args.images} is not a folder')
+        raise UsageError(f'--images {args.images} is not a folder')
     if os.path.isdir(args.out) and os.listdir(args.out):
-        raise SystemExit(f'error: --out {args.out} is not empty')
+        raise UsageError(f'--out {args.out} is not empty')
     rows = read_candidates(args.candidates)
     use_difficulty = all(r.get('difficulty') for r in rows)
     admitted = screen(rows, args.images, args)

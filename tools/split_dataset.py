@@ -15,7 +15,7 @@ import os
 
 import numpy as np
 
-from tola_plugin.utils.cli_errors import run_tool
+from tola_plugin.utils.cli_errors import UsageError, run_tool
 from tola_plugin.data.fudanvi_lmdb import FudanVILmdbReader
 from tola_plugin.data.text_labels import read_index_list
 
@@ -69,7 +69,7 @@ def main(argv=None) -> int:
         indices = read_indices(args.index_list)
     else:
         if args.num < 2:
-            raise SystemExit('error: --num must be at least 2')
+            raise UsageError('--num must be at least 2')
         indices = list(range(args.num))
     train, val = split_indices(indices, args.val_fraction, args.method, args.seed)
     os.makedirs(args.out_dir, exist_ok=True)

@@ -31,8 +31,9 @@ from tola_plugin.archs.vae_arch import LATENT_SCALE, DiffTSRVAE
 from tola_plugin.text.alphabets import IDM_MAX_LEN, IDM_PAD, decode_idm
 from tola_plugin.text.text_prior import DIFFTSR_MAX_TOKENS, difftsr_prediction_text, transocr_to_idm
 from tola_plugin.utils.diffusion_schedule import NUM_TRAIN_TIMESTEPS, make_ldm_scheduler
-from tola_plugin.utils.lora import (IDM_LORA_TARGETS, VAE_ENCODER_LORA_TARGETS, add_lora, count_lora_parameters,
-                                    load_lora_state_dict, lora_state_dict, merge_lora)
+from tola_plugin.utils.lora import (IDM_LORA_TARGETS, VAE_ENCODER_LORA_TARGETS, add_lora, check_lora_settings,
+                                    count_lora_parameters, load_lora_state_dict, lora_settings, lora_state_dict,
+                                    merge_lora)
 from tola_plugin.utils.transocr_checkpoint import load_transocr
 
 TEXT_PRIORS = ('predicted', 'gt', 'null', 'none')
@@ -132,6 +133,7 @@ class TOLANet(nn.Module):
                 raise ValueError(f'TOLANet: {name} must be one of {allowed}, got {value!r}')
         if context_route == 'direct' and text_prior == 'none':
             raise ValueError("TOLANet: context_route 'direct' needs a text prior (text_prior 'none' removes it)")
+        check_lora_settings(lora_rank, lora_alpha, idm_lora, vae_lora, vae_lora_active)
         self.options = options  # constructor arguments, for the merged export
         self.backend = 'torch'  # load_for_inference may run the tensor stages on ONNX Runtime
         self.set_timestep(timestep)
@@ -340,6 +342,18 @@ class TOLANet(nn.Module):
             state.update({f'lrc.{k}': v.detach().clone() for k, v in self.lrc.state_dict().items()})
         return state
 
+    def adaptation_config(self) -> Dict:
+        """The settings the adaptation state depends on, recorded in every checkpoint and checked when one is
+        loaded: ``lora_rank``, ``lora_alpha`` (None without LoRA), ``idm_lora`` / ``vae_lora`` (the target
+        patterns, None without that LoRA) and ``lrc`` (its options with defaults filled in, None without LRC)."""
+        from tola_plugin.utils.option_checks import resolved_options
+        loras = {name: lora_settings(getattr(self, name)) for name in ('idm', 'vae') if self.has_lora(name)}
+        first = next(iter(loras.values()), {})
+        return {'lora_rank': first.get('rank'), 'lora_alpha': first.get('alpha'),
+                'idm_lora': loras['idm']['targets'] if 'idm' in loras else None,
+                'vae_lora': loras['vae']['targets'] if 'vae' in loras else None,
+                'lrc': resolved_options(ARCH_REGISTRY, self.options['lrc']) if self.lrc is not None else None}
+
     def load_adaptation_state_dict(self, state: Dict[str, torch.Tensor]) -> None:
         """Inverse of ``adaptation_state_dict``; strict: any missing or unexpected key raises KeyError."""
         parts = {'idm_lora': {}, 'vae_lora': {}, 'lrc': {}}
@@ -399,22 +413,22 @@ class TOLANet(nn.Module):
         also export the tensor stages for ONNX Runtime to ``onnx_folder(path)``, for (B, 3, H, W) images
         (``load_for_inference(path, backend='onnxruntime')``; docs/inference.md)."""
         from safetensors.torch import save_file
+        from tola_plugin.utils.checkpoint_io import atomic_write
         self.merge_lora()
         metadata = {'format': MERGED_FORMAT, 'options': json.dumps(self.merged_options())}
         if onnx_size is not None:
             from tola_plugin.archs.onnx_stages import export_onnx_stages
             metadata['onnx_tag'] = uuid.uuid4().hex  # pairs the ONNX folder with this very file
             export_onnx_stages(self, onnx_folder(path), *onnx_size, tag=metadata['onnx_tag'])
-        save_file({k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}, path, metadata=metadata)
+        tensors = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
+        atomic_write(path, lambda tmp: save_file(tensors, tmp, metadata=metadata))
 
     @staticmethod
     def read_merged_metadata(path: str) -> Dict[str, str]:
         """The metadata of ``save_merged``'s file (checked to be one)."""
-        from safetensors import safe_open
-        from tola_plugin.utils.checkpoint_io import require_file
+        from tola_plugin.utils.checkpoint_io import require_file, safetensors_metadata
         require_file(path, 'merged TOLA model', 'Write one with tools/export_merged.py.')
-        with safe_open(path, framework='pt') as f:
-            metadata = f.metadata() or {}
+        metadata = safetensors_metadata(path, 'merged TOLA model')
         if metadata.get('format') != MERGED_FORMAT:
             raise ValueError(f'{path!r} is not a merged TOLA model (metadata format {metadata.get("format")!r}, '
                              f'expected {MERGED_FORMAT!r})')

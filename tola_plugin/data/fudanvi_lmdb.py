@@ -2,12 +2,12 @@
 ``num-samples``; indices are 1-based. Written by lmdb directly: basicsr's LmdbMaker uses other keys.
 """
 import os
-from typing import Iterable, Tuple
+from typing import Iterable, Sequence, Tuple
 
 import lmdb
 import numpy as np
 
-from tola_plugin.data.image_io import decode_image
+from tola_plugin.data.image_io import WHITE, decode_image
 
 
 def image_key(index: int) -> bytes:
@@ -81,12 +81,17 @@ class FudanVILmdbReader:
         return value
 
     def read_label(self, index: int) -> str:
-        """Label of the 1-based ``index``-th sample."""
-        return self._get(label_key(index)).decode('utf-8')
+        """Label of the 1-based ``index``-th sample (UTF-8; anything else is a ValueError naming the key)."""
+        raw = self._get(label_key(index))
+        try:
+            return raw.decode('utf-8')
+        except UnicodeDecodeError as err:
+            raise ValueError(f'{self.path}: {label_key(index).decode()} is not UTF-8 text ({err.reason} at byte '
+                             f'{err.start}); FudanVI LMDB labels are UTF-8') from None
 
-    def read_image(self, index: int) -> np.ndarray:
-        """BGR uint8 image (H,W,3) of the 1-based ``index``-th sample."""
-        return decode_image(self._get(image_key(index)), f'{self.path}: {image_key(index).decode()}')
+    def read_image(self, index: int, background: Sequence[int] = WHITE) -> np.ndarray:
+        """BGR uint8 image (H,W,3) of the 1-based ``index``-th sample; transparency over ``background`` (RGB)."""
+        return decode_image(self._get(image_key(index)), f'{self.path}: {image_key(index).decode()}', background)
 
     def read_raw(self, index: int) -> Tuple[bytes, str]:
         """Encoded image bytes and label of the 1-based ``index``-th sample."""

@@ -18,7 +18,8 @@ from basicsr.utils.registry import DATASET_REGISTRY
 
 from tola_plugin.data.text_labels import text_targets, usable_positions
 from tola_plugin.data.image_io import IMAGE_EXTENSIONS
-from tola_plugin.data.text_line_source import CANVAS_H, CANVAS_W, FolderLineSource, LmdbLineSource, to_canvas
+from tola_plugin.data.text_line_source import (CANVAS_H, CANVAS_W, FolderLineSource, LmdbLineSource, background_option,
+                                               to_canvas)
 
 
 def _unlisted(folder: str, listed: set) -> list:
@@ -32,11 +33,16 @@ class PairedTextDataset(data.Dataset):
 
     Options: dataroot_lq; dataroot_gt [None: no HR, e.g. RT50]; io_backend.type ['disk' | 'lmdb'];
     labels (disk: TSV, required); index_list (lmdb, 0-based) [None]; resize_to_canvas [True];
-    allow_unlisted_files [False]; idm_text_norm ['lower']; skip_invalid_labels [False].
+    allow_unlisted_files [False]; idm_text_norm ['lower']; skip_invalid_labels [False];
+    background [[255, 255, 255]]: RGB colour under transparent pixels (RGBA/LA/palette images).
+    Any other key (besides BasicSR's loader keys) is an error (utils/option_checks.py).
 
     Item: ``lq`` (3,128,512) float32 RGB [0,1]; ``gt`` and ``gt_path`` only with HR; ``lq_path`` (file
     path or LMDB key); ``text``; ``idm_tokens`` (24,) int64; ``ocr_target`` (25,) int64.
     """
+
+    option_keys = frozenset({'dataroot_lq', 'dataroot_gt', 'labels', 'index_list', 'resize_to_canvas',
+                             'allow_unlisted_files', 'idm_text_norm', 'skip_invalid_labels', 'background'})
 
     def __init__(self, opt: dict):
         super().__init__()
@@ -63,8 +69,10 @@ class PairedTextDataset(data.Dataset):
             raise KeyError('PairedTextDataset (disk) needs the "labels" option (TSV: filename<TAB>transcription)')
         if opt.get('index_list'):
             raise ValueError('index_list is for io_backend lmdb; list the wanted files in the labels TSV instead')
-        lq = FolderLineSource(opt['dataroot_lq'], opt['labels'])
-        gt = FolderLineSource(opt['dataroot_gt'], opt['labels']) if opt.get('dataroot_gt') else None
+        background = background_option(opt)
+        lq = FolderLineSource(opt['dataroot_lq'], opt['labels'], background=background)
+        gt = (FolderLineSource(opt['dataroot_gt'], opt['labels'], background=background) if opt.get('dataroot_gt')
+              else None)
         if not opt.get('allow_unlisted_files', False):
             listed = set(lq.names)
             for folder in [opt['dataroot_lq']] + ([opt['dataroot_gt']] if gt else []):
@@ -78,8 +86,9 @@ class PairedTextDataset(data.Dataset):
     def _lmdbs(opt):
         if opt.get('labels'):
             raise ValueError('io_backend lmdb reads labels from the LR LMDB; remove the "labels" option')
-        lq = LmdbLineSource(opt['dataroot_lq'], opt.get('index_list'))
-        gt = LmdbLineSource(opt['dataroot_gt'], opt.get('index_list')) if opt.get('dataroot_gt') else None
+        background = background_option(opt)
+        lq = LmdbLineSource(opt['dataroot_lq'], opt.get('index_list'), background)
+        gt = LmdbLineSource(opt['dataroot_gt'], opt.get('index_list'), background) if opt.get('dataroot_gt') else None
         if gt is not None:
             if len(gt.reader) != len(lq.reader):
                 raise ValueError(f'{opt["dataroot_lq"]} has {len(lq.reader)} samples but {opt["dataroot_gt"]} '

@@ -57,7 +57,10 @@ class TextDegradationDataset(data.Dataset):
         seed [0]; chain_probs [{realesrgan: 0.5, bsrgan: 0.5}]; scales [[1, 2, 4]]; scale_probs [uniform];
         lq_interpolations [[linear, cubic, lanczos4]]; realesrgan / bsrgan: chain parameter overrides [{}];
         idm_text_norm ['lower' = DiffTSR]; skip_invalid_labels [False];
-        on_degradation_error ['raise' | 'retry' | 'skip']; max_retries [3].
+        on_degradation_error ['raise' | 'retry' | 'skip']; max_retries [3]; epoch [0] (the first epoch's
+        degradations; BasicSR's sampler sets it afterwards); background [[255, 255, 255]]: RGB colour under
+        transparent pixels (RGBA/LA/palette images).
+        Any other key (besides BasicSR's loader keys) is an error (utils/option_checks.py).
 
     Item: ``lq``, ``gt`` (3,128,512) float32 RGB in [0,1]; ``lq_path`` = ``gt_path`` = LMDB key or file
     path; ``text`` raw transcription; ``idm_tokens`` (24,) int64; ``ocr_target`` (25,) int64 (END, then -100).
@@ -67,6 +70,9 @@ class TextDegradationDataset(data.Dataset):
     """
 
     accepts_enlarged_indices = True
+    option_keys = frozenset({'dataroot_gt', 'labels', 'index_list', 'seed', 'epoch', 'chain_probs', 'scales',
+                             'scale_probs', 'lq_interpolations', 'realesrgan', 'bsrgan', 'idm_text_norm',
+                             'skip_invalid_labels', 'on_degradation_error', 'max_retries', 'background'})
 
     def __init__(self, opt: dict):
         super().__init__()

@@ -6,6 +6,7 @@
   normalized as DiffTSR's training dataset does (train/dataset/DiffTSR_training_dataset.py):
   IDM text = ``label.lower()``; OCR text = ``strQ2B(label).lower()`` (its ``'$'`` end mark = our END).
 """
+import io
 from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
@@ -22,30 +23,43 @@ class TextLabelError(ValueError):
     """A transcription that cannot be turned into training targets."""
 
 
+def _text_lines(path: str, what: str):
+    """The lines of a UTF-8 text file (a leading byte-order mark is dropped); a file in another encoding is a
+    ValueError naming the file and the line."""
+    with open(path, 'rb') as f:
+        raw = f.read()
+    try:
+        text = raw.decode('utf-8-sig')
+    except UnicodeDecodeError as err:
+        lineno = raw.count(b'\n', 0, err.start) + 1
+        raise ValueError(f'{path}:{lineno}: not UTF-8 text ({err.reason} at byte {err.start}); save the {what} '
+                         f'as UTF-8') from None
+    return list(io.StringIO(text, newline=None))  # the line splitting of open(): \n, \r\n, \r
+
+
 def read_labels_tsv(path: str) -> List[Tuple[str, str]]:
     """``[(filename, transcription), ...]`` in file order.
 
-    Blank lines are ignored; a line without a tab, an empty filename or transcription, or a repeated
-    filename is an error naming the file and line.
+    UTF-8 (a byte-order mark is allowed). Blank lines are ignored; a line without a tab, an empty filename or
+    transcription, a repeated filename, or bytes that are not UTF-8 are an error naming the file and line.
     """
     rows, seen = [], {}
-    with open(path, encoding='utf-8') as f:
-        for lineno, line in enumerate(f, start=1):
-            line = line.rstrip('\r\n')
-            if not line.strip():
-                continue
-            if '\t' not in line:
-                raise ValueError(f'{path}:{lineno}: expected "filename<TAB>transcription", got {line!r}')
-            name, text = line.split('\t', 1)
-            name = name.strip()
-            if not name:
-                raise ValueError(f'{path}:{lineno}: empty filename')
-            if not text.strip():
-                raise ValueError(f'{path}:{lineno}: empty label for {name!r}')
-            if name in seen:
-                raise ValueError(f'{path}:{lineno}: filename {name!r} repeats line {seen[name]}')
-            seen[name] = lineno
-            rows.append((name, text))
+    for lineno, line in enumerate(_text_lines(path, 'labels file'), start=1):
+        line = line.rstrip('\r\n')
+        if not line.strip():
+            continue
+        if '\t' not in line:
+            raise ValueError(f'{path}:{lineno}: expected "filename<TAB>transcription", got {line!r}')
+        name, text = line.split('\t', 1)
+        name = name.strip()
+        if not name:
+            raise ValueError(f'{path}:{lineno}: empty filename')
+        if not text.strip():
+            raise ValueError(f'{path}:{lineno}: empty label for {name!r}')
+        if name in seen:
+            raise ValueError(f'{path}:{lineno}: filename {name!r} repeats line {seen[name]}')
+        seen[name] = lineno
+        rows.append((name, text))
     if not rows:
         raise ValueError(f'{path}: no labelled images')
     return rows
@@ -54,18 +68,17 @@ def read_labels_tsv(path: str) -> List[Tuple[str, str]]:
 def read_index_list(path: str, size: Optional[int] = None) -> List[int]:
     """0-based indices from ``path`` (one per line), each checked against ``size`` samples when given."""
     indices = []
-    with open(path, encoding='utf-8') as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                index = int(line)
-            except ValueError:
-                raise ValueError(f'{path}:{lineno}: expected a 0-based integer index, got {line.strip()!r}') from None
-            if index < 0 or (size is not None and index >= size):
-                bound = f'[0, {size}) of the source' if size is not None else 'the non-negative integers'
-                raise ValueError(f'{path}:{lineno}: index {index} outside {bound}')
-            indices.append(index)
+    for lineno, line in enumerate(_text_lines(path, 'index list'), start=1):
+        if not line.strip():
+            continue
+        try:
+            index = int(line)
+        except ValueError:
+            raise ValueError(f'{path}:{lineno}: expected a 0-based integer index, got {line.strip()!r}') from None
+        if index < 0 or (size is not None and index >= size):
+            bound = f'[0, {size}) of the source' if size is not None else 'the non-negative integers'
+            raise ValueError(f'{path}:{lineno}: index {index} outside {bound}')
+        indices.append(index)
     if not indices:
         raise ValueError(f'{path}: empty index list')
     return indices

@@ -5,14 +5,14 @@ Every record has a ``key``: the LMDB image key (``image-000000001``) or the file
 turns into the saved image's name (``osp.splitext(osp.basename(key))[0]``).
 """
 import os
-from typing import Optional
+from typing import Optional, Sequence
 
 import cv2
 import numpy as np
 from PIL import Image
 
 from tola_plugin.data.fudanvi_lmdb import FudanVILmdbReader, image_key
-from tola_plugin.data.image_io import read_image_file
+from tola_plugin.data.image_io import WHITE, read_image_file
 from tola_plugin.data.text_labels import read_index_list, read_labels_tsv
 
 CANVAS_W, CANVAS_H = 512, 128
@@ -36,10 +36,12 @@ def to_canvas(img_bgr: np.ndarray, width: int = CANVAS_W, height: int = CANVAS_H
 
 
 class LmdbLineSource:
-    """Lines of a FudanVI LMDB; ``indices`` are 0-based (key = index + 1, as DiffTSR)."""
+    """Lines of a FudanVI LMDB; ``indices`` are 0-based (key = index + 1, as DiffTSR). ``background``: RGB colour
+    under transparent pixels."""
 
-    def __init__(self, path: str, index_list: Optional[str] = None):
+    def __init__(self, path: str, index_list: Optional[str] = None, background: Sequence[int] = WHITE):
         self.path = path
+        self.background = tuple(background)
         self.reader = FudanVILmdbReader(path)
         n = len(self.reader)
         self.indices = read_index_list(index_list, n) if index_list else list(range(n))
@@ -54,13 +56,15 @@ class LmdbLineSource:
 
     def read(self, i: int) -> np.ndarray:
         """BGR uint8 image of record ``i``."""
-        return self.reader.read_image(self.indices[i] + 1)
+        return self.reader.read_image(self.indices[i] + 1, self.background)
 
 
 class FolderLineSource:
-    """Images of ``folder`` named in a labels TSV (file order); ``index_list`` picks 0-based TSV rows."""
+    """Images of ``folder`` named in a labels TSV (file order); ``index_list`` picks 0-based TSV rows;
+    ``background``: RGB colour under transparent pixels."""
 
-    def __init__(self, folder: str, labels_tsv: str, index_list: Optional[str] = None):
+    def __init__(self, folder: str, labels_tsv: str, index_list: Optional[str] = None,
+                 background: Sequence[int] = WHITE):
         if not os.path.isdir(folder):
             raise FileNotFoundError(f'image folder not found: {folder}')
         rows = read_labels_tsv(labels_tsv)
@@ -71,6 +75,7 @@ class FolderLineSource:
             raise FileNotFoundError(f'{len(missing)} file(s) named in {labels_tsv} are missing from {folder}, '
                                     f'first: {missing[:5]}')
         self.folder = folder
+        self.background = tuple(background)
         self.names = [name for name, _ in rows]
         self.labels = [text for _, text in rows]
 
@@ -81,7 +86,17 @@ class FolderLineSource:
         return os.path.join(self.folder, self.names[i])
 
     def read(self, i: int) -> np.ndarray:
-        return read_image_file(self.key(i))
+        return read_image_file(self.key(i), self.background)
+
+
+def background_option(opt: dict) -> tuple:
+    """The dataset option ``background`` (RGB colour under transparent pixels, default white) as a tuple."""
+    value = opt.get('background', WHITE)
+    if (not isinstance(value, (list, tuple)) or len(value) != 3
+            or not all(isinstance(c, int) and not isinstance(c, bool) and 0 <= c <= 255 for c in value)):
+        raise ValueError(f'dataset option background: expected an RGB colour [R, G, B] of integers in [0, 255], '
+                         f'got {value!r}')
+    return tuple(value)
 
 
 def build_line_source(opt: dict, root_key: str) -> LmdbLineSource | FolderLineSource:
@@ -93,9 +108,9 @@ def build_line_source(opt: dict, root_key: str) -> LmdbLineSource | FolderLineSo
     if backend == 'lmdb':
         if opt.get('labels'):
             raise ValueError(f'io_backend lmdb reads labels from {root}; remove the "labels" option')
-        return LmdbLineSource(root, opt.get('index_list'))
+        return LmdbLineSource(root, opt.get('index_list'), background_option(opt))
     if backend == 'disk':
         if not opt.get('labels'):
             raise KeyError('io_backend disk needs the "labels" option (TSV: filename<TAB>transcription)')
-        return FolderLineSource(root, opt['labels'], opt.get('index_list'))
+        return FolderLineSource(root, opt['labels'], opt.get('index_list'), background_option(opt))
     raise ValueError(f'io_backend.type must be "lmdb" or "disk", got {backend!r}')

@@ -9,11 +9,15 @@ available as ``color_space='yiq'``. pyiqa's SSIM rounds Y to 8-bit levels (data 
 
 Inputs everywhere: float tensors (B,3,H,W), RGB, values in [0,1]; restored and reference of the same size.
 """
-from typing import Dict, Iterable, Sequence
+import os
+import tempfile
+from typing import Dict, Iterable, Optional, Sequence
 
+import cv2
 import numpy as np
 import torch
 
+from tola_plugin.data.image_io import IMAGE_EXTENSIONS, WHITE, read_image_file
 from tola_plugin.evaluation import weights as W
 
 LUMA_COLOR_SPACES = ('ycbcr', 'yiq')
@@ -46,26 +50,15 @@ def build_paired_metric(name: str, device: str = 'cpu', color_space: str = DEFAU
             W.require_metric_weights('lpips')
             metric = pyiqa.create_metric('lpips', device=device, net='alex', version='0.1',
                                          pretrained_model_path=W.weight_path(W.LPIPS_ALEX_LINEAR))
-            _assert_loaded(metric.net, W.weight_path(W.LPIPS_ALEX_LINEAR), 'LPIPS linear layers')
+            W.assert_loaded(metric.net, W.weight_path(W.LPIPS_ALEX_LINEAR), 'LPIPS linear layers')
             return metric
         if name == 'dists':
             W.require_metric_weights('dists')
             metric = pyiqa.create_metric('dists', device=device,
                                          pretrained_model_path=W.weight_path(W.DISTS_WEIGHTS))
-            _assert_loaded(metric.net, W.weight_path(W.DISTS_WEIGHTS), 'DISTS weights')
+            W.assert_loaded(metric.net, W.weight_path(W.DISTS_WEIGHTS), 'DISTS weights')
             return metric
     raise ValueError(f'unknown paired image metric {name!r}; expected one of {PAIRED_METRICS}')
-
-
-def _assert_loaded(net: torch.nn.Module, path: str, what: str) -> None:
-    """pyiqa loads calibration weights with strict=False; make sure every tensor of the file really landed."""
-    stored = torch.load(path, map_location='cpu', weights_only=True)
-    stored = stored.get('params', stored) if isinstance(stored, dict) else stored
-    own = net.state_dict()
-    for key, value in stored.items():
-        key = key[len('module.'):] if key.startswith('module.') else key
-        if key not in own or own[key].shape != value.shape or not torch.equal(own[key].cpu(), value.cpu()):
-            raise ValueError(f'{what} from {path!r}: tensor {key!r} did not load into {type(net).__name__}')
 
 
 class PairedImageMetrics:
@@ -98,19 +91,41 @@ class PairedImageMetrics:
         return out
 
 
-def fid_between_dirs(restored_dir: str, reference_dir: str, device: str = 'cpu', batch_size: int = 8,
-                     num_workers: int = 0, mode: str = 'clean', verbose: bool = False) -> float:
-    """FID between every image of two folders, computed once (pyiqa 'fid': InceptionV3 pool3, 2048-d
-    features, clean-fid resizing, Frechet distance with scipy's matrix square root, ~1 min on a 2-core CPU).
+def stage_images(folder: str, names: Sequence[str], out_dir: str, background: Sequence[int] = WHITE) -> str:
+    """Write ``names`` of ``folder`` into ``out_dir`` as 8-bit RGB PNGs read through the package's one image
+    reader (``data/image_io.py``: transparency over ``background``, 16-bit, EXIF, CMYK), so that a metric that
+    opens files itself (pyiqa's FID uses PIL's ``convert('RGB')``, which turns a transparent background black)
+    sees exactly the pixels the other metrics see. Returns ``out_dir``."""
+    os.makedirs(out_dir, exist_ok=True)
+    for i, name in enumerate(names):
+        bgr = read_image_file(os.path.join(folder, name), background)
+        if not cv2.imwrite(os.path.join(out_dir, f'{i:06d}.png'), bgr):
+            raise OSError(f'could not write a staged copy of {os.path.join(folder, name)} into {out_dir}')
+    return out_dir
 
-    pyiqa reads the folders recursively; callers must make sure they contain exactly the evaluated images.
+
+def fid_between_dirs(restored_dir: str, reference_dir: str, device: str = 'cpu', batch_size: int = 8,
+                     num_workers: int = 0, mode: str = 'clean', verbose: bool = False,
+                     names: Optional[Sequence[str]] = None, background: Sequence[int] = WHITE) -> float:
+    """FID between two folders, computed once (pyiqa 'fid': InceptionV3 pool3, 2048-d features, clean-fid
+    resizing, Frechet distance with scipy's matrix square root, ~1 min on a 2-core CPU).
+
+    ``names``: the images to compare (default: every image directly inside each folder). They are staged through
+    the package's image reader first (``stage_images``), so pyiqa sees exactly those files and pixels.
     """
     import pyiqa
     W.require_metric_weights('fid')
     with W.no_downloads():
         metric = pyiqa.create_metric('fid', device=device)
-    return float(metric(restored_dir, reference_dir, mode=mode, batch_size=batch_size, num_workers=num_workers,
-                        verbose=verbose))
+    with tempfile.TemporaryDirectory(prefix='tola_fid_') as tmp:
+        dirs = []
+        for side, folder in (('restored', restored_dir), ('reference', reference_dir)):
+            listed = names if names is not None else sorted(
+                n for n in os.listdir(folder) if n.lower().endswith(IMAGE_EXTENSIONS)
+                and os.path.isfile(os.path.join(folder, n)))
+            dirs.append(stage_images(folder, listed, os.path.join(tmp, side), background))
+        return float(metric(dirs[0], dirs[1], mode=mode, batch_size=batch_size, num_workers=num_workers,
+                            verbose=verbose))
 
 
 def images_to_tensor(images_rgb: Iterable[np.ndarray]) -> torch.Tensor:

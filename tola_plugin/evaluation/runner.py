@@ -10,7 +10,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from tola_plugin.data.image_io import read_image_file
+from tola_plugin.data.image_io import WHITE, read_image_file
 from tola_plugin.evaluation import records as R
 from tola_plugin.evaluation.image_metrics import DEFAULT_COLOR_SPACE, PAIRED_METRICS, PairedImageMetrics, \
     fid_between_dirs, images_to_tensor
@@ -50,11 +50,13 @@ def evaluate_methods(methods: Mapping[str, str], out_dir: str, reference_dir: Op
                      device: str = 'cpu', color_space: str = DEFAULT_COLOR_SPACE, lower: bool = False,
                      transocr_checkpoint: Optional[str] = None, transocr_preprocess: str = 'difftsr',
                      transocr_model=None, batch_size: int = 8, num_workers: int = 0,
-                     progress: bool = True) -> Dict[str, Dict[str, float]]:
+                     progress: bool = True, background: Sequence[int] = WHITE) -> Dict[str, Dict[str, float]]:
     """Evaluate every ``{method name: restored folder}``; returns {method: {metric: value}} (also written).
 
     Set-level values: mean of per-image PSNR/SSIM/LPIPS/DISTS, ACC (fraction of exact matches), NED (mean);
     FID over the folders. ``transocr_model`` (an in-memory TransOCR) may replace ``transocr_checkpoint``.
+    Every image (restored and reference, FID included) is read through ``data/image_io.py``; transparent
+    pixels are composited over ``background`` (RGB, white by default).
     """
     if not methods:
         raise ValueError('no method folders given')
@@ -88,19 +90,21 @@ def evaluate_methods(methods: Mapping[str, str], out_dir: str, reference_dir: Op
     per_image_files = {}
     for method, folder in methods.items():
         rows = score_folder(folder, names, reference_dir, labels, image_metrics, recognizers, lower, batch_size,
-                            desc=f'evaluate {method}', progress=progress)
+                            desc=f'evaluate {method}', progress=progress, background=background)
         csv_path = os.path.join(out_dir, 'per_image', f'{_safe(method)}.csv')
         R.write_per_image_csv(csv_path, rows)
         per_image_files[method] = os.path.relpath(csv_path, out_dir)
         values = {}
         for key, _, _ in R.SUMMARY_METRICS:  # paper order
             if key == 'fid' and 'fid' in chosen:
-                values['fid'] = fid_between_dirs(folder, reference_dir, device=device, num_workers=num_workers)
+                values['fid'] = fid_between_dirs(folder, reference_dir, device=device, num_workers=num_workers,
+                                                 names=names, background=background)
             elif key in rows[0]:
                 values[key] = float(np.mean([r[key] for r in rows]))
         summary[method] = values
 
     protocol = {'n_images': len(names), 'metrics': chosen, 'luma_color_space': color_space, 'border_crop': 0,
+                'background': list(background),
                 'lpips_net': 'alex', 'lower_case': lower, 'transocr_preprocess': transocr_preprocess,
                 'reference_dir': reference_dir, 'labels': labels_path,
                 'methods': dict(methods)}
@@ -113,20 +117,22 @@ def evaluate_methods(methods: Mapping[str, str], out_dir: str, reference_dir: Op
 
 def score_folder(folder: str, names: Sequence[str], reference_dir: Optional[str], labels: Optional[Mapping[str, str]],
                  image_metrics: Optional[PairedImageMetrics], recognizers: Mapping[str, object], lower: bool,
-                 batch_size: int = 8, desc: str = 'evaluate', progress: bool = True) -> List[Dict[str, object]]:
-    """Per-image rows (see records.PER_IMAGE_COLUMNS) of one restored folder, in ``names`` order."""
+                 batch_size: int = 8, desc: str = 'evaluate', progress: bool = True,
+                 background: Sequence[int] = WHITE) -> List[Dict[str, object]]:
+    """Per-image rows (see records.PER_IMAGE_COLUMNS) of one restored folder, in ``names`` order; transparent
+    pixels over ``background`` (RGB)."""
     from tqdm import tqdm
     rows: List[Dict[str, object]] = []
     bar = tqdm(total=len(names), desc=desc, unit='img', disable=not progress, file=sys.stderr)
     for start in range(0, len(names), batch_size):
         batch = names[start:start + batch_size]
-        restored = [read_image_file(os.path.join(folder, n)) for n in batch]
+        restored = [read_image_file(os.path.join(folder, n), background) for n in batch]
         batch_rows = [{'filename': n} for n in batch]
         if labels is not None:
             for row, n in zip(batch_rows, batch):
                 row['gt'] = labels[n]
         if image_metrics is not None:
-            reference = [read_image_file(os.path.join(reference_dir, n)) for n in batch]
+            reference = [read_image_file(os.path.join(reference_dir, n), background) for n in batch]
             for n, x, y in zip(batch, restored, reference):
                 if x.shape != y.shape:
                     raise ValueError(f'{n}: restored image {x.shape[1]}x{x.shape[0]} and reference '

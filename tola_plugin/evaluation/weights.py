@@ -1,9 +1,14 @@
-"""Local weight files of the learned image metrics, checked before any metric is built.
+"""Local weight files of the learned image metrics and the LPIPS loss, checked before any network is built.
 
 pyiqa and torchvision download missing weights on first use. The evaluation must run offline, so every
 file is looked up in its cache folder first and a missing one is a FileNotFoundError naming the file, the
 folder it belongs in and where to get it. While a metric is built, downloading is disabled outright
 (``no_downloads``), so a file we did not anticipate fails loudly instead of being fetched.
+
+pyiqa and torchvision read their files with ``torch.load(weights_only=False)``, which runs any code pickled
+into the file. Every file is therefore read weights-only before a library sees it (``require_metric_weights``
+refuses a file that needs code, naming it), and the libraries' own loads run weights-only inside
+``no_downloads`` (``checkpoint_io.weights_only_loads``).
 
 Folders (both follow ``$TORCH_HOME``, default ``~/.cache/torch``):
 - torchvision backbones: ``torch.hub.get_dir()/checkpoints``
@@ -15,6 +20,8 @@ from dataclasses import dataclass
 from typing import Dict, Iterator
 
 import torch
+
+from tola_plugin.utils.checkpoint_io import check_weights_file, safe_torch_load, weights_only_loads
 
 TORCHVISION = 'torchvision'
 PYIQA = 'pyiqa'
@@ -38,6 +45,8 @@ VGG16 = WeightFile('vgg16-397923af.pth', TORCHVISION, 'torchvision VGG16 IMAGENE
 # the same tensors under the same keys (research/basicsr.md §5), so no download is ever needed for them.
 LPIPS_ALEX_LINEAR = WeightFile('weights/v0.1/alex.pth', LPIPS_WHEEL, 'LPIPS v0.1 AlexNet linear layers',
                                'the lpips==0.1.4 wheel (pip install lpips)')
+LPIPS_VGG_LINEAR = WeightFile('weights/v0.1/vgg.pth', LPIPS_WHEEL, 'LPIPS v0.1 VGG linear layers (LPIPS loss)',
+                              'the lpips==0.1.4 wheel (pip install lpips)')
 DISTS_WEIGHTS = WeightFile('DISTS_weights-f5e65c96.pth', PYIQA, 'DISTS alpha/beta weights',
                            'https://huggingface.co/chaofengc/IQA-PyTorch-Weights/resolve/main/'
                            'DISTS_weights-f5e65c96.pth')
@@ -51,6 +60,8 @@ METRIC_WEIGHTS = {
     'dists': (VGG16, DISTS_WEIGHTS),
     'fid': (FID_INCEPTION, ),
 }
+# Files of the training loss LPIPS-VGG (losses/lpips_loss.py): the trunk only with pretrained_backbone.
+LPIPS_LOSS_WEIGHTS = (VGG16, LPIPS_VGG_LINEAR)
 
 
 def torchvision_cache_dir() -> str:
@@ -78,23 +89,41 @@ def weight_path(weight: WeightFile) -> str:
     return os.path.join(store_dir(weight.store), weight.name)
 
 
-def require_metric_weights(metric: str) -> Dict[str, str]:
-    """Check that every file ``metric`` needs exists; return {file name: path}.
+def require_weight_files(user: str, files) -> Dict[str, str]:
+    """Check that each ``WeightFile`` of ``files`` exists and reads weights-only; return {file name: path}.
 
-    Raises FileNotFoundError naming the file, the folder it must be in, and where to get it.
+    Raises FileNotFoundError naming the file, the folder it must be in, and where to get it, or
+    ``UnsafeCheckpointError`` (a ValueError) naming a file that is corrupt or needs pickled code to load.
+    ``user`` (the metric or loss) starts the message.
     """
-    if metric not in METRIC_WEIGHTS:
-        return {}
     paths = {}
-    for weight in METRIC_WEIGHTS[metric]:
+    for weight in files:
         path = weight_path(weight)
         if not os.path.isfile(path):
             raise FileNotFoundError(
-                f'{metric}: {weight.what} not found: expected file {weight.name!r} in folder '
+                f'{user}: {weight.what} not found: expected file {weight.name!r} in folder '
                 f'{os.path.dirname(path)!r} (set TORCH_HOME to change the cache root). Nothing is downloaded at '
                 f'run time; copy the file there from {weight.url}')
+        check_weights_file(path, f'{user}: {weight.what}')
         paths[weight.name] = path
     return paths
+
+
+def require_metric_weights(metric: str) -> Dict[str, str]:
+    """``require_weight_files`` for every file ``metric`` needs ({} for PSNR/SSIM)."""
+    return require_weight_files(metric, METRIC_WEIGHTS.get(metric, ()))
+
+
+def assert_loaded(net: torch.nn.Module, path: str, what: str) -> None:
+    """pyiqa and lpips load calibration weights with strict=False; make sure every tensor of the file really
+    landed in ``net`` (a file with foreign keys must not leave random layers behind silently)."""
+    stored = safe_torch_load(path, what)
+    stored = stored.get('params', stored) if isinstance(stored, dict) else stored
+    own = net.state_dict()
+    for key, value in stored.items():
+        key = key[len('module.'):] if key.startswith('module.') else key
+        if key not in own or own[key].shape != value.shape or not torch.equal(own[key].cpu(), value.cpu()):
+            raise ValueError(f'{what} from {path!r}: tensor {key!r} did not load into {type(net).__name__}')
 
 
 def _refuse_download(url, *args, **kwargs):
@@ -104,7 +133,8 @@ def _refuse_download(url, *args, **kwargs):
 
 @contextlib.contextmanager
 def no_downloads() -> Iterator[None]:
-    """Build pyiqa/torchvision metrics with downloading disabled and pyiqa pointed at ``pyiqa_cache_dir()``.
+    """Build pyiqa/torchvision/lpips networks with downloading disabled, every ``torch.load`` weights-only, and
+    pyiqa pointed at ``pyiqa_cache_dir()``.
 
     pyiqa fixes its cache folder when it is imported; re-pointing it here makes both libraries follow the
     current ``$TORCH_HOME``. The download functions are swapped for one that raises, restored on exit.
@@ -116,6 +146,7 @@ def no_downloads() -> Iterator[None]:
     download_util.download_url_to_file = _refuse_download
     torch.hub.download_url_to_file = _refuse_download
     try:
-        yield
+        with weights_only_loads():
+            yield
     finally:
         download_util.DEFAULT_CACHE_DIR, download_util.download_url_to_file, torch.hub.download_url_to_file = saved

@@ -2,8 +2,9 @@
 
 The LPIPS linear layers ship inside the ``lpips`` wheel; the VGG16 trunk is torchvision's ImageNet file
 ``vgg16-397923af.pth``, which must already be in ``$TORCH_HOME/hub/checkpoints/`` (nothing is downloaded).
+Both files are read weights-only before lpips/torchvision see them, and their own loads run weights-only
+(``evaluation/weights.py``): a file carrying pickled code is refused with its path.
 """
-import os
 import warnings
 
 import torch
@@ -12,12 +13,14 @@ from torch import nn
 from tola_plugin import _compat  # noqa: F401  (before basicsr)
 from basicsr.utils.registry import LOSS_REGISTRY
 
-VGG16_FILE = 'vgg16-397923af.pth'  # the name torchvision caches the ImageNet VGG16 weights under
+from tola_plugin.evaluation import weights as W
+
+VGG16_FILE = W.VGG16.name  # the name torchvision caches the ImageNet VGG16 weights under
 
 
 def torchvision_checkpoint_dir() -> str:
     """Folder where torchvision looks for cached weights: ``$TORCH_HOME/hub/checkpoints`` (read at call time)."""
-    return os.path.join(torch.hub.get_dir(), 'checkpoints')
+    return W.torchvision_cache_dir()
 
 
 @LOSS_REGISTRY.register()
@@ -37,17 +40,20 @@ class LPIPSLoss(nn.Module):
         import lpips  # imported here: lpips prints nothing at import, but it is only needed when built
         if net != 'vgg':
             raise ValueError(f"LPIPSLoss: net must be 'vgg' (the paper trains with LPIPS-VGG), got {net!r}")
-        if pretrained_backbone:
-            path = os.path.join(torchvision_checkpoint_dir(), VGG16_FILE)
-            if not os.path.isfile(path):
-                raise FileNotFoundError(
-                    f'LPIPSLoss: the ImageNet VGG16 trunk {VGG16_FILE!r} is not in {torchvision_checkpoint_dir()!r} '
-                    f'($TORCH_HOME/hub/checkpoints). Copy torchvision\'s {VGG16_FILE} there (it is never downloaded '
-                    'at run time), or set pretrained_backbone: false for tests/demos only.')
+        files = W.LPIPS_LOSS_WEIGHTS if pretrained_backbone else (W.LPIPS_VGG_LINEAR, )
+        try:
+            W.require_weight_files('LPIPSLoss', files)
+        except FileNotFoundError as err:
+            raise FileNotFoundError(f'{err} ($TORCH_HOME/hub/checkpoints; or set pretrained_backbone: false for '
+                                    'tests/demos only)') from None
         self.loss_weight = loss_weight
-        with warnings.catch_warnings():  # lpips 0.1.4 still calls torchvision's deprecated ``pretrained=``
+        linear = W.weight_path(W.LPIPS_VGG_LINEAR)
+        with W.no_downloads(), warnings.catch_warnings():
+            # lpips 0.1.4 still calls torchvision's deprecated ``pretrained=``
             warnings.filterwarnings('ignore', category=UserWarning, module='torchvision')
-            self.lpips = lpips.LPIPS(net=net, pretrained=True, pnet_rand=not pretrained_backbone, verbose=False)
+            self.lpips = lpips.LPIPS(net=net, pretrained=True, pnet_rand=not pretrained_backbone, model_path=linear,
+                                     verbose=False)
+        W.assert_loaded(self.lpips, linear, 'LPIPSLoss: LPIPS linear layers')  # lpips loads them with strict=False
         self.lpips.eval()
         for p in self.lpips.parameters():
             p.requires_grad_(False)

@@ -4,8 +4,11 @@
   1.4.2's Adam-only ``get_optimizer``.
 - Objective: L1 + LPIPS-VGG + 0.02 · OCR CE (any term may be left out by omitting its option block).
 - Gradient clipping (``train.grad_clip_norm``, 1.0) after the backward pass.
-- Checkpoints (``models/net_g_*.pth``) hold only the adaptation state (peft LoRA state + LRC); loading one
-  restores it into a freshly built TOLANet. Optimizer/scheduler states are BasicSR's ``.state`` files.
+- Checkpoints (``models/net_g_*.pth``) hold only the adaptation state (peft LoRA state + LRC) and the settings
+  it was trained with (LoRA rank, alpha, targets, LRC options), written atomically; loading one checks those
+  settings against the network and restores the state into a freshly built TOLANet. Optimizer/scheduler
+  states are BasicSR's ``.state`` files.
+- ``train`` keys outside ``train_option_keys`` are errors at start (utils/option_checks.py).
 - Validation and test draw ε from a per-image seed (file name + ``val.noise_seed``), so every run and
   every variant restores an image with the same noise.
 """
@@ -23,7 +26,8 @@ from basicsr.utils.registry import MODEL_REGISTRY
 
 from tola_plugin.archs.tola_arch import image_noise_seed
 from tola_plugin.metrics.tola_iqa_metric import require_validation_weights
-from tola_plugin.utils.tola_loading import load_adaptation_checkpoint
+from tola_plugin.utils.checkpoint_io import atomic_torch_save
+from tola_plugin.utils.tola_loading import ADAPTATION_META_KEY, load_adaptation_checkpoint
 
 
 @MODEL_REGISTRY.register()
@@ -31,6 +35,10 @@ class TOLAModel(SRModel):
     """Options beyond SRModel's (under ``train``): ``pixel_opt`` (L1Loss), ``perceptual_opt`` (LPIPSLoss),
     ``ocr_opt`` (OCRCELoss), ``grad_clip_norm`` (1.0; ~ disables), optimizer ``type: AdamW``. Under ``val``:
     ``noise_seed`` (0), the base of the per-image ε seeds."""
+
+    # every key the ``train`` block may hold (BasicSR's pipeline adds total_iter and warmup_iter)
+    train_option_keys = frozenset({'ema_decay', 'optim_g', 'scheduler', 'pixel_opt', 'perceptual_opt', 'ocr_opt',
+                                   'grad_clip_norm'})
 
     # ------------------------------------------------------------------------------ training setup
     def init_training_settings(self):
@@ -164,13 +172,15 @@ class TOLAModel(SRModel):
     # ------------------------------------------------------------------------- save / load / log
     @master_only
     def save_network(self, net, net_label, current_iter, param_key='params'):
-        """Save only the adaptation state (LoRA + LRC) as ``{param_key: state}`` (tensors only)."""
+        """Save only the adaptation state (LoRA + LRC) as ``{param_key: state, 'tola_adaptation': settings}``
+        (tensors and plain values only), atomically."""
         if isinstance(net, list) or isinstance(param_key, list):
             raise ValueError('TOLAModel saves a single network (no EMA)')
         name = 'latest' if current_iter == -1 else current_iter
         path = os.path.join(self.opt['path']['models'], f'{net_label}_{name}.pth')
-        state = {k: v.detach().cpu() for k, v in self.get_bare_model(net).adaptation_state_dict().items()}
-        torch.save({param_key: state}, path)
+        bare = self.get_bare_model(net)
+        state = {k: v.detach().cpu() for k, v in bare.adaptation_state_dict().items()}
+        atomic_torch_save({param_key: state, ADAPTATION_META_KEY: bare.adaptation_config()}, path)
 
     def load_network(self, net, load_path, strict=True, param_key='params'):
         """Load an adaptation-state checkpoint written by ``save_network`` (strict; ``strict_load_g`` must stay

@@ -1,27 +1,55 @@
-"""Every change this plugin makes to BasicSR 1.4.2, in one place.
+"""Every change this plugin makes to BasicSR 1.4.2, in one place (applied by ``import tola_plugin``).
 
 1-3. The three functions that assume a GPU, replaced so CPU and gloo DDP work; each keeps upstream
      behaviour when CUDA is present (nccl, cuda devices).
 4.   ``EnlargedSampler`` forwards the epoch (and each visit's unfolded index) to datasets that ask for
      it, so online degradation is reproducible per (seed, epoch, index); BasicSR's own datasets are
      unaffected.
+5.   Start-up checks (``parse_options``, train and test launchers): strict option keys, ``total_iter > 0``,
+     ``num_gpu`` no more than the devices present (utils/option_checks.py); and one run per experiment
+     (results) folder: a lock file with the PID, stale locks replaced (utils/run_lock.py).
+6.   Checkpoints and training states are written atomically (temporary file, fsync, rename); a save that
+     keeps failing is an error instead of upstream's "Just ignore it".
+7.   ``load_resume_state``: reads states weights-only and, with ``--auto_resume``, skips an incomplete or
+     corrupt newest state (or one without its network file) for the newest complete one, with a warning
+     naming each skipped file.
+8.   Exact resume: the training state also holds the position inside the epoch and every RNG stream;
+     ``resume_training`` arms them, the sampler skips the consumed samples, and validation leaves the RNG
+     streams untouched (utils/training_resume.py).
+9.   ``BaseModel.load_network`` reads weights-only (upstream's bare ``torch.load``).
 """
 import os
-import os.path as osp
+import sys
+import time
 
 import torch
 import torch.distributed as dist
+import yaml
 from torch.nn.parallel import DataParallel, DistributedDataParallel
 
 from tola_plugin import _compat  # noqa: F401  (before basicsr)
+import basicsr.test
 import basicsr.train
 import basicsr.utils.options
 from basicsr.data.data_sampler import EnlargedSampler
+from basicsr.data.prefetch_dataloader import CPUPrefetcher, CUDAPrefetcher
 from basicsr.models.base_model import BaseModel
-from basicsr.utils import scandir
-from basicsr.utils import check_resume
+from basicsr.utils import check_resume, get_root_logger
+from basicsr.utils.dist_util import get_dist_info, master_only
+
+from tola_plugin.utils import run_lock
+from tola_plugin.utils.checkpoint_io import atomic_torch_save, weights_only_loads
+from tola_plugin.utils.option_checks import OptionError, check_options
+from tola_plugin.utils.training_resume import LOOP, find_resume_state, read_training_state, rng_preserved
 
 
+def _warn_early(message: str) -> None:
+    """A warning before BasicSR's logger exists (its file handler is added later): stderr now, the log later."""
+    print(f'warning: {message}', file=sys.stderr, flush=True)
+    LOOP.notes.append(message)
+
+
+# ---------------------------------------------------------------------------------------------- 1-3: CPU/DDP
 def init_dist(launcher, backend=None, **kwargs):
     """Upstream computes ``rank % torch.cuda.device_count()`` (ZeroDivisionError on CPU) and forces nccl."""
     import torch.multiprocessing as mp
@@ -39,26 +67,20 @@ def init_dist(launcher, backend=None, **kwargs):
 
 
 def load_resume_state(opt):
-    """Upstream calls torch.cuda.current_device() (fails on CPU) and looks CWD-relative for states."""
-    resume_state_path = None
+    """Upstream calls torch.cuda.current_device() (fails on CPU), looks CWD-relative for states, loads with
+    pickles allowed and takes the newest file even when it is truncated. States are read on the CPU
+    (the optimizers move their state to the parameters' device when loading it)."""
     if opt['auto_resume']:
-        state_path = osp.join(opt['path']['experiments_root'], 'training_states')
-        if osp.isdir(state_path):
-            states = [int(v.split('.state')[0]) for v in scandir(state_path, suffix='state')]
-            if states:
-                resume_state_path = osp.join(state_path, f'{max(states):.0f}.state')
-                opt['path']['resume_state'] = resume_state_path
+        path, state = find_resume_state(opt, _warn_early)
+        if path is None:
+            return None
+        opt['path']['resume_state'] = path
     elif opt['path'].get('resume_state'):
-        resume_state_path = opt['path']['resume_state']
-    if resume_state_path is None:
-        return None
-    if torch.cuda.is_available() and opt['num_gpu'] != 0:
-        location = f'cuda:{torch.cuda.current_device()}'
+        state = read_training_state(opt['path']['resume_state'], opt)
     else:
-        location = 'cpu'
-    resume_state = torch.load(resume_state_path, map_location=location, weights_only=True)
-    check_resume(opt, resume_state['iter'])
-    return resume_state
+        return None
+    check_resume(opt, state['iter'])
+    return state
 
 
 def model_to_device(self, net):
@@ -76,6 +98,7 @@ def model_to_device(self, net):
     return net
 
 
+# ------------------------------------------------------------------------------ 4 + 8: sampler and prefetcher
 _original_set_epoch, _original_iter = EnlargedSampler.set_epoch, EnlargedSampler.__iter__
 
 
@@ -84,27 +107,152 @@ def sampler_set_epoch(self, epoch):
 
     BasicSR's loop calls ``set_epoch`` before re-creating the DataLoader iterator; with
     ``persistent_workers: false`` (its default) workers are forked afresh then and see the new epoch.
+    It is also where a resumed run re-enters its epoch (``LOOP.start_epoch``: samples to skip, RNG streams).
     """
     _original_set_epoch(self, epoch)
     dataset_set_epoch = getattr(self.dataset, 'set_epoch', None)
     if callable(dataset_set_epoch):
         dataset_set_epoch(epoch)
+    LOOP.start_epoch(self, epoch)
 
 
 def sampler_iter(self):
     """Upstream yields ``v % len(dataset)``, so the k visits of ``dataset_enlarge_ratio: k`` share one
     random stream; datasets with ``accepts_enlarged_indices = True`` get ``v`` itself (same permutation,
-    same rank split) and read sample ``v % len`` themselves."""
-    if not getattr(self.dataset, 'accepts_enlarged_indices', False):
-        return _original_iter(self)
-    g = torch.Generator()
-    g.manual_seed(self.epoch)
-    indices = torch.randperm(self.total_size, generator=g).tolist()
-    return iter(indices[self.rank:self.total_size:self.num_replicas])
+    same rank split) and read sample ``v % len`` themselves. In the epoch a run resumes in, the samples the
+    interrupted run already trained on are skipped (``resume_skip``)."""
+    if getattr(self.dataset, 'accepts_enlarged_indices', False):
+        g = torch.Generator()
+        g.manual_seed(self.epoch)
+        indices = torch.randperm(self.total_size, generator=g).tolist()[self.rank:self.total_size:self.num_replicas]
+    else:
+        indices = list(_original_iter(self))
+    skip = getattr(self, 'resume_skip', None)
+    if skip is not None and skip[0] == self.epoch:
+        indices = indices[skip[1]:]
+    return iter(indices)
+
+
+def _prefetcher_hooks(cls):
+    original_reset, original_next = cls.reset, cls.next
+
+    def reset(self):
+        original_reset(self)
+        LOOP.loader_restarted()
+
+    def next_batch(self):
+        batch = original_next(self)
+        if batch is not None:
+            LOOP.batch_taken()
+        return batch
+
+    reset.__doc__ = f'{cls.__name__}.reset, then continue a resumed run\'s RNG streams (training_resume.LOOP).'
+    next_batch.__doc__ = f'{cls.__name__}.next, counting the batches of the epoch for the training state.'
+    cls.reset, cls.next = reset, next_batch
+
+
+# ------------------------------------------------------------------------------------ 5: start-up checks, lock
+_original_parse_options = basicsr.utils.options.parse_options
+
+
+def parse_options(root_path, is_train=True):
+    """Upstream's parser, then the start-up checks and the experiment lock (rank 0)."""
+    try:
+        opt, args = _original_parse_options(root_path, is_train)
+    except yaml.YAMLError as err:
+        raise OptionError(f'the option file is not valid YAML: {err}') from None
+    LOOP.reset()
+    try:
+        check_options(opt)
+    except OptionError as err:
+        raise OptionError(f'{args.opt}: {err}') from None
+    if opt['rank'] == 0:
+        run_lock.acquire(opt['path']['experiments_root' if is_train else 'results_root'], _warn_early)
+    return opt, args
+
+
+# ----------------------------------------------------------------------------------------- 6-9: save / load
+def _save_with_retries(obj, path, what):
+    """Atomic save, retried like upstream (3 attempts), but a failure in the end is raised, not ignored."""
+    for attempt in range(3):
+        try:
+            return atomic_torch_save(obj, path)
+        except OSError as err:
+            if attempt == 2:
+                raise OSError(f'could not save the {what} {path}: {err}') from err
+            get_root_logger().warning(f'Save {what} error: {err}, remaining retry times: {2 - attempt}')
+            time.sleep(1)
+
+
+@master_only
+def save_network(self, net, net_label, current_iter, param_key='params'):
+    """Upstream's ``save_network`` (strip 'module.', one dict per param key), written atomically."""
+    current_iter = 'latest' if current_iter == -1 else current_iter
+    save_path = os.path.join(self.opt['path']['models'], f'{net_label}_{current_iter}.pth')
+    nets = net if isinstance(net, list) else [net]
+    param_keys = param_key if isinstance(param_key, list) else [param_key]
+    if len(nets) != len(param_keys):
+        raise ValueError('save_network: the lengths of net and param_key differ')
+    save_dict = {}
+    for net_, key in zip(nets, param_keys):
+        state_dict = self.get_bare_model(net_).state_dict()
+        save_dict[key] = {(k[7:] if k.startswith('module.') else k): v.cpu() for k, v in state_dict.items()}
+    _save_with_retries(save_dict, save_path, 'network')
+
+
+def save_training_state(self, epoch, current_iter):
+    """Upstream's state (epoch, iter, optimizers, schedulers) plus the loop position and RNG streams of every
+    rank ('loop'), written atomically by rank 0. Called on every rank (gathering the RNG is a collective)."""
+    if current_iter == -1:
+        return
+    loop = LOOP.record(epoch, self.opt['datasets']['train']['batch_size_per_gpu'])
+    if get_dist_info()[0] != 0:
+        return
+    state = {'epoch': epoch, 'iter': current_iter, 'optimizers': [o.state_dict() for o in self.optimizers],
+             'schedulers': [s.state_dict() for s in self.schedulers], 'loop': loop}
+    _save_with_retries(state, os.path.join(self.opt['path']['training_states'], f'{current_iter}.state'),
+                       'training state')
+
+
+_original_resume_training = BaseModel.resume_training
+_original_validation = BaseModel.validation
+_original_load_network = BaseModel.load_network
+
+
+def resume_training(self, resume_state):
+    """Upstream restores optimizers and schedulers; also arm the loop position and RNG streams."""
+    _original_resume_training(self, resume_state)
+    logger = get_root_logger()
+    for note in LOOP.notes:  # warnings printed before the logger existed
+        logger.warning(note)
+    LOOP.notes.clear()
+    LOOP.resume(resume_state.get('loop'), self.opt['path'].get('resume_state') or 'the training state',
+                logger.warning)
+
+
+def validation(self, dataloader, current_iter, tb_logger, save_img=False):
+    """Upstream's validation, leaving every RNG stream as it found it (its DataLoader draws a base seed)."""
+    with rng_preserved():
+        return _original_validation(self, dataloader, current_iter, tb_logger, save_img)
+
+
+def load_network(self, net, load_path, strict=True, param_key='params'):
+    """Upstream's ``load_network`` with its ``torch.load`` made weights-only (a pickled-code file is refused)."""
+    with weights_only_loads():
+        return _original_load_network(self, net, load_path, strict, param_key)
 
 
 basicsr.utils.options.init_dist = init_dist  # parse_options calls the name imported into options
 basicsr.train.load_resume_state = load_resume_state
+basicsr.train.parse_options = parse_options
+basicsr.test.parse_options = parse_options
 BaseModel.model_to_device = model_to_device
+BaseModel.save_network = save_network
+BaseModel.save_training_state = save_training_state
+BaseModel.resume_training = resume_training
+BaseModel.validation = validation
+BaseModel.load_network = load_network
 EnlargedSampler.set_epoch = sampler_set_epoch
 EnlargedSampler.__iter__ = sampler_iter
+_prefetcher_hooks(CPUPrefetcher)
+_prefetcher_hooks(CUDAPrefetcher)

@@ -1,12 +1,31 @@
-"""Safe, strict checkpoint reading shared by the official-layout loaders.
+"""Safe, strict checkpoint reading and atomic checkpoint writing, shared by every loader and saver of the package.
+
+Reading never runs pickled code: our own loaders call ``safe_torch_load`` (``weights_only=True``), and code of
+other libraries (pyiqa, lpips, torchvision, BasicSR) that loads weights runs inside ``weights_only_loads()``,
+which makes *their* ``torch.load`` calls weights-only too (pyiqa and torchvision pass ``weights_only=False``).
+A file that needs pickled code is refused with its path (``UnsafeCheckpointError``), before anything in it runs.
+
+Writing is atomic (``atomic_write``): a temporary file in the same folder, fsync, rename. A run killed while
+saving leaves the previous file (or none), never a truncated one under the final name.
 
 Nothing here downloads: a missing file is an error naming the file and where to get it.
 """
+import contextlib
 import os
-from typing import Mapping, Optional
+import tempfile
+import threading
+from typing import Callable, Iterator, Mapping, Optional
 
 import torch
 from torch import nn
+
+_TORCH_LOAD = torch.load  # the real loader, captured before any guard replaces the module attribute
+_GUARD_LOCK = threading.Lock()
+_GUARD_DEPTH = 0
+
+
+class UnsafeCheckpointError(ValueError):
+    """A weights file that cannot be read without running pickled code, or that is not a torch file at all."""
 
 
 def require_file(path: str, what: str, where: str) -> str:
@@ -16,13 +35,120 @@ def require_file(path: str, what: str, where: str) -> str:
     return path
 
 
-def safe_torch_load(path: str, what: str) -> Mapping:
-    """``torch.load`` with ``weights_only=True`` (never runs pickled code) and clear errors."""
+def _unreadable(what: str, path, err: Exception) -> UnsafeCheckpointError:
+    return UnsafeCheckpointError(f'{what} at {path!r} could not be read as a pickle-free torch checkpoint '
+                                 f'(truncated, corrupt, or carrying code; nothing in it was run): '
+                                 f'{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ""}')
+
+
+def safe_torch_load(path: str, what: str, mmap: bool = False) -> Mapping:
+    """``torch.load`` with ``weights_only=True`` (never runs pickled code); any failure but a missing file is an
+    ``UnsafeCheckpointError`` (a ValueError) naming ``what`` and ``path``. ``mmap``: map the tensors instead of
+    reading them (fast validation of a large file; zip-format files only)."""
     try:
-        return torch.load(path, map_location='cpu', weights_only=True)
+        return _TORCH_LOAD(path, map_location='cpu', weights_only=True, mmap=mmap)
+    except FileNotFoundError:
+        raise
     except Exception as err:  # torch raises UnpicklingError, RuntimeError, EOFError, ... for bad files
-        raise ValueError(f'{what} at {path!r} could not be read as a pickle-free torch checkpoint '
-                         f'(truncated, corrupt, or carrying code): {type(err).__name__}: {err}') from err
+        raise _unreadable(what, path, err) from err
+
+
+def check_weights_file(path: str, what: str) -> str:
+    """Refuse ``path`` unless it reads as weights only (memory-mapped: the pickle is checked, the tensors are not
+    read, so a 500 MB file takes milliseconds). Returns ``path``. Call it before handing a file to a library."""
+    try:
+        safe_torch_load(path, what, mmap=True)
+    except UnsafeCheckpointError as err:
+        if 'mmap' not in str(err):
+            raise
+        safe_torch_load(path, what)  # the legacy (pre-zip) format cannot be mapped: read it whole
+    return path
+
+
+def safetensors_metadata(path: str, what: str) -> dict:
+    """The metadata of a safetensors file; a truncated or foreign file is an ``UnsafeCheckpointError`` naming
+    ``what`` and ``path`` (safetensors checks the header against the file size when opening)."""
+    from safetensors import safe_open
+    try:
+        with safe_open(path, framework='pt') as f:
+            return dict(f.metadata() or {})
+    except FileNotFoundError:
+        raise
+    except Exception as err:  # noqa: BLE001  safetensors raises SafetensorError, OSError, ...
+        raise UnsafeCheckpointError(f'{what} at {path!r} is not a complete safetensors file (truncated or not '
+                                    f'safetensors): {type(err).__name__}: {err}') from err
+
+
+def _guarded_load(f, map_location=None, pickle_module=None, *, weights_only=None, mmap=None, **pickle_load_args):
+    """``torch.load`` as the guard installs it: always ``weights_only=True``, failures name the file."""
+    name = f if isinstance(f, (str, os.PathLike)) else getattr(f, 'name', repr(f))
+    if pickle_module is not None:
+        raise UnsafeCheckpointError(f'refusing to load {name!r} with a custom pickle module (weights-only '
+                                    f'loading is enforced here)')
+    try:
+        return _TORCH_LOAD(f, map_location=map_location, weights_only=True, mmap=mmap, **pickle_load_args)
+    except OSError:
+        raise
+    except Exception as err:  # noqa: BLE001  torch raises many types for unsafe or broken files
+        raise _unreadable('weights file', str(name), err) from err
+
+
+@contextlib.contextmanager
+def weights_only_loads() -> Iterator[None]:
+    """Inside this block every ``torch.load`` of the process (ours and other libraries') is weights-only.
+
+    pyiqa (``load_pretrained_network``) and torchvision (``load_state_dict_from_url``) pass
+    ``weights_only=False``; this replaces ``torch.load`` for the duration, so that their files are read
+    without running code and a file that needs code is refused with its path. Nesting is allowed.
+    """
+    global _GUARD_DEPTH
+    with _GUARD_LOCK:
+        _GUARD_DEPTH += 1
+        torch.load = _guarded_load
+    try:
+        yield
+    finally:
+        with _GUARD_LOCK:
+            _GUARD_DEPTH -= 1
+            if _GUARD_DEPTH == 0:
+                torch.load = _TORCH_LOAD
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def atomic_write(path: str, write: Callable[[str], None]) -> str:
+    """Write ``path`` atomically: ``write(tmp)`` fills a temporary file in the same folder, which is fsynced
+    and renamed over ``path`` (then the folder is fsynced). On any failure the temporary file is removed and
+    ``path`` is untouched. Returns ``path``."""
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=f'.{os.path.basename(path)}.', suffix='.tmp', dir=folder)
+    os.close(fd)
+    try:
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it private; give it a normal file's mode
+        write(tmp)
+        with open(tmp, 'rb+') as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
+    with contextlib.suppress(OSError):  # not every file system lets a directory be opened for fsync
+        dir_fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    return path
+
+
+def atomic_torch_save(obj, path: str) -> str:
+    """``torch.save(obj, path)`` through ``atomic_write``."""
+    return atomic_write(path, lambda tmp: torch.save(obj, tmp))
 
 
 def load_state_dict_strict(module: nn.Module, state_dict: Mapping[str, torch.Tensor], component: str,

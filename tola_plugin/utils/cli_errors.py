@@ -1,11 +1,40 @@
-"""Entry point wrapper for the data tools: bad input ends in one ``error: ...`` line, not a traceback."""
+"""The one error convention of every command line of the package (tools/*.py, tola-train, tola-test).
+
+- Usage errors: argparse (``parser.error``), exit status 2.
+- Bad input or configuration (a missing or corrupt file, a bad option, an experiment in use): the code raises
+  ValueError, KeyError or OSError (or a subclass: ``UsageError``, ``OptionError``, ``FileNotFoundError``,
+  ``UnsafeCheckpointError``, ...) whose message names the file or option and what was expected; ``run_tool``
+  prints it as one line ``error: <message>`` on stderr and exits with status 2. No traceback.
+- Anything else is a bug or a failed result and keeps its traceback (exit status 1). ``TOLA_TRACEBACK=1``
+  shows the traceback of the errors above too.
+"""
+import os
 import sys
-from typing import Callable
+from typing import Callable, Optional
+
+USAGE_EXIT_STATUS = 2
+INPUT_ERRORS = (ValueError, KeyError, OSError)
 
 
-def run_tool(main: Callable[[], int]):
-    """``sys.exit(main())``; ValueError / KeyError / OSError become ``error: <message>`` with exit status 1."""
+class UsageError(ValueError):
+    """A command-line tool was called with input it cannot use (printed as ``error: ...``, exit status 2)."""
+
+
+def error_line(err: BaseException) -> str:
+    """``error: <message>`` on one line (KeyError's message without the quotes ``str`` adds)."""
+    message = err.args[0] if isinstance(err, KeyError) and len(err.args) == 1 else str(err)
+    message = ' '.join(part.strip() for part in str(message).splitlines() if part.strip())
+    return f'error: {message or type(err).__name__}'
+
+
+def run_tool(main: Callable[[], Optional[int]]):
+    """``sys.exit(main())``; bad input / configuration (ValueError, KeyError, OSError) becomes one line
+    ``error: <message>`` on stderr and exit status 2."""
     try:
-        sys.exit(main())
-    except (ValueError, KeyError, OSError) as err:
-        sys.exit(f'error: {err}')
+        status = main()
+    except INPUT_ERRORS as err:
+        if os.environ.get('TOLA_TRACEBACK'):
+            raise
+        print(error_line(err), file=sys.stderr, flush=True)
+        sys.exit(USAGE_EXIT_STATUS)
+    sys.exit(status)

@@ -23,7 +23,7 @@ from torch import nn
 from tola_plugin.archs.idm_unet_arch import DiffTSRIDMUNet
 from tola_plugin.archs.mom_arch import DiffTSRMoM
 from tola_plugin.archs.vae_arch import DiffTSRVAE
-from tola_plugin.utils.checkpoint_io import load_state_dict_strict, require_file
+from tola_plugin.utils.checkpoint_io import atomic_write, load_state_dict_strict, require_file
 
 logger = logging.getLogger(__name__)
 
@@ -379,4 +379,5 @@ def save_converted(nets: Mapping[str, nn.Module], path: str) -> None:
                          if k in own_args}
         for key, value in module.state_dict().items():
             tensors[f'{comp}.{key}'] = value.contiguous()
-    save_file(tensors, path, metadata={'format': CONVERTED_FORMAT, 'configs': json.dumps(configs)})
+    atomic_write(path, lambda tmp: save_file(tensors, tmp, metadata={'format': CONVERTED_FORMAT,
+                                                                     'configs': json.dumps(configs)}))

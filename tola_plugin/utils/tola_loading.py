@@ -1,22 +1,56 @@
 """Load TOLA adaptation checkpoints, and build a trained TOLANet outside BasicSR's pipelines (tools)."""
-from typing import Optional
+from typing import Dict, Optional
 
 import yaml
 
 from tola_plugin import _compat  # noqa: F401  (before basicsr)
 from basicsr.archs import build_network
+from basicsr.utils import get_root_logger
+from basicsr.utils.registry import ARCH_REGISTRY
 
 from tola_plugin.utils.checkpoint_io import require_file, safe_torch_load
+from tola_plugin.utils.option_checks import OptionError, check_typed_block
+
+ADAPTATION_META_KEY = 'tola_adaptation'  # the settings an adaptation checkpoint was trained with
+
+
+def check_adaptation_config(recorded: Dict, current: Dict, path: str, what: str) -> None:
+    """Each recorded setting (``TOLANet.adaptation_config``) must equal the network's: a LoRA applied with another
+    alpha, rank or placement, or an LRC of another size, would restore different images without any error."""
+    differ = [key for key in sorted(set(recorded) | set(current)) if recorded.get(key) != current.get(key)]
+    if differ:  # all of them at once: a rank change usually moves alpha too
+        trained = ', '.join(f'{key} = {recorded.get(key)!r}' for key in differ)
+        network = ', '.join(f'{key} = {current.get(key)!r}' for key in differ)
+        raise ValueError(f'{what} {path!r} was trained with {trained}, but the network has {network} '
+                         f'(network_g); set network_g to the settings of training')
+
+
+def check_adaptation_shapes(state: Dict, net, path: str, what: str) -> None:
+    """A tensor of another shape than the network's (e.g. another LoRA rank) is an error naming it."""
+    own = net.adaptation_state_dict()
+    for key, value in state.items():
+        if key in own and tuple(value.shape) != tuple(own[key].shape):
+            raise ValueError(f'{what} {path!r}: {key} has shape {tuple(value.shape)}, the network expects '
+                             f'{tuple(own[key].shape)} (another lora_rank or LRC size than network_g)')
 
 
 def load_adaptation_checkpoint(net, path: str, param_key: str = 'params',
                                what: str = 'TOLA adaptation checkpoint') -> None:
-    """Load ``{param_key: adaptation state}`` (``TOLAModel.save_network``'s file) into the TOLANet ``net``
-    (strict: a missing or unexpected LoRA/LRC key raises). ``what`` names the file (and its option) in errors."""
+    """Load ``{param_key: adaptation state, 'tola_adaptation': settings}`` (``TOLAModel.save_network``'s file)
+    into the TOLANet ``net``: the recorded settings must match the network's, every tensor's shape too, and
+    no LoRA/LRC key may be missing or unexpected. ``what`` names the file (and its option) in errors."""
     state = safe_torch_load(require_file(path, what, 'Train one with python -m tola_plugin.train or point the '
                                                      'option at models/net_g_*.pth.'), what)
-    if param_key not in state:
-        raise KeyError(f'{path}: no {param_key!r} entry (found {sorted(state)})')
+    if not isinstance(state, dict) or param_key not in state:
+        found = sorted(state) if isinstance(state, dict) else type(state).__name__
+        raise KeyError(f'{path}: no {param_key!r} entry (found {found})')
+    recorded = state.get(ADAPTATION_META_KEY)
+    if recorded is None:
+        get_root_logger().warning(f'{path} records no adaptation settings (written before tola-plugin recorded '
+                                  'them): only its tensor shapes can be checked, not lora_alpha')
+    else:
+        check_adaptation_config(recorded, net.adaptation_config(), path, what)
+    check_adaptation_shapes(state[param_key], net, path, what)
     net.load_adaptation_state_dict(state[param_key])
 
 
@@ -26,8 +60,12 @@ def build_tola_from_options(opt_path: str, checkpoint: Optional[str] = None):
     no checkpoint is an error (exporting or running untrained adapters is almost certainly a mistake)."""
     with open(require_file(opt_path, 'option file', 'Give a TOLA option file.'), encoding='utf-8') as f:
         opt = yaml.safe_load(f)
-    if (opt.get('network_g') or {}).get('type') != 'TOLANet':
+    if not isinstance(opt, dict) or (opt.get('network_g') or {}).get('type') != 'TOLANet':
         raise ValueError(f'{opt_path}: network_g.type must be TOLANet')
+    try:
+        check_typed_block(opt['network_g'], ARCH_REGISTRY, 'network_g')
+    except OptionError as err:
+        raise OptionError(f'{opt_path}: {err}') from None
     net = build_network(opt['network_g'])
     path_opt = opt.get('path') or {}
     checkpoint = checkpoint or path_opt.get('pretrain_network_g')

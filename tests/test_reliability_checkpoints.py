@@ -1,0 +1,112 @@
+"""Problems 2 and 6 (issue "Nothing lost, nothing run, nothing silent"): checkpoints are written atomically,
+``--auto_resume`` falls back from a half-written newest state to the newest complete one (naming the skipped
+file), and a corrupt state is an error naming its file."""
+import os
+
+import pytest
+import torch
+
+import tola_plugin  # noqa: F401
+import basicsr.train
+from basicsr.models.base_model import BaseModel
+
+
+def experiment(tmp_path, auto_resume=True):
+    """A BasicSR option dict of a training run whose experiment folder is ``tmp_path/exp``."""
+    root = tmp_path / 'exp'
+    paths = {k: str(root / k) for k in ('models', 'training_states')}
+    for folder in paths.values():
+        os.makedirs(folder, exist_ok=True)
+    return {'name': 'exp', 'num_gpu': 0, 'auto_resume': auto_resume, 'network_g': {'type': 'RRDBNet'},
+            'path': dict(paths, experiments_root=str(root), resume_state=None)}
+
+
+def write_state(opt, it, net=True):
+    state = {'epoch': 0, 'iter': it, 'optimizers': [], 'schedulers': []}
+    torch.save(state, os.path.join(opt['path']['training_states'], f'{it}.state'))
+    if net:
+        torch.save({'params': {'w': torch.ones(1)}}, os.path.join(opt['path']['models'], f'net_g_{it}.pth'))
+
+
+def truncate(path):
+    with open(path, 'rb') as f:
+        data = f.read()
+    with open(path, 'wb') as f:
+        f.write(data[:len(data) // 2])
+
+
+def test_auto_resume_skips_a_half_written_newest_state(tmp_path, capsys):
+    opt = experiment(tmp_path)
+    write_state(opt, 10)
+    write_state(opt, 20)
+    half = os.path.join(opt['path']['training_states'], '20.state')
+    truncate(half)  # what a kill while writing left behind before saves were atomic
+    state = basicsr.train.load_resume_state(opt)
+    assert state['iter'] == 10
+    assert opt['path']['resume_state'].endswith('10.state')
+    assert opt['path']['pretrain_network_g'].endswith('net_g_10.pth')
+    assert half in capsys.readouterr().err  # the warning names the skipped file
+
+
+def test_auto_resume_skips_a_state_without_its_network_file(tmp_path, capsys):
+    opt = experiment(tmp_path)
+    write_state(opt, 10)
+    write_state(opt, 20, net=False)
+    assert basicsr.train.load_resume_state(opt)['iter'] == 10
+    assert 'net_g_20.pth' in capsys.readouterr().err
+
+
+def test_auto_resume_with_no_usable_state_is_an_error_not_a_restart(tmp_path):
+    opt = experiment(tmp_path)
+    write_state(opt, 10)
+    truncate(os.path.join(opt['path']['training_states'], '10.state'))
+    with pytest.raises(ValueError, match='10.state'):
+        basicsr.train.load_resume_state(opt)
+
+
+def test_a_corrupt_state_names_its_file(tmp_path):
+    opt = experiment(tmp_path, auto_resume=False)
+    path = os.path.join(opt['path']['training_states'], '5.state')
+    with open(path, 'wb') as f:
+        f.write(b'not a torch file, not a pickle')
+    opt['path']['resume_state'] = path
+    with pytest.raises(ValueError, match='5.state'):
+        basicsr.train.load_resume_state(opt)
+
+
+def test_training_states_and_checkpoints_are_written_atomically(tmp_path, monkeypatch):
+    """Every byte goes to a temporary file in the same folder; the final name appears only by rename, and a
+    write that dies half-way leaves the previous file intact and no debris."""
+    opt = experiment(tmp_path)
+    model = BaseModel.__new__(BaseModel)
+    model.opt = dict(opt, rank=0, dist=False, datasets={'train': {'batch_size_per_gpu': 2}})
+    model.optimizers, model.schedulers = [], []
+    written = []
+    real_save = torch.save
+
+    def recording_save(obj, f, *args, **kwargs):
+        written.append(str(f))
+        return real_save(obj, f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, 'save', recording_save)
+    model.save_training_state(epoch=0, current_iter=3)
+    model.save_network(torch.nn.Linear(1, 1), 'net_g', 3)
+    final = [os.path.join(opt['path']['training_states'], '3.state'), os.path.join(opt['path']['models'],
+                                                                                 'net_g_3.pth')]
+    assert all(os.path.isfile(p) for p in final)
+    assert len(written) == 2 and not set(written) & set(final)
+    assert [os.path.dirname(p) for p in written] == [os.path.dirname(p) for p in final]
+
+    before = open(final[0], 'rb').read()
+
+    def dying_save(obj, f, *args, **kwargs):
+        with open(f, 'wb') as out:
+            out.write(b'half')
+        raise OSError('disk full')
+
+    monkeypatch.setattr(torch, 'save', dying_save)
+    monkeypatch.setattr('time.sleep', lambda s: None)  # upstream retries with a 1 s pause
+    with pytest.raises(OSError, match='3.state'):  # not upstream's silent "Just ignore it"
+        model.save_training_state(epoch=0, current_iter=3)
+    assert open(final[0], 'rb').read() == before
+    assert sorted(os.listdir(opt['path']['training_states'])) == ['3.state']

@@ -1,0 +1,141 @@
+"""Strict option files: checks run once when a launcher (or a tool) reads an option file, before anything runs.
+
+- A key that no one reads is an error naming it and the closest known key (``chain_prob`` -> did you mean
+  ``chain_probs``?), in: every ``network_*`` block (and nested ``{type: ...}`` blocks such as TOLANet's
+  ``lrc``), every loss block of ``train`` (``*_opt`` with a ``type``), our datasets, and the ``train`` block of
+  our models. Network and loss keys are read from the constructor's signature (classes taking ``**kwargs``
+  are left open); datasets and models declare theirs (``option_keys`` / ``train_option_keys``) next to the
+  code that reads them.
+- ``train.total_iter`` must be a positive integer; ``num_gpu`` may not exceed the CUDA devices present.
+
+Every error is an ``OptionError`` (a ValueError) whose message starts with the option's path in the file.
+"""
+import difflib
+import inspect
+from typing import Iterable, Mapping, Optional
+
+import torch
+
+from tola_plugin import _compat  # noqa: F401  (before basicsr)
+from basicsr.utils.registry import ARCH_REGISTRY, DATASET_REGISTRY, LOSS_REGISTRY, MODEL_REGISTRY
+
+# Dataset keys that BasicSR's pipelines and ``build_dataloader`` read (basicsr 1.4.2), valid for every dataset.
+BASICSR_DATASET_KEYS = frozenset({
+    'name', 'type', 'phase', 'scale', 'io_backend', 'batch_size_per_gpu', 'num_worker_per_gpu', 'use_shuffle',
+    'dataset_enlarge_ratio', 'prefetch_mode', 'pin_memory', 'persistent_workers', 'num_prefetch_queue'})
+# ``train`` keys that BasicSR's training pipeline itself reads, valid for every model.
+BASICSR_PIPELINE_TRAIN_KEYS = frozenset({'total_iter', 'warmup_iter'})
+
+
+class OptionError(ValueError):
+    """A bad option-file entry; the message starts with its path (``datasets.train.chain_prob``)."""
+
+
+def suggest(key: str, known: Iterable[str]) -> str:
+    """' (did you mean 'x'?)' for the closest known key, or ''."""
+    close = difflib.get_close_matches(str(key), sorted(known), n=1, cutoff=0.6)
+    return f' (did you mean {close[0]!r}?)' if close else ''
+
+
+def check_keys(options: Mapping, known: Iterable[str], where: str, what: str) -> None:
+    """Raise OptionError for the first key of ``options`` outside ``known``."""
+    known = set(known)
+    for key in options:
+        if key not in known:
+            raise OptionError(f'{where}.{key}: unknown option of {what}{suggest(key, known)}; known: '
+                              f'{", ".join(sorted(known))}')
+
+
+def registered(registry, type_name, where: str):
+    """The class (or function) registered as ``type_name``, or an OptionError with the closest name."""
+    if type_name is None:
+        raise OptionError(f'{where}.type: missing')
+    try:
+        return registry.get(type_name)
+    except KeyError:
+        raise OptionError(f'{where}.type: {type_name!r} is not a registered {registry._name} type'
+                          f'{suggest(type_name, registry.keys())}') from None
+
+
+def signature_keys(cls) -> Optional[set]:
+    """Keyword options of a constructor (or function), or None when it takes ``**kwargs`` (open)."""
+    params = list(inspect.signature(cls).parameters.values())
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    return {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+
+
+def resolved_options(registry, options: Mapping) -> dict:
+    """``{type, every constructor argument}`` of a ``{type: ..., ...}`` block with the defaults filled in, so
+    that two blocks building the same object compare equal (``{type: X}`` == ``{type: X, num_feat: 32}``)."""
+    options = dict(options)
+    cls = registry.get(options.pop('type'))
+    bound = inspect.signature(cls).bind(**options)
+    bound.apply_defaults()
+    return {'type': cls.__name__, **{k: v for k, v in bound.arguments.items() if k not in ('args', 'kwargs')}}
+
+
+def check_typed_block(options: Mapping, registry, where: str) -> None:
+    """Check a ``{type: ..., ...}`` block against its class's signature; nested ``{type: ...}`` blocks (e.g.
+    TOLANet's ``lrc``) are checked against the same registry."""
+    if not isinstance(options, Mapping):
+        raise OptionError(f'{where}: expected a mapping with a "type", got {type(options).__name__}')
+    cls = registered(registry, options.get('type'), where)
+    known = signature_keys(cls)
+    if known is not None:
+        check_keys(options, known | {'type'}, where, f'{options["type"]}')
+    for key, value in options.items():
+        if isinstance(value, Mapping) and 'type' in value and key != 'type':
+            try:
+                registry.get(value['type'])
+            except KeyError:
+                continue  # a mapping that merely has a 'type' key, not a block of this registry
+            check_typed_block(value, registry, f'{where}.{key}')
+
+
+def check_dataset(options: Mapping, where: str) -> None:
+    """Our datasets declare ``option_keys``; BasicSR's read their options freely and are left alone."""
+    cls = registered(DATASET_REGISTRY, options.get('type'), where)
+    own = getattr(cls, 'option_keys', None)
+    if own is not None:
+        check_keys(options, set(own) | BASICSR_DATASET_KEYS, where, options['type'])
+
+
+def check_train(opt: Mapping) -> None:
+    """``train`` of a training run: total_iter, the model's own keys (when it declares them), every loss."""
+    train = opt.get('train')
+    if not isinstance(train, Mapping):
+        raise OptionError('train: missing (a training option file needs a train block)')
+    total = train.get('total_iter')
+    if isinstance(total, bool) or not isinstance(total, (int, float)) or int(total) != total or total <= 0:
+        raise OptionError(f'train.total_iter: expected a positive number of iterations, got {total!r}')
+    model_cls = registered(MODEL_REGISTRY, opt.get('model_type'), 'model_type')
+    own = getattr(model_cls, 'train_option_keys', None)
+    if own is not None:
+        check_keys(train, set(own) | BASICSR_PIPELINE_TRAIN_KEYS, 'train', f'{opt["model_type"]}')
+    for key, value in train.items():
+        if key.endswith('_opt') and isinstance(value, Mapping) and 'type' in value:
+            check_typed_block(value, LOSS_REGISTRY, f'train.{key}')
+
+
+def check_num_gpu(opt: Mapping) -> None:
+    """``num_gpu`` (after BasicSR resolved 'auto') may not exceed the CUDA devices of this machine."""
+    num_gpu = opt.get('num_gpu')
+    present = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if isinstance(num_gpu, bool) or not isinstance(num_gpu, int) or num_gpu < 0:
+        raise OptionError(f'num_gpu: expected "auto" or a number of GPUs >= 0, got {num_gpu!r}')
+    if num_gpu > present:
+        raise OptionError(f'num_gpu: {num_gpu} requested but this machine has {present} CUDA device(s); use '
+                          f'num_gpu: auto (all present, 0 = CPU) or at most {present}')
+
+
+def check_options(opt: Mapping) -> None:
+    """Every start-up check of a parsed BasicSR option dict (train or test)."""
+    check_num_gpu(opt)
+    for key, value in opt.items():
+        if key.startswith('network_') and value is not None:
+            check_typed_block(value, ARCH_REGISTRY, key)
+    for phase, dataset in (opt.get('datasets') or {}).items():
+        check_dataset(dataset, f'datasets.{phase}')
+    if opt.get('is_train'):
+        check_train(opt)

@@ -1,0 +1,220 @@
+"""Resume a BasicSR training run exactly, and only from complete files.
+
+BasicSR's training state holds the epoch, the iteration, the optimizers and the schedulers. Resuming from it
+restarts the epoch's sample order from its first batch and re-seeds nothing, so a resumed run sees the
+epoch's first batches twice, never sees the rest, and draws different noise. Here the state also records
+(key ``'loop'``):
+
+- the position inside the epoch (batches already taken from the training loader), so the sampler skips
+  exactly those samples (``EnlargedSampler`` is told through ``resume_skip``);
+- every RNG stream the data path and the model draw from (Python ``random``, NumPy's global RNG, torch CPU
+  and CUDA), per rank, at the moment of saving;
+- the same streams at the start of the epoch, before the DataLoader drew its base seed, so the resumed
+  loader gives its workers the seeds the interrupted one gave them.
+
+Validation runs with the RNG streams saved and restored (``rng_preserved``), so whether and how often it runs
+never changes the training's random numbers.
+
+``find_resume_state`` validates the newest ``N.state`` (pickle-free, complete, with its ``net_*_N.pth``) and
+falls back to the newest complete one, naming each skipped file.
+"""
+import contextlib
+import os
+import os.path as osp
+import random
+import re
+from typing import Callable, Dict, Iterator, List, Optional, Tuple
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from tola_plugin.utils.checkpoint_io import UnsafeCheckpointError, check_weights_file, safe_torch_load
+
+LOOP_FORMAT = 1
+STATE_NAME = re.compile(r'^(\d+)\.state$')
+STATE_KEYS = ('epoch', 'iter', 'optimizers', 'schedulers')
+
+
+# ----------------------------------------------------------------------------------------------- RNG streams
+def capture_rng() -> Dict:
+    """Every global RNG stream of this process, in a form ``weights_only`` loading accepts (tensors, ints,
+    tuples, lists; NumPy's key array as a tensor)."""
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    state = {'python': random.getstate(), 'numpy': (kind, torch.from_numpy(keys.astype(np.int64)), int(pos),
+                                                     int(has_gauss), float(gauss)),
+             'torch': torch.get_rng_state(), 'cuda': []}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state['cuda'] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng(state: Dict) -> None:
+    """Inverse of ``capture_rng``."""
+    version, internal, gauss = state['python']
+    random.setstate((version, tuple(internal), gauss))
+    kind, keys, pos, has_gauss, cached = state['numpy']
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(state['torch'])
+    if state.get('cuda') and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state['cuda'])
+
+
+@contextlib.contextmanager
+def rng_preserved() -> Iterator[None]:
+    """Run a block (validation) without moving any global RNG stream."""
+    saved = capture_rng()
+    try:
+        yield
+    finally:
+        restore_rng(saved)
+
+
+def _gather(obj) -> List:
+    """``obj`` of every rank (a list of one outside distributed runs); a collective: every rank must call it."""
+    if dist.is_available() and dist.is_initialized():
+        out = [None] * dist.get_world_size()
+        dist.all_gather_object(out, obj)
+        return out
+    return [obj]
+
+
+def _rank() -> int:
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+# ------------------------------------------------------------------------------------- the loop's position
+class LoopPosition:
+    """Where the training loop is inside its epoch: BasicSR keeps this in local variables of
+    ``train_pipeline``, so the overrides report it here (one training loop per process)."""
+
+    def __init__(self):
+        self.reset()
+
+    def reset(self):
+        self.sampler = None
+        self.epoch = None
+        self.batches = 0          # batches taken from the training loader in this epoch
+        self.epoch_rng = None     # RNG streams at the start of this epoch (before the loader's base seed)
+        self.pending = None       # the 'loop' record of a state being resumed, until the loop reaches it
+        self.notes = []           # messages for the log once BasicSR's logger exists
+
+    # -- hooks called by the BasicSR overrides
+    def start_epoch(self, sampler, epoch: int) -> None:
+        """``EnlargedSampler.set_epoch``: called before the epoch's DataLoader iterator is created."""
+        self.sampler, self.epoch, self.batches = sampler, epoch, 0
+        sampler.resume_skip = None
+        pending = self.pending
+        if pending is not None and pending['epoch'] == epoch:
+            self._check_geometry(sampler, pending)
+            restore_rng(self._mine(pending['epoch_rng']))
+            sampler.resume_skip = (epoch, pending['batches'] * pending['batch_size'])
+            self.batches = pending['batches']
+        self.epoch_rng = capture_rng()
+
+    def loader_restarted(self) -> None:
+        """``*Prefetcher.reset``: the epoch's iterator exists (its base seed is drawn); continue every stream
+        exactly where the interrupted run saved it."""
+        pending = self.pending
+        if pending is not None and pending['epoch'] == self.epoch:
+            restore_rng(self._mine(pending['rng']))
+            self.pending = None
+
+    def batch_taken(self) -> None:
+        self.batches += 1
+
+    # -- saving and resuming
+    def record(self, epoch: int, batch_size: int) -> Optional[Dict]:
+        """The 'loop' entry of a training state (a collective under DDP: every rank's RNG is gathered)."""
+        rngs = _gather(capture_rng())
+        if self.sampler is None or epoch != self.epoch:
+            return None  # not inside BasicSR's loop (e.g. a model saved by hand)
+        return {'format': LOOP_FORMAT, 'epoch': epoch, 'batches': self.batches, 'batch_size': int(batch_size),
+                'num_replicas': self.sampler.num_replicas, 'total_size': self.sampler.total_size,
+                'dataset_len': len(self.sampler.dataset), 'rng': rngs, 'epoch_rng': _gather(self.epoch_rng)}
+
+    def resume(self, loop: Optional[Dict], where: str, warn: Callable[[str], None]) -> None:
+        """Arm the position of a loaded state; the loop consumes it when it reaches that epoch."""
+        if loop is None:
+            warn(f'{where} has no loop position (written by BasicSR or an older tola-plugin): the epoch restarts '
+                 'from its first batch and the random streams are not restored, so this resume is not an exact '
+                 'continuation')
+            self.pending = None
+            return
+        if loop.get('format') != LOOP_FORMAT:
+            raise ValueError(f'{where}: loop position format {loop.get("format")!r}, expected {LOOP_FORMAT}')
+        self.pending = dict(loop, where=where)
+
+    @staticmethod
+    def _check_geometry(sampler, pending):
+        from tola_plugin import _compat  # noqa: F401
+        now = {'num_replicas': sampler.num_replicas, 'total_size': sampler.total_size,
+               'dataset_len': len(sampler.dataset)}
+        differ = {k: (pending[k], v) for k, v in now.items() if pending[k] != v}
+        if differ:
+            said = ', '.join(f'{k} {a} then, {b} now' for k, (a, b) in differ.items())
+            raise ValueError(f'{pending["where"]}: the training data changed since it was saved ({said}; from the '
+                             'dataset length, dataset_enlarge_ratio and the number of processes), so its position '
+                             'in the epoch means nothing now. Resume with the same data and processes, or start a '
+                             'new run from its weights (path.pretrain_network_g).')
+
+    @staticmethod
+    def _mine(per_rank: List):
+        rank = _rank()
+        if len(per_rank) <= rank:
+            raise ValueError(f'the training state holds RNG streams of {len(per_rank)} process(es); this is rank '
+                             f'{rank}')
+        return per_rank[rank]
+
+
+LOOP = LoopPosition()
+
+
+# ------------------------------------------------------------------------------------ finding a usable state
+def network_files(opt: Dict, resume_iter: int) -> List[str]:
+    """The ``net_*_N.pth`` files BasicSR's ``check_resume`` will load for a state of iteration N."""
+    ignored = opt['path'].get('ignore_resume_networks') or []
+    return [osp.join(opt['path']['models'], f'net_{key[len("network_"):]}_{resume_iter}.pth')
+            for key in opt if key.startswith('network_') and key not in ignored]
+
+
+def read_training_state(path: str, opt: Dict) -> Dict:
+    """Load and check one training state: pickle-free, complete, with readable network files. Raises
+    ValueError / FileNotFoundError naming the file and what is wrong."""
+    state = safe_torch_load(path, 'training state')
+    if not isinstance(state, dict) or any(k not in state for k in STATE_KEYS):
+        raise UnsafeCheckpointError(f'training state {path!r} is not a BasicSR training state (expected a dict '
+                                    f'with {list(STATE_KEYS)})')
+    for net_file in network_files(opt, state['iter']):
+        if not osp.isfile(net_file):
+            raise FileNotFoundError(f'training state {path!r} has no network file {net_file!r}')
+        check_weights_file(net_file, 'network checkpoint')
+    return state
+
+
+def find_resume_state(opt: Dict, warn: Callable[[str], None]) -> Tuple[Optional[str], Optional[Dict]]:
+    """(path, state) of the newest usable ``N.state`` of the experiment, or (None, None) when it has none.
+
+    A newer file that is incomplete, corrupt, or lacks its network files is skipped with a warning naming
+    it; if every state is unusable that is an error (training does not silently start over).
+    """
+    folder = opt['path']['training_states']
+    if not osp.isdir(folder):
+        return None, None
+    names = os.listdir(folder)
+    for name in names:  # temporary files of saves that were interrupted (atomic writes): never complete
+        if name.startswith('.') and name.endswith('.tmp'):
+            os.remove(osp.join(folder, name))
+            warn(f'removed {osp.join(folder, name)}, the temporary file of an interrupted save')
+    iters = sorted((int(m.group(1)) for m in map(STATE_NAME.match, names) if m), reverse=True)
+    problems = []
+    for it in iters:
+        path = osp.join(folder, f'{it}.state')
+        try:
+            return path, read_training_state(path, opt)
+        except (ValueError, OSError) as err:
+            problems.append(f'{path}: {err}')
+            warn(f'--auto_resume skips {path}: {err}')
+    if problems:
+        raise ValueError(f'--auto_resume: no usable training state in {folder}: ' + '; '.join(problems))
+    return None, None
