@@ -23,8 +23,9 @@ restore-demo: setup
 	$(PY) -m tola_cli.infer -i demo_data/restore_samples/photo.png -o results/restore_photo --detect --overwrite
 	$(PY) tools/plot_restore_figure.py --samples demo_data/restore_samples --out results/restore_figure.png
 
+# Two worker processes (pytest-xdist): the suite is CPU-bound and CI has 2 cores.
 test: setup
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q -n 2 tests
 
 # The tests marked `numerics` again with other CPU kernels forced: AVX2 (MKL and oneDNN too) and torch's generic
 # kernels. CI runs it after `make test` (docs/testing.md).

@@ -41,7 +41,7 @@ setup(
         'eval': ['pyiqa==0.1.16', 'rapidocr-onnxruntime==1.4.4', 'rapidfuzz', 'scipy', 'matplotlib',
                  'huggingface_hub'],
         'onnx': ['onnx==1.23.2', 'onnxruntime==1.23.2'],
-        'test': ['pytest'],
+        'test': ['pytest', 'pytest-xdist==3.8.0'],
     },
     entry_points={
         'console_scripts': [

@@ -75,6 +75,8 @@ class DiffTSRModel(SRModel):
     SRModel.nondist_validation.
     """
 
+    own_option_blocks = ('network_difftsr', )  # no arch type: checked key by key in __init__ (option_checks)
+
     def __init__(self, opt):
         BaseModel.__init__(self, opt)  # SRModel.__init__ would build a single net_g
         if self.is_train:
