@@ -16,7 +16,9 @@ setup(
     long_description=open('README.md', encoding='utf-8').read(),
     long_description_content_type='text/markdown',
     packages=find_packages(include=['tola_plugin', 'tola_plugin.*', 'tola_cli']),
-    package_data={'tola_plugin.vocab': ['*.txt']},
+    package_data={'tola_plugin.vocab': ['*.txt'],
+                  'tola_plugin.demo_backbone': ['*.safetensors', '*.json'],   # the demo model trained here
+                  'tola_plugin.samples': ['*.png', '*.tsv', '*.md']},         # DiffTSR test LR images (Apache-2.0)
     include_package_data=True,
     python_requires='>=3.10',
     # Ranges, not pins: pins for a reproducible environment live in requirements.txt.

@@ -247,3 +247,58 @@ def test_prior_csv_example_fixture_round_trips(tmp_path):
     rows = [{'filename': n, **v} for n, v in priors.items()]
     R.write_prior_csv(str(tmp_path / 'copy.csv'), rows)
     assert R.read_prior_csv(str(tmp_path / 'copy.csv')) == priors
+
+
+# ------------------------------------------------------------------------------- offline runs (issue 10)
+def test_auto_metrics_skip_absent_weight_files_with_reasons(dataset, tmp_path, monkeypatch, capsys):
+    """No ImageNet/pyiqa files under TORCH_HOME: LPIPS, DISTS and FID are left out (named, with the missing file)
+    and the run goes on with the metrics that need no download."""
+    monkeypatch.setenv('TORCH_HOME', str(tmp_path / 'empty_home'))
+    out = tmp_path / 'eval'
+    assert evaluate.main(['--method', f'blur={dataset / "blur"}', '--reference', str(dataset / 'hr'),
+                          '--out', str(out), '--no-progress']) == 0
+    summary = json.loads((out / 'summary.json').read_text(encoding='utf-8'))
+    assert list(summary['summary']['blur']) == ['psnr', 'ssim']
+    skipped = summary['protocol']['skipped']
+    assert sorted(skipped) == ['dists', 'fid', 'lpips']
+    assert 'alexnet-owt-7be5be79.pth' in skipped['lpips'] and 'pt_inception' in skipped['fid']
+    err = capsys.readouterr().err
+    assert 'skipping lpips' in err and 'vgg16-397923af.pth' in err
+    assert 'Not computed (weight files absent' in (out / 'summary.md').read_text(encoding='utf-8')
+    with pytest.raises(FileNotFoundError, match='alexnet'):   # an explicit request still fails loudly
+        evaluate_methods({'b': str(dataset / 'blur')}, str(tmp_path / 'o'), reference_dir=str(dataset / 'hr'),
+                         metrics=['lpips'], progress=False)
+
+
+def test_ppocr_accuracy_is_case_insensitive_by_default(dataset, tmp_path):
+    """'Hello 2024' rendered, 'hello2024' labelled: PP-OCRv4 matches by default, not with --ppocr-case-sensitive."""
+    labels = tmp_path / 'labels.tsv'
+    labels.write_text('b.png\thello2024\n', encoding='utf-8')
+    one = tmp_path / 'one'
+    one.mkdir()
+    shutil.copy(dataset / 'same' / 'b.png', one / 'b.png')
+    common = ['--method', f'm={one}', '--labels', str(labels), '--metrics', 'ppocrv4', '--no-progress']
+    assert evaluate.main(common + ['--out', str(tmp_path / 'ci')]) == 0
+    assert evaluate.main(common + ['--out', str(tmp_path / 'cs'), '--ppocr-case-sensitive']) == 0
+    ci = json.loads((tmp_path / 'ci' / 'summary.json').read_text(encoding='utf-8'))
+    cs = json.loads((tmp_path / 'cs' / 'summary.json').read_text(encoding='utf-8'))
+    assert ci['summary']['m']['p_acc'] == 1.0 and ci['protocol']['ppocr_lower_case'] is True
+    assert cs['summary']['m']['p_acc'] == 0.0 and cs['protocol']['ppocr_lower_case'] is False
+
+
+def test_diagnose_picks_the_recognizer_whose_columns_exist(tmp_path):
+    """Per-image tables with PP-OCRv4 columns only: diagnose uses them without --recognizer."""
+    names = [f'{i}.png' for i in range(6)]
+    per_image = {}
+    for method, preds in (('A', PRED_A), ('B', PRED_B)):
+        rows = [{'filename': n, 'gt': g, 'psnr': 20.0, 'p_pred': p, 'p_conf': 0.5, 'p_acc': float(p == g),
+                 'p_ned': ned(p, g)} for n, g, p in zip(names, GT, preds)]
+        R.write_per_image_csv(str(tmp_path / 'eval' / 'per_image' / f'{method}.csv'), rows)
+        per_image[method] = f'per_image/{method}.csv'
+    R.write_json(str(tmp_path / 'eval' / 'summary.json'), {'protocol': {'lower_case': False, 'ppocr_lower_case': True},
+                                                          'summary': {}, 'per_image': per_image})
+    assert diagnose.main(['--eval-dir', str(tmp_path / 'eval'), '--baseline', 'A', '--method', 'B', '--out',
+                          str(tmp_path / 'd'), '--resamples', '200']) == 0
+    res = json.loads((tmp_path / 'd' / 'diagnostics.json').read_text(encoding='utf-8'))
+    assert res['recognizer_prefix'] == 'p_' and res['lower'] is True
+    assert {r['method']: r['total'] for r in res['edits']} == {'A': 4, 'B': 1}

@@ -26,6 +26,25 @@ def load_method(eval_dir: str, summary: dict, method: str):
     return R.read_per_image_csv(os.path.join(eval_dir, files[method]))
 
 
+def pick_recognizer(a: dict, b: dict) -> str:
+    """The first recognizer (TransOCR, then PP-OCRv4) whose predictions both per-image tables have; TransOCR
+    when neither has any (only the paired image-metric statistics are computed then)."""
+    for name in ('transocr', 'ppocrv4'):
+        column = f'{PREFIX[name]}pred'
+        if all(column in row for rows in (a, b) for row in rows.values()):
+            return name
+    return 'transocr'
+
+
+
+def case_handling(summary: dict, recognizer: str) -> bool:
+    """Whether an evaluation lower-cased ``recognizer``'s texts (PP-OCRv4 by default, see tools/evaluate.py)."""
+    protocol = summary['protocol']
+    if recognizer == 'ppocrv4':
+        return bool(protocol.get('ppocr_lower_case', protocol['lower_case']))
+    return bool(protocol['lower_case'])
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument('--eval-dir', required=True, help='output folder of tools/evaluate.py')
@@ -34,7 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--method', required=True, help='method name B (e.g. TOLA); changes are B - A')
     p.add_argument('--prior-csv', help='per-image prior CSV (filename, prior_text, prior_confidence) of the '
                                        'TOLA inference tool; enables confidence bins and prior strata')
-    p.add_argument('--recognizer', default='transocr', choices=tuple(PREFIX), help='whose ACC/NED to diagnose')
+    p.add_argument('--recognizer', choices=tuple(PREFIX),
+                   help='whose ACC/NED to diagnose (default: TransOCR when both evaluations have its columns, '
+                        'else PP-OCRv4)')
     p.add_argument('--resamples', type=int, default=N_RESAMPLES, help='bootstrap resamples (paper: 5000)')
     p.add_argument('--seed', type=int, default=0, help='bootstrap seed')
     p.add_argument('--out', required=True, help='output folder')
@@ -49,11 +70,12 @@ def main(argv=None) -> int:
     base_dir = args.eval_dir_baseline or args.eval_dir
     with open(os.path.join(base_dir, 'summary.json'), encoding='utf-8') as f:
         summary_a = json.load(f)
-    lower = summary_b['protocol']['lower_case']
-    if summary_a['protocol']['lower_case'] != lower:
-        raise UsageError('the two evaluations used different case handling (--lower)')
     a = load_method(base_dir, summary_a, args.baseline)
     b = load_method(args.eval_dir, summary_b, args.method)
+    recognizer = args.recognizer or pick_recognizer(a, b)
+    lower = case_handling(summary_b, recognizer)
+    if case_handling(summary_a, recognizer) != lower:
+        raise UsageError('the two evaluations used different case handling (--lower / --ppocr-case-sensitive)')
     names = R.match_filenames({f'baseline {args.baseline!r}': list(a), f'method {args.method!r}': list(b)})
     labels = {}
     for n in names:
@@ -64,7 +86,7 @@ def main(argv=None) -> int:
     if len(labels) != len(names):
         labels = {n: '' for n in names}  # image metrics only: no recognition diagnostics
     priors = R.read_prior_csv(args.prior_csv) if args.prior_csv else None
-    result = diagnose(a, b, names, labels, priors, (args.baseline, args.method), PREFIX[args.recognizer], lower,
+    result = diagnose(a, b, names, labels, priors, (args.baseline, args.method), PREFIX[recognizer], lower,
                       args.resamples, args.seed)
     os.makedirs(args.out, exist_ok=True)
     R.write_json(os.path.join(args.out, 'diagnostics.json'), result)

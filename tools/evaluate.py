@@ -47,13 +47,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--reference', help='reference (HR) folder; needed for PSNR/SSIM/LPIPS/DISTS/FID')
     p.add_argument('--labels', help='labels manifest, TSV filename<TAB>transcription; needed for ACC/NED')
     p.add_argument('--out', required=True, help='output folder')
-    p.add_argument('--metrics', help=f'comma-separated subset of {",".join(ALL_METRICS)} '
-                                     '(default: every metric the inputs allow)')
+    p.add_argument('--metrics', help=f'comma-separated subset of {",".join(ALL_METRICS)} (default: every '
+                                     'metric the inputs allow; those whose weight files are absent are skipped '
+                                     'with a message)')
     p.add_argument('--transocr-checkpoint', help='official transocr.pth (TransOCR ACC/NED)')
     p.add_argument('--transocr-preprocess', default='difftsr', choices=('difftsr', 'benchmark'),
                    help='TransOCR input pipeline (default difftsr: the one that produces the text prior)')
     p.add_argument('--lower', action='store_true',
-                   help="lower-case texts before matching (CTR benchmark variant; the paper preserves case)")
+                   help="lower-case every text before matching (CTR benchmark variant; the paper preserves case "
+                        "for TransOCR)")
+    p.add_argument('--ppocr-case-sensitive', action='store_true',
+                   help='keep case when matching PP-OCRv4 texts (default: lower-cased, since PP-OCRv4 reads upper '
+                        'case that TransOCR and the CTR labels do not have)')
     p.add_argument('--color-space', default=DEFAULT_COLOR_SPACE, choices=LUMA_COLOR_SPACES,
                    help='luminance for PSNR/SSIM (default ycbcr: BT.601 Y as BasicSR/MATLAB)')
     p.add_argument('--background', type=parse_rgb, default=WHITE, metavar='R,G,B',
@@ -75,7 +80,7 @@ def main(argv=None) -> int:
                      device=args.device, color_space=args.color_space, lower=args.lower,
                      transocr_checkpoint=args.transocr_checkpoint, transocr_preprocess=args.transocr_preprocess,
                      batch_size=args.batch_size, num_workers=args.num_workers, progress=not args.no_progress,
-                     background=args.background)
+                     ppocr_lower=not args.ppocr_case_sensitive, background=args.background)
     with open(os.path.join(args.out, 'summary.md'), encoding='utf-8') as f:
         print(f.read(), end='')
     return 0

@@ -41,7 +41,7 @@ CONFIDENCES = ('predicted', 'uniform')
 CONTEXT_ROUTES = ('mom', 'direct')
 LATENT_MODES = ('mode', 'sample')
 NOISE_MODES = ('gaussian', 'zero')
-BACKBONE_INITS = ('checkpoint', 'random')
+BACKBONE_INITS = ('checkpoint', 'random', 'demo')
 TEXT_DECODINGS = ('incremental', 'full_prefix')
 BACKENDS = ('torch', 'onnxruntime')  # of the tensor stages of an inference network (load_for_inference)
 TEXT_STEPS = 24  # greedy TransOCR steps, as DiffTSR's Text_Prediction (the 'full_prefix' reference route)
@@ -80,8 +80,10 @@ class TOLANet(nn.Module):
     """One-step text-aware DiffTSR restorer. lq (B, 3, H, W) RGB in [0, 1] -> restored (B, 3, H, W) in [0, 1].
 
     Backbone:
-        backbone_init: 'checkpoint' (default; the official ``DiffTSR.ckpt`` / ``transocr.pth``, strict) or
-            'random' (tests and the CPU demo only: modules built from ``*_config`` with random weights).
+        backbone_init: 'checkpoint' (default; the official ``DiffTSR.ckpt`` / ``transocr.pth``, strict),
+            'demo' (the small backbone trained here and shipped in ``tola_plugin/demo_backbone``, strict; the
+            checkpoint paths are not used) or 'random' (tests only: modules built from ``*_config`` with random
+            weights).
         difftsr_checkpoint, transocr_checkpoint: file paths (official layout or the converted safetensors).
         idm_config, vae_config, mom_config, transocr_config: constructor overrides of the backbone modules
             (architecture); with 'checkpoint' they must match the file (strict loading).
@@ -165,6 +167,10 @@ class TOLANet(nn.Module):
     def _build_backbone(backbone_init, difftsr_checkpoint, transocr_checkpoint, idm_config, vae_config,
                         mom_config, transocr_config, random_seed):
         configs = dict(idm=dict(idm_config or {}), vae=dict(vae_config or {}), mom=dict(mom_config or {}))
+        if backbone_init == 'demo':  # the shipped demo backbone: our two files, architectures in their metadata
+            from tola_plugin.demo_backbone import demo_checkpoint_paths
+            difftsr_checkpoint, transocr_checkpoint = demo_checkpoint_paths()
+            backbone_init = 'checkpoint'
         if backbone_init == 'checkpoint':
             from tola_plugin.utils.difftsr_checkpoint import load_difftsr  # heavy loader, only when used
             given = {k: v for k, v in configs.items() if v}  # absent = official size / the converted file's own
@@ -405,6 +411,7 @@ class TOLANet(nn.Module):
             accepted = inspect.signature(type(module).__init__).parameters
             opts[f'{name}_config'] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in module.config.items()
                                       if k in accepted}
+        opts['transocr_config'] = dict(self.transocr.arch_options)  # e.g. the demo file's own architecture
         return opts
 
     def save_merged(self, path: str, onnx_size: Optional[Sequence[int]] = None) -> None:

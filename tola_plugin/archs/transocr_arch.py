@@ -267,6 +267,12 @@ class TransOCR(nn.Module):
         if len(image_size) != 2:
             raise ValueError(f'TransOCR: image_size must be (H, W), got {image_size!r}')
         d_model = 2 * embed_dim
+        # the architecture arguments, for files that must rebuild this network (merged export, demo backbone)
+        self.arch_options = dict(num_classes=num_classes, embed_dim=embed_dim, pe_max_len=pe_max_len,
+                                 in_channels=in_channels, stem_channels=list(stem_channels),
+                                 stage_channels=list(stage_channels), stage_blocks=list(stage_blocks),
+                                 num_heads=num_heads, ff_dim=ff_dim, dropout=dropout,
+                                 image_size=list(image_size), preprocess=preprocess)
         self.num_classes = num_classes
         self.start_index = TRANSOCR_START
         self.end_index = num_classes - 1

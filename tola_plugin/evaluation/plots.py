@@ -29,10 +29,10 @@ def _rc() -> dict:
             'axes.spines.top': False, 'axes.spines.right': False}
 
 
-def _save(fig, out_stem: str) -> Tuple[str, str]:
+def _save(fig, out_stem: str, dpi: int = 200) -> Tuple[str, str]:
     os.makedirs(os.path.dirname(os.path.abspath(out_stem)), exist_ok=True)
     paths = (f'{out_stem}.png', f'{out_stem}.pdf')
-    fig.savefig(paths[0], dpi=200, bbox_inches='tight')
+    fig.savefig(paths[0], dpi=dpi, bbox_inches='tight')
     fig.savefig(paths[1], bbox_inches='tight')
     return paths
 
@@ -133,10 +133,12 @@ def recognition_diagnostics_figure(result: Mapping, out_stem: str) -> Tuple[str,
 
 
 def comparison_grid(rows: Sequence[Tuple[str, Sequence[np.ndarray]]], out_stem: str,
-                    column_titles: Optional[Sequence[str]] = None, cell_width: float = 2.4) -> Tuple[str, str]:
+                    column_titles: Optional[Sequence[str]] = None, cell_width: float = 2.4,
+                    captions: Optional[Sequence[Sequence[str]]] = None, dpi: int = 200) -> Tuple[str, str]:
     """rows: (label, images) with images as HxWx3 uint8 RGB, the same number per row (one per column).
 
-    Each cell keeps its image's aspect ratio (128x512 text lines -> wide cells). Writes out_stem.{png,pdf}.
+    Each cell keeps its image's aspect ratio (128x512 text lines -> wide cells). ``captions``: optional text
+    under each cell (one list per row, e.g. what a recognizer read). Writes out_stem.{png,pdf} (PNG at ``dpi``).
     """
     import matplotlib
     from matplotlib.figure import Figure
@@ -148,9 +150,13 @@ def comparison_grid(rows: Sequence[Tuple[str, Sequence[np.ndarray]]], out_stem: 
                          f'{[len(imgs) for _, imgs in rows]}')
     if column_titles is not None and len(column_titles) != n_cols:
         raise ValueError(f'comparison_grid: {len(column_titles)} column titles for {n_cols} columns')
+    if captions is not None and (len(captions) != len(rows) or any(len(c) != n_cols for c in captions)):
+        raise ValueError(f'comparison_grid: captions must give {len(rows)} rows of {n_cols} strings')
+    caption_room = 0.22 if captions is not None else 0.0
     aspect = max(img.shape[0] / img.shape[1] for _, imgs in rows for img in imgs)
     with matplotlib.rc_context(_rc()):
-        fig = Figure(figsize=(1.2 + cell_width * n_cols, 0.35 + len(rows) * (cell_width * aspect + 0.12)))
+        fig = Figure(figsize=(1.2 + cell_width * n_cols,
+                              0.35 + len(rows) * (cell_width * aspect + 0.12 + caption_room)))
         axes = np.atleast_2d(fig.subplots(len(rows), n_cols, squeeze=False))
         for r, (label, imgs) in enumerate(rows):
             for c, img in enumerate(imgs):
@@ -164,8 +170,10 @@ def comparison_grid(rows: Sequence[Tuple[str, Sequence[np.ndarray]]], out_stem: 
                     ax.set_ylabel(label, rotation=0, ha='right', va='center', fontsize=9, labelpad=6)
                 if r == 0 and column_titles is not None:
                     ax.set_title(column_titles[c], fontsize=9)
-        fig.subplots_adjust(wspace=0.04, hspace=0.08)
-        return _save(fig, out_stem)
+                if captions is not None:
+                    ax.set_xlabel(captions[r][c], fontsize=8, labelpad=2)
+        fig.subplots_adjust(wspace=0.04, hspace=0.08 + (0.35 if captions is not None else 0.0))
+        return _save(fig, out_stem, dpi)
 
 
 def load_grid_rows(row_dirs: Sequence[Tuple[str, str]], samples: Sequence[str]) -> List[Tuple[str, List[np.ndarray]]]:

@@ -130,6 +130,17 @@ class PPOCRv4Recognizer:
         return [Recognition(str(text), float(conf)) for text, conf in results]
 
 
+def ppocrv4_unavailable() -> Optional[str]:
+    """None when the PP-OCRv4 model can be built offline, else why not (package or model file missing)."""
+    try:
+        _rapidocr_rec_config(1)
+    except ImportError as err:
+        return f'ppocrv4: rapidocr-onnxruntime is not installed ({err}); pip install rapidocr-onnxruntime==1.4.4'
+    except FileNotFoundError as err:
+        return str(err)
+    return None
+
+
 def build_recognizer(name: str, **opts):
     """'transocr' (opts: checkpoint, device, preprocess, max_steps, batch_size) or 'ppocrv4' (num_threads)."""
     if name == 'transocr':

@@ -14,7 +14,8 @@ from tola_plugin.data.image_io import WHITE, read_image_file
 from tola_plugin.evaluation import records as R
 from tola_plugin.evaluation.image_metrics import DEFAULT_COLOR_SPACE, PAIRED_METRICS, PairedImageMetrics, \
     fid_between_dirs, images_to_tensor
-from tola_plugin.evaluation.recognizers import PREFIX, RECOGNIZERS, build_recognizer
+from tola_plugin.evaluation import weights as W
+from tola_plugin.evaluation.recognizers import PREFIX, RECOGNIZERS, build_recognizer, ppocrv4_unavailable
 from tola_plugin.evaluation.text_metrics import ned, normalize
 
 ALL_METRICS = PAIRED_METRICS + ('fid', ) + RECOGNIZERS
@@ -22,8 +23,9 @@ ALL_METRICS = PAIRED_METRICS + ('fid', ) + RECOGNIZERS
 
 def resolve_metrics(requested: Optional[Sequence[str]], has_reference: bool, has_labels: bool,
                     has_transocr: bool) -> List[str]:
-    """The metrics to compute. None = every metric the inputs allow; an explicit request the inputs cannot
-    satisfy is an error saying what is missing."""
+    """The metrics to compute. None = every metric the inputs allow (see ``unavailable_metrics`` for the ones
+    then left out because their weight files are absent); an explicit request the inputs cannot satisfy is an
+    error saying what is missing."""
     if requested is None:
         return [m for m in ALL_METRICS if (m not in PAIRED_METRICS + ('fid', ) or has_reference)
                 and (m not in RECOGNIZERS or has_labels) and (m != 'transocr' or has_transocr)]
@@ -40,6 +42,17 @@ def resolve_metrics(requested: Optional[Sequence[str]], has_reference: bool, has
     return [m for m in ALL_METRICS if m in requested]
 
 
+def unavailable_metrics(metrics: Sequence[str]) -> Dict[str, str]:
+    """{metric: why it cannot run offline} for the learned metrics whose weight files are absent (LPIPS, DISTS,
+    FID: see ``weights``) and PP-OCRv4 when rapidocr or its model file is missing."""
+    reasons = {}
+    for m in metrics:
+        reason = ppocrv4_unavailable() if m == 'ppocrv4' else W.missing_metric_weights(m)
+        if reason:
+            reasons[m] = reason
+    return reasons
+
+
 def _recognition_columns(prefix: str, pred: str, conf: float, gt: str, lower: bool) -> Dict[str, object]:
     p, g = normalize(pred, lower), normalize(gt, lower)
     return {f'{prefix}pred': pred, f'{prefix}conf': conf, f'{prefix}acc': float(p == g), f'{prefix}ned': ned(p, g)}
@@ -50,11 +63,16 @@ def evaluate_methods(methods: Mapping[str, str], out_dir: str, reference_dir: Op
                      device: str = 'cpu', color_space: str = DEFAULT_COLOR_SPACE, lower: bool = False,
                      transocr_checkpoint: Optional[str] = None, transocr_preprocess: str = 'difftsr',
                      transocr_model=None, batch_size: int = 8, num_workers: int = 0,
-                     progress: bool = True, background: Sequence[int] = WHITE) -> Dict[str, Dict[str, float]]:
+                     progress: bool = True, ppocr_lower: bool = True, log=None,
+                     background: Sequence[int] = WHITE) -> Dict[str, Dict[str, float]]:
     """Evaluate every ``{method name: restored folder}``; returns {method: {metric: value}} (also written).
 
     Set-level values: mean of per-image PSNR/SSIM/LPIPS/DISTS, ACC (fraction of exact matches), NED (mean);
     FID over the folders. ``transocr_model`` (an in-memory TransOCR) may replace ``transocr_checkpoint``.
+    Case: TransOCR texts keep their case unless ``lower`` (the paper); PP-OCRv4 texts are lower-cased unless
+    ``ppocr_lower`` is False (PP-OCRv4 reads case, TransOCR and the CTR labels do not; docs/evaluation.md).
+    With ``metrics`` None, metrics whose weight files are absent are left out and ``log`` (default: stderr)
+    says which and why; the summary records them under ``protocol.skipped``.
     Every image (restored and reference, FID included) is read through ``data/image_io.py``; transparent
     pixels are composited over ``background`` (RGB, white by default).
     """
@@ -63,8 +81,13 @@ def evaluate_methods(methods: Mapping[str, str], out_dir: str, reference_dir: Op
     labels = R.read_labels(labels_path) if labels_path else None
     chosen = resolve_metrics(metrics, reference_dir is not None, labels is not None,
                              transocr_checkpoint is not None or transocr_model is not None)
+    skipped = unavailable_metrics(chosen) if metrics is None else {}
+    for m, reason in skipped.items():
+        (log or (lambda msg: print(msg, file=sys.stderr)))(f'evaluate: skipping {m} (its files are absent): {reason}')
+    chosen = [m for m in chosen if m not in skipped]
     if not chosen:
-        raise ValueError('no metric can be computed: give --reference and/or --labels')
+        raise ValueError('no metric can be computed: give --reference and/or --labels'
+                         + (f' (skipped for missing files: {sorted(skipped)})' if skipped else ''))
 
     stems = [_safe(m) for m in methods]
     if len(set(stems)) != len(stems):
@@ -90,7 +113,8 @@ def evaluate_methods(methods: Mapping[str, str], out_dir: str, reference_dir: Op
     per_image_files = {}
     for method, folder in methods.items():
         rows = score_folder(folder, names, reference_dir, labels, image_metrics, recognizers, lower, batch_size,
-                            desc=f'evaluate {method}', progress=progress, background=background)
+                            desc=f'evaluate {method}', progress=progress, ppocr_lower=ppocr_lower,
+                            background=background)
         csv_path = os.path.join(out_dir, 'per_image', f'{_safe(method)}.csv')
         R.write_per_image_csv(csv_path, rows)
         per_image_files[method] = os.path.relpath(csv_path, out_dir)
@@ -104,23 +128,26 @@ def evaluate_methods(methods: Mapping[str, str], out_dir: str, reference_dir: Op
         summary[method] = values
 
     protocol = {'n_images': len(names), 'metrics': chosen, 'luma_color_space': color_space, 'border_crop': 0,
-                'background': list(background),
-                'lpips_net': 'alex', 'lower_case': lower, 'transocr_preprocess': transocr_preprocess,
+                'background': list(background), 'lpips_net': 'alex', 'lower_case': lower, 'ppocr_lower_case': lower or ppocr_lower,
+                'skipped': skipped, 'transocr_preprocess': transocr_preprocess,
                 'reference_dir': reference_dir, 'labels': labels_path,
                 'methods': dict(methods)}
     R.write_json(os.path.join(out_dir, 'summary.json'),
                  {'protocol': protocol, 'summary': summary, 'per_image': per_image_files})
     with open(os.path.join(out_dir, 'summary.md'), 'w', encoding='utf-8') as f:
         f.write(R.summary_markdown(summary, f'Evaluation on {len(names)} images'))
+        if skipped:
+            f.write(f'\nNot computed (weight files absent, see summary.json protocol.skipped): '
+                    f'{", ".join(skipped)}\n')
     return summary
 
 
 def score_folder(folder: str, names: Sequence[str], reference_dir: Optional[str], labels: Optional[Mapping[str, str]],
                  image_metrics: Optional[PairedImageMetrics], recognizers: Mapping[str, object], lower: bool,
                  batch_size: int = 8, desc: str = 'evaluate', progress: bool = True,
-                 background: Sequence[int] = WHITE) -> List[Dict[str, object]]:
-    """Per-image rows (see records.PER_IMAGE_COLUMNS) of one restored folder, in ``names`` order; transparent
-    pixels over ``background`` (RGB)."""
+                 ppocr_lower: bool = True, background: Sequence[int] = WHITE) -> List[Dict[str, object]]:
+    """Per-image rows (see records.PER_IMAGE_COLUMNS) of one restored folder, in ``names`` order (case: see
+    ``evaluate_methods``); transparent pixels over ``background`` (RGB)."""
     from tqdm import tqdm
     rows: List[Dict[str, object]] = []
     bar = tqdm(total=len(names), desc=desc, unit='img', disable=not progress, file=sys.stderr)
@@ -142,7 +169,8 @@ def score_folder(folder: str, names: Sequence[str], reference_dir: Optional[str]
                 row.update({k: float(v[i]) for k, v in scores.items()})
         for name, recognizer in recognizers.items():
             for row, n, rec in zip(batch_rows, batch, recognizer(restored)):
-                row.update(_recognition_columns(PREFIX[name], rec.text, rec.confidence, labels[n], lower))
+                row.update(_recognition_columns(PREFIX[name], rec.text, rec.confidence, labels[n],
+                                                lower or (name == 'ppocrv4' and ppocr_lower)))
         rows.extend(batch_rows)
         bar.update(len(batch))
     bar.close()

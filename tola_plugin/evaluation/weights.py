@@ -17,7 +17,7 @@ Folders (both follow ``$TORCH_HOME``, default ``~/.cache/torch``):
 import contextlib
 import os
 from dataclasses import dataclass
-from typing import Dict, Iterator
+from typing import Dict, Iterator, Optional
 
 import torch
 
@@ -150,3 +150,13 @@ def no_downloads() -> Iterator[None]:
             yield
     finally:
         download_util.DEFAULT_CACHE_DIR, download_util.download_url_to_file, torch.hub.download_url_to_file = saved
+
+
+def missing_metric_weights(metric: str) -> Optional[str]:
+    """None when every file ``metric`` needs is present, else the message ``require_metric_weights`` raises
+    (which file, which folder, where to get it)."""
+    try:
+        require_metric_weights(metric)
+    except FileNotFoundError as err:
+        return str(err)
+    return None

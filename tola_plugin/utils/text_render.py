@@ -6,9 +6,11 @@ font's cmap before drawing: a string no available font covers is an error, never
 Defaults follow ../shared/research/ocr_data.md (ink 55-85 % of the height, luma contrast > 90,
 solid/gradient/texture backgrounds, mild HR noise), which keeps the lines readable by real OCR.
 """
+import os
 import subprocess
 from dataclasses import dataclass
 from functools import lru_cache
+from importlib import resources
 from typing import Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 import cv2
@@ -83,18 +85,51 @@ def system_cjk_fonts() -> List[str]:
     return sorted({line.split(':')[0].strip() for line in out.splitlines() if line.strip()})
 
 
-def random_text(rng: np.random.Generator, category: str) -> str:
-    """A random string of ``category`` with the paper's lengths."""
+@lru_cache(maxsize=1)
+def demo_chinese() -> str:
+    """The demo's reduced Chinese pool: the 100 most frequent characters of the CTR benchmark's scene and web
+    test labels (FudanVI, MIT) among ``common_chinese()``, most frequent first (package file
+    ``vocab/demo_chinese.txt``; docs/data.md says how it was counted)."""
+    text = resources.files('tola_plugin.vocab').joinpath('demo_chinese.txt').read_text(encoding='utf-8').strip()
+    stray = sorted(set(text) - set(common_chinese()))
+    if stray or len(set(text)) != len(text):
+        raise ValueError(f'vocab/demo_chinese.txt must hold distinct characters of common_chinese(); bad: {stray}')
+    return text
+
+
+#: Named Chinese pools of ``TextLineRenderer(chinese_chars=...)`` and ``tools/render_text.py --chinese-chars``.
+CHINESE_POOLS = {'common': common_chinese, 'demo': demo_chinese}
+
+
+def chinese_pool(spec: Optional[str]) -> str:
+    """Chinese characters to draw from: None or 'common' (GB2312 level 1), 'demo' (100 frequent characters),
+    or a UTF-8 file of characters (whitespace ignored; each must be in ``common_chinese()``)."""
+    if spec is None or spec in CHINESE_POOLS:
+        return CHINESE_POOLS[spec or 'common']()
+    if not os.path.isfile(spec):
+        raise FileNotFoundError(f'Chinese pool {spec!r}: not one of {sorted(CHINESE_POOLS)} and not a file')
+    with open(spec, encoding='utf-8') as f:
+        chars = ''.join(dict.fromkeys(''.join(f.read().split())))
+    stray = ''.join(sorted(set(chars) - set(common_chinese())))
+    if not chars or stray:
+        raise ValueError(f'Chinese pool file {spec!r} must hold characters present in both alphabets (GB2312 '
+                         f'level 1); not usable: {stray!r}' if stray else f'Chinese pool file {spec!r} is empty')
+    return chars
+
+
+def random_text(rng: np.random.Generator, category: str, pool: Optional[str] = None) -> str:
+    """A random string of ``category`` with the paper's lengths; Chinese characters come from ``pool``
+    (default ``common_chinese()``)."""
+    pool = pool or common_chinese()
     if category == 'chinese':
-        pool = common_chinese()
         return ''.join(rng.choice(list(pool), size=rng.integers(*LENGTHS['chinese'], endpoint=True)))
     if category == 'english':
         return ''.join(rng.choice(list(LATIN), size=rng.integers(*LENGTHS['english'], endpoint=True)))
     if category == 'digits':
         return ''.join(rng.choice(list(DIGITS), size=rng.integers(*LENGTHS['digits'], endpoint=True)))
     if category == 'mixed':
-        zh = ''.join(rng.choice(list(common_chinese()), size=rng.integers(2, 5, endpoint=True)))
-        other = random_text(rng, 'digits' if rng.random() < 0.5 else 'english')
+        zh = ''.join(rng.choice(list(pool), size=rng.integers(2, 5, endpoint=True)))
+        other = random_text(rng, 'digits' if rng.random() < 0.5 else 'english', pool)
         return zh + other if rng.random() < 0.5 else other + zh
     raise ValueError(f'unknown text category {category!r}; expected one of {CATEGORIES}')
 
@@ -168,10 +203,12 @@ class TextLineRenderer:
         seed: base seed; sample ``i`` is a function of (seed, i) only.
         category_probs: probabilities of chinese / english / digits / mixed.
         height, width: canvas size (the paper's 128 x 512).
+        chinese_chars: Chinese pool (``chinese_pool``: None/'common', 'demo' or a file of characters).
     """
 
     def __init__(self, font_paths: Optional[Sequence[str]] = None, seed: int = 0,
-                 category_probs: Sequence[float] = DEFAULT_CATEGORY_PROBS, height: int = 128, width: int = 512):
+                 category_probs: Sequence[float] = DEFAULT_CATEGORY_PROBS, height: int = 128, width: int = 512,
+                 chinese_chars: Optional[str] = None):
         paths = list(font_paths) if font_paths else system_cjk_fonts()
         if not paths:
             raise FileNotFoundError('no font given and fontconfig lists no Chinese font; install one '
@@ -182,6 +219,7 @@ class TextLineRenderer:
             raise ValueError(f'category_probs must be {len(CATEGORIES)} non-negative numbers for {CATEGORIES}')
         self.category_probs = probs / probs.sum()
         self.seed, self.height, self.width = seed, height, width
+        self.chinese = chinese_pool(chinese_chars)
         self._cache: Dict[Tuple[str, int], FontFace] = {}
 
     def faces_covering(self, text: str) -> List[FontFace]:
@@ -193,7 +231,7 @@ class TextLineRenderer:
         rng = np.random.default_rng([self.seed, index])
         category = CATEGORIES[int(rng.choice(len(CATEGORIES), p=self.category_probs))]
         if text is None:
-            text = random_text(rng, category)
+            text = random_text(rng, category, self.chinese)
         faces = self.faces_covering(text)
         if not faces:
             missing = sorted({ch for ch in text if not any(ord(ch) in f.coverage for f in self.faces)})

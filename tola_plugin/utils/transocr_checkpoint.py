@@ -4,10 +4,13 @@ Layouts accepted (SPEC §h; DiffTSR's ``Text_Prediction.__init__``):
 - ``{'state_dict': {key: tensor}}`` with the bare model's keys;
 - a DataParallel state dict, keys prefixed ``module.`` (``module.module.`` is first rewritten to ``module.``,
   as the official loader does);
-- a bare state dict (what ``TransOCR().state_dict()`` saves).
+- a bare state dict (what ``TransOCR().state_dict()`` saves);
+- our safetensors file (``save_transocr``, e.g. the demo backbone's): the state dict plus the architecture
+  (``TransOCR.arch_options``) in its metadata, which ``load_transocr`` uses unless options are given.
 The file is read with ``weights_only=True`` (never runs pickled code); any missing, unexpected or
 mis-shaped key is an error naming the key. Nothing is downloaded.
 """
+import json
 from typing import Dict, Mapping
 
 import torch
@@ -43,14 +46,44 @@ def transocr_state_dict(raw: Mapping, path: str = '<in memory>') -> Dict[str, to
     return out
 
 
+SAFETENSORS_FORMAT = 'tola_plugin.transocr/1'
+
+
+def save_transocr(model: TransOCR, path: str, metadata: Mapping[str, str] = None) -> None:
+    """Write ``model``'s state dict and architecture (``arch_options``) to a safetensors file."""
+    from safetensors.torch import save_file
+    meta = {'format': SAFETENSORS_FORMAT, 'arch_options': json.dumps(model.arch_options), **dict(metadata or {})}
+    save_file({k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}, path, metadata=meta)
+
+
+def read_transocr_safetensors(path: str):
+    """(state dict, architecture options) of a ``save_transocr`` file."""
+    from safetensors import safe_open
+    try:
+        handle = safe_open(path, framework='pt', device='cpu')
+    except Exception as err:  # noqa: BLE001  safetensors raises SafetensorError / OSError
+        raise ValueError(f'{COMPONENT} at {path!r} is not a valid safetensors file: {err}') from err
+    with handle as f:
+        meta = f.metadata() or {}
+        if meta.get('format') != SAFETENSORS_FORMAT:
+            raise ValueError(f'{path!r} is not a TransOCR file written by save_transocr (metadata format '
+                             f'{meta.get("format")!r}, expected {SAFETENSORS_FORMAT!r})')
+        return {k: f.get_tensor(k) for k in f.keys()}, json.loads(meta['arch_options'])
+
+
 def load_transocr(path: str, **arch_opts) -> TransOCR:
-    """Build ``TransOCR(**arch_opts)`` and load ``path`` strictly; returns the model in eval mode.
+    """Build ``TransOCR(**arch_opts)`` and load ``path`` strictly; returns the model in eval mode. A
+    ``.safetensors`` file (``save_transocr``) brings its own architecture; ``arch_opts`` override it.
 
     Raises FileNotFoundError (missing file, says where the release publishes it), ValueError (unreadable,
     truncated, pickle with code, wrong shape, non-tensor entries) or KeyError (missing/unexpected keys).
     """
     require_file(path, f'{COMPONENT} checkpoint', WHERE)
-    state = transocr_state_dict(safe_torch_load(path, f'{COMPONENT} checkpoint'), path)
+    if path.endswith('.safetensors'):
+        state, stored = read_transocr_safetensors(path)
+        arch_opts = {**stored, **arch_opts}
+    else:
+        state = transocr_state_dict(safe_torch_load(path, f'{COMPONENT} checkpoint'), path)
     model = TransOCR(**arch_opts)
     load_state_dict_strict(model, state, f'{COMPONENT} at {path!r}')
     return model.eval()

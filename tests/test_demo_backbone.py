@@ -1,0 +1,176 @@
+"""The shipped demo backbone (tola_plugin/demo_backbone): strict loading into the networks the demo option files
+build, its manifest, the merged export, and tools/train_demo_backbone.py end to end on a tiny configuration."""
+import json
+import os
+import sys
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from tola_plugin.archs.tola_arch import TOLANet
+from tola_plugin.demo_backbone import DIFFTSR_FILE, TRANSOCR_FILE, demo_checkpoint_paths, demo_manifest
+
+from conftest import write_options
+from numerics import rel_err, within
+from test_eval_recognizers import cjk_font
+from tola_testing import REPO, load_yaml, one_thread  # noqa: F401  (fixture)
+
+sys.path.insert(0, os.path.join(REPO, 'tools'))
+import train_demo_backbone  # noqa: E402
+
+DEMO_OPTIONS = ('options/demo/train_TOLA_demo.yml', 'options/demo/test_TOLA_demo.yml')
+
+
+@pytest.fixture(scope='module')
+def demo_net(one_thread):  # noqa: F811
+    """TOLANet of the demo option files (both have the same network block, asserted below)."""
+    from basicsr.archs import build_network
+    return build_network(load_yaml(os.path.join(REPO, DEMO_OPTIONS[0]))['network_g']).eval()
+
+
+def _base_state(module):
+    """A peft-wrapped module's frozen base weights under their plain names (LoRA factors left out)."""
+    if hasattr(module, 'get_base_model'):
+        module = module.get_base_model()
+    return {k.replace('.base_layer', ''): v for k, v in module.state_dict().items() if 'lora_' not in k}
+
+
+def test_demo_files_load_strictly_into_the_demo_option_networks(demo_net):
+    train, test = (load_yaml(os.path.join(REPO, p))['network_g'] for p in DEMO_OPTIONS)
+    assert train == test and train['backbone_init'] == 'demo'
+    difftsr, transocr = (load_file(p) for p in demo_checkpoint_paths())
+    for name in ('idm', 'vae', 'mom'):
+        own = _base_state(getattr(demo_net, name))
+        stored = {k[len(name) + 1:]: v for k, v in difftsr.items() if k.startswith(name + '.')}
+        assert own.keys() == stored.keys(), name
+        assert all(torch.equal(own[k], stored[k]) for k in own), name
+    own = demo_net.transocr.state_dict()
+    assert own.keys() == transocr.keys() and all(torch.equal(own[k], transocr[k]) for k in own)
+    params = demo_manifest()['parameters']
+    for name in ('idm', 'vae', 'mom'):
+        module = getattr(demo_net, name)
+        base = module.get_base_model() if hasattr(module, 'get_base_model') else module
+        assert params[name] == sum(p.numel() for n, p in base.named_parameters() if 'lora_' not in n), name
+    assert params['transocr'] == sum(p.numel() for p in demo_net.transocr.parameters())
+
+
+def test_manifest_says_how_the_backbone_was_made():
+    manifest = demo_manifest()
+    folder = os.path.dirname(demo_checkpoint_paths()[0])
+    sizes = {f: os.path.getsize(os.path.join(folder, f)) for f in (DIFFTSR_FILE, TRANSOCR_FILE)}
+    assert sum(sizes.values()) <= 30e6
+    assert manifest['file_mb'] == {f: round(s / 1e6, 3) for f, s in sizes.items()}
+    options = load_yaml(os.path.join(REPO, 'options', 'demo', 'train_demo_backbone.yml'))
+    assert manifest['command'].startswith('python tools/train_demo_backbone.py -opt ')
+    assert manifest['seed'] == options['seed'] and manifest['num_threads'] == options['num_threads']
+    for stage in ('vae', 'transocr', 'idm'):
+        record = manifest['stages'][stage]
+        assert record['iterations'] == options[stage]['iterations']
+        finals = [v for k, v in record.items() if k.startswith('final_')]
+        assert finals and all(v == v and abs(v) < 1e6 for v in finals)   # present and finite
+        assert record['seconds'] > 0
+    assert manifest['options'] == options      # the committed files come from the committed option file
+
+
+@pytest.mark.numerics
+def test_merged_export_of_the_demo_model_round_trips(demo_net, tmp_path):
+    """save_merged records the demo TransOCR's own architecture, so from_merged rebuilds the same network."""
+    net = TOLANet(backbone_init='demo', lrc={'type': 'LatentResidualCorrection'}).eval()
+    with torch.no_grad():
+        for p in net.lrc.parameters():
+            p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.01)
+    lq = torch.rand(1, 3, 64, 256, generator=torch.Generator().manual_seed(0))   # any multiple of 16 works
+    with torch.no_grad():
+        before = net(lq, noise_seeds=[3])
+    path = str(tmp_path / 'merged.safetensors')
+    net.save_merged(path)
+    merged = TOLANet.from_merged(path)
+    assert merged.transocr.arch_options == demo_net.transocr.arch_options
+    with torch.no_grad():
+        after = merged(lq, noise_seeds=[3])
+    # LoRA B is zero-initialised, so folding it adds exact zeros: measured 0 with the default, AVX2 and generic
+    # kernels; any real difference (a lost tensor, another TransOCR) is orders of magnitude above 1e-6
+    within(rel_err(after, before), 1e-6, 'merged vs unmerged demo model')
+
+
+def test_missing_demo_file_names_it_and_the_rebuild_command(monkeypatch, tmp_path):
+    monkeypatch.setattr('tola_plugin.demo_backbone.demo_backbone_dir', lambda: str(tmp_path))
+    with pytest.raises(FileNotFoundError, match=r'difftsr_demo\.safetensors.*train_demo_backbone\.yml'):
+        TOLANet(backbone_init='demo')
+
+
+def test_training_tool_tiny_run_resumes_and_loads_strictly(tmp_path, one_thread, capsys):  # noqa: F811
+    options = load_yaml(os.path.join(REPO, 'tests', 'data', 'demo_backbone', 'tiny_backbone.yml'))
+    options['data']['fonts'] = [cjk_font()]   # one font file: reading every system CJK font's cmap takes seconds
+    opt = write_options(tmp_path / 'tiny.yml', options)
+    args = ['-opt', opt, '--work-dir', str(tmp_path / 'work'), '--output-dir', str(tmp_path / 'out')]
+    assert train_demo_backbone.main(args) == 0
+    first = {f: load_file(str(tmp_path / 'out' / f)) for f in (DIFFTSR_FILE, TRANSOCR_FILE)}
+    manifest = json.loads((tmp_path / 'out' / 'manifest.json').read_text(encoding='utf-8'))
+    assert set(manifest['stages']) == {'vae', 'transocr', 'idm'}
+    assert set(manifest['held_out_one_step']) == {'psnr_lr', 'psnr_one_step', 'transocr_acc_lr',
+                                                  'transocr_acc_one_step'}
+    capsys.readouterr()
+    assert train_demo_backbone.main(args) == 0          # a second run reuses every stage ...
+    log = capsys.readouterr().out
+    assert all(f'{s}: reusing' in log for s in ('vae', 'transocr', 'latents', 'idm'))
+    again = {f: load_file(str(tmp_path / 'out' / f)) for f in first}   # ... and writes the same tensors
+    assert all(torch.equal(again[f][k], first[f][k]) for f in first for k in first[f])
+    net = TOLANet(difftsr_checkpoint=str(tmp_path / 'out' / DIFFTSR_FILE),
+                  transocr_checkpoint=str(tmp_path / 'out' / TRANSOCR_FILE), lrc=None)
+    vae = net.vae.get_base_model()
+    assert all(a is None for a in vae.encoder.mid_block.attentions + vae.decoder.mid_block.attentions)
+    assert net.transocr.arch_options['embed_dim'] == options['transocr']['config']['embed_dim']
+
+
+def test_demo_chinese_pool_is_what_the_renderer_draws(tmp_path):
+    from tola_plugin.utils.text_render import TextLineRenderer, chinese_pool, common_chinese, demo_chinese
+    pool = demo_chinese()
+    assert len(pool) == len(set(pool)) == 100 and set(pool) <= set(common_chinese())
+    renderer = TextLineRenderer([cjk_font()], seed=0, chinese_chars='demo')
+    han = ''.join(ch for i in range(16) for ch in renderer.render(i)[1] if ord(ch) > 0x2E80)
+    assert han and set(han) <= set(pool)
+    bad = tmp_path / 'pool.txt'
+    bad.write_text('电a', encoding='utf-8')
+    with pytest.raises(ValueError, match="'a'"):
+        chinese_pool(str(bad))
+
+
+def test_demo_report_writes_images_metrics_and_grid(rendered_sets, tmp_path, one_thread):  # noqa: F811
+    """The report rebuilds the held-out pairs of the test option file; with 'restored' = LR every gain is 0."""
+    from tola_plugin.data.text_degradation_dataset import TextDegradationDataset
+    from tola_plugin.evaluation.demo_report import make_report
+    from basicsr.utils import imwrite, tensor2img
+    test = load_yaml(os.path.join(REPO, DEMO_OPTIONS[1]))
+    ds = test['datasets']['test_1']
+    ds.update(dataroot_gt=os.path.join(rendered_sets['val'], 'hr'),
+              labels=os.path.join(rendered_sets['val'], 'labels.tsv'))
+    opt_path = write_options(tmp_path / 'test.yml', test)
+    results = tmp_path / 'results'
+    dataset = TextDegradationDataset(dict(ds, phase='val', scale=1))
+    for i in range(len(dataset)):   # the "restored" images the test launcher would have saved: the LR itself
+        item = dataset[i]
+        stem = os.path.splitext(os.path.basename(item['lq_path']))[0]
+        imwrite(tensor2img(item['lq']), str(results / 'visualization' / ds['name'] / f'{stem}_{test["name"]}.png'))
+    report = make_report(opt_path, grid_samples=2, results_dir=str(results), log=lambda m: None)
+    assert report['held_out_lines'] == len(dataset) == 2
+    assert all(report['TOLA_minus_LR'][k] == 0 for k in report['TOLA_minus_LR'])
+    assert report['targets_met'] == {'psnr_gain': False, 'p_acc_gain': False}
+    assert {'psnr', 'ssim', 'p_acc', 't_acc'} <= set(report['LR'])
+    saved = json.loads((results / 'metrics.json').read_text(encoding='utf-8'))
+    assert saved['TOLA'] == report['TOLA']
+    for sub in ('lr', 'tola', 'hr'):
+        assert sorted(os.listdir(results / sub)) == ['000001.png', '000002.png']
+    assert (results / 'grid.png').stat().st_size > 10_000
+
+
+def test_bundled_real_samples_are_listed_and_small():
+    from tola_plugin.data.image_io import read_image_file
+    from tola_plugin.samples import sample_labels, sample_paths
+    paths = sample_paths()
+    assert 4 <= len(paths) <= 6 and sum(os.path.getsize(p) for p in paths) <= 600_000
+    assert sorted(sample_labels()) == sorted(os.path.basename(p) for p in paths)
+    assert all(read_image_file(p).shape == (128, 512, 3) for p in paths)
+    readme = open(os.path.join(os.path.dirname(paths[0]), 'README.md'), encoding='utf-8').read()
+    assert 'Apache-2.0' in readme and 'YuzheZhang-1999/DiffTSR' in readme

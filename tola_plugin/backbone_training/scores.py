@@ -1,0 +1,70 @@
+"""Held-out scores of the demo backbone, recorded in its manifest: VAE reconstruction PSNR, TransOCR accuracy
+on LR and HR lines, and the frozen one-step route (TOLANet without LoRA/LRC) against the LR input.
+
+PSNR is BasicSR's ``calculate_psnr`` on the Y channel of 8-bit images without border crop (what TOLA's
+validation reports); accuracies compare lower-cased, normalized strings (the TransOCR alphabet has no
+upper case, DiffTSR's recognizer targets are lower-cased).
+"""
+from typing import Dict, List, Sequence
+
+import numpy as np
+import torch
+
+from tola_plugin import _compat  # noqa: F401  (before basicsr)
+from basicsr.metrics import calculate_psnr
+
+from tola_plugin.backbone_training.pool import LinePool
+from tola_plugin.backbone_training.stages import images
+from tola_plugin.text.alphabets import decode_transocr
+from tola_plugin.evaluation.text_metrics import normalize
+
+
+def _bgr8(x: torch.Tensor) -> List[np.ndarray]:
+    """(B,3,H,W) RGB in [0,1] -> B uint8 HxWx3 BGR arrays (BasicSR's tensor2img rounding)."""
+    arr = (x.clamp(0, 1).permute(0, 2, 3, 1).numpy()[..., ::-1] * 255.0).round().astype(np.uint8)
+    return list(arr)
+
+
+def mean_psnr(pred: Sequence[np.ndarray], ref: Sequence[np.ndarray]) -> float:
+    return float(np.mean([calculate_psnr(p, r, crop_border=0, test_y_channel=True) for p, r in zip(pred, ref)]))
+
+
+@torch.no_grad()
+def vae_psnr(vae, pool: LinePool, batch_size: int = 8) -> float:
+    """Mean PSNR of decode(mode(encode(HR))) against HR over the pool's lines."""
+    out, ref = [], []
+    for start in range(0, pool.num_lines, batch_size):
+        x = images(pool.hr, range(start, min(start + batch_size, pool.num_lines)))
+        out += _bgr8(vae.decode(vae.encode(x).latent_dist.mode()).sample)
+        ref += _bgr8(x)
+    return mean_psnr(out, ref)
+
+
+@torch.no_grad()
+def transocr_accuracy(ocr, array: np.ndarray, labels: Sequence[str], batch_size: int = 32) -> float:
+    """Exact-match accuracy (lower-cased, normalized) of greedy TransOCR on the uint8 lines of ``array``."""
+    hits = 0
+    for start in range(0, len(labels), batch_size):
+        x = images(array, range(start, min(start + batch_size, len(labels))))
+        ids, _ = ocr.greedy_decode(x, incremental=True)
+        for row, label in zip(ids.tolist(), labels[start:start + batch_size]):
+            hits += normalize(decode_transocr(row), lower=True) == normalize(label, lower=True)
+    return hits / len(labels)
+
+
+@torch.no_grad()
+def one_step_scores(net, pool: LinePool, batch_size: int = 8) -> Dict[str, float]:
+    """Frozen one-step route (``net``: a TOLANet, eval mode) on the first LR version of every pool line:
+    mean PSNR of the LR input and of the restored line against HR, and TransOCR accuracy of both."""
+    lr_imgs, out_imgs, hr_imgs = [], [], []
+    for start in range(0, pool.num_lines, batch_size):
+        rows = range(start, min(start + batch_size, pool.num_lines))
+        lq, gt = images(pool.lr, rows), images(pool.hr, rows)
+        restored = net(lq, noise_seeds=list(rows))
+        lr_imgs += _bgr8(lq)
+        out_imgs += _bgr8(restored)
+        hr_imgs += _bgr8(gt)
+    to_rgb_array = lambda imgs: np.stack([im[..., ::-1] for im in imgs])  # noqa: E731
+    return {'psnr_lr': mean_psnr(lr_imgs, hr_imgs), 'psnr_one_step': mean_psnr(out_imgs, hr_imgs),
+            'transocr_acc_lr': transocr_accuracy(net.transocr, to_rgb_array(lr_imgs), pool.labels),
+            'transocr_acc_one_step': transocr_accuracy(net.transocr, to_rgb_array(out_imgs), pool.labels)}

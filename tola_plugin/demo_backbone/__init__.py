@@ -1,0 +1,42 @@
+"""The small demo backbone trained here (tools/train_demo_backbone.py), shipped inside the package.
+
+Files (package data, so an installed package has them too):
+- ``difftsr_demo.safetensors``: IDM, VAE and MoM in our layout (``tools/convert_difftsr.py``'s format, read by
+  ``load_difftsr``), with their configs in the metadata;
+- ``transocr_demo.safetensors``: TransOCR (``save_transocr``'s format, architecture in the metadata);
+- ``manifest.json``: how they were made (command, seed, iterations, final losses, held-out scores, wall time).
+
+Option files select it with ``backbone_init: demo`` (TOLANet), which needs no path. docs/demo_backbone.md.
+"""
+import json
+import os
+from importlib import resources
+from typing import Dict, Tuple
+
+DIFFTSR_FILE = 'difftsr_demo.safetensors'
+TRANSOCR_FILE = 'transocr_demo.safetensors'
+MANIFEST_FILE = 'manifest.json'
+
+
+def demo_backbone_dir() -> str:
+    """The folder of this package (the files live next to this module)."""
+    return str(resources.files(__name__))
+
+
+def demo_checkpoint_paths() -> Tuple[str, str]:
+    """(DiffTSR modules file, TransOCR file) of the demo backbone; FileNotFoundError naming the missing file and
+    how to make it."""
+    folder = demo_backbone_dir()
+    paths = (os.path.join(folder, DIFFTSR_FILE), os.path.join(folder, TRANSOCR_FILE))
+    for path in paths:
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f'demo backbone file {path!r} is missing (it ships with the package; '
+                                    f'rebuild it with: python tools/train_demo_backbone.py -opt '
+                                    f'options/demo/train_demo_backbone.yml)')
+    return paths
+
+
+def demo_manifest() -> Dict:
+    """The manifest (how the files were made)."""
+    with open(os.path.join(demo_backbone_dir(), MANIFEST_FILE), encoding='utf-8') as f:
+        return json.load(f)

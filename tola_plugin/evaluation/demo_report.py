@@ -1,0 +1,151 @@
+"""The demo's report (tools/demo_report.py): LR, restored and HR images side by side, metrics.json and a grid.
+
+After ``python -m tola_plugin.test -opt <test option file>`` has restored the held-out lines, this rebuilds the
+same held-out pairs from the option file's test dataset (a ``TextDegradationDataset`` with a fixed seed, so
+the LR images are exactly those the network restored), writes ``lr/``, ``hr/`` and ``tola/`` (the restored
+images, renamed to the LR file names) under ``results/<name>/``, evaluates LR and TOLA against HR with
+tools/evaluate.py's runner (PSNR/SSIM on Y, PP-OCRv4 and TransOCR ACC/NED), and writes ``metrics.json`` and
+``grid.png`` / ``grid.pdf`` (LR | TOLA | HR for a few lines, with what PP-OCRv4 read in each).
+"""
+import json
+import os
+import shutil
+from typing import Dict, List, Optional, Sequence
+
+import yaml
+
+from tola_plugin import _compat  # noqa: F401  (before basicsr)
+from basicsr.utils import imwrite, tensor2img
+
+from tola_plugin.evaluation import records as R
+from tola_plugin.evaluation.recognizers import ppocrv4_unavailable
+from tola_plugin.evaluation.runner import evaluate_methods
+
+#: The issue's targets for the demo on the held-out lines: gains of TOLA over its LR input.
+TARGETS = {'psnr': 2.0, 'p_acc': 0.15}
+METHODS = ('LR', 'TOLA')
+
+
+def _test_dataset_opt(opt: Dict, path: str) -> Dict:
+    datasets = [v for k, v in (opt.get('datasets') or {}).items() if k.startswith('test')]
+    if len(datasets) != 1 or datasets[0].get('type') != 'TextDegradationDataset':
+        raise ValueError(f'{path}: the demo report needs exactly one test dataset of type TextDegradationDataset')
+    return dict(datasets[0], phase='val', scale=opt.get('scale', 1))
+
+
+def transocr_checkpoint_of(network_opt: Dict) -> str:
+    """The TransOCR file TOLANet loads for these options (the demo backbone's or ``transocr_checkpoint``)."""
+    if network_opt.get('backbone_init') == 'demo':
+        from tola_plugin.demo_backbone import demo_checkpoint_paths
+        return demo_checkpoint_paths()[1]
+    return network_opt.get('transocr_checkpoint', 'checkpoints/transocr.pth')
+
+
+def export_pairs(opt: Dict, opt_path: str, results_root: str) -> List[str]:
+    """Write ``lr/``, ``hr/``, ``tola/`` and ``labels.tsv`` under ``results_root``; returns the file names."""
+    from tola_plugin.data.text_degradation_dataset import TextDegradationDataset
+    ds_opt = _test_dataset_opt(opt, opt_path)
+    dataset = TextDegradationDataset(ds_opt)
+    suffix = (opt.get('val') or {}).get('suffix') or opt['name']
+    restored_dir = os.path.join(results_root, 'visualization', ds_opt['name'])
+    names, labels = [], []
+    for index in range(len(dataset)):
+        item = dataset[index]
+        stem = os.path.splitext(os.path.basename(item['lq_path']))[0]
+        restored = os.path.join(restored_dir, f'{stem}_{suffix}.png')
+        if not os.path.isfile(restored):
+            raise FileNotFoundError(f'restored image {restored!r} not found: run python -m tola_plugin.test -opt '
+                                    f'{opt_path} first')
+        name = f'{stem}.png'
+        imwrite(tensor2img(item['lq']), os.path.join(results_root, 'lr', name))
+        imwrite(tensor2img(item['gt']), os.path.join(results_root, 'hr', name))
+        os.makedirs(os.path.join(results_root, 'tola'), exist_ok=True)
+        shutil.copyfile(restored, os.path.join(results_root, 'tola', name))
+        names.append(name)
+        labels.append(f'{name}\t{item["text"]}\n')
+    with open(os.path.join(results_root, 'labels.tsv'), 'w', encoding='utf-8') as f:
+        f.writelines(labels)
+    return names
+
+
+def write_grid(results_root: str, names: Sequence[str], rows_by_method: Dict[str, Dict], prefix: str,
+               out_stem: str, dpi: int = 200):
+    """LR | TOLA | HR for ``names`` (one row each), each cell captioned with what recognizer ``prefix`` read
+    (a tick when it equals the label under the evaluation's normalization)."""
+    from tola_plugin.evaluation.plots import comparison_grid, load_grid_rows
+    images = load_grid_rows([(m, os.path.join(results_root, m.lower())) for m in (*METHODS, 'HR')], names)
+    recognizer = {'p_': 'PP-OCRv4', 't_': 'TransOCR'}[prefix]
+    rows, captions = [], []
+    for i, name in enumerate(names):
+        lr_row = rows_by_method['LR'][name]
+        rows.append((lr_row['gt'], [images[0][1][i], images[1][1][i], images[2][1][i]]))
+        cells = []
+        for method in METHODS:
+            r = rows_by_method[method][name]
+            cells.append(f'{recognizer}: {r[f"{prefix}pred"] or "(nothing)"} {"✓" if r[f"{prefix}acc"] else "✗"}')
+        cells.append('')
+        captions.append(cells)
+    return comparison_grid(rows, out_stem, column_titles=['LR input', 'TOLA (one step)', 'HR reference'],
+                           captions=captions, dpi=dpi)
+
+
+def make_report(opt_path: str, grid_samples: int = 6, results_dir: Optional[str] = None, log=print) -> Dict:
+    """Everything the module docstring lists; returns the metrics.json content."""
+    from tola_plugin.utils.transocr_checkpoint import load_transocr
+    with open(opt_path, encoding='utf-8') as f:
+        opt = yaml.safe_load(f)
+    results_root = results_dir or os.path.join('results', opt['name'])
+    names = export_pairs(opt, opt_path, results_root)
+    metrics = ['psnr', 'ssim', 'transocr']
+    skipped = {}
+    reason = ppocrv4_unavailable()
+    if reason is None:
+        metrics.append('ppocrv4')
+    else:
+        skipped['ppocrv4'] = reason
+        log(f'demo report: PP-OCRv4 skipped: {reason}')
+    transocr = load_transocr(transocr_checkpoint_of(opt['network_g']))
+    eval_dir = os.path.join(results_root, 'eval')
+    summary = evaluate_methods({m: os.path.join(results_root, m.lower()) for m in METHODS}, eval_dir,
+                               reference_dir=os.path.join(results_root, 'hr'),
+                               labels_path=os.path.join(results_root, 'labels.tsv'), metrics=metrics,
+                               transocr_model=transocr, lower=True, progress=False)
+    with open(os.path.join(eval_dir, 'summary.json'), encoding='utf-8') as f:
+        evaluated = json.load(f)
+    gains = {k: summary['TOLA'][k] - summary['LR'][k] for k in summary['TOLA']}
+    report = {
+        'held_out_lines': len(names),
+        'dataset': _test_dataset_opt(opt, opt_path),
+        **{m: summary[m] for m in METHODS},
+        'TOLA_minus_LR': gains,
+        'targets': {f'{k}_gain': v for k, v in TARGETS.items()},
+        'targets_met': {f'{k}_gain': bool(gains[k] >= v) for k, v in TARGETS.items() if k in gains},
+        'protocol': {
+            'psnr_ssim': 'Y channel (BT.601), no border crop, 8-bit images',
+            'case': 'lower-cased before matching (the demo TransOCR has no upper case; PP-OCRv4 default)',
+            'transocr': 'the demo backbone\'s TransOCR (also the network\'s text-prior recognizer)',
+            'ppocrv4': 'PP-OCRv4 mobile recognition (rapidocr-onnxruntime), recognition only',
+            'skipped': skipped,
+        },
+        'per_image_csv': {m: os.path.join('eval', evaluated['per_image'][m]) for m in METHODS},
+    }
+    with open(os.path.join(results_root, 'metrics.json'), 'w', encoding='utf-8') as f:
+        json.dump(report, f, indent=1, ensure_ascii=False)
+    rows = {m: R.read_per_image_csv(os.path.join(eval_dir, evaluated['per_image'][m])) for m in METHODS}
+    prefix = 'p_' if 'ppocrv4' in metrics else 't_'
+    write_grid(results_root, names[:grid_samples], rows, prefix, os.path.join(results_root, 'grid'))
+    return report
+
+
+def report_table(report: Dict) -> str:
+    """A short Markdown table of LR vs TOLA (what the demo prints at the end)."""
+    keys = [k for k in ('psnr', 'ssim', 'p_acc', 'p_ned', 't_acc', 't_ned') if k in report['TOLA']]
+    names = {'psnr': 'PSNR (dB)', 'ssim': 'SSIM', 'p_acc': 'PP-OCRv4 ACC', 'p_ned': 'PP-OCRv4 NED',
+             't_acc': 'TransOCR ACC', 't_ned': 'TransOCR NED'}
+    lines = [f'| {report["held_out_lines"]} held-out lines | ' + ' | '.join(names[k] for k in keys) + ' |',
+             '|---|' + '---:|' * len(keys)]
+    for m in METHODS:
+        lines.append(f'| {m} | ' + ' | '.join(f'{report[m][k]:.4f}' for k in keys) + ' |')
+    lines.append('| TOLA - LR | ' + ' | '.join(f'{report["TOLA_minus_LR"][k]:+.4f}' for k in keys) + ' |')
+    return '\n'.join(lines)
+

@@ -1,0 +1,32 @@
+#!/usr/bin/env python
+r"""The demo's last step: LR | TOLA | HR images, metrics.json and a grid figure under results/<name>/.
+
+    python -m tola_plugin.test -opt options/demo/test_TOLA_demo.yml     # restores the held-out lines
+    python tools/demo_report.py -opt options/demo/test_TOLA_demo.yml      # this tool
+
+Writes results/<name>/{lr,tola,hr}/*.png, labels.tsv, eval/ (tools/evaluate.py's per-image CSVs and summary),
+metrics.json (LR vs TOLA: PSNR/SSIM, PP-OCRv4 and TransOCR ACC/NED, the gains and the demo's targets) and
+grid.png / grid.pdf. See docs/demo_backbone.md.
+"""
+import argparse
+
+from tola_plugin.utils.cli_errors import run_tool
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('-opt', required=True, help='the test option file the test launcher ran')
+    parser.add_argument('--grid-samples', type=int, default=6, help='lines shown in the grid (default 6)')
+    parser.add_argument('--results-dir', help='default: results/<name of the option file>')
+    args = parser.parse_args(argv)
+    from tola_plugin.evaluation.demo_report import make_report, report_table
+    report = make_report(args.opt, args.grid_samples, args.results_dir)
+    print(report_table(report))
+    for key, met in report['targets_met'].items():
+        print(f'target {key} >= {report["targets"][key]}: {"met" if met else "NOT met"} '
+              f'({report["TOLA_minus_LR"][key.replace("_gain", "")]:+.4f})')
+    return 0
+
+
+if __name__ == '__main__':
+    run_tool(main)
