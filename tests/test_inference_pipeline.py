@@ -116,3 +116,23 @@ def test_photo_without_text_is_returned_resized():
     result = TOLAPipeline(StandInRestorer())(blank, detect=True, outscale=2)
     assert result.lines == [] and result.image.shape == (192, 256, 3) and (result.image == 200).all()
     assert os.path.basename(DEMO_MODEL) == 'TOLA_demo_merged.safetensors'
+
+
+def test_frozen_route_needs_no_adaptation_checkpoint(tmp_path, one_thread):  # noqa: F811
+    """The no-training route (options/ablations/test_frozen_one_step.yml: no LoRA, no LRC) loads from its option file
+    alone; a network with adapters and no checkpoint is refused."""
+    import yaml
+    from tola_testing import REPO, load_yaml, tiny_backbone
+    opt = load_yaml(os.path.join(REPO, 'options', 'ablations', 'test_frozen_one_step.yml'))
+    assert opt['network_g']['idm_lora'] is False and opt['network_g']['lrc'] is None
+    for key in ('difftsr_checkpoint', 'transocr_checkpoint'):
+        opt['network_g'].pop(key, None)
+    opt['network_g'].update(tiny_backbone())
+    path = tmp_path / 'frozen.yml'
+    path.write_text(yaml.safe_dump(opt), encoding='utf-8')
+    result = TOLAPipeline.from_options(str(path))(np.full((40, 200, 3), 200, np.uint8))
+    assert result.image.shape == (128, 640, 3) and result.image.dtype == np.uint8
+    opt['network_g']['idm_lora'] = True
+    path.write_text(yaml.safe_dump(opt), encoding='utf-8')
+    with pytest.raises(ValueError, match='no adaptation checkpoint'):
+        TOLAPipeline.from_options(str(path))
