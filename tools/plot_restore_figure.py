@@ -4,7 +4,7 @@ restored (DiffTSR's and the old tool's route) | restored with its aspect kept (T
 lines PP-OCRv4 found | the photo restored in place.
 
     python tools/make_restore_samples.py --out demo_data/restore_samples
-    python tools/plot_restore_figure.py --samples demo_data/restore_samples --out docs/restore_figure.png \\
+    python tools/plot_restore_figure.py --samples demo_data/restore_samples --out docs/images/restore_figure.png \\
         [--model experiments/demo_TOLA/TOLA_demo_merged.safetensors]
 
 The PNG is palette-quantised to stay small (docs/ figures are committed).
