@@ -16,7 +16,8 @@ setup(
     long_description=open('README.md', encoding='utf-8').read(),
     long_description_content_type='text/markdown',
     packages=find_packages(include=['tola_plugin', 'tola_plugin.*', 'tola_cli']),
-    package_data={'tola_plugin.vocab': ['*.txt']},
+    package_data={'tola_plugin.vocab': ['*.txt'],
+                  'tola_plugin.rendered_samples': ['*.png', '*.tsv', '*.md']},  # examples of tola-web
     include_package_data=True,
     python_requires='>=3.10',
     # Ranges, not pins: pins for a reproducible environment live in requirements.txt.
@@ -41,13 +42,15 @@ setup(
         'eval': ['pyiqa==0.1.16', 'rapidocr-onnxruntime==1.4.4', 'rapidfuzz', 'scipy', 'matplotlib',
                  'huggingface_hub'],
         'onnx': ['onnx==1.23.2', 'onnxruntime==1.23.2'],
-        'test': ['pytest'],
+        'web': ['gradio==6.31.0'],
+        'test': ['pytest', 'selenium==4.51.0'],
     },
     entry_points={
         'console_scripts': [
             'tola-train=tola_plugin.train:main',
             'tola-test=tola_plugin.test:main',
             'tola-infer=tola_cli.infer:cli',
+            'tola-web=tola_cli.web:cli',
         ],
     },
 )
