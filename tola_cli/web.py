@@ -71,6 +71,7 @@ def run(args: argparse.Namespace, block: bool = True):
     except RuntimeError as err:
         raise ValueError(f'--device {device!r}: {err}') from None
     pipeline = TOLAPipeline.from_merged(args.model).to(device)
+    web_app.warm_up(pipeline, args.detect)
     app = web_app.build_app(pipeline, detect=args.detect, demo_model=args.model is None,
                             max_megapixels=args.max_megapixels, model_name=args.model or DEMO_MODEL)
     port = args.port or _free_port(args.host)

@@ -30,7 +30,11 @@ DEFAULT_MAX_MEGAPIXELS = 4.0  # larger inputs are refused (CPU time grows with t
 DEFAULT_MAX_FILE_MB = 20.0  # larger uploads are refused by the server before they are stored
 TABLE_HEADERS = ['line', 'text prior (TransOCR)', 'prior confidence', 'PP-OCRv4 before', 'PP-OCRv4 after']
 IMAGE_HEIGHT = 220  # display height (CSS pixels) of the input and restored images
-OVERLAY_COLOUR = (255, 64, 0)  # RGB of the detected-line outlines
+OVERLAY_COLOUR = (255, 64, 0)
+# input and output fill the same box, so a 32-row input is seen next to its 128-row restoration; the input's pixels
+# stay visible as blocks (no smoothing that would flatter it)
+PAGE_CSS = ('#tola-input img, #tola-restored img {width: 100%; height: 100%; object-fit: contain;} '
+            '#tola-input img {image-rendering: pixelated;}')  # RGB of the detected-line outlines
 DEMO_NOTE = ('**Demo model.** This page serves the tiny demo backbone that `make demo` trains on rendered lines, '
              "not the paper's weights: it shows the pipeline, not TOLA's quality. Give `--model` a merged model of "
              'the official weights for real restorations.')
@@ -96,6 +100,12 @@ def restore_upload(pipeline: TOLAPipeline, path: str, name: str = '', detect: bo
                       summary)
 
 
+def warm_up(pipeline: TOLAPipeline, detect: bool = False) -> None:
+    """Restore a blank line once (with PP-OCRv4, and its detector with ``detect``), so that the models are loaded
+    before the first visitor and the time the page reports is the restoration's, not the loading's."""
+    pipeline(np.full((32, 128, 3), 255, np.uint8), detect=detect, recognize=True)
+
+
 def _payload_path(payload) -> Optional[Dict]:
     """The uploaded file of an Image payload (dict from the page): (path, original name); None when empty."""
     if not payload:
@@ -148,8 +158,8 @@ def build_app(pipeline: TOLAPipeline, detect: bool = False, demo_model: bool = F
                                 buttons=['download', 'fullscreen'], elem_id='tola-restored')
         overlay = gr.Image(label='Detected lines', interactive=False, format='png', visible=detect,
                            buttons=['fullscreen'], elem_id='tola-overlay')
-        table = gr.Dataframe(headers=TABLE_HEADERS, label='Text of each line', interactive=False,
-                             elem_id='tola-lines')
+        table = gr.Dataframe(headers=TABLE_HEADERS, label='Text of each line', interactive=False, wrap=True,
+                             column_widths=['6%', '40%', '12%', '21%', '21%'], elem_id='tola-lines')
         if examples:
             gr.Examples(examples=[[p] for p in examples], inputs=[upload], label='Examples (bundled samples)')
         # preprocess=False: the handler reads the uploaded file itself (the package's reader), so a file that is
@@ -166,4 +176,4 @@ def launch(app: gr.Blocks, host: str = '127.0.0.1', port: Optional[int] = None,
     ``app.close()``). Returns (fastapi app, local url, share url) as ``gr.Blocks.launch``."""
     return app.launch(server_name=host, server_port=port, share=False, ssr_mode=False, mcp_server=False,
                       max_file_size=int(max_file_mb * 2 ** 20), show_error=True, quiet=False, inbrowser=False,
-                      footer_links=[], prevent_thread_lock=not block, enable_monitoring=False)
+                      footer_links=[], prevent_thread_lock=not block, enable_monitoring=False, css=PAGE_CSS)
