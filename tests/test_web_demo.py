@@ -24,6 +24,7 @@ from tola_cli import web as web_cli  # noqa: E402
 
 LINE = os.path.join(samples_dir(), 'line_1x4.png')  # 128x32, rendered "Text2025" (labels.tsv)
 LINE_TEXT = 'Text2025'
+MAX_FILE_MB = 0.1  # the test server's upload limit: the 8 KB line passes, the 129 KB photo does not
 PAGE_TIMEOUT = 30.0  # seconds for any one wait in the page
 # Gradio's queue calls pandas options that pandas 3 deprecates (not ours to fix)
 pytestmark = pytest.mark.filterwarnings('ignore::pandas.errors.Pandas4Warning')
@@ -98,7 +99,7 @@ def chromium():
 
 @pytest.fixture(scope='module')
 def demo_server(tmp_path_factory, chromium):
-    """`tola-web --port 0` (no --model: the demo model path, holding a tiny merged model) on 127.0.0.1."""
+    """`tola-web --port 0 --max-file-mb 0.1` (no --model: the demo model path, holding a tiny merged model) on 127.0.0.1."""
     work = tmp_path_factory.mktemp('web_cwd')
     os.makedirs(work / os.path.dirname(DEMO_MODEL))
     write_tiny_merged(work / DEMO_MODEL)
@@ -107,7 +108,8 @@ def demo_server(tmp_path_factory, chromium):
     cwd = os.getcwd()
     os.chdir(work)  # the demo model's path is relative to the working directory, as after `make demo`
     try:
-        app = web_cli.run(web_cli.parse_args(['--port', '0', '--device', 'cpu']), block=False)
+        app = web_cli.run(web_cli.parse_args(['--port', '0', '--device', 'cpu', '--max-file-mb', str(MAX_FILE_MB)]),
+                          block=False)
     finally:
         os.chdir(cwd)
     try:
@@ -137,13 +139,8 @@ def test_page_reports_a_non_image_and_keeps_serving(demo_server, chromium, not_a
         assert response.status == 200
 
 
-def test_page_refuses_a_file_over_the_upload_limit(chromium, tmp_path):
-    """Gradio itself refuses an upload over --max-file-mb, with the limit in the page's error toast."""
-    app = web_app.build_app(TOLAPipeline(StandInRestorer()), examples=[])
-    web_app.launch(app, port=web_cli._free_port('127.0.0.1'), max_file_mb=0.01, block=False)
-    try:
-        big = shutil.copy(os.path.join(samples_dir(), 'photo.png'), tmp_path / 'big.png')  # 129 KB > 10 KB
-        state = restore_in_page(chromium, app.local_url, str(big), timeout=PAGE_TIMEOUT)
-    finally:
-        app.close()
+def test_page_refuses_a_file_over_the_upload_limit(demo_server, chromium, tmp_path):
+    """Gradio itself refuses an upload over --max-file-mb, with the file's name in the page's error toast."""
+    big = shutil.copy(os.path.join(samples_dir(), 'photo.png'), tmp_path / 'big.png')  # 129 KB > MAX_FILE_MB
+    state = restore_in_page(chromium, demo_server, str(big), timeout=PAGE_TIMEOUT)
     assert 'exceed the maximum allowed size' in state.status and 'big.png' in state.status, state.status
