@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup demo demo-baseline restore-demo test test-isa clean
+.PHONY: setup demo demo-baseline restore-demo web test test-isa clean
 
 setup: $(VENV)/.installed
 
@@ -22,6 +22,14 @@ restore-demo: setup
 	$(PY) -m tola_cli.infer -i demo_data/restore_samples/lines -o results/restore_lines --overwrite
 	$(PY) -m tola_cli.infer -i demo_data/restore_samples/photo.png -o results/restore_photo --detect --overwrite
 	$(PY) tools/plot_restore_figure.py --samples demo_data/restore_samples --out results/restore_figure.png
+
+# The web demo (docs/web.md) at http://127.0.0.1:7860 with the demo model, made by `make demo` when missing;
+# options through WEB_ARGS, e.g. make web WEB_ARGS="--detect --port 8000".
+DEMO_MODEL := experiments/demo_TOLA/TOLA_demo_merged.safetensors
+web: setup
+	[ -f $(DEMO_MODEL) ] || $(MAKE) demo
+	[ -f $(DEMO_MODEL) ] || $(PY) tools/export_merged.py -opt options/demo/test_TOLA_demo.yml --out $(DEMO_MODEL)
+	$(PY) -m tola_cli.web $(WEB_ARGS)
 
 # Two worker processes (pytest-xdist): the suite is CPU-bound and CI has 2 cores.
 test: setup

@@ -18,7 +18,8 @@ setup(
     packages=find_packages(include=['tola_plugin', 'tola_plugin.*', 'tola_cli']),
     package_data={'tola_plugin.vocab': ['*.txt'],
                   'tola_plugin.demo_backbone': ['*.safetensors', '*.json'],   # the demo model trained here
-                  'tola_plugin.samples': ['*.png', '*.tsv', '*.md']},         # DiffTSR test LR images (Apache-2.0)
+                  'tola_plugin.samples': ['*.png', '*.tsv', '*.md'],          # DiffTSR test LR images (Apache-2.0)
+                  'tola_plugin.rendered_samples': ['*.png', '*.tsv', '*.md']},  # examples of tola-web
     include_package_data=True,
     python_requires='>=3.10',
     # Ranges, not pins: pins for a reproducible environment live in requirements.txt.
@@ -43,13 +44,15 @@ setup(
         'eval': ['pyiqa==0.1.16', 'rapidocr-onnxruntime==1.4.4', 'rapidfuzz', 'scipy', 'matplotlib',
                  'huggingface_hub'],
         'onnx': ['onnx==1.23.2', 'onnxruntime==1.23.2'],
-        'test': ['pytest', 'pytest-xdist==3.8.0'],
+        'web': ['gradio==6.31.0'],
+        'test': ['pytest', 'pytest-xdist==3.8.0', 'selenium==4.51.0'],
     },
     entry_points={
         'console_scripts': [
             'tola-train=tola_plugin.train:main',
             'tola-test=tola_plugin.test:main',
             'tola-infer=tola_cli.infer:cli',
+            'tola-web=tola_cli.web:cli',
         ],
     },
 )

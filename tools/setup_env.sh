@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One-time set-up of a fresh machine: a local virtualenv with the pinned stack, this package
-# (editable), and a CJK font for the text renderer. Called by `make` (README's first two commands).
+# (editable), a CJK font for the text renderer, and headless Chromium for the web demo's browser test.
+# Called by `make` (README's first two commands).
 # Usage: bash tools/setup_env.sh [VENV_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,6 +30,15 @@ if ! fc-list :lang=zh 2>/dev/null | grep -q .; then
   else
     echo "WARNING: no Chinese font found. Install one (Debian: sudo apt-get install fonts-wqy-microhei)" \
          "or pass --font to tools/render_text.py." >&2
+  fi
+fi
+# Headless Chromium and its driver for the web demo's browser test (tests/test_web_demo.py; skipped without them).
+if ! command -v chromium >/dev/null || ! command -v chromedriver >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    apt-get update -qq && apt-get install -y -qq --no-install-recommends chromium chromium-driver >/dev/null
+  else
+    echo "WARNING: no chromium/chromedriver; the browser test of tola-web will be skipped" \
+         "(Debian: sudo apt-get install chromium chromium-driver)." >&2
   fi
 fi
 "$VENV/bin/python" -c "import tola_plugin" && touch "$VENV/.installed"

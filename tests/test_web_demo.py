@@ -1,0 +1,146 @@
+"""tola-web (docs/web.md): the request handler in-process, the command line, and the page in a real headless Chromium.
+
+The browser tests start the server the way `tola-web` does with no --model (the demo model's path, here a tiny
+merged model), drive Debian's Chromium through Selenium, and stop both themselves. They are skipped, with the reason
+printed, only where no Chromium and chromedriver are installed (tools/setup_env.sh installs them when run as root).
+"""
+import os
+import shutil
+import urllib.request
+
+import numpy as np
+import pytest
+import torch
+
+from inference_testing import StandInRestorer, write_tiny_merged
+from tola_plugin.archs.tola_arch import image_noise_seed
+from tola_plugin.inference.pipeline import DEMO_MODEL, LineResult, Restoration, TOLAPipeline
+from tola_plugin.rendered_samples import samples_dir
+from tola_plugin.utils.headless_browser import (find_chromium, page_text, quit_chromium, restore_in_page,
+                                                start_chromium, urls_off_host)
+
+web_app = pytest.importorskip('tola_plugin.inference.web_app', reason='gradio is not installed (the [web] extra)')
+from tola_cli import web as web_cli  # noqa: E402
+
+LINE = os.path.join(samples_dir(), 'line_1x4.png')  # 128x32, rendered "Text2025" (labels.tsv)
+LINE_TEXT = 'Text2025'
+MAX_FILE_MB = 0.1  # the test server's upload limit: the 8 KB line passes, the 129 KB photo does not
+PAGE_TIMEOUT = 30.0  # seconds for any one wait in the page
+# Gradio's queue calls pandas options that pandas 3 deprecates (not ours to fix)
+pytestmark = pytest.mark.filterwarnings('ignore::pandas.errors.Pandas4Warning')
+
+
+@pytest.fixture
+def not_an_image(tmp_path):
+    path = tmp_path / 'notes.png'  # an image's name, text inside: passes the page's file-type filter
+    path.write_text('these are notes, not pixels\n')
+    return str(path)
+
+
+# ---------------------------------------------------------------------------------------------- the handler
+def test_restore_upload_line_sizes_and_text():
+    """A 128x32 line: input shown as read, restored to 512x128, PP-OCRv4's reading before in the table."""
+    page = web_app.restore_upload(TOLAPipeline(StandInRestorer()), LINE, 'line_1x4.png')
+    assert page.input.shape == (32, 128, 3) and page.restored.shape == (128, 512, 3)
+    assert page.overlay is None and len(page.rows) == 1
+    number, prior, confidence, before, _ = page.rows[0]
+    # StandInRestorer's prior is its noise seed: seeded by the uploaded file's name, as tola-infer seeds by file name
+    assert (number, prior, confidence, before) == (1, str(image_noise_seed('line_1x4.png', 0)), 0.5, LINE_TEXT)
+    assert 'line_1x4.png' in page.summary and '128×32 → 512×128' in page.summary
+
+
+def test_restore_upload_refuses_non_image_and_too_large(not_an_image):
+    pipe = TOLAPipeline(StandInRestorer())
+    with pytest.raises(ValueError, match=r'notes\.png is not an image this demo can read: not a decodable image'):
+        web_app.restore_upload(pipe, not_an_image, 'notes.png')
+    with pytest.raises(ValueError, match=r'line_1x4\.png is too large: 128x32 pixels = 0\.0 megapixels, the limit '
+                                         r'is 0\.001 \(the --max-megapixels option'):
+        web_app.restore_upload(pipe, LINE, 'line_1x4.png', max_megapixels=0.001)
+    assert not pipe.net.calls  # refused before the network ran
+
+
+def test_draw_lines_outlines_each_detected_line():
+    rgb = np.full((60, 100, 3), 255, np.uint8)
+    line = LineResult('', 0.0, [], [], polygon=[[10, 20], [80, 20], [80, 40], [10, 40]])
+    out = web_app.draw_lines(rgb, Restoration(rgb, [line], (60, 100), 1.0, detected=True))
+    assert rgb.min() == 255  # the input is left alone
+    assert out[30, 10, 2] < 128 and out[20, 45, 2] < 128  # on the outline: orange (anti-aliased), blue is low
+    assert out[30, 45].min() == 255 and out[5, 90].min() == 255  # inside and outside the line: untouched
+
+
+def test_cli_checks_arguments(capsys):
+    for argv, message in ((['--port', '70000'], '--port must be in [0, 65535]'),
+                          (['--max-megapixels', '0'], '--max-megapixels must be > 0'),
+                          (['--max-file-mb', '-1'], '--max-file-mb must be > 0')):
+        with pytest.raises(SystemExit):
+            web_cli.parse_args(argv)
+        assert message in capsys.readouterr().err
+    args = web_cli.parse_args(['--model', 'm.safetensors', '--detect', '--port', '0'])
+    assert (args.model, args.detect, args.port, args.host) == ('m.safetensors', True, 0, '127.0.0.1')
+
+
+def test_cli_missing_model_is_one_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match='no such file|not found|does not exist'):
+        web_cli.run(web_cli.parse_args(['--model', str(tmp_path / 'absent.safetensors'), '--port', '0']),
+                    block=False)
+
+
+# ---------------------------------------------------------------------------------------------- the real page
+@pytest.fixture(scope='module')
+def chromium():
+    found, reason = find_chromium()
+    if found is None:
+        print(f'SKIP browser tests: {reason}')
+        pytest.skip(reason)
+    driver = start_chromium(*found, width=1280, height=1100, timeout=PAGE_TIMEOUT)
+    yield driver
+    quit_chromium(driver)
+
+
+@pytest.fixture(scope='module')
+def demo_server(tmp_path_factory, chromium):
+    """`tola-web --port 0 --max-file-mb 0.1` (no --model: the demo model path, holding a tiny merged model) on 127.0.0.1."""
+    work = tmp_path_factory.mktemp('web_cwd')
+    os.makedirs(work / os.path.dirname(DEMO_MODEL))
+    write_tiny_merged(work / DEMO_MODEL)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the tiny net is faster on one thread on the shared machine
+    cwd = os.getcwd()
+    os.chdir(work)  # the demo model's path is relative to the working directory, as after `make demo`
+    try:
+        app = web_cli.run(web_cli.parse_args(['--port', '0', '--device', 'cpu', '--max-file-mb', str(MAX_FILE_MB)]),
+                          block=False)
+    finally:
+        os.chdir(cwd)
+    try:
+        yield app.local_url
+    finally:
+        app.close()
+        torch.set_num_threads(threads)
+
+
+def test_page_restores_an_uploaded_line(demo_server, chromium, tmp_path):
+    state = restore_in_page(chromium, demo_server, LINE, timeout=PAGE_TIMEOUT)
+    chromium.save_screenshot(str(tmp_path / 'tola_web.png'))
+    assert state.status.startswith('Restored line_1x4.png (one line) in'), state.status
+    assert state.restored_size == (512, 128)  # the 128x32 line at the network's height, aspect kept
+    assert LINE_TEXT in state.table  # PP-OCRv4's reading of the input
+    text = page_text(chromium)
+    assert 'tiny demo backbone' in text and "not the paper's weights" in text  # served without --model
+    assert not urls_off_host(state.resources, '127.0.0.1')  # fonts, scripts, images: all from the demo server
+    assert os.path.getsize(tmp_path / 'tola_web.png') > 10_000
+
+
+def test_page_reports_a_non_image_and_keeps_serving(demo_server, chromium, not_an_image):
+    state = restore_in_page(chromium, demo_server, not_an_image, timeout=PAGE_TIMEOUT)
+    assert state.status.startswith('Error: notes.png is not an image this demo can read'), state.status
+    assert state.restored_size is None
+    with urllib.request.urlopen(demo_server, timeout=10) as response:  # the server is still up
+        assert response.status == 200
+
+
+def test_page_refuses_a_file_over_the_upload_limit(demo_server, chromium, tmp_path):
+    """Gradio itself refuses an upload over --max-file-mb, with the file's name in the page's error toast."""
+    big = shutil.copy(os.path.join(samples_dir(), 'photo.png'), tmp_path / 'big.png')  # 129 KB > MAX_FILE_MB
+    state = restore_in_page(chromium, demo_server, str(big), timeout=PAGE_TIMEOUT)
+    assert 'exceed the maximum allowed size' in state.status and 'big.png' in state.status, state.status

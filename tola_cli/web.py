@@ -1,0 +1,100 @@
+"""tola-web: a web page to try a TOLA model: upload, paste or pick a text image, see it restored beside the input.
+
+  tola-web                                         # the demo model of `make demo`, http://127.0.0.1:7860
+  tola-web --model MERGED.safetensors --detect     # your merged model (tools/export_merged.py); whole photos
+
+The page shows the input and the restored output side by side (with --detect also the input with the detected lines
+outlined), the text prior TransOCR read and its mean confidence, PP-OCRv4's reading of each line before and after
+restoring, and the time taken. Bad uploads (not an image, more than --max-megapixels or --max-file-mb) get a
+message on the page; the server keeps running. It listens on 127.0.0.1 only, unless --host says otherwise, and
+nothing is fetched from the internet (docs/web.md). Needs the [web] extra (gradio).
+"""
+import argparse
+
+DEFAULT_PORT = 7860
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog='tola-web', description=__doc__, allow_abbrev=False,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--model', help='merged TOLA model (.safetensors from tools/export_merged.py); default: the '
+                                        'demo model experiments/demo_TOLA/TOLA_demo_merged.safetensors (make demo)')
+    parser.add_argument('--detect', action='store_true',
+                        help='whole photos: PP-OCRv4 finds the text lines, each is restored in place')
+    parser.add_argument('--device', help='cpu, cuda, cuda:1, ... (default: cuda when available, else cpu)')
+    parser.add_argument('--host', default='127.0.0.1',
+                        help='address to listen on (127.0.0.1: this machine only; 0.0.0.0 for the network)')
+    parser.add_argument('--port', type=int, default=DEFAULT_PORT,
+                        help=f'port ({DEFAULT_PORT}); 0: any free port')
+    parser.add_argument('--max-megapixels', type=float, default=4.0,
+                        help='larger images are refused with a message (4.0 million pixels)')
+    parser.add_argument('--max-file-mb', type=float, default=20.0,
+                        help='larger uploads are refused by the server (20 MB)')
+    return parser
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    """Parse and check the arguments with the standard library only (``--help`` exits here, fast)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not 0 <= args.port <= 65535:
+        parser.error(f'--port must be in [0, 65535], got {args.port}')
+    if not args.max_megapixels > 0:
+        parser.error(f'--max-megapixels must be > 0, got {args.max_megapixels}')
+    if not args.max_file_mb > 0:
+        parser.error(f'--max-file-mb must be > 0, got {args.max_file_mb}')
+    return args
+
+
+def _free_port(host: str) -> int:
+    import socket
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def run(args: argparse.Namespace, block: bool = True):
+    """Load the model and serve the page (blocks until stopped unless ``block`` is False: then returns the app;
+    call ``.close()``)."""
+    try:
+        from tola_plugin.inference import web_app  # heavy imports (gradio, torch) only after parsing
+    except ImportError as err:
+        if 'gradio' not in str(err):
+            raise
+        raise OSError('tola-web needs gradio: pip install "tola-plugin[web]" (or pip install -r '
+                      'requirements.txt)') from err
+    import torch
+    from tola_plugin.inference.pipeline import DEMO_MODEL, TOLAPipeline
+    device = args.device or ('cuda' if torch.cuda.is_available() else 'cpu')
+    try:
+        torch.device(device)
+    except RuntimeError as err:
+        raise ValueError(f'--device {device!r}: {err}') from None
+    pipeline = TOLAPipeline.from_merged(args.model).to(device)
+    web_app.warm_up(pipeline, args.detect)
+    app = web_app.build_app(pipeline, detect=args.detect, demo_model=args.model is None,
+                            max_megapixels=args.max_megapixels, model_name=args.model or DEMO_MODEL)
+    port = args.port or _free_port(args.host)
+    web_app.launch(app, host=args.host, port=port, max_file_mb=args.max_file_mb, block=block)
+    return app
+
+
+def _serve(args: argparse.Namespace) -> int:
+    run(args)
+    return 0
+
+
+def main(argv=None) -> int:
+    """Run the command (for tests and tools): usage errors exit via argparse; bad input raises."""
+    return _serve(parse_args(argv))
+
+
+def cli(argv=None):
+    """Console script ``tola-web``: bad input or configuration ends in one ``error: ...`` line."""
+    args = parse_args(argv)
+    from tola_plugin.utils.cli_errors import run_tool
+    run_tool(lambda: _serve(args))
+
+
+if __name__ == '__main__':
+    cli()

@@ -1,0 +1,179 @@
+"""The web demo of ``tola-web`` (docs/web.md): upload, paste or pick a text image, see it restored by a
+``TOLAPipeline`` next to the input, with the text prior, PP-OCRv4's reading before and after, and the time taken.
+
+    app = build_app(TOLAPipeline.from_merged(path), detect=False)
+    launch(app, port=7860)
+
+``restore_upload`` does the work of one request (read and check the file, restore, draw the detected lines) and is
+plain Python, so it is tested without a browser; ``build_app`` lays it out with Gradio. Nothing leaves the machine:
+Gradio's analytics and version check are off (GRADIO_ANALYTICS_ENABLED=False, set before gradio is imported), its
+default theme's fonts are served by the app itself, the Hugging Face hub is put offline, and no share link is made.
+"""
+import os
+
+os.environ['GRADIO_ANALYTICS_ENABLED'] = 'False'  # no telemetry, no version check (read when gradio is imported)
+os.environ.setdefault('HF_HUB_OFFLINE', '1')
+
+import time  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+from typing import Dict, List, Optional, Sequence  # noqa: E402
+
+import cv2  # noqa: E402
+import gradio as gr  # noqa: E402
+import numpy as np  # noqa: E402
+
+from tola_plugin.data.image_io import read_image_file  # noqa: E402
+from tola_plugin.inference.pipeline import Restoration, TOLAPipeline  # noqa: E402
+from tola_plugin.inference.web_examples import example_paths  # noqa: E402
+
+DEFAULT_MAX_MEGAPIXELS = 4.0  # larger inputs are refused (CPU time grows with the pixels)
+DEFAULT_MAX_FILE_MB = 20.0  # larger uploads are refused by the server before they are stored
+TABLE_HEADERS = ['line', 'text prior (TransOCR)', 'prior confidence', 'PP-OCRv4 before', 'PP-OCRv4 after']
+IMAGE_HEIGHT = 220  # display height (CSS pixels) of the input and restored images
+OVERLAY_COLOUR = (255, 64, 0)
+# input and output fill the same box, so a 32-row input is seen next to its 128-row restoration; the input's pixels
+# stay visible as blocks (no smoothing that would flatter it)
+PAGE_CSS = ('#tola-input img, #tola-restored img {width: 100%; height: 100%; object-fit: contain;} '
+            '#tola-input img {image-rendering: pixelated;}')  # RGB of the detected-line outlines
+DEMO_NOTE = ('**Demo model.** This page serves the tiny demo backbone that `make demo` trains on rendered lines, '
+             "not the paper's weights: it shows the pipeline, not TOLA's quality. Give `--model` a merged model of "
+             'the official weights for real restorations.')
+
+
+@dataclass
+class PageResult:
+    """What the page shows for one request: images RGB uint8 (H, W, 3) (overlay only with detect), the table rows
+    (TABLE_HEADERS) and a one-paragraph summary (Markdown)."""
+    input: np.ndarray
+    restored: np.ndarray
+    overlay: Optional[np.ndarray]
+    rows: List[List]
+    summary: str
+
+
+def draw_lines(rgb: np.ndarray, restoration: Restoration) -> np.ndarray:
+    """The input with each detected line's polygon outlined and numbered as in the table (RGB uint8 copy)."""
+    out = np.ascontiguousarray(rgb).copy()
+    thickness = max(1, round(max(out.shape[:2]) / 400))
+    for number, line in enumerate(restoration.lines, start=1):
+        polygon = np.round(np.array(line.polygon, np.float32)).astype(np.int32)
+        cv2.polylines(out, [polygon], True, OVERLAY_COLOUR, thickness, cv2.LINE_AA)
+        x, y = polygon[0]
+        cv2.putText(out, str(number), (int(x), max(12, int(y) - 3)), cv2.FONT_HERSHEY_SIMPLEX, 0.4 * thickness,
+                    OVERLAY_COLOUR, thickness, cv2.LINE_AA)
+    return out
+
+
+def _rows(restoration: Restoration) -> List[List]:
+    def text(value):
+        return '' if value is None else value.strip()
+    return [[number, line.prior_text, round(line.prior_confidence, 3), text(line.text_before), text(line.text_after)]
+            for number, line in enumerate(restoration.lines, start=1)]
+
+
+def restore_upload(pipeline: TOLAPipeline, path: str, name: str = '', detect: bool = False,
+                   max_megapixels: float = DEFAULT_MAX_MEGAPIXELS) -> PageResult:
+    """Restore the image file ``path`` for the page (``name``: the uploaded file's name, for messages and the noise
+    seed, as tola-infer seeds by file name). Raises ValueError with a message for the page when the file is not an
+    image, or has more than ``max_megapixels`` million pixels."""
+    name = name or os.path.basename(path)
+    try:
+        rgb = read_image_file(path, pipeline.background)[..., ::-1].copy()
+    except (ValueError, OSError) as err:
+        detail = str(err).removeprefix(f'{path}: ').replace(path, name)
+        raise ValueError(f'{name} is not an image this demo can read: {detail}. Upload a PNG, JPEG, BMP, WebP or '
+                         f'TIFF image.') from None
+    height, width = rgb.shape[:2]
+    if height * width > max_megapixels * 1e6:
+        raise ValueError(f'{name} is too large: {width}x{height} pixels = {height * width / 1e6:.1f} megapixels, '
+                         f'the limit is {max_megapixels:g} (the --max-megapixels option of tola-web)')
+    start = time.perf_counter()
+    restoration = pipeline([rgb], detect=detect, recognize=True, names=[name])[0]
+    seconds = time.perf_counter() - start
+    out_h, out_w = restoration.image.shape[:2]
+    what = (f'{len(restoration.lines)} detected line(s)' if detect else 'one line')
+    summary = (f'Restored **{name}** ({what}) in **{seconds:.2f} s** on {pipeline.device}: '
+               f'{width}×{height} → {out_w}×{out_h} pixels.')
+    if detect and not restoration.lines:
+        summary += ' PP-OCRv4 found no text line, so the output is the input resized.'
+    return PageResult(rgb, restoration.image, draw_lines(rgb, restoration) if detect else None, _rows(restoration),
+                      summary)
+
+
+def warm_up(pipeline: TOLAPipeline, detect: bool = False) -> None:
+    """Restore a blank line once (with PP-OCRv4, and its detector with ``detect``), so that the models are loaded
+    before the first visitor and the time the page reports is the restoration's, not the loading's."""
+    pipeline(np.full((32, 128, 3), 255, np.uint8), detect=detect, recognize=True)
+
+
+def _payload_path(payload) -> Optional[Dict]:
+    """The uploaded file of an Image payload (dict from the page): (path, original name); None when empty."""
+    if not payload:
+        return None
+    if isinstance(payload, str):
+        return dict(path=payload, name=os.path.basename(payload))
+    path = payload.get('path')
+    if not path:
+        raise ValueError('the upload has no file; upload it again')
+    return dict(path=path, name=payload.get('orig_name') or os.path.basename(path))
+
+
+def build_app(pipeline: TOLAPipeline, detect: bool = False, demo_model: bool = False,
+              max_megapixels: float = DEFAULT_MAX_MEGAPIXELS, examples: Optional[Sequence[str]] = None,
+              model_name: str = '') -> gr.Blocks:
+    """The demo page around ``pipeline``: an input (upload, paste, or an example: ``examples`` paths, default
+    ``example_paths()``), the restored output beside it (and the detected lines with ``detect``), the text table
+    and a status line that also shows errors. demo_model: show DEMO_NOTE. model_name: shown in the header."""
+    examples = example_paths() if examples is None else list(examples)
+
+    def run(payload):
+        empty = (None, None, None, [])
+        try:
+            upload = _payload_path(payload)
+            if upload is None:
+                return (*empty, 'Upload or paste an image, or pick an example, then press **Restore**.')
+            page = restore_upload(pipeline, upload['path'], upload['name'], detect, max_megapixels)
+        except ValueError as err:
+            return (*empty, f'**Error:** {err}')
+        return page.input, page.restored, page.overlay, page.rows, page.summary
+
+    with gr.Blocks(title='TOLA text restoration', analytics_enabled=False) as app:
+        gr.Markdown('# TOLA: one-step text image super-resolution\n'
+                    f'Model: `{model_name or "given TOLAPipeline"}`' + (' · detect mode: PP-OCRv4 finds the lines'
+                                                                        if detect else ''))
+        if demo_model:
+            gr.Markdown(DEMO_NOTE, elem_id='tola-demo-note')
+        with gr.Row():
+            upload = gr.Image(label='Low-resolution input (upload or paste)', type='filepath', image_mode=None,
+                              sources=['upload', 'clipboard'], elem_id='tola-upload')
+            with gr.Column():
+                button = gr.Button('Restore', variant='primary', elem_id='tola-restore')
+                status = gr.Markdown('Upload or paste an image, or pick an example, then press **Restore**.',
+                                     elem_id='tola-status')
+        with gr.Row():
+            # the same display height: a 32-row input is scaled up beside its 128-row restoration
+            shown_input = gr.Image(label='Input', interactive=False, format='png', height=IMAGE_HEIGHT,
+                                   buttons=['fullscreen'], elem_id='tola-input')
+            restored = gr.Image(label='Restored', interactive=False, format='png', height=IMAGE_HEIGHT,
+                                buttons=['download', 'fullscreen'], elem_id='tola-restored')
+        overlay = gr.Image(label='Detected lines', interactive=False, format='png', visible=detect,
+                           buttons=['fullscreen'], elem_id='tola-overlay')
+        table = gr.Dataframe(headers=TABLE_HEADERS, label='Text of each line', interactive=False, wrap=True,
+                             column_widths=['6%', '40%', '12%', '21%', '21%'], elem_id='tola-lines')
+        if examples:
+            gr.Examples(examples=[[p] for p in examples], inputs=[upload], label='Examples (bundled samples)')
+        # preprocess=False: the handler reads the uploaded file itself (the package's reader), so a file that is
+        # not an image ends in a message on the page instead of an error inside Gradio's decoder.
+        button.click(run, inputs=[upload], outputs=[shown_input, restored, overlay, table, status],
+                     preprocess=False, concurrency_limit=1)
+    return app
+
+
+def launch(app: gr.Blocks, host: str = '127.0.0.1', port: Optional[int] = None,
+           max_file_mb: float = DEFAULT_MAX_FILE_MB, block: bool = True):
+    """Serve ``app`` on host:port (port None: 7860 or the next free one) with uploads limited to ``max_file_mb``;
+    no share link, no server-side rendering (needs Node), API page off. block=False returns after start-up (call
+    ``app.close()``). Returns (fastapi app, local url, share url) as ``gr.Blocks.launch``."""
+    return app.launch(server_name=host, server_port=port, share=False, ssr_mode=False, mcp_server=False,
+                      max_file_size=int(max_file_mb * 2 ** 20), show_error=True, quiet=False, inbrowser=False,
+                      footer_links=[], prevent_thread_lock=not block, enable_monitoring=False, css=PAGE_CSS)
