@@ -35,9 +35,10 @@ OVERLAY_COLOUR = (255, 64, 0)
 # stay visible as blocks (no smoothing that would flatter it)
 PAGE_CSS = ('#tola-input img, #tola-restored img {width: 100%; height: 100%; object-fit: contain;} '
             '#tola-input img {image-rendering: pixelated;}')  # RGB of the detected-line outlines
-DEMO_NOTE = ('**Demo model.** This page serves the tiny demo backbone that `make demo` trains on rendered lines, '
-             "not the paper's weights: it shows the pipeline, not TOLA's quality. Give `--model` a merged model of "
-             'the official weights for real restorations.')
+DEMO_NOTE = ('**Demo model.** This page serves the small demo model (a tiny demo backbone trained in this '
+             'repository on rendered lines, adapted with TOLA by `make demo`), not the paper\'s weights: it shows the '
+             "pipeline, not TOLA's quality. Give `--model` a merged model of the official weights for real "
+             'restorations.')
 
 
 @dataclass
