@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 import tola_plugin  # noqa: F401  (registers everything before any test builds from options)
-from tola_plugin.utils.text_render import TextLineRenderer
+from tola_plugin.data.text_render import TextLineRenderer
 
 import numerics
 

@@ -12,7 +12,7 @@ from tola_plugin.archs.transocr_arch import TransOCR
 from tola_plugin.models.difftsr_model import DiffTSRModel, difftsr_sample
 from tola_plugin.text.alphabets import decode_idm
 from tola_plugin.text.text_prior import transocr_to_idm
-from tola_plugin.utils.diffusion_schedule import make_ldm_scheduler
+from tola_plugin.archs.diffusion_schedule import make_ldm_scheduler
 
 from backbone_testing import DATA, official_fixture, single_thread, write_tiny_official_ckpt
 from conftest import run_launcher

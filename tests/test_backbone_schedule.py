@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from tola_plugin.utils.diffusion_schedule import alphas_cumprod, make_ldm_scheduler
+from tola_plugin.archs.diffusion_schedule import alphas_cumprod, make_ldm_scheduler
 
 from numerics import rel_err, within
 

@@ -20,7 +20,7 @@ import tola_plugin
 from conftest import REPO, SHARED
 from tola_plugin.data.fudanvi_lmdb import FudanVILmdbReader, write_fudanvi_lmdb
 from tola_plugin.text.alphabets import idm_alphabet, transocr_classes
-from tola_plugin.utils.text_render import TextLineRenderer, common_chinese, system_cjk_fonts
+from tola_plugin.data.text_render import TextLineRenderer, common_chinese, system_cjk_fonts
 
 PKG = os.path.dirname(tola_plugin.__file__)
 REGISTRIES = {'ARCH_REGISTRY': ARCH_REGISTRY, 'DATASET_REGISTRY': DATASET_REGISTRY, 'LOSS_REGISTRY': LOSS_REGISTRY,

@@ -7,7 +7,7 @@ import torch
 
 import tola_plugin  # noqa: F401
 from tola_plugin.archs.transocr_arch import TransOCR
-from tola_plugin.utils.transocr_checkpoint import load_transocr, transocr_state_dict
+from tola_plugin.checkpoints.transocr import load_transocr, transocr_state_dict
 
 DATA = os.path.join(os.path.dirname(__file__), 'data', 'transocr')
 MANIFEST = os.path.join(DATA, 'transocr_manifest.tsv')  # byte copy of ../shared/difftsr/manifests/transocr.tsv

@@ -15,7 +15,7 @@ import torch
 import tola_plugin  # noqa: F401
 from tola_plugin.archs.transocr_arch import TransOCR
 from tola_plugin.text.text_prior import transocr_to_idm
-from tola_plugin.utils.transocr_checkpoint import load_transocr
+from tola_plugin.checkpoints.transocr import load_transocr
 
 from numerics import assert_clear_argmax, rel_err, within
 

@@ -22,7 +22,7 @@ from tola_plugin.data.text_line_source import CANVAS_H, CANVAS_W, canvas_rgb8
 from tola_plugin.inference.line_geometry import resize_rgb
 from tola_plugin.inference.pipeline import TOLAPipeline
 from tola_plugin.utils.cli_errors import run_tool
-from tola_plugin.utils.text_render import system_cjk_fonts
+from tola_plugin.data.text_render import system_cjk_fonts
 
 ROW_H = 64  # display height of a line row (half the canvas)
 LABEL_W = 190

@@ -137,8 +137,8 @@ def main(argv=None) -> int:
     from tola_plugin.backbone_training.latents import build_latent_cache
     from tola_plugin.backbone_training.pool import build_pool
     from tola_plugin.demo_backbone import DIFFTSR_FILE, MANIFEST_FILE, TRANSOCR_FILE
-    from tola_plugin.utils.difftsr_checkpoint import load_difftsr, save_converted
-    from tola_plugin.utils.transocr_checkpoint import load_transocr, save_transocr
+    from tola_plugin.checkpoints.difftsr import load_difftsr, save_converted
+    from tola_plugin.checkpoints.transocr import load_transocr, save_transocr
 
     data = opt['data']
     common = dict(chinese_chars=data.get('chinese_chars'), degradation=data.get('degradation'),

@@ -11,7 +11,6 @@ from typing import Optional, Sequence, Tuple
 import torch
 from torch import nn
 
-from tola_plugin import _compat  # noqa: F401  (must precede basicsr)
 from basicsr.utils.registry import ARCH_REGISTRY
 from diffusers import UNet2DConditionModel
 from diffusers.configuration_utils import ConfigMixin, register_to_config

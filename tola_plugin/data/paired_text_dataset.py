@@ -12,7 +12,6 @@ import numpy as np
 import torch
 from torch.utils import data
 
-from tola_plugin import _compat  # noqa: F401  (before basicsr)
 from basicsr.utils import get_root_logger
 from basicsr.utils.registry import DATASET_REGISTRY
 

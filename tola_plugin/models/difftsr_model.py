@@ -13,7 +13,6 @@ from typing import Optional
 
 import torch
 
-from tola_plugin import _compat  # noqa: F401  (must precede basicsr)
 from basicsr.models.base_model import BaseModel
 from basicsr.models.sr_model import SRModel
 from basicsr.utils import get_root_logger
@@ -21,9 +20,9 @@ from basicsr.utils.registry import MODEL_REGISTRY
 
 from tola_plugin.archs.vae_arch import LATENT_SCALE
 from tola_plugin.text.text_prior import transocr_to_idm
-from tola_plugin.utils.difftsr_checkpoint import load_difftsr
-from tola_plugin.utils.diffusion_schedule import START_TIMESTEP, make_ldm_scheduler
-from tola_plugin.utils.transocr_checkpoint import load_transocr
+from tola_plugin.checkpoints.difftsr import load_difftsr
+from tola_plugin.archs.diffusion_schedule import START_TIMESTEP, make_ldm_scheduler
+from tola_plugin.checkpoints.transocr import load_transocr
 
 SAMPLER_DEFAULTS = {'steps': 200, 'eta': 0.2, 'seed': None, 'posterior': 'sample', 'input_size': (128, 512)}
 POSTERIOR_MODES = ('sample', 'mean')

@@ -17,7 +17,6 @@ from collections import OrderedDict
 
 import torch
 
-from tola_plugin import _compat  # noqa: F401  (before basicsr)
 from basicsr.losses import build_loss
 from basicsr.models.sr_model import SRModel
 from basicsr.utils import get_root_logger
@@ -27,7 +26,7 @@ from basicsr.utils.registry import MODEL_REGISTRY
 from tola_plugin.archs.tola_arch import image_noise_seed
 from tola_plugin.metrics.tola_iqa_metric import require_validation_weights
 from tola_plugin.utils.checkpoint_io import atomic_torch_save
-from tola_plugin.utils.tola_loading import ADAPTATION_META_KEY, load_adaptation_checkpoint
+from tola_plugin.checkpoints.tola import ADAPTATION_META_KEY, load_adaptation_checkpoint
 
 
 @MODEL_REGISTRY.register()

@@ -16,7 +16,6 @@ from typing import Iterable, Mapping, Optional
 
 import torch
 
-from tola_plugin import _compat  # noqa: F401  (before basicsr)
 from basicsr.utils.registry import ARCH_REGISTRY, DATASET_REGISTRY, LOSS_REGISTRY, MODEL_REGISTRY
 
 # Dataset keys that BasicSR's pipelines and ``build_dataloader`` read (basicsr 1.4.2), valid for every dataset.

@@ -6,7 +6,6 @@ from typing import Callable, Optional
 import torch
 import yaml
 
-from tola_plugin import _compat  # noqa: F401  (before basicsr)
 from basicsr.archs import build_network
 
 from tola_plugin.utils.checkpoint_io import require_file
@@ -41,7 +40,7 @@ def build_benchmark_tola(opt_path: str, random_weights: bool, adaptation: bool =
     if (opt.get('network_g') or {}).get('type') != 'TOLANet':
         raise ValueError(f'{opt_path}: expected a network_g of type TOLANet')
     if adaptation and not random_weights:
-        from tola_plugin.utils.tola_loading import build_tola_from_options
+        from tola_plugin.checkpoints.tola import build_tola_from_options
         return build_tola_from_options(opt_path, checkpoint)
     net_opt = dict(opt['network_g'])
     if random_weights:

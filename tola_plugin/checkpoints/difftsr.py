@@ -23,7 +23,8 @@ from torch import nn
 from tola_plugin.archs.idm_unet_arch import DiffTSRIDMUNet
 from tola_plugin.archs.mom_arch import DiffTSRMoM
 from tola_plugin.archs.vae_arch import DiffTSRVAE
-from tola_plugin.utils.checkpoint_io import atomic_write, load_state_dict_strict, require_file
+from tola_plugin.checkpoints.strict import load_state_dict_strict
+from tola_plugin.utils.checkpoint_io import atomic_write, require_file
 
 logger = logging.getLogger(__name__)
 
