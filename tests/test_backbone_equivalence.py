@@ -3,7 +3,7 @@ code's outputs (arrays in tests/data/backbone/, made by make_backbone_fixtures.p
 import pytest
 import torch
 
-from tola_plugin.models.difftsr_model import difftsr_sample
+from tola_plugin.archs.difftsr_arch import difftsr_sample
 from tola_plugin.checkpoints.difftsr import load_difftsr
 from tola_plugin.archs.diffusion_schedule import make_ldm_scheduler
 

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.usefixtures('one_thread')
 def files(tmp_path_factory):
     root = tmp_path_factory.mktemp('tola_ckpt')
     with open(f'{DATA}/test_DiffTSR_tiny.yml', encoding='utf-8') as f:
-        configs = {k: v for k, v in yaml.safe_load(f)['network_difftsr'].items() if k.endswith('_config')}
+        configs = {k: v for k, v in yaml.safe_load(f)['network_g'].items() if k.endswith('_config')}
     meta, _ = official_fixture()
     ckpt = write_tiny_official_ckpt(root / 'DiffTSR.ckpt', meta)
     torch.manual_seed(0)
