@@ -14,7 +14,6 @@ from tola_plugin.data.text_render import TextLineRenderer
 import numerics
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED = os.path.join(os.path.dirname(REPO), 'shared')
 
 
 def pytest_report_header(config):

@@ -1,4 +1,4 @@
-"""The IDM schedule and the DDIM sampler come from diffusers and equal LDM's (SPEC §e)."""
+"""The IDM schedule and the DDIM sampler come from diffusers and equal LDM's (docs/backbone.md, "Schedule and sampler")."""
 import numpy as np
 import pytest
 import torch

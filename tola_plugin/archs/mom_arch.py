@@ -89,7 +89,7 @@ class DiffTSRMoM(ModelMixin, ConfigMixin):
         super().__init__()
         n = len(unet_block_out_channels)
         self.token_embedder = nn.Embedding(num_classes, context_dim)
-        # LDM UNetModel with resblock_updown and no level attention == stock diffusers blocks (SPEC §c).
+        # LDM UNetModel with resblock_updown and no level attention == stock diffusers blocks (docs/backbone.md, "MoM").
         self.unet = UNet2DConditionModel(
             in_channels=2 * latent_channels, out_channels=latent_channels,
             down_block_types=('ResnetDownsampleBlock2D', ) * n, up_block_types=('ResnetUpsampleBlock2D', ) * n,

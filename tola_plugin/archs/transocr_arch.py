@@ -1,7 +1,7 @@
 """TransOCR, the frozen recognizer that gives DiffTSR its text prior and TOLA its OCR loss.
 
 Re-implementation of FudanVI's TransOCR as DiffTSR uses it (``model/TDM/models/transocr.py`` and
-``text_prediction.py``; SPEC §f): a ResNet-34-style CNN encoder (BasicBlocks [3, 4, 6, 3], biased convs,
+``text_prediction.py``; docs/transocr.md, "The official TransOCR"): a ResNet-34-style CNN encoder (BasicBlocks [3, 4, 6, 3], biased convs,
 3×3 conv shortcuts) giving a (B, 1024, 2, 16) map for a 32×256 input, one post-LN transformer decoder
 layer (masked self-attention, cross-attention to the 32 image tokens, ReLU FFN 1024→2048→1024), and a
 Linear(1024, 7937) generator. The token input is a 512-d embedding × √512 concatenated with a 512-d

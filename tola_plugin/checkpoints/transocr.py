@@ -1,6 +1,6 @@
 """Strict loading of the official TransOCR checkpoint (``transocr.pth`` of the DiffTSR release).
 
-Layouts accepted (SPEC §h; DiffTSR's ``Text_Prediction.__init__``):
+Layouts accepted (docs/transocr.md, "The official TransOCR"; DiffTSR's ``Text_Prediction.__init__``):
 - ``{'state_dict': {key: tensor}}`` with the bare model's keys;
 - a DataParallel state dict, keys prefixed ``module.`` (``module.module.`` is first rewritten to ``module.``,
   as the official loader does);
