@@ -196,3 +196,23 @@ def test_official_manifests_are_unchanged(path, digest):
     change to one would silently move what "strict" means."""
     with open(os.path.join(REPO, path), 'rb') as f:
         assert hashlib.sha256(f.read()).hexdigest() == digest
+
+
+def test_every_command_follows_the_tool_convention():
+    """argparse + main(argv) + run_tool (docs/reliability.md, "Errors"): one line and exit status 2 on bad input
+    in every command line; the alias tools/infer_tola.py re-exports tola-infer."""
+    import ast
+    paths = [os.path.join(REPO, 'tools', n) for n in sorted(os.listdir(os.path.join(REPO, 'tools')))
+             if n.endswith('.py')] + [os.path.join(REPO, 'tola_cli', 'infer.py'),
+                                      os.path.join(PKG, 'train.py'), os.path.join(PKG, 'test.py')]
+    for path in paths:
+        source = open(path, encoding='utf-8').read()
+        if path.endswith('infer_tola.py'):
+            assert 'from tola_cli.infer import cli, main' in source
+            continue
+        tree = ast.parse(source)
+        calls = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+        functions = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+        assert 'run_tool' in calls, f'{path}: no run_tool(...)'
+        assert 'main' in functions, f'{path}: no main()'
+        assert 'sys.exit(' not in source and 'exit(1)' not in source, f'{path}: exits by hand'

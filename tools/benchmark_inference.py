@@ -144,7 +144,6 @@ def training_iterations(opt_path: str, checkpoint, random_weights: bool, repeats
     """Seconds of one TOLAModel training iteration (batch 1, the option file's losses; LPIPS with a random VGG
     trunk under ``random_weights``) with the text prior decoded DiffTSR's way ('full_prefix': before) and the fast
     way ('incremental': after), interleaved, median of ``repeats`` after a warm-up of each."""
-    import torch
     import yaml
     from tola_plugin.models.tola_model import TOLAModel
 

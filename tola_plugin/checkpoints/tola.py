@@ -66,10 +66,9 @@ def load_adaptation_checkpoint(net, path: str, param_key: str = 'params',
     net.load_adaptation_state_dict(state[param_key])
 
 
-def build_tola_from_options(opt_path: str, checkpoint: Optional[str] = None):
-    """TOLANet of the option file's ``network_g`` with the adaptation state (LoRA + LRC) of ``checkpoint``
-    (default: the file's ``path.pretrain_network_g``), in eval mode. A network with trainable adapters and
-    no checkpoint is an error (exporting or running untrained adapters is almost certainly a mistake)."""
+def read_tola_options(opt_path: str) -> Dict:
+    """The option file ``opt_path`` (a dict), checked to hold a ``network_g`` of type TOLANet whose keys are all
+    TOLANet options (errors name the file)."""
     with open(require_file(opt_path, 'option file', 'Give a TOLA option file.'), encoding='utf-8') as f:
         opt = yaml.safe_load(f)
     if not isinstance(opt, dict) or (opt.get('network_g') or {}).get('type') != 'TOLANet':
@@ -78,6 +77,14 @@ def build_tola_from_options(opt_path: str, checkpoint: Optional[str] = None):
         check_typed_block(opt['network_g'], ARCH_REGISTRY, 'network_g')
     except OptionError as err:
         raise OptionError(f'{opt_path}: {err}') from None
+    return opt
+
+
+def build_tola_from_options(opt_path: str, checkpoint: Optional[str] = None):
+    """TOLANet of the option file's ``network_g`` with the adaptation state (LoRA + LRC) of ``checkpoint``
+    (default: the file's ``path.pretrain_network_g``), in eval mode. A network with trainable adapters and
+    no checkpoint is an error (exporting or running untrained adapters is almost certainly a mistake)."""
+    opt = read_tola_options(opt_path)
     net = build_network(opt['network_g'])
     path_opt = opt.get('path') or {}
     checkpoint = checkpoint or path_opt.get('pretrain_network_g')
