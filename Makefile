@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup demo demo-baseline restore-demo test test-isa clean
+.PHONY: setup demo demo-baseline restore-demo lint test test-isa clean
 
 setup: $(VENV)/.installed
 
@@ -22,6 +22,13 @@ restore-demo: setup
 	$(PY) -m tola_cli.infer -i demo_data/restore_samples/lines -o results/restore_lines --overwrite
 	$(PY) -m tola_cli.infer -i demo_data/restore_samples/photo.png -o results/restore_photo --detect --overwrite
 	$(PY) tools/plot_restore_figure.py --samples demo_data/restore_samples --out results/restore_figure.png
+
+# BasicSR's style (setup.cfg): flake8, isort and yapf must leave the tree unchanged. Seconds; CI runs it first.
+LINT_PATHS := tola_plugin tola_cli tools tests setup.py
+lint: setup
+	$(PY) -m flake8 $(LINT_PATHS)
+	$(PY) -m isort --check-only --diff $(LINT_PATHS)
+	$(PY) -m yapf --diff --recursive $(LINT_PATHS)
 
 # Two worker processes (pytest-xdist): the suite is CPU-bound and CI has 2 cores.
 test: setup

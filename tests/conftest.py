@@ -21,7 +21,8 @@ def pytest_report_header(config):
     import torch
     forced = [f'{k}={os.environ[k]}' for k in ('ATEN_CPU_CAPABILITY', 'MKL_ENABLE_INSTRUCTIONS', 'ONEDNN_MAX_CPU_ISA')
               if k in os.environ]
-    return f'torch {torch.__version__}, CPU kernels {torch.backends.cpu.get_cpu_capability()} {" ".join(forced)}'.strip()
+    kernels = torch.backends.cpu.get_cpu_capability()
+    return f'torch {torch.__version__}, CPU kernels {kernels} {" ".join(forced)}'.strip()
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -1,4 +1,5 @@
-"""The IDM schedule and the DDIM sampler come from diffusers and equal LDM's (docs/backbone.md, "Schedule and sampler")."""
+"""The IDM schedule and the DDIM sampler come from diffusers and equal LDM's (docs/backbone.md, "Schedule and
+sampler")."""
 import numpy as np
 import pytest
 import torch

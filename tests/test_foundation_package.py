@@ -18,6 +18,10 @@ from basicsr.utils.registry import (ARCH_REGISTRY, DATASET_REGISTRY, LOSS_REGIST
 import tola_plugin
 from conftest import REPO
 
+from tola_plugin.data.fudanvi_lmdb import FudanVILmdbReader, write_fudanvi_lmdb
+from tola_plugin.text.alphabets import idm_alphabet, transocr_classes
+from tola_plugin.data.text_render import TextLineRenderer, common_chinese, system_cjk_fonts
+
 # sha256 of the official alphabets (DiffTSR's model/IDM/utils/alphabets.py string and FudanVI's benchmark.txt,
 # byte-identical copies; docs/transocr.md) and of the official key manifests (docs/backbone.md).
 VOCAB_SHA256 = {
@@ -31,9 +35,6 @@ MANIFEST_SHA256 = {
     'tests/data/backbone/manifests/vae.tsv': '40eb6a8e257ec1bbb24cd2c8c16dbd5379985e9f25f256168947f889832967d5',
     'tests/data/transocr/transocr_manifest.tsv': '24b4f9aeb6c7d4d01ad1f5ed7cfa2c9fcbd3eecb811fe4e823d0976f40fef1e1',
 }
-from tola_plugin.data.fudanvi_lmdb import FudanVILmdbReader, write_fudanvi_lmdb
-from tola_plugin.text.alphabets import idm_alphabet, transocr_classes
-from tola_plugin.data.text_render import TextLineRenderer, common_chinese, system_cjk_fonts
 
 PKG = os.path.dirname(tola_plugin.__file__)
 REGISTRIES = {'ARCH_REGISTRY': ARCH_REGISTRY, 'DATASET_REGISTRY': DATASET_REGISTRY, 'LOSS_REGISTRY': LOSS_REGISTRY,

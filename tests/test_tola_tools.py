@@ -17,7 +17,7 @@ from tola_testing import REPO, tiny_net_opt, one_thread  # noqa: F401
 sys.path.insert(0, os.path.join(REPO, 'tools'))
 import export_merged  # noqa: E402
 import infer_tola  # noqa: E402
-from numerics import rel_err, within
+from numerics import rel_err, within  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 

@@ -113,8 +113,8 @@ def test_encoder_output_size():
 
 
 # Greedy decoding and teacher forcing run the decoder on other sequence lengths (and the incremental mode on other
-# GEMM shapes): float32 noise, measured 6.0e-7 relative on the probabilities; tolerance 1e-5. The same bound holds for the logits
-# (a probability's relative error is its logit's error minus the log-normaliser's).
+# GEMM shapes): float32 noise, measured 6.0e-7 relative on the probabilities; tolerance 1e-5. The same bound holds
+# for the logits (a probability's relative error is its logit's error minus the log-normaliser's).
 DECODE_TOL = 1e-5
 
 

@@ -22,7 +22,9 @@ import os
 import torch
 from torch import nn
 
-import tola_plugin  # noqa: F401  (registers the plugin)
+import tola_plugin  # noqa: F401  (first: makes basicsr importable, registers the plugin)
+
+# isort: split
 from basicsr.archs.rrdbnet_arch import RRDBNet
 from tola_plugin.archs.vae_arch import LATENT_SCALE
 from tola_plugin.text.alphabets import IDM_MAX_LEN

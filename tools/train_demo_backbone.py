@@ -6,8 +6,9 @@ r"""Train the small demo backbone (VAE, TransOCR, IDM + MoM text encoder) on ren
 Stages (docs/demo_backbone.md): line pool -> VAE -> TransOCR -> latent cache -> IDM + MoM. Each stage's result
 is kept in ``work_dir`` (``<stage>.safetensors``) and reused when the tool is run again, so an interrupted run
 resumes at the stage it was in (delete a stage file to retrain it; a new VAE or TransOCR also retrains the
-IDM stage, which reads their latents and text priors). The result goes to ``output_dir`` (default: the package's ``tola_plugin/demo_backbone``):
-``difftsr_demo.safetensors``, ``transocr_demo.safetensors`` and ``manifest.json`` (how they were made).
+IDM stage, which reads their latents and text priors). The result goes to ``output_dir`` (default: the package's
+``tola_plugin/demo_backbone``): ``difftsr_demo.safetensors``, ``transocr_demo.safetensors`` and ``manifest.json``
+(how they were made).
 Deterministic given ``seed`` and ``num_threads``.
 """
 import argparse
