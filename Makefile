@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup demo demo-baseline restore-demo web test test-isa clean
+.PHONY: setup demo demo-baseline restore-demo web lint test test-isa clean
 
 setup: $(VENV)/.installed
 
@@ -30,6 +30,13 @@ web: setup
 	[ -f $(DEMO_MODEL) ] || $(MAKE) demo
 	[ -f $(DEMO_MODEL) ] || $(PY) tools/export_merged.py -opt options/demo/test_TOLA_demo.yml --out $(DEMO_MODEL)
 	$(PY) -m tola_cli.web $(WEB_ARGS)
+
+# BasicSR's style (setup.cfg): flake8, isort and yapf must leave the tree unchanged. Seconds; CI runs it first.
+LINT_PATHS := tola_plugin tola_cli tools tests setup.py
+lint: setup
+	$(PY) -m flake8 $(LINT_PATHS)
+	$(PY) -m isort --check-only --diff $(LINT_PATHS)
+	$(PY) -m yapf --diff --recursive $(LINT_PATHS)
 
 # Two worker processes (pytest-xdist): the suite is CPU-bound and CI has 2 cores.
 test: setup

@@ -46,6 +46,7 @@ setup(
         'onnx': ['onnx==1.23.2', 'onnxruntime==1.23.2'],
         'web': ['gradio==6.31.0'],
         'test': ['pytest', 'pytest-xdist==3.8.0', 'selenium==4.51.0'],
+        'lint': ['flake8==7.5.0', 'isort==9.0.2', 'yapf==0.43.0'],
     },
     entry_points={
         'console_scripts': [

@@ -8,7 +8,7 @@ from typing import Dict, List, Tuple
 import torch
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# Copies of ../shared/difftsr/manifests (every key and shape of the official checkpoint), so a clone tests alone.
+# Every key and shape of the official checkpoint, read from the official code (docs/backbone.md, "Checkpoint layout").
 MANIFESTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'data', 'backbone', 'manifests')
 DATA = os.path.join(REPO, 'tests', 'data', 'backbone')
 OFFICIAL_KEYS = {'idm': 'IDM_Unet', 'vae': 'VAE_model', 'mom': 'MoM_module', 'tdm': 'TDM_Decoder'}

@@ -9,12 +9,11 @@ import pytest
 import yaml
 
 import tola_plugin  # noqa: F401  (registers everything before any test builds from options)
-from tola_plugin.utils.text_render import TextLineRenderer
+from tola_plugin.data.text_render import TextLineRenderer
 
 import numerics
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED = os.path.join(os.path.dirname(REPO), 'shared')
 
 
 def pytest_report_header(config):
@@ -22,7 +21,8 @@ def pytest_report_header(config):
     import torch
     forced = [f'{k}={os.environ[k]}' for k in ('ATEN_CPU_CAPABILITY', 'MKL_ENABLE_INSTRUCTIONS', 'ONEDNN_MAX_CPU_ISA')
               if k in os.environ]
-    return f'torch {torch.__version__}, CPU kernels {torch.backends.cpu.get_cpu_capability()} {" ".join(forced)}'.strip()
+    kernels = torch.backends.cpu.get_cpu_capability()
+    return f'torch {torch.__version__}, CPU kernels {kernels} {" ".join(forced)}'.strip()
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -6,8 +6,8 @@ import pickle
 import pytest
 import torch
 
-from tola_plugin.utils import difftsr_checkpoint
-from tola_plugin.utils.difftsr_checkpoint import load_difftsr, read_official
+from tola_plugin.checkpoints import difftsr as difftsr_checkpoint
+from tola_plugin.checkpoints.difftsr import load_difftsr, read_official
 
 from backbone_testing import OFFICIAL_KEYS, cheap_official, manifest, official_fixture, write_tiny_official_ckpt
 
@@ -229,7 +229,7 @@ def _plain(config):
 
 def test_configs_from_official_yaml():
     """The official YAML maps to our defaults; the fixture's tiny official configs map to the tiny configs."""
-    from tola_plugin.utils.difftsr_checkpoint import CLASSES, configs_from_official
+    from tola_plugin.checkpoints.difftsr import CLASSES, configs_from_official
 
     configs = configs_from_official(OFFICIAL_YAML_PARAMS)
     for comp, cfg in configs.items():

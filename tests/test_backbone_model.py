@@ -1,4 +1,5 @@
-"""DiffTSRModel: the tiny DiffTSR route end to end through BasicSR's test pipeline on CPU, and its option checks."""
+"""DiffTSRNet + DiffTSRModel: the tiny DiffTSR route end to end through BasicSR's test pipeline on CPU, and its
+option checks."""
 import os
 import shutil
 
@@ -9,10 +10,12 @@ import torch
 import yaml
 
 from tola_plugin.archs.transocr_arch import TransOCR
-from tola_plugin.models.difftsr_model import DiffTSRModel, difftsr_sample
+from tola_plugin.archs.diffusion_schedule import make_ldm_scheduler
+from tola_plugin.archs.difftsr_arch import DiffTSRNet, difftsr_sample
+from tola_plugin.models.difftsr_model import DiffTSRModel
 from tola_plugin.text.alphabets import decode_idm
 from tola_plugin.text.text_prior import transocr_to_idm
-from tola_plugin.utils.diffusion_schedule import make_ldm_scheduler
+from tola_plugin.utils.option_checks import OptionError, check_options
 
 from backbone_testing import DATA, official_fixture, single_thread, write_tiny_official_ckpt
 from conftest import run_launcher
@@ -31,7 +34,7 @@ def workdir(tmp_path_factory):
     os.makedirs(root / 'checkpoints')
     write_tiny_official_ckpt(root / 'checkpoints' / 'DiffTSR.ckpt', meta)
     torch.manual_seed(0)
-    ocr = TransOCR(**opt['network_difftsr']['transocr_config'])
+    ocr = TransOCR(**opt['network_g']['transocr_config'])
     torch.save({'state_dict': ocr.state_dict()}, root / 'checkpoints' / 'transocr.pth')
     os.makedirs(root / 'lr')
     rng = np.random.default_rng(0)
@@ -43,10 +46,10 @@ def workdir(tmp_path_factory):
 
 def base_opt(root, opt, **changes):
     out = dict(yaml.safe_load(yaml.safe_dump(opt)), num_gpu=0, dist=False, is_train=False, rank=0, world_size=1)
-    nets = out['network_difftsr']
+    nets = out['network_g']
     for key in ('difftsr_checkpoint', 'transocr_checkpoint'):
         nets[key] = str(root / nets[key])
-    nets.update(changes.pop('network_difftsr', {}))
+    nets.update(changes.pop('network_g', {}))
     out.update(changes)
     return out
 
@@ -77,42 +80,51 @@ def test_model_route_equals_difftsr_sample(workdir):
     lq = torch.rand(1, 3, 32, 128, generator=torch.Generator().manual_seed(5))
     model.feed_data({'lq': lq, 'gt': lq})
     model.test()
-    ids, probs = model.net_ocr.greedy_decode(lq)
+    ids, probs = model.net_g.transocr.greedy_decode(lq)
     c_t, conf = transocr_to_idm(ids, probs)
     assert torch.equal(c_t, model.text_prior)
-    ref = difftsr_sample(model.net_idm, model.net_vae, model.net_mom, lq, c_t, make_ldm_scheduler('ddim', 20), 0.2,
+    net = model.net_g
+    assert isinstance(net, DiffTSRNet)
+    ref = difftsr_sample(net.idm, net.vae, net.mom, lq, c_t, make_ldm_scheduler('ddim', 20), 0.2,
                          torch.Generator().manual_seed(3))
     assert torch.equal(model.output, ref)
     visuals = model.get_current_visuals()
     assert set(visuals) == {'lq', 'result', 'gt'}
-    assert model.scheduler.timesteps.tolist() == list(range(951, 0, -50))
+    assert model.net_g.scheduler.timesteps.tolist() == list(range(951, 0, -50))
 
 
 def test_official_option_file_mirrors_official_inference():
     with open(os.path.join(os.path.dirname(DATA), '..', '..', 'options', 'test', 'test_DiffTSR.yml')) as f:
         opt = yaml.safe_load(f)
     assert opt['model_type'] == 'DiffTSRModel'
-    assert opt['network_difftsr'] == {'difftsr_checkpoint': 'checkpoints/DiffTSR.ckpt',
-                                      'transocr_checkpoint': 'checkpoints/transocr.pth'}
-    assert opt['sampler'] == {'steps': 200, 'eta': 0.2, 'seed': 0, 'posterior': 'sample', 'input_size': [128, 512]}
+    assert opt['network_g'] == {'type': 'DiffTSRNet', 'difftsr_checkpoint': 'checkpoints/DiffTSR.ckpt',
+                                'transocr_checkpoint': 'checkpoints/transocr.pth', 'steps': 200, 'eta': 0.2,
+                                'posterior': 'sample'}
+    assert opt['sampler'] == {'seed': 0, 'input_size': [128, 512]}
 
 
 def test_option_and_input_errors(workdir, tmp_path):
     root, opt = workdir
     with pytest.raises(FileNotFoundError, match='DiffTSR.ckpt.*YuzheZhang-1999/DiffTSR'):
-        DiffTSRModel(base_opt(root, opt, network_difftsr={'difftsr_checkpoint': str(tmp_path / 'DiffTSR.ckpt')}))
-    with pytest.raises(ValueError, match='network_difftsr.transocr_checkpoint'):
-        DiffTSRModel(base_opt(root, opt, network_difftsr={'transocr_checkpoint': None}))
+        DiffTSRModel(base_opt(root, opt, network_g={'difftsr_checkpoint': str(tmp_path / 'DiffTSR.ckpt')}))
+    with pytest.raises(ValueError, match='DiffTSRNet: transocr_checkpoint is required'):
+        DiffTSRModel(base_opt(root, opt, network_g={'transocr_checkpoint': None}))
     with pytest.raises(ValueError, match='test/validation only'):
         DiffTSRModel(base_opt(root, opt, is_train=True))
     with pytest.raises(ValueError, match=r"sampler: unknown option\(s\) \['stpes'\]"):
         DiffTSRModel(base_opt(root, opt, sampler={'stpes': 10}))
-    with pytest.raises(ValueError, match='sampler.posterior'):
-        DiffTSRModel(base_opt(root, opt, sampler={'posterior': 'mode'}))
-    with pytest.raises(ValueError, match='network_difftsr: unknown'):
-        DiffTSRModel(base_opt(root, opt, network_difftsr={'unet_config': {}}))
+    with pytest.raises(ValueError, match='DiffTSRNet: posterior'):
+        DiffTSRModel(base_opt(root, opt, network_g={'posterior': 'mode'}))
+    with pytest.raises(ValueError, match='DiffTSRNet: eta'):
+        DiffTSRModel(base_opt(root, opt, network_g={'eta': 1.5}))
+    with pytest.raises(ValueError, match='network_g.type must be DiffTSRNet'):
+        DiffTSRModel(base_opt(root, opt, network_g={'type': 'TOLANet'}))
+    with pytest.raises(ValueError, match='pretrain_network_g is not used'):
+        DiffTSRModel(base_opt(root, opt, path={'pretrain_network_g': 'x.pth'}))
+    with pytest.raises(OptionError, match=r"network_g.unet_config: unknown option of DiffTSRNet"):
+        check_options(base_opt(root, opt, network_g={'unet_config': {}}))  # what the launchers run first
     with pytest.raises(TypeError, match="component 'idm': bad config"):
-        DiffTSRModel(base_opt(root, opt, network_difftsr={'idm_config': {'channels': 3}}))
+        DiffTSRModel(base_opt(root, opt, network_g={'idm_config': {'channels': 3}}))
     model = DiffTSRModel(base_opt(root, opt))
     with pytest.raises(ValueError, match=r'lq must be \(B,3,32,128\)'):
         model.feed_data({'lq': torch.rand(1, 3, 64, 256)})

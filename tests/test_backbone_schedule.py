@@ -1,9 +1,10 @@
-"""The IDM schedule and the DDIM sampler come from diffusers and equal LDM's (SPEC §e)."""
+"""The IDM schedule and the DDIM sampler come from diffusers and equal LDM's (docs/backbone.md, "Schedule and
+sampler")."""
 import numpy as np
 import pytest
 import torch
 
-from tola_plugin.utils.diffusion_schedule import alphas_cumprod, make_ldm_scheduler
+from tola_plugin.archs.diffusion_schedule import alphas_cumprod, make_ldm_scheduler
 
 from numerics import rel_err, within
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageOps
 
-from tola_plugin.data.image_io import decode_image, read_image_file
+from tola_plugin.data.image_io import decode_image, list_image_files, read_image_file
 
 
 def encode(pil_image, fmt, **kwargs):
@@ -93,3 +93,15 @@ def test_broken_files_name_themselves(tmp_path, rgb):
             read_image_file(str(path))
     with pytest.raises(FileNotFoundError, match='missing.png'):
         read_image_file(str(tmp_path / 'missing.png'))
+
+
+def test_list_image_files_flat_recursive_and_skip(tmp_path):
+    for rel in ('b.PNG', 'a.jpg', 'notes.txt', 'sub/c.webp', 'out/d.png'):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_bytes(b'')
+    assert list_image_files(str(tmp_path)) == ['a.jpg', 'b.PNG']
+    assert list_image_files(str(tmp_path), recursive=True) == ['a.jpg', 'b.PNG', 'out/d.png', 'sub/c.webp']
+    assert list_image_files(str(tmp_path), recursive=True, skip_dir=str(tmp_path / 'out')) == [
+        'a.jpg', 'b.PNG', 'sub/c.webp']
+    with pytest.raises(FileNotFoundError, match='image folder not found'):
+        list_image_files(str(tmp_path / 'missing'))

@@ -125,7 +125,7 @@ def test_training_tool_tiny_run_resumes_and_loads_strictly(tmp_path, one_thread,
 
 
 def test_demo_chinese_pool_is_what_the_renderer_draws(tmp_path):
-    from tola_plugin.utils.text_render import TextLineRenderer, chinese_pool, common_chinese, demo_chinese
+    from tola_plugin.data.text_render import TextLineRenderer, chinese_pool, common_chinese, demo_chinese
     pool = demo_chinese()
     assert len(pool) == len(set(pool)) == 100 and set(pool) <= set(common_chinese())
     renderer = TextLineRenderer([cjk_font()], seed=0, chinese_chars='demo')

@@ -10,7 +10,7 @@ from tola_plugin.evaluation.diagnostics import CONFIDENCE_BINS, confidence_bin, 
 from tola_plugin.evaluation.text_metrics import EditOps, edit_distance, edit_operations, ned, normalize, \
     recognition_scores
 
-# FudanVI's published TransOCR predictions (copied from shared/samples; web gzipped here).
+# FudanVI's published TransOCR predictions (tests/data/eval/ctr_benchmark/README.md; web gzipped here).
 BENCHMARK = os.path.join(os.path.dirname(__file__), 'data', 'eval', 'ctr_benchmark')
 LINE = re.compile(r'^(\d+) \[(.*)\] \[(.*)\]$')
 

@@ -1,7 +1,6 @@
 """The package registers everything it defines, ships the vocabularies unchanged, and renders
 reproducible text lines into folders and FudanVI LMDBs."""
 import ast
-import filecmp
 import glob
 import hashlib
 import os
@@ -17,10 +16,25 @@ from basicsr.utils.registry import (ARCH_REGISTRY, DATASET_REGISTRY, LOSS_REGIST
                                     MODEL_REGISTRY)
 
 import tola_plugin
-from conftest import REPO, SHARED
+from conftest import REPO
+
 from tola_plugin.data.fudanvi_lmdb import FudanVILmdbReader, write_fudanvi_lmdb
 from tola_plugin.text.alphabets import idm_alphabet, transocr_classes
-from tola_plugin.utils.text_render import TextLineRenderer, common_chinese, system_cjk_fonts
+from tola_plugin.data.text_render import TextLineRenderer, common_chinese, system_cjk_fonts
+
+# sha256 of the official alphabets (DiffTSR's model/IDM/utils/alphabets.py string and FudanVI's benchmark.txt,
+# byte-identical copies; docs/transocr.md) and of the official key manifests (docs/backbone.md).
+VOCAB_SHA256 = {
+    'difftsr_idm_alphabet.txt': '0ab32c4bcaf8429550c5706a51174c6ca805ac0bccd4ace1aeab09d6946a89ae',
+    'transocr_benchmark_alphabet.txt': 'a1d520fc2d2e5b91778753a2226134e93523b53b5cbcdc93f1a3c4a1fdf20d07',
+}
+MANIFEST_SHA256 = {
+    'tests/data/backbone/manifests/idm.tsv': '35bb172b1e6d604267486ec024d2d6e29bcb3cf1bc317bed55ba9c2d13e9eb40',
+    'tests/data/backbone/manifests/mom.tsv': '8aafb61eb20570cbad19d800ef02fad860304f88d3ddf43a25acf54e279c8213',
+    'tests/data/backbone/manifests/tdm.tsv': 'ba792691a3533176a0d0c83a7265eebdee3fb275e8b0a57ccf94798054b687cf',
+    'tests/data/backbone/manifests/vae.tsv': '40eb6a8e257ec1bbb24cd2c8c16dbd5379985e9f25f256168947f889832967d5',
+    'tests/data/transocr/transocr_manifest.tsv': '24b4f9aeb6c7d4d01ad1f5ed7cfa2c9fcbd3eecb811fe4e823d0976f40fef1e1',
+}
 
 PKG = os.path.dirname(tola_plugin.__file__)
 REGISTRIES = {'ARCH_REGISTRY': ARCH_REGISTRY, 'DATASET_REGISTRY': DATASET_REGISTRY, 'LOSS_REGISTRY': LOSS_REGISTRY,
@@ -72,11 +86,9 @@ def test_basicsr_imports_on_current_torchvision():
 def test_vocab_files_are_byte_identical_package_data():
     assert len(idm_alphabet()) == 6735 and len(set(idm_alphabet())) == 6735
     assert len(transocr_classes()) == 7937
-    for name in ('difftsr_idm_alphabet.txt', 'transocr_benchmark_alphabet.txt'):
-        ours = os.path.join(PKG, 'vocab', name)
-        theirs = os.path.join(SHARED, 'vocab', name)
-        if os.path.isfile(theirs):
-            assert filecmp.cmp(ours, theirs, shallow=False), f'{name} differs from shared/vocab'
+    for name, digest in VOCAB_SHA256.items():
+        with open(os.path.join(PKG, 'vocab', name), 'rb') as f:
+            assert hashlib.sha256(f.read()).hexdigest() == digest, f'{name} is no longer the official alphabet'
     setup_py = open(os.path.join(REPO, 'setup.py'), encoding='utf-8').read()
     assert "'tola_plugin.vocab': ['*.txt']" in setup_py
 
@@ -179,13 +191,29 @@ def test_lmdb_round_trip_and_errors(tmp_path):
         FudanVILmdbReader(bad).read(1)
 
 
-@pytest.mark.parametrize('ours,theirs', [
-    *[(f'tests/data/backbone/manifests/{n}.tsv', f'difftsr/manifests/{n}.tsv') for n in ('idm', 'vae', 'mom', 'tdm')],
-    ('tests/data/transocr/transocr_manifest.tsv', 'difftsr/manifests/transocr.tsv'),
-])
-def test_test_fixture_copies_match_shared_facts(ours, theirs):
-    """The tests carry copies of the shared manifests so a clone tests alone; they must not drift."""
-    theirs = os.path.join(SHARED, theirs)
-    if not os.path.isfile(theirs):
-        pytest.skip('../shared is not beside this clone')
-    assert filecmp.cmp(os.path.join(REPO, ours), theirs, shallow=False)
+@pytest.mark.parametrize('path,digest', sorted(MANIFEST_SHA256.items()))
+def test_official_manifests_are_unchanged(path, digest):
+    """The manifests (every key and shape of the official checkpoints) are facts read from the official code; a
+    change to one would silently move what "strict" means."""
+    with open(os.path.join(REPO, path), 'rb') as f:
+        assert hashlib.sha256(f.read()).hexdigest() == digest
+
+
+def test_every_command_follows_the_tool_convention():
+    """argparse + main(argv) + run_tool (docs/reliability.md, "Errors"): one line and exit status 2 on bad input
+    in every command line; the alias tools/infer_tola.py re-exports tola-infer."""
+    import ast
+    paths = [os.path.join(REPO, 'tools', n) for n in sorted(os.listdir(os.path.join(REPO, 'tools')))
+             if n.endswith('.py')] + [os.path.join(REPO, 'tola_cli', 'infer.py'),
+                                      os.path.join(PKG, 'train.py'), os.path.join(PKG, 'test.py')]
+    for path in paths:
+        source = open(path, encoding='utf-8').read()
+        if path.endswith('infer_tola.py'):
+            assert 'from tola_cli.infer import cli, main' in source
+            continue
+        tree = ast.parse(source)
+        calls = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+        functions = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+        assert 'run_tool' in calls, f'{path}: no run_tool(...)'
+        assert 'main' in functions, f'{path}: no main()'
+        assert 'sys.exit(' not in source and 'exit(1)' not in source, f'{path}: exits by hand'

@@ -10,7 +10,7 @@ import torch
 from tola_plugin import TOLAPipeline
 from tola_plugin.inference.photo_geometry import expand_quad, reading_quad
 from tola_plugin.inference.pipeline import DEMO_MODEL
-from tola_plugin.utils.photo_render import render_photo
+from tola_plugin.data.photo_render import render_photo
 from inference_testing import PHOTO_LINES, StandInRestorer, write_tiny_merged
 from tola_testing import one_thread  # noqa: F401
 
@@ -103,7 +103,8 @@ def test_photo_lines_are_found_restored_and_pasted_back_in_place():
         assert line.text_before.replace(' ', '') == truth.text.replace(' ', '')
         assert isinstance(line.text_after, str) and 0.0 <= line.confidence_after <= 1.0
     summary = json.loads(json.dumps(result.to_dict()))
-    assert summary['detected'] and len(summary['lines']) == len(PHOTO_LINES) and len(summary['lines'][0]['polygon']) == 4
+    assert summary['detected'] and len(summary['lines']) == len(PHOTO_LINES)
+    assert len(summary['lines'][0]['polygon']) == 4
     # default scale: the median line to the canvas height, within [1, 4]
     auto = pipe(photo, detect=True, recognize=False)
     assert 1.0 < auto.outscale <= 4.0 and auto.image.shape[:2] == (round(480 * auto.outscale),

@@ -1,4 +1,4 @@
-"""BasicSR's MessageLogger ETA as patched in tola_plugin/utils/basicsr_overrides.py (section 5)."""
+"""BasicSR's MessageLogger ETA as patched in tola_plugin/basicsr_compat.py (section 5)."""
 import tola_plugin  # noqa: F401  (applies the overrides)
 from basicsr.utils.logger import MessageLogger
 

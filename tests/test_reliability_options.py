@@ -128,7 +128,7 @@ def trained_checkpoint(tmp_path_factory, one_thread):  # noqa: F811
                                              ({'lrc': {'type': 'LatentResidualCorrection', 'num_feat': 16}}, 'lrc'),
                                              ({'vae_lora': False}, 'vae_lora')])
 def test_checkpoint_settings_must_match_the_network(trained_checkpoint, override, option):
-    from tola_plugin.utils.tola_loading import load_adaptation_checkpoint
+    from tola_plugin.checkpoints.tola import load_adaptation_checkpoint
     path, _ = trained_checkpoint
     net = TOLANet(**tiny_net_opt(**override))
     with pytest.raises(ValueError) as err:
@@ -137,7 +137,7 @@ def test_checkpoint_settings_must_match_the_network(trained_checkpoint, override
 
 
 def test_matching_settings_load_and_restore_the_state(trained_checkpoint):
-    from tola_plugin.utils.tola_loading import load_adaptation_checkpoint
+    from tola_plugin.checkpoints.tola import load_adaptation_checkpoint
     path, trained = trained_checkpoint
     net = TOLANet(**tiny_net_opt(lora_alpha=None, lrc={'type': 'LatentResidualCorrection', 'num_feat': 32}))
     load_adaptation_checkpoint(net, path)  # alpha None = rank, explicit LRC defaults: the same settings
@@ -148,7 +148,7 @@ def test_matching_settings_load_and_restore_the_state(trained_checkpoint):
 def test_a_checkpoint_of_another_rank_without_settings_names_the_tensor(trained_checkpoint, tmp_path):
     """Files written before the settings were recorded: the shapes still give a clear error, not peft's raw
     'size mismatch'."""
-    from tola_plugin.utils.tola_loading import load_adaptation_checkpoint
+    from tola_plugin.checkpoints.tola import load_adaptation_checkpoint
     path, _ = trained_checkpoint
     old = str(tmp_path / 'old_format.pth')
     torch.save({'params': torch.load(path, weights_only=True)['params']}, old)

@@ -5,12 +5,13 @@ import torch
 import yaml
 
 import tola_plugin  # noqa: F401
-from tola_plugin.archs.tola_arch import TOLANet, schedule_constants
+from tola_plugin.archs.diffusion_schedule import schedule_constants
+from tola_plugin.archs.tola_arch import TOLANet
 from tola_plugin.archs.transocr_arch import TransOCR
 from tola_plugin.archs.vae_arch import LATENT_SCALE
 from tola_plugin.text.text_prior import transocr_to_idm
-from tola_plugin.utils.difftsr_checkpoint import load_difftsr
-from tola_plugin.utils.transocr_checkpoint import load_transocr
+from tola_plugin.checkpoints.difftsr import load_difftsr
+from tola_plugin.checkpoints.transocr import load_transocr
 
 from backbone_testing import DATA, official_fixture, write_tiny_official_ckpt
 from numerics import rel_err, within
@@ -23,7 +24,7 @@ pytestmark = pytest.mark.usefixtures('one_thread')
 def files(tmp_path_factory):
     root = tmp_path_factory.mktemp('tola_ckpt')
     with open(f'{DATA}/test_DiffTSR_tiny.yml', encoding='utf-8') as f:
-        configs = {k: v for k, v in yaml.safe_load(f)['network_difftsr'].items() if k.endswith('_config')}
+        configs = {k: v for k, v in yaml.safe_load(f)['network_g'].items() if k.endswith('_config')}
     meta, _ = official_fixture()
     ckpt = write_tiny_official_ckpt(root / 'DiffTSR.ckpt', meta)
     torch.manual_seed(0)

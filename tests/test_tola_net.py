@@ -5,7 +5,8 @@ import pytest
 import torch
 
 import tola_plugin  # noqa: F401
-from tola_plugin.archs.tola_arch import TOLANet, image_noise_seed, schedule_constants
+from tola_plugin.archs.diffusion_schedule import schedule_constants
+from tola_plugin.archs.tola_arch import TOLANet, image_noise_seed
 from tola_plugin.archs.vae_arch import LATENT_SCALE
 from tola_plugin.text.alphabets import IDM_PAD, decode_idm
 from tola_plugin.text.text_prior import transocr_to_idm

@@ -8,15 +8,16 @@ import torch
 import yaml
 
 import tola_plugin  # noqa: F401
-from tola_plugin.archs.tola_arch import MERGED_FORMAT, TOLANet
+from tola_plugin.archs.tola_arch import TOLANet
+from tola_plugin.checkpoints.tola import MERGED_FORMAT
 from tola_plugin.evaluation.records import read_prior_csv
-from tola_plugin.utils.tola_loading import build_tola_from_options
+from tola_plugin.checkpoints.tola import build_tola_from_options
 from tola_testing import REPO, tiny_net_opt, one_thread  # noqa: F401
 
 sys.path.insert(0, os.path.join(REPO, 'tools'))
 import export_merged  # noqa: E402
 import infer_tola  # noqa: E402
-from numerics import rel_err, within
+from numerics import rel_err, within  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 

@@ -8,7 +8,7 @@ from torch import nn
 
 from conftest import REPO, run_launcher, write_options
 from tola_plugin.archs.lrc_arch import LatentResidualCorrection
-from tola_plugin.utils.complexity import count_macs
+from tola_plugin.evaluation.complexity import count_macs
 
 
 class Attention(nn.Module):

@@ -75,7 +75,8 @@ def test_latency_figure_from_the_benchmark_json(result, tmp_path):
 
 def test_onnxruntime_backend_checks_its_files_and_inputs(result, tmp_path):
     import shutil
-    from tola_plugin.archs.tola_arch import TOLANet, onnx_folder
+    from tola_plugin.archs.tola_arch import TOLANet
+    from tola_plugin.checkpoints.tola import onnx_folder
     _, folder = result
     merged = str(folder / 'work' / 'TOLA_merged_benchmark.safetensors')
     net = TOLANet.load_for_inference(merged, backend='onnxruntime')

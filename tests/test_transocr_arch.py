@@ -17,7 +17,7 @@ from tola_plugin.text.text_prior import transocr_to_idm
 from numerics import abs_err, assert_clear_argmax, rel_err, within
 
 DATA = os.path.join(os.path.dirname(__file__), 'data', 'transocr')
-MANIFEST = os.path.join(DATA, 'transocr_manifest.tsv')  # byte copy of ../shared/difftsr/manifests/transocr.tsv
+MANIFEST = os.path.join(DATA, 'transocr_manifest.tsv')  # every key and shape of the official model (docs/transocr.md)
 TINY = dict(embed_dim=16, pe_max_len=64, stem_channels=(4, 8), stage_channels=(8, 8, 16, 16),
             stage_blocks=(1, 2, 1, 1), num_heads=2, ff_dim=32)
 
@@ -113,8 +113,8 @@ def test_encoder_output_size():
 
 
 # Greedy decoding and teacher forcing run the decoder on other sequence lengths (and the incremental mode on other
-# GEMM shapes): float32 noise, measured 6.0e-7 relative on the probabilities; tolerance 1e-5. The same bound holds for the logits
-# (a probability's relative error is its logit's error minus the log-normaliser's).
+# GEMM shapes): float32 noise, measured 6.0e-7 relative on the probabilities; tolerance 1e-5. The same bound holds
+# for the logits (a probability's relative error is its logit's error minus the log-normaliser's).
 DECODE_TOL = 1e-5
 
 

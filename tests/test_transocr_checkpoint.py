@@ -7,10 +7,10 @@ import torch
 
 import tola_plugin  # noqa: F401
 from tola_plugin.archs.transocr_arch import TransOCR
-from tola_plugin.utils.transocr_checkpoint import load_transocr, transocr_state_dict
+from tola_plugin.checkpoints.transocr import load_transocr, transocr_state_dict
 
 DATA = os.path.join(os.path.dirname(__file__), 'data', 'transocr')
-MANIFEST = os.path.join(DATA, 'transocr_manifest.tsv')  # byte copy of ../shared/difftsr/manifests/transocr.tsv
+MANIFEST = os.path.join(DATA, 'transocr_manifest.tsv')  # every key and shape of the official model (docs/transocr.md)
 TINY = dict(embed_dim=16, pe_max_len=64, stem_channels=(4, 8), stage_channels=(8, 8, 16, 16),
             stage_blocks=(1, 1, 1, 1), num_heads=2, ff_dim=32, num_classes=40)
 

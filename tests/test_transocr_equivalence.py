@@ -15,7 +15,7 @@ import torch
 import tola_plugin  # noqa: F401
 from tola_plugin.archs.transocr_arch import TransOCR
 from tola_plugin.text.text_prior import transocr_to_idm
-from tola_plugin.utils.transocr_checkpoint import load_transocr
+from tola_plugin.checkpoints.transocr import load_transocr
 
 from numerics import assert_clear_argmax, rel_err, within
 
@@ -108,7 +108,7 @@ def test_official_preprocess_equals_strided_slice(model_and_images, fixture):
     pre = model.preprocess(images)
     assert tuple(pre.shape) == (2, 3, 32, 256)
     np.testing.assert_array_equal(pre.numpy(), fixture['preprocessed'])
-    assert torch.equal(pre, images[:, :, ::4, ::2])  # SPEC appendix: nearest 128x512 -> 32x256
+    assert torch.equal(pre, images[:, :, ::4, ::2])  # docs/transocr.md: nearest 128x512 -> 32x256
 
 
 def test_encoder_matches_official(model_and_images, fixture):

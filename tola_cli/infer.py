@@ -15,7 +15,6 @@ Outputs: OUT/<name><suffix>.<ext> (subfolders kept with --recursive). Existing o
 run ends with a summary, exit status 1 if any file failed. docs/restore.md has the details.
 """
 import argparse
-import sys
 
 
 def _rgb(text: str):

@@ -3,8 +3,8 @@
 ``import tola_plugin`` registers every arch, dataset, loss, metric and model of the package into
 BasicSR's registries (and applies the CPU/DDP overrides), so that BasicSR option files can name them.
 """
-from tola_plugin import _compat  # noqa: F401  (must precede every basicsr import)
-from tola_plugin.utils import basicsr_overrides  # noqa: F401
+# isort: off
+from tola_plugin import basicsr_compat  # noqa: F401  (first: makes basicsr importable, then patches it)
 from tola_plugin import archs, data, losses, metrics, models  # noqa: F401
+from tola_plugin.inference import TOLAPipeline  # noqa: F401  (the Python API: docs/restore.md)
 from tola_plugin.version import __version__  # noqa: F401
-from tola_plugin.inference import TOLAPipeline  # noqa: F401,E402  (the Python API: docs/restore.md)

@@ -14,7 +14,7 @@ import tola_plugin  # noqa: F401
 from tola_plugin.data.bsrgan_degradation import BSRGANDegradation
 from tola_plugin.data.realesrgan_degradation import RealESRGANDegradation
 from tola_plugin.data.sample_rng import sample_generator
-from tola_plugin.utils.text_render import TextLineRenderer
+from tola_plugin.data.text_render import TextLineRenderer
 from tola_plugin.utils.cli_errors import run_tool
 
 

@@ -22,14 +22,16 @@ import os
 import torch
 from torch import nn
 
-import tola_plugin  # noqa: F401  (registers the plugin)
+import tola_plugin  # noqa: F401  (first: makes basicsr importable, registers the plugin)
+
+# isort: split
 from basicsr.archs.rrdbnet_arch import RRDBNet
 from tola_plugin.archs.vae_arch import LATENT_SCALE
 from tola_plugin.text.alphabets import IDM_MAX_LEN
-from tola_plugin.utils.benchmarking import build_benchmark_tola, median_seconds
+from tola_plugin.evaluation.benchmarking import build_benchmark_tola, median_seconds
 from tola_plugin.utils.cli_errors import run_tool
-from tola_plugin.utils.complexity import count_macs, count_parameters
-from tola_plugin.utils.lora import count_lora_parameters
+from tola_plugin.evaluation.complexity import count_macs, count_parameters
+from tola_plugin.archs.lora import count_lora_parameters
 
 
 class _Call(nn.Module):

@@ -52,7 +52,7 @@ def rendered_lines(count: int, seed: int = 0, with_targets: bool = False):
     import torch
     from tola_plugin.data.text_labels import text_targets
     from tola_plugin.data.text_line_source import to_canvas
-    from tola_plugin.utils.text_render import TextLineRenderer
+    from tola_plugin.data.text_render import TextLineRenderer
 
     renderer = TextLineRenderer(seed=seed)
     lines, hr, targets = [], [], []
@@ -72,7 +72,7 @@ def rendered_lines(count: int, seed: int = 0, with_targets: bool = False):
 def build_reference(opt_path: str, checkpoint, random_weights: bool):
     """The option file's TOLANet with its adaptation state (or, with ``random_weights``, the full-size random
     backbone with seeded random LoRA/LRC values), LoRA unmerged, on the reference route."""
-    from tola_plugin.utils.benchmarking import build_benchmark_tola
+    from tola_plugin.evaluation.benchmarking import build_benchmark_tola
     net = build_benchmark_tola(opt_path, random_weights, adaptation=True, checkpoint=checkpoint)
     net.text_decoding = 'full_prefix'
     net.set_precision('fp32')
@@ -144,7 +144,6 @@ def training_iterations(opt_path: str, checkpoint, random_weights: bool, repeats
     """Seconds of one TOLAModel training iteration (batch 1, the option file's losses; LPIPS with a random VGG
     trunk under ``random_weights``) with the text prior decoded DiffTSR's way ('full_prefix': before) and the fast
     way ('incremental': after), interleaved, median of ``repeats`` after a warm-up of each."""
-    import torch
     import yaml
     from tola_plugin.models.tola_model import TOLAModel
 

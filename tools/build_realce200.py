@@ -28,7 +28,7 @@ import numpy as np
 from tola_plugin.utils.cli_errors import UsageError, run_tool
 from tola_plugin.data.image_checks import hamming, image_stats, sha256_file, write_png, write_tsv
 from tola_plugin.data.text_labels import ocr_text
-from tola_plugin.data.image_io import read_image_file
+from tola_plugin.data.image_io import list_image_files, read_image_file
 from tola_plugin.data.text_line_source import canvas_rgb8
 from tola_plugin.text.alphabets import transocr_classes
 
@@ -82,7 +82,7 @@ def list_images(split_dir: str, lr_dir: str):
     if os.path.isfile(valid):
         with open(valid, encoding='utf-8') as f:
             return sorted(line.strip() for line in f if line.strip())
-    return sorted(n for n in os.listdir(lr_dir) if n.lower().endswith(('.png', '.jpg', '.jpeg')))
+    return list_image_files(lr_dir)
 
 
 def collect_candidates(args):

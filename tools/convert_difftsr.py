@@ -13,7 +13,7 @@ import sys
 import torch
 
 from tola_plugin.utils.cli_errors import run_tool
-from tola_plugin.utils.difftsr_checkpoint import COMPONENTS, load_difftsr, save_converted
+from tola_plugin.checkpoints.difftsr import COMPONENTS, load_difftsr, save_converted
 
 
 def main(argv=None):

@@ -16,8 +16,8 @@ import sys
 import cv2
 
 from tola_plugin.utils.cli_errors import run_tool
-from tola_plugin.utils.photo_render import PhotoLine, render_photo
-from tola_plugin.utils.text_render import TextLineRenderer
+from tola_plugin.data.photo_render import PhotoLine, render_photo
+from tola_plugin.data.text_render import TextLineRenderer
 
 # (width : height of the HR canvas, text); the canvas is 128 rows high
 LINES = ((1, '文字'), (2, '超分'), (4, 'Text2025'), (10, '一步文本超分辨率TOLA'),

@@ -17,12 +17,12 @@ import cv2
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from tola_plugin.data.image_io import read_image_file
+from tola_plugin.data.image_io import list_image_files, read_image_file
 from tola_plugin.data.text_line_source import CANVAS_H, CANVAS_W, canvas_rgb8
 from tola_plugin.inference.line_geometry import resize_rgb
 from tola_plugin.inference.pipeline import TOLAPipeline
 from tola_plugin.utils.cli_errors import run_tool
-from tola_plugin.utils.text_render import system_cjk_fonts
+from tola_plugin.data.text_render import system_cjk_fonts
 
 ROW_H = 64  # display height of a line row (half the canvas)
 LABEL_W = 190
@@ -62,7 +62,7 @@ def main(argv=None) -> int:
                                 f'tools/make_restore_samples.py')
     pipe = TOLAPipeline.from_merged(args.model).to(args.device)
     font, small = _font(15), _font(13)
-    names = sorted((n for n in os.listdir(line_dir) if n.endswith('.png')),
+    names = sorted(list_image_files(line_dir),
                    key=lambda n: int(n.rsplit('x', 1)[1].split('.')[0]))
     lines = [read_image_file(os.path.join(line_dir, n))[..., ::-1].copy() for n in names]
     ours = pipe(lines, names=names)

@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from tola_plugin.data.fudanvi_lmdb import write_fudanvi_lmdb
 from tola_plugin.utils.cli_errors import UsageError, run_tool
-from tola_plugin.utils.text_render import CATEGORIES, DEFAULT_CATEGORY_PROBS, TextLineRenderer
+from tola_plugin.data.text_render import CATEGORIES, DEFAULT_CATEGORY_PROBS, TextLineRenderer
 
 
 def parse_args(argv=None):

@@ -6,8 +6,9 @@ r"""Train the small demo backbone (VAE, TransOCR, IDM + MoM text encoder) on ren
 Stages (docs/demo_backbone.md): line pool -> VAE -> TransOCR -> latent cache -> IDM + MoM. Each stage's result
 is kept in ``work_dir`` (``<stage>.safetensors``) and reused when the tool is run again, so an interrupted run
 resumes at the stage it was in (delete a stage file to retrain it; a new VAE or TransOCR also retrains the
-IDM stage, which reads their latents and text priors). The result goes to ``output_dir`` (default: the package's ``tola_plugin/demo_backbone``):
-``difftsr_demo.safetensors``, ``transocr_demo.safetensors`` and ``manifest.json`` (how they were made).
+IDM stage, which reads their latents and text priors). The result goes to ``output_dir`` (default: the package's
+``tola_plugin/demo_backbone``): ``difftsr_demo.safetensors``, ``transocr_demo.safetensors`` and ``manifest.json``
+(how they were made).
 Deterministic given ``seed`` and ``num_threads``.
 """
 import argparse
@@ -137,8 +138,8 @@ def main(argv=None) -> int:
     from tola_plugin.backbone_training.latents import build_latent_cache
     from tola_plugin.backbone_training.pool import build_pool
     from tola_plugin.demo_backbone import DIFFTSR_FILE, MANIFEST_FILE, TRANSOCR_FILE
-    from tola_plugin.utils.difftsr_checkpoint import load_difftsr, save_converted
-    from tola_plugin.utils.transocr_checkpoint import load_transocr, save_transocr
+    from tola_plugin.checkpoints.difftsr import load_difftsr, save_converted
+    from tola_plugin.checkpoints.transocr import load_transocr, save_transocr
 
     data = opt['data']
     common = dict(chinese_chars=data.get('chinese_chars'), degradation=data.get('degradation'),

@@ -4,14 +4,14 @@ The official IDM is CompVis LDM's ``openaimodel.UNetModel`` with ``resblock_updo
 cross-attention it down/up-samples with *time-conditioned* ResBlocks (avg-pool / nearest), where diffusers'
 ``CrossAttn{Down,Up}Block2D`` use plain convs called without ``temb``. No stock diffusers block combines the
 two, so those samplers are swapped for ``ResnetBlock2D(down|up=True)`` and the blocks get a forward that
-passes ``temb`` to them (SPEC §a; verified equal to the official module, see docs/backbone.md).
+passes ``temb`` to them (docs/backbone.md, "IDM key layout"; equal to the official module: "Parity with the
+official code").
 """
 from typing import Sequence, Union
 
 import torch
 from torch import nn
 
-from tola_plugin import _compat  # noqa: F401  (must precede basicsr)
 from basicsr.utils.registry import ARCH_REGISTRY
 from diffusers import UNet2DConditionModel
 from diffusers.configuration_utils import register_to_config

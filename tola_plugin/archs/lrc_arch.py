@@ -8,7 +8,6 @@ The RRDB is BasicSR's own (``basicsr.archs.rrdbnet_arch.RRDB``), not a re-implem
 import torch
 from torch import nn
 
-from tola_plugin import _compat  # noqa: F401  (before basicsr)
 from basicsr.archs.rrdbnet_arch import RRDB
 from basicsr.utils.registry import ARCH_REGISTRY
 

@@ -11,7 +11,6 @@ from typing import Optional, Sequence, Tuple
 import torch
 from torch import nn
 
-from tola_plugin import _compat  # noqa: F401  (must precede basicsr)
 from basicsr.utils.registry import ARCH_REGISTRY
 from diffusers import UNet2DConditionModel
 from diffusers.configuration_utils import ConfigMixin, register_to_config
@@ -90,7 +89,7 @@ class DiffTSRMoM(ModelMixin, ConfigMixin):
         super().__init__()
         n = len(unet_block_out_channels)
         self.token_embedder = nn.Embedding(num_classes, context_dim)
-        # LDM UNetModel with resblock_updown and no level attention == stock diffusers blocks (SPEC §c).
+        # LDM UNetModel with resblock_updown and no level attention == stock diffusers blocks (docs/backbone.md, "MoM").
         self.unet = UNet2DConditionModel(
             in_channels=2 * latent_channels, out_channels=latent_channels,
             down_block_types=('ResnetDownsampleBlock2D', ) * n, up_block_types=('ResnetUpsampleBlock2D', ) * n,

@@ -9,7 +9,6 @@ the only choice that reproduces 180,093 exactly.
 import torch
 from torch import nn
 
-from tola_plugin import _compat  # noqa: F401  (before basicsr)
 from basicsr.utils.registry import ARCH_REGISTRY
 
 

@@ -8,8 +8,6 @@ Every paper variant/control is a constructor switch (see docs/tola.md for the ta
 """
 import contextlib
 import inspect
-import json
-import os
 import uuid
 import zlib
 from typing import Dict, List, Optional, Sequence
@@ -19,7 +17,6 @@ from diffusers.utils.torch_utils import randn_tensor
 from peft import PeftModel
 from torch import nn
 
-from tola_plugin import _compat  # noqa: F401  (before basicsr)
 from basicsr.archs import build_network
 from basicsr.utils.registry import ARCH_REGISTRY
 
@@ -30,11 +27,10 @@ from tola_plugin.archs.transocr_arch import TransOCR
 from tola_plugin.archs.vae_arch import LATENT_SCALE, DiffTSRVAE
 from tola_plugin.text.alphabets import IDM_MAX_LEN, IDM_PAD, decode_idm
 from tola_plugin.text.text_prior import DIFFTSR_MAX_TOKENS, difftsr_prediction_text, transocr_to_idm
-from tola_plugin.utils.diffusion_schedule import NUM_TRAIN_TIMESTEPS, make_ldm_scheduler
-from tola_plugin.utils.lora import (IDM_LORA_TARGETS, VAE_ENCODER_LORA_TARGETS, add_lora, check_lora_settings,
+from tola_plugin.archs.diffusion_schedule import schedule_constants
+from tola_plugin.archs.lora import (IDM_LORA_TARGETS, VAE_ENCODER_LORA_TARGETS, add_lora, check_lora_settings,
                                     count_lora_parameters, load_lora_state_dict, lora_settings, lora_state_dict,
                                     merge_lora)
-from tola_plugin.utils.transocr_checkpoint import load_transocr
 
 TEXT_PRIORS = ('predicted', 'gt', 'null', 'none')
 CONFIDENCES = ('predicted', 'uniform')
@@ -45,28 +41,7 @@ BACKBONE_INITS = ('checkpoint', 'random', 'demo')
 TEXT_DECODINGS = ('incremental', 'full_prefix')
 BACKENDS = ('torch', 'onnxruntime')  # of the tensor stages of an inference network (load_for_inference)
 TEXT_STEPS = 24  # greedy TransOCR steps, as DiffTSR's Text_Prediction (the 'full_prefix' reference route)
-MERGED_FORMAT = 'tola_plugin.tola_merged/1'
 POSTERIOR_SEED_OFFSET = 0x9E3779B9  # per-image seed of the posterior sample = ε's seed + this
-
-
-def schedule_constants(timestep: int):
-    """(√ᾱ_t, √(1-ᾱ_t)) as Python floats for the zero-indexed ``timestep``.
-
-    ᾱ is accumulated in float64 from the diffusers scheduler's betas and the square roots are taken in
-    float64, as LDM's numpy schedule does before its buffers are cast to float32; the float32 tensors they
-    multiply round them exactly as the official float32 buffers are rounded.
-    """
-    if not 0 <= int(timestep) < NUM_TRAIN_TIMESTEPS:
-        raise ValueError(f'TOLANet: timestep must be in [0, {NUM_TRAIN_TIMESTEPS - 1}], got {timestep!r}')
-    with torch.device('cpu'):  # real numbers even when the network is being built on the meta device
-        betas = make_ldm_scheduler('ddpm').betas.double()
-        alpha_bar = torch.cumprod(1.0 - betas, 0)[int(timestep)]
-    return float(alpha_bar.sqrt()), float((1.0 - alpha_bar).sqrt())
-
-
-def onnx_folder(merged_path: str) -> str:
-    """Where ``TOLANet.save_merged`` writes the ONNX stages of a merged file: ``x.safetensors`` -> ``x.onnx/``."""
-    return os.path.splitext(merged_path)[0] + '.onnx'
 
 
 def image_noise_seed(name: str, base_seed: int = 0) -> int:
@@ -172,7 +147,8 @@ class TOLANet(nn.Module):
             difftsr_checkpoint, transocr_checkpoint = demo_checkpoint_paths()
             backbone_init = 'checkpoint'
         if backbone_init == 'checkpoint':
-            from tola_plugin.utils.difftsr_checkpoint import load_difftsr  # heavy loader, only when used
+            from tola_plugin.checkpoints.difftsr import load_difftsr  # loaders build these archs: import when used
+            from tola_plugin.checkpoints.transocr import load_transocr
             given = {k: v for k, v in configs.items() if v}  # absent = official size / the converted file's own
             modules = load_difftsr(difftsr_checkpoint, components=('idm', 'vae', 'mom'), configs=given or None)
             transocr = load_transocr(transocr_checkpoint, **dict(transocr_config or {}))
@@ -419,39 +395,14 @@ class TOLANet(nn.Module):
         with the rebuild options in its metadata (``TOLANet.from_merged`` reads it back). ``onnx_size`` (H, W):
         also export the tensor stages for ONNX Runtime to ``onnx_folder(path)``, for (B, 3, H, W) images
         (``load_for_inference(path, backend='onnxruntime')``; docs/inference.md)."""
-        from safetensors.torch import save_file
-        from tola_plugin.utils.checkpoint_io import atomic_write
+        from tola_plugin.checkpoints.tola import onnx_folder, write_merged
         self.merge_lora()
-        metadata = {'format': MERGED_FORMAT, 'options': json.dumps(self.merged_options())}
+        onnx_tag = None
         if onnx_size is not None:
             from tola_plugin.archs.onnx_stages import export_onnx_stages
-            metadata['onnx_tag'] = uuid.uuid4().hex  # pairs the ONNX folder with this very file
-            export_onnx_stages(self, onnx_folder(path), *onnx_size, tag=metadata['onnx_tag'])
-        tensors = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
-        atomic_write(path, lambda tmp: save_file(tensors, tmp, metadata=metadata))
-
-    @staticmethod
-    def read_merged_metadata(path: str) -> Dict[str, str]:
-        """The metadata of ``save_merged``'s file (checked to be one)."""
-        from tola_plugin.utils.checkpoint_io import require_file, safetensors_metadata
-        require_file(path, 'merged TOLA model', 'Write one with tools/export_merged.py.')
-        metadata = safetensors_metadata(path, 'merged TOLA model')
-        if metadata.get('format') != MERGED_FORMAT:
-            raise ValueError(f'{path!r} is not a merged TOLA model (metadata format {metadata.get("format")!r}, '
-                             f'expected {MERGED_FORMAT!r})')
-        return metadata
-
-    @classmethod
-    def read_merged_options(cls, path: str, overrides: Dict) -> Dict:
-        """The constructor options stored in ``save_merged``'s file, updated with the inference switches
-        ``overrides`` (architecture options come from the file: overriding one is an error)."""
-        opts = json.loads(cls.read_merged_metadata(path)['options'])
-        architecture = {'idm_config', 'vae_config', 'mom_config', 'transocr_config', 'lrc', 'idm_lora', 'vae_lora'}
-        bad = sorted(set(overrides) & architecture)
-        if bad:
-            raise ValueError(f'TOLANet: {bad} are fixed by the merged file {path!r}')
-        opts.update(overrides)
-        return opts
+            onnx_tag = uuid.uuid4().hex  # pairs the ONNX folder with this very file
+            export_onnx_stages(self, onnx_folder(path), *onnx_size, tag=onnx_tag)
+        write_merged(path, self.state_dict(), self.merged_options(), onnx_tag)
 
     @classmethod
     def from_merged(cls, path: str, **overrides) -> 'TOLANet':
@@ -459,8 +410,10 @@ class TOLANet(nn.Module):
         included). ``overrides``: inference switches such as timestep or noise. For inference prefer
         ``load_for_inference`` (no MoM image branch, inference mode)."""
         from safetensors.torch import load_file
+
+        from tola_plugin.checkpoints.tola import read_merged_options
         with torch.device('meta'):  # no random init of ~1B parameters that are overwritten right away
-            net = cls(**cls.read_merged_options(path, overrides))
+            net = cls(**read_merged_options(path, overrides))
         net.load_state_dict(load_file(path), strict=True, assign=True)  # memory-mapped tensors, no copy
         net.requires_grad_(False)
         return net.eval()
@@ -477,15 +430,17 @@ class TOLANet(nn.Module):
         overrides: inference switches (precision, text_decoding, timestep, noise, ...).
         """
         from safetensors.torch import load_file
+
+        from tola_plugin.checkpoints.tola import onnx_folder, read_merged_metadata, read_merged_options
         if backend not in BACKENDS:
             raise ValueError(f'TOLANet: backend must be one of {BACKENDS}, got {backend!r}')
         with torch.device('meta'):
-            net = cls(**cls.read_merged_options(path, overrides))
+            net = cls(**read_merged_options(path, overrides))
         net.mom.drop_image_branch()
         unused = tuple(f'mom.{prefix}' for prefix in DiffTSRMoM.IMAGE_BRANCH)
         if backend == 'onnxruntime':
             from tola_plugin.archs.onnx_stages import load_onnx_stages
-            folder, tag = onnx_folder(path), cls.read_merged_metadata(path).get('onnx_tag')
+            folder, tag = onnx_folder(path), read_merged_metadata(path).get('onnx_tag')
             net.idm, net.vae, manifest = load_onnx_stages(folder)
             if manifest['tag'] != tag:
                 raise ValueError(f'the ONNX stages at {folder!r} were not exported with {path!r} (another export); '

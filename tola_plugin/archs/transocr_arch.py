@@ -1,13 +1,13 @@
 """TransOCR, the frozen recognizer that gives DiffTSR its text prior and TOLA its OCR loss.
 
 Re-implementation of FudanVI's TransOCR as DiffTSR uses it (``model/TDM/models/transocr.py`` and
-``text_prediction.py``; SPEC §f): a ResNet-34-style CNN encoder (BasicBlocks [3, 4, 6, 3], biased convs,
-3×3 conv shortcuts) giving a (B, 1024, 2, 16) map for a 32×256 input, one post-LN transformer decoder
-layer (masked self-attention, cross-attention to the 32 image tokens, ReLU FFN 1024→2048→1024), and a
-Linear(1024, 7937) generator. The token input is a 512-d embedding × √512 concatenated with a 512-d
-sinusoidal table (``pe.pe``). 83,904,779 parameters at default; the state dict (314 tensors,
-87,520,435 numbers with the PE table and BatchNorm statistics) has the official key names, so the
-official ``transocr.pth`` loads strictly (``tola_plugin.utils.transocr_checkpoint.load_transocr``).
+``text_prediction.py``; docs/transocr.md, "The official TransOCR"): a ResNet-34-style CNN encoder (BasicBlocks [3, 4,
+6, 3], biased convs, 3×3 conv shortcuts) giving a (B, 1024, 2, 16) map for a 32×256 input, one post-LN transformer
+decoder layer (masked self-attention, cross-attention to the 32 image tokens, ReLU FFN 1024→2048→1024), and a
+Linear(1024, 7937) generator. The token input is a 512-d embedding × √512 concatenated with a 512-d sinusoidal table
+(``pe.pe``). 83,904,779 parameters at default; the state dict (314 tensors, 87,520,435 numbers with the PE table and
+BatchNorm statistics) has the official key names, so the official ``transocr.pth`` loads strictly
+(``tola_plugin.checkpoints.transocr.load_transocr``).
 
 Hand-written because no library block has this key layout (``linears.0..3`` +
 ``compress_attention_linear`` attention, ``a_2``/``b_2`` LayerNorm dividing by unbiased std + 1e-6,
@@ -20,7 +20,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tola_plugin import _compat  # noqa: F401  (before basicsr)
 from basicsr.utils.registry import ARCH_REGISTRY
 from tola_plugin.text.alphabets import TRANSOCR_NUM_CLASSES, TRANSOCR_START, decode_transocr
 

@@ -9,7 +9,6 @@ the z_LR condition fed to IDM and MoM is the *unscaled* posterior.
 """
 from typing import Sequence
 
-from tola_plugin import _compat  # noqa: F401  (must precede basicsr)
 from basicsr.utils.registry import ARCH_REGISTRY
 from diffusers import AutoencoderKL
 from diffusers.configuration_utils import register_to_config

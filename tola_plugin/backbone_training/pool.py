@@ -22,7 +22,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from tola_plugin.data.text_degradation_dataset import TextDegradationDataset
-from tola_plugin.utils.text_render import DEFAULT_CATEGORY_PROBS, TextLineRenderer
+from tola_plugin.data.text_render import DEFAULT_CATEGORY_PROBS, TextLineRenderer
 
 POOL_FORMAT = 'tola_plugin.backbone_pool/1'
 

@@ -10,7 +10,6 @@ from typing import Dict, List, Sequence
 import numpy as np
 import torch
 
-from tola_plugin import _compat  # noqa: F401  (before basicsr)
 from basicsr.metrics import calculate_psnr
 
 from tola_plugin.backbone_training.pool import LinePool

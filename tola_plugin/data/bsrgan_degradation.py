@@ -14,7 +14,6 @@ import numpy as np
 from scipy.interpolate import RectBivariateSpline
 from scipy.linalg import orth
 
-from tola_plugin import _compat  # noqa: F401  (before basicsr)
 from basicsr.utils.matlab_functions import imresize as matlab_imresize
 
 from tola_plugin.data.realesrgan_degradation import merge_options

@@ -1,4 +1,5 @@
-"""The one image reader of the package: encoded bytes or a file -> BGR uint8 (H, W, 3), whatever the file holds.
+"""The one image reader of the package: encoded bytes or a file -> BGR uint8 (H, W, 3), whatever the file holds;
+and the one image lister (``list_image_files``: which files of a folder are images).
 
 Datasets, inference, evaluation and the tools all read through ``decode_image`` / ``read_image_file``:
 - 8-bit, 16-bit (scaled to 8 bits) and float images (values in [0, 1]), grayscale or colour, palette images, CMYK
@@ -10,7 +11,7 @@ Datasets, inference, evaluation and the tools all read through ``decode_image`` 
 """
 import io
 import os
-from typing import Sequence
+from typing import List, Sequence
 
 import cv2
 import numpy as np
@@ -102,3 +103,19 @@ def read_image_file(path: str, background: Sequence[int] = WHITE) -> np.ndarray:
         raise FileNotFoundError(f'image file not found: {path}')
     with open(path, 'rb') as f:
         return decode_image(f.read(), path, background)
+
+
+def list_image_files(folder: str, recursive: bool = False, skip_dir: str = '') -> List[str]:
+    """Sorted paths, relative to ``folder``, of the files with an image extension (``IMAGE_EXTENSIONS``, any case)
+    directly in ``folder``, or with ``recursive`` also in its subfolders (``skip_dir``, e.g. an output folder
+    inside the input folder, is left out). A missing folder is a FileNotFoundError; an empty list is the caller's
+    to judge."""
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f'image folder not found: {folder}')
+    skip = os.path.realpath(skip_dir) if skip_dir else ''
+    found = []
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = sorted(d for d in dirs if os.path.realpath(os.path.join(root, d)) != skip) if recursive else []
+        rel = os.path.relpath(root, folder)
+        found.extend(n if rel == '.' else os.path.join(rel, n) for n in files if n.lower().endswith(IMAGE_EXTENSIONS))
+    return sorted(found)

@@ -6,25 +6,22 @@ Folder mode: LR and HR folders matched by exact filename, labels from a TSV mani
 index (``image-%09d``), labels from the LR LMDB (an HR LMDB's labels must agree).
 Images not at 512x128 are resized to it (PIL bicubic, as DiffTSR's inference).
 """
-import os
 
 import numpy as np
 import torch
 from torch.utils import data
 
-from tola_plugin import _compat  # noqa: F401  (before basicsr)
 from basicsr.utils import get_root_logger
 from basicsr.utils.registry import DATASET_REGISTRY
 
 from tola_plugin.data.text_labels import text_targets, usable_positions
-from tola_plugin.data.image_io import IMAGE_EXTENSIONS
+from tola_plugin.data.image_io import list_image_files
 from tola_plugin.data.text_line_source import (CANVAS_H, CANVAS_W, FolderLineSource, LmdbLineSource, background_option,
                                                to_canvas)
 
 
 def _unlisted(folder: str, listed: set) -> list:
-    names = sorted(n for n in os.listdir(folder) if n.lower().endswith(IMAGE_EXTENSIONS))
-    return [n for n in names if n not in listed]
+    return [n for n in list_image_files(folder) if n not in listed]
 
 
 @DATASET_REGISTRY.register()

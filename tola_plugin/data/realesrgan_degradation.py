@@ -16,7 +16,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from tola_plugin import _compat  # noqa: F401  (before basicsr)
 from basicsr.data.degradations import (circular_lowpass_kernel, random_add_gaussian_noise_pt,
                                        random_add_poisson_noise_pt, random_mixed_kernels)
 from basicsr.utils.diffjpeg import DiffJPEG

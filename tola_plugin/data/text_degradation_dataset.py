@@ -12,7 +12,6 @@ import numpy as np
 import torch
 from torch.utils import data
 
-from tola_plugin import _compat  # noqa: F401  (before basicsr)
 from basicsr.utils import get_root_logger
 from basicsr.utils.registry import DATASET_REGISTRY
 
@@ -65,7 +64,7 @@ class TextDegradationDataset(data.Dataset):
     Item: ``lq``, ``gt`` (3,128,512) float32 RGB in [0,1]; ``lq_path`` = ``gt_path`` = LMDB key or file
     path; ``text`` raw transcription; ``idm_tokens`` (24,) int64; ``ocr_target`` (25,) int64 (END, then -100).
 
-    ``index`` may exceed ``len(self)`` (``EnlargedSampler`` visits, see utils/basicsr_overrides.py): sample
+    ``index`` may exceed ``len(self)`` (``EnlargedSampler`` visits, see tola_plugin/basicsr_compat.py): sample
     ``index % len`` is read and ``index`` itself seeds the degradation.
     """
 

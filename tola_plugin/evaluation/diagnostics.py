@@ -223,7 +223,8 @@ def diagnostics_markdown(result: Mapping) -> str:
     display = {key: name for key, name, _ in SUMMARY_METRICS}
     for r in result['paired']:
         p = r.get('mcnemar', {}).get('p_value')
-        lines.append(f'| {display.get(r["metric"], r["metric"])} | {_f(r["mean_a"])} | {_f(r["mean_b"])} | {_signed(r["change"])} | '
+        name = display.get(r['metric'], r['metric'])
+        lines.append(f'| {name} | {_f(r["mean_a"])} | {_f(r["mean_b"])} | {_signed(r["change"])} | '
                      f'[{_signed(r["low"])}, {_signed(r["high"])}] | {"-" if p is None else f"{p:.4g}"} |')
     if 'confidence_bins' in result:
         lines += ['', '## By prior confidence', '', f'| Confidence | N | Prior ACC | {a} ACC | {b} ACC | {a} NED | '

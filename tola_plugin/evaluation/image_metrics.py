@@ -17,7 +17,7 @@ import cv2
 import numpy as np
 import torch
 
-from tola_plugin.data.image_io import IMAGE_EXTENSIONS, WHITE, read_image_file
+from tola_plugin.data.image_io import WHITE, list_image_files, read_image_file
 from tola_plugin.evaluation import weights as W
 
 LUMA_COLOR_SPACES = ('ycbcr', 'yiq')
@@ -120,9 +120,7 @@ def fid_between_dirs(restored_dir: str, reference_dir: str, device: str = 'cpu',
     with tempfile.TemporaryDirectory(prefix='tola_fid_') as tmp:
         dirs = []
         for side, folder in (('restored', restored_dir), ('reference', reference_dir)):
-            listed = names if names is not None else sorted(
-                n for n in os.listdir(folder) if n.lower().endswith(IMAGE_EXTENSIONS)
-                and os.path.isfile(os.path.join(folder, n)))
+            listed = names if names is not None else list_image_files(folder)
             dirs.append(stage_images(folder, listed, os.path.join(tmp, side), background))
         return float(metric(dirs[0], dirs[1], mode=mode, batch_size=batch_size, num_workers=num_workers,
                             verbose=verbose))

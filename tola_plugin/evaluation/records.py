@@ -15,7 +15,7 @@ import os
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
 from tola_plugin.data.text_labels import read_labels_tsv
-from tola_plugin.data.image_io import IMAGE_EXTENSIONS
+from tola_plugin.data.image_io import IMAGE_EXTENSIONS, list_image_files
 
 MAX_LISTED = 20  # names listed in a mismatch error
 
@@ -36,19 +36,14 @@ SUMMARY_METRICS = (('psnr', 'PSNR', True), ('ssim', 'SSIM', True), ('lpips', 'LP
 def list_images(folder: str) -> List[str]:
     """Sorted image file names directly inside ``folder``; an image in a subfolder is an error (FID reads
     folders recursively, so nested images would silently enter it)."""
-    if not os.path.isdir(folder):
-        raise FileNotFoundError(f'image folder {folder!r} does not exist')
-    names = []
-    for root, _, files in os.walk(folder):
-        for name in files:
-            if name.lower().endswith(IMAGE_EXTENSIONS):
-                if os.path.abspath(root) != os.path.abspath(folder):
-                    raise ValueError(f'{folder!r} contains an image in a subfolder ({os.path.join(root, name)!r}); '
-                                     f'evaluation folders must be flat')
-                names.append(name)
+    names = list_image_files(folder, recursive=True)
+    nested = [n for n in names if os.sep in n]
+    if nested:
+        raise ValueError(f'{folder!r} contains an image in a subfolder ({os.path.join(folder, nested[0])!r}); '
+                         f'evaluation folders must be flat')
     if not names:
         raise ValueError(f'image folder {folder!r} contains no images ({", ".join(IMAGE_EXTENSIONS)})')
-    return sorted(names)
+    return names
 
 
 def _listing(names: Iterable[str]) -> str:

@@ -42,7 +42,7 @@ ALEXNET = WeightFile('alexnet-owt-7be5be79.pth', TORCHVISION, 'torchvision AlexN
 VGG16 = WeightFile('vgg16-397923af.pth', TORCHVISION, 'torchvision VGG16 IMAGENET1K_V1 (DISTS backbone)',
                    'https://download.pytorch.org/models/vgg16-397923af.pth')
 # The LPIPS v0.1 AlexNet linear heads ship inside the `lpips` wheel; pyiqa's LPIPS_v0.1_alex-df73285e.pth holds
-# the same tensors under the same keys (research/basicsr.md §5), so no download is ever needed for them.
+# the same tensors under the same keys (docs/evaluation.md, "Weight files"), so no download is ever needed for them.
 LPIPS_ALEX_LINEAR = WeightFile('weights/v0.1/alex.pth', LPIPS_WHEEL, 'LPIPS v0.1 AlexNet linear layers',
                                'the lpips==0.1.4 wheel (pip install lpips)')
 LPIPS_VGG_LINEAR = WeightFile('weights/v0.1/vgg.pth', LPIPS_WHEEL, 'LPIPS v0.1 VGG linear layers (LPIPS loss)',

@@ -14,7 +14,7 @@ from typing import List
 import cv2
 import numpy as np
 
-from tola_plugin.data.image_io import IMAGE_EXTENSIONS, read_image_file
+from tola_plugin.data.image_io import IMAGE_EXTENSIONS, list_image_files, read_image_file
 from tola_plugin.evaluation.records import write_json, write_prior_csv
 
 PRIOR_CSV = 'prior.csv'
@@ -38,11 +38,7 @@ def list_inputs(source: str, recursive: bool, skip_dir: str = '') -> List[str]:
         return [source]
     if not os.path.isdir(source):
         raise FileNotFoundError(f'input not found: {source} (expected an image file or a folder)')
-    skip = os.path.realpath(skip_dir) if skip_dir else ''
-    found = []
-    for root, dirs, files in os.walk(source):
-        dirs[:] = sorted(d for d in dirs if os.path.realpath(os.path.join(root, d)) != skip) if recursive else []
-        found.extend(os.path.join(root, n) for n in sorted(files) if n.lower().endswith(IMAGE_EXTENSIONS))
+    found = [os.path.join(source, n) for n in list_image_files(source, recursive, skip_dir)]
     if not found:
         where = 'or its subfolders ' if recursive else ''
         raise ValueError(f'no images ({", ".join(IMAGE_EXTENSIONS)}) in {source} {where}'

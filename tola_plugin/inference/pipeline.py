@@ -171,7 +171,7 @@ class TOLAPipeline:
         """From a TOLA option file (its ``network_g``) and adaptation checkpoint (default: its
         ``path.pretrain_network_g``), made inference-only (``TOLANet.prepare_for_inference``: LoRA merged, same
         outputs, no adapter overhead)."""
-        from tola_plugin.utils.tola_loading import build_tola_from_options
+        from tola_plugin.checkpoints.tola import build_tola_from_options
         net = build_tola_from_options(option_file, checkpoint)
         from tola_plugin.archs.tola_arch import LATENT_MODES, NOISE_MODES
         for name, value in dict(network_overrides or {}).items():

@@ -10,7 +10,6 @@ import warnings
 import torch
 from torch import nn
 
-from tola_plugin import _compat  # noqa: F401  (before basicsr)
 from basicsr.utils.registry import LOSS_REGISTRY
 
 from tola_plugin.evaluation import weights as W

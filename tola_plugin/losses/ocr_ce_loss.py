@@ -9,7 +9,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tola_plugin import _compat  # noqa: F401  (before basicsr)
 from basicsr.utils.registry import LOSS_REGISTRY
 
 IGNORE_INDEX = -100  # padding of ``ocr_target`` after END, as produced by the datasets

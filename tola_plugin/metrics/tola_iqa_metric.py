@@ -15,7 +15,6 @@ from typing import Optional
 
 import numpy as np
 
-from tola_plugin import _compat  # noqa: F401  (before basicsr)
 from basicsr.utils.registry import METRIC_REGISTRY
 
 from tola_plugin.evaluation.image_metrics import DEFAULT_COLOR_SPACE, PairedImageMetrics, images_to_tensor

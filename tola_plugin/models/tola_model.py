@@ -17,7 +17,6 @@ from collections import OrderedDict
 
 import torch
 
-from tola_plugin import _compat  # noqa: F401  (before basicsr)
 from basicsr.losses import build_loss
 from basicsr.models.sr_model import SRModel
 from basicsr.utils import get_root_logger
@@ -27,7 +26,7 @@ from basicsr.utils.registry import MODEL_REGISTRY
 from tola_plugin.archs.tola_arch import image_noise_seed
 from tola_plugin.metrics.tola_iqa_metric import require_validation_weights
 from tola_plugin.utils.checkpoint_io import atomic_torch_save
-from tola_plugin.utils.tola_loading import ADAPTATION_META_KEY, load_adaptation_checkpoint
+from tola_plugin.checkpoints.tola import ADAPTATION_META_KEY, load_adaptation_checkpoint
 
 
 @MODEL_REGISTRY.register()
@@ -35,6 +34,11 @@ class TOLAModel(SRModel):
     """Options beyond SRModel's (under ``train``): ``pixel_opt`` (L1Loss), ``perceptual_opt`` (LPIPSLoss),
     ``ocr_opt`` (OCRCELoss), ``grad_clip_norm`` (1.0; ~ disables), optimizer ``type: AdamW``. Under ``val``:
     ``noise_seed`` (0), the base of the per-image ε seeds."""
+
+    #: During ``nondist_validation`` with ``val.ocr_metrics``: ``(predictions, transcriptions)``, two lists that
+    #: ``test()`` extends with what the frozen TransOCR reads on each restored batch and the batch's labels
+    #: (BasicSR's validation loop calls ``test()`` per batch and keeps no outputs); None otherwise.
+    ocr_records = None
 
     # every key the ``train`` block may hold (BasicSR's pipeline adds total_iter and warmup_iter)
     train_option_keys = frozenset({'ema_decay', 'optim_g', 'scheduler', 'pixel_opt', 'perceptual_opt', 'ocr_opt',
@@ -132,7 +136,8 @@ class TOLAModel(SRModel):
         self.log_dict = self.reduce_loss_dict(loss_dict)
 
     def test(self):
-        """Restore ``self.lq`` with per-image seeded ε (same noise for the same file in every run/variant)."""
+        """Restore ``self.lq`` with per-image seeded ε (same noise for the same file in every run/variant); while
+        ``ocr_records`` is set, also record what TransOCR reads on the restored images."""
         seeds = None
         if self.lq_paths is not None:
             base = self.opt.get('val', {}).get('noise_seed', 0)
@@ -143,21 +148,21 @@ class TOLAModel(SRModel):
         net.eval()
         with torch.no_grad():
             self.output = net(self.lq, gt_tokens=self.idm_tokens, noise_seeds=seeds)
-            if getattr(self, '_ocr_records', None) is not None and self.texts is not None:
+            if self.ocr_records is not None and self.texts is not None:
                 # the frozen TransOCR (the paper's T-ACC/T-NED recognizer) reads the restored images
-                self._ocr_records[0].extend(self.bare_net.transocr.recognize(self.output))
-                self._ocr_records[1].extend(self.texts)
+                self.ocr_records[0].extend(self.bare_net.transocr.recognize(self.output))
+                self.ocr_records[1].extend(self.texts)
         net.train()
 
     def nondist_validation(self, dataloader, current_iter, tb_logger, save_img):
         """BasicSR's validation (image metrics, saved images) plus TransOCR ACC/NED of the restored images when
         ``val.ocr_metrics`` (default true) and the dataset carries transcriptions ('text')."""
-        self._ocr_records = ([], []) if self.opt['val'].get('ocr_metrics', True) else None
+        self.ocr_records = ([], []) if self.opt['val'].get('ocr_metrics', True) else None
         try:
             super().nondist_validation(dataloader, current_iter, tb_logger, save_img)
-            if self._ocr_records is not None and self._ocr_records[1]:
+            if self.ocr_records is not None and self.ocr_records[1]:
                 from tola_plugin.evaluation.text_metrics import recognition_scores
-                preds, gts = self._ocr_records
+                preds, gts = self.ocr_records
                 scores = recognition_scores(preds, gts, lower=self.opt['val'].get('ocr_lower', False))
                 name = dataloader.dataset.opt['name']
                 get_root_logger().info(f'Validation {name}: TransOCR ACC {scores["acc"]:.4f}, '
@@ -167,7 +172,7 @@ class TOLAModel(SRModel):
                     for key, value in self.ocr_metric_results.items():
                         tb_logger.add_scalar(f'metrics/{name}/{key}', value, current_iter)
         finally:
-            self._ocr_records = None
+            self.ocr_records = None
 
     # ------------------------------------------------------------------------- save / load / log
     @master_only

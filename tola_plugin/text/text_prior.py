@@ -1,6 +1,7 @@
 """DiffTSR's text prior c_t: TransOCR greedy output -> 24 IDM tokens, with TOLA's per-token confidences.
 
-Token mapping = DiffTSR's ``Text_Prediction.predict`` post-processing, quirks included (SPEC §f, Appendix):
+Token mapping = DiffTSR's ``Text_Prediction.predict`` post-processing, quirks included (docs/transocr.md, "Text
+prior rules"):
 - only the first 23 greedy steps are read (the official loop looks at ``pred[0:24]`` = START + 23 steps);
 - the text is cut at the first END; a START predicted inside the text is written as the five letters
   'START' (which then map to IDM upper-case letters); '\\xad' is written as itself;

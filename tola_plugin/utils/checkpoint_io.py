@@ -1,4 +1,5 @@
-"""Safe, strict checkpoint reading and atomic checkpoint writing, shared by every loader and saver of the package.
+"""Safe checkpoint reading and atomic checkpoint writing, shared by every loader and saver of the package
+(the strict key-by-key check of a state dict is ``tola_plugin.checkpoints.strict``).
 
 Reading never runs pickled code: our own loaders call ``safe_torch_load`` (``weights_only=True``), and code of
 other libraries (pyiqa, lpips, torchvision, BasicSR) that loads weights runs inside ``weights_only_loads()``,
@@ -14,10 +15,9 @@ import contextlib
 import os
 import tempfile
 import threading
-from typing import Callable, Iterator, Mapping, Optional
+from typing import Callable, Iterator, Mapping
 
 import torch
-from torch import nn
 
 _TORCH_LOAD = torch.load  # the real loader, captured before any guard replaces the module attribute
 _GUARD_LOCK = threading.Lock()
@@ -149,39 +149,3 @@ def atomic_write(path: str, write: Callable[[str], None]) -> str:
 def atomic_torch_save(obj, path: str) -> str:
     """``torch.save(obj, path)`` through ``atomic_write``."""
     return atomic_write(path, lambda tmp: torch.save(obj, tmp))
-
-
-def load_state_dict_strict(module: nn.Module, state_dict: Mapping[str, torch.Tensor], component: str,
-                           origin: Optional[Mapping[str, str]] = None) -> nn.Module:
-    """Check ``state_dict`` against ``module`` key by key and shape by shape, then assign it; returns the
-    module in eval mode.
-
-    Any missing or unexpected key is a KeyError, a wrong shape a ValueError, a non-tensor a TypeError, each
-    naming ``component`` and the key (with ``origin``, our key -> the checkpoint's own key, both are named).
-    Tensors are assigned, not copied, so a module built on the meta device is materialised without a
-    second allocation; values are cast to the module's dtype.
-    """
-    origin = origin or {}
-
-    def name(k):
-        return f'{origin[k]!r} (ours: {k!r})' if origin.get(k, k) != k else repr(k)
-
-    own = module.state_dict()
-    missing = [k for k in own if k not in state_dict]
-    unexpected = [k for k in state_dict if k not in own]
-    if missing or unexpected:
-        raise KeyError(f'{component}: {len(missing)} missing key(s) {missing[:5]}, {len(unexpected)} unexpected '
-                       f'key(s) {[name(k) for k in unexpected[:5]]}')
-    tensors = {}
-    for key, value in state_dict.items():
-        if not isinstance(value, torch.Tensor):
-            raise TypeError(f'{component}: key {name(key)} holds a {type(value).__name__}, expected a tensor')
-        if tuple(value.shape) != tuple(own[key].shape):
-            raise ValueError(f'{component}: key {name(key)} has shape {tuple(value.shape)}, '
-                             f'expected {tuple(own[key].shape)}')
-        tensors[key] = value if value.dtype == own[key].dtype else value.to(own[key].dtype)
-    module.load_state_dict(tensors, strict=True, assign=True)
-    left = [k for k, t in list(module.named_parameters()) + list(module.named_buffers()) if t.is_meta]
-    if left:
-        raise RuntimeError(f'{component}: tensors not covered by the checkpoint: {left[:5]}')
-    return module.eval()

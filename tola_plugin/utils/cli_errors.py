@@ -5,8 +5,13 @@
   ValueError, KeyError or OSError (or a subclass: ``UsageError``, ``OptionError``, ``FileNotFoundError``,
   ``UnsafeCheckpointError``, ...) whose message names the file or option and what was expected; ``run_tool``
   prints it as one line ``error: <message>`` on stderr and exits with status 2. No traceback.
-- Anything else is a bug or a failed result and keeps its traceback (exit status 1). ``TOLA_TRACEBACK=1``
-  shows the traceback of the errors above too.
+- A check the user asked for that runs and fails (``--verify``, ``--check``, a run where some files could not be
+  restored) prints one line ``error: ...`` and returns status 1 from ``main``.
+- Anything else is a bug and keeps its traceback (exit status 1). ``TOLA_TRACEBACK=1`` shows the traceback of
+  the errors above too.
+
+Every tool is ``argparse`` + ``def main(argv=None) -> int`` + ``run_tool(main)`` (tests call ``main`` in-process);
+images are listed with ``tola_plugin.data.image_io.list_image_files`` and read with ``read_image_file``.
 """
 import os
 import sys

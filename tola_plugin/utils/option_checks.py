@@ -16,7 +16,6 @@ from typing import Iterable, Mapping, Optional
 
 import torch
 
-from tola_plugin import _compat  # noqa: F401  (before basicsr)
 from basicsr.utils.registry import ARCH_REGISTRY, DATASET_REGISTRY, LOSS_REGISTRY, MODEL_REGISTRY
 
 # Dataset keys that BasicSR's pipelines and ``build_dataloader`` read (basicsr 1.4.2), valid for every dataset.
@@ -132,10 +131,8 @@ def check_num_gpu(opt: Mapping) -> None:
 def check_options(opt: Mapping) -> None:
     """Every start-up check of a parsed BasicSR option dict (train or test)."""
     check_num_gpu(opt)
-    model = MODEL_REGISTRY._obj_map.get(opt.get('model_type'))
-    own_blocks = getattr(model, 'own_option_blocks', ())  # network_* blocks the model reads and checks itself
     for key, value in opt.items():
-        if key.startswith('network_') and value is not None and key not in own_blocks:
+        if key.startswith('network_') and value is not None:
             check_typed_block(value, ARCH_REGISTRY, key)
     for phase, dataset in (opt.get('datasets') or {}).items():
         check_dataset(dataset, f'datasets.{phase}')

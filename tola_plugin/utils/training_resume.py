@@ -147,7 +147,6 @@ class LoopPosition:
 
     @staticmethod
     def _check_geometry(sampler, pending):
-        from tola_plugin import _compat  # noqa: F401
         now = {'num_replicas': sampler.num_replicas, 'total_size': sampler.total_size,
                'dataset_len': len(sampler.dataset)}
         differ = {k: (pending[k], v) for k, v in now.items() if pending[k] != v}

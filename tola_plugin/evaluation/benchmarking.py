@@ -4,12 +4,10 @@ import time
 from typing import Callable, Optional
 
 import torch
-import yaml
 
-from tola_plugin import _compat  # noqa: F401  (before basicsr)
 from basicsr.archs import build_network
 
-from tola_plugin.utils.checkpoint_io import require_file
+from tola_plugin.checkpoints.tola import build_tola_from_options, read_tola_options
 
 
 def median_seconds(fn: Callable[[], object], repeats: int) -> float:
@@ -36,13 +34,9 @@ def build_benchmark_tola(opt_path: str, random_weights: bool, adaptation: bool =
         the file's ``path.pretrain_network_g``), or with ``random_weights`` seeded random values (at init LoRA
         and the LRC add exact zeros, which would hide what merging changes). False: left at init.
     """
-    with open(require_file(opt_path, 'option file', 'Give a TOLA option file.'), encoding='utf-8') as f:
-        opt = yaml.safe_load(f)
-    if (opt.get('network_g') or {}).get('type') != 'TOLANet':
-        raise ValueError(f'{opt_path}: expected a network_g of type TOLANet')
     if adaptation and not random_weights:
-        from tola_plugin.utils.tola_loading import build_tola_from_options
         return build_tola_from_options(opt_path, checkpoint)
+    opt = read_tola_options(opt_path)
     net_opt = dict(opt['network_g'])
     if random_weights:
         net_opt.update(backbone_init='random', random_seed=seed)

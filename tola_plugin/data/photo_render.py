@@ -11,7 +11,7 @@ import cv2
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from tola_plugin.utils.text_render import load_faces, system_cjk_fonts
+from tola_plugin.data.text_render import load_faces, system_cjk_fonts
 
 
 @dataclass(frozen=True)

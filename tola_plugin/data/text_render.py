@@ -3,8 +3,8 @@
 Every sample draws from its own generator seeded by (seed, index), so a set is byte-identical for a
 seed and does not depend on how many samples are rendered. Glyph coverage is checked against each
 font's cmap before drawing: a string no available font covers is an error, never a tofu box.
-Defaults follow ../shared/research/ocr_data.md (ink 55-85 % of the height, luma contrast > 90,
-solid/gradient/texture backgrounds, mild HR noise), which keeps the lines readable by real OCR.
+Defaults (ink 55-85 % of the height, luma contrast > 90, solid/gradient/texture backgrounds, mild HR noise) keep
+the lines readable by real OCR (docs/data.md, "Tools": rendering defaults and what PP-OCRv4 reads).
 """
 import os
 import subprocess

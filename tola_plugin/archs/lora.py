@@ -1,7 +1,7 @@
 """LoRA placement for TOLA through ``peft`` (no hand-written LoRA layers, merging or state-dict filtering).
 
-Placement (paper supplementary "LoRA Placement and Frozen Components"; SPEC §4, which shows these are
-the only natural rules that reproduce the paper's counts):
+Placement (paper supplementary "LoRA Placement and Frozen Components"; docs/tola.md, "LoRA placement", shows these
+are the only natural rules that reproduce the paper's counts):
 - IDM: every Linear/Conv inside the 16 transformer blocks (proj_in, proj_out, attn1/attn2 q/k/v/out,
   GEGLU in, FF out) -> 2,027,520 parameters at r = 4. ResNet blocks, time embedding, conv_in/conv_out
   stay unadapted.

@@ -1,4 +1,10 @@
-"""Every change this plugin makes to BasicSR 1.4.2, in one place (applied by ``import tola_plugin``).
+"""Every change this plugin makes to BasicSR 1.4.2 and its environment, in one place: ``tola_plugin/__init__``
+imports this module before anything else, so no other module of the package needs to care.
+
+0.   The torchvision shim, run before any ``import basicsr``: basicsr 1.4.2 (the last PyPI release) imports
+     ``torchvision.transforms.functional_tensor``, which torchvision removed in 0.17 (fixed upstream after the
+     release, never published). The module is aliased to its private successor, or to a minimal stand-in
+     exposing the one function basicsr uses.
 
 1-3. The three functions that assume a GPU, replaced so CPU and gloo DDP work; each keeps upstream
      behaviour when CUDA is present (nccl, cuda devices).
@@ -20,9 +26,36 @@
 10.  ``MessageLogger``'s ETA: the mean over the timed iterations, never negative (upstream's last line reads
      "eta: -1 day, 23:59:59").
 """
+import sys
+import types
+
+_OLD_TORCHVISION_MODULE = 'torchvision.transforms.functional_tensor'
+
+
+def install_torchvision_shim():
+    """Register ``torchvision.transforms.functional_tensor`` if torchvision no longer has it (0)."""
+    if _OLD_TORCHVISION_MODULE in sys.modules:
+        return
+    try:
+        import torchvision.transforms.functional_tensor  # noqa: F401  (old torchvision: nothing to do)
+        return
+    except ImportError:
+        pass
+    try:
+        from torchvision.transforms import _functional_tensor as module
+    except ImportError:
+        from torchvision.transforms.functional import rgb_to_grayscale
+        module = types.ModuleType(_OLD_TORCHVISION_MODULE)
+        module.rgb_to_grayscale = rgb_to_grayscale
+    sys.modules[_OLD_TORCHVISION_MODULE] = module
+
+
+install_torchvision_shim()
+
+# isort: split
+# Everything below imports basicsr, so it comes after the shim (setup.cfg lets flake8 accept E402 here).
 import datetime
 import os
-import sys
 import time
 
 import torch
@@ -30,7 +63,6 @@ import torch.distributed as dist
 import yaml
 from torch.nn.parallel import DataParallel, DistributedDataParallel
 
-from tola_plugin import _compat  # noqa: F401  (before basicsr)
 import basicsr.test
 import basicsr.train
 import basicsr.utils.options

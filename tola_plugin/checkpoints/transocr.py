@@ -1,6 +1,6 @@
 """Strict loading of the official TransOCR checkpoint (``transocr.pth`` of the DiffTSR release).
 
-Layouts accepted (SPEC §h; DiffTSR's ``Text_Prediction.__init__``):
+Layouts accepted (docs/transocr.md, "The official TransOCR"; DiffTSR's ``Text_Prediction.__init__``):
 - ``{'state_dict': {key: tensor}}`` with the bare model's keys;
 - a DataParallel state dict, keys prefixed ``module.`` (``module.module.`` is first rewritten to ``module.``,
   as the official loader does);
@@ -16,7 +16,8 @@ from typing import Dict, Mapping
 import torch
 
 from tola_plugin.archs.transocr_arch import TransOCR
-from tola_plugin.utils.checkpoint_io import load_state_dict_strict, require_file, safe_torch_load
+from tola_plugin.checkpoints.strict import load_state_dict_strict
+from tola_plugin.utils.checkpoint_io import require_file, safe_torch_load
 
 COMPONENT = 'TransOCR (transocr.pth)'
 WHERE = ('The DiffTSR release (YuzheZhang-1999/DiffTSR README, Google Drive / Baidu links) publishes transocr.pth '

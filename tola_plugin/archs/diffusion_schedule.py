@@ -45,3 +45,18 @@ def make_ldm_scheduler(kind: str = 'ddim', num_inference_steps: Union[int, None]
 def alphas_cumprod() -> torch.Tensor:
     """alphabar_t for t = 0..999, float32 (1000,), as diffusers computes it (alphabar_999 = 9.691e-5)."""
     return make_ldm_scheduler('ddpm').alphas_cumprod.clone()
+
+
+def schedule_constants(timestep: int):
+    """(√ᾱ_t, √(1-ᾱ_t)) as Python floats for the zero-indexed ``timestep``.
+
+    ᾱ is accumulated in float64 from the diffusers scheduler's betas and the square roots are taken in
+    float64, as LDM's numpy schedule does before its buffers are cast to float32; the float32 tensors they
+    multiply round them exactly as the official float32 buffers are rounded.
+    """
+    if not 0 <= int(timestep) < NUM_TRAIN_TIMESTEPS:
+        raise ValueError(f'timestep must be in [0, {NUM_TRAIN_TIMESTEPS - 1}], got {timestep!r}')
+    with torch.device('cpu'):  # real numbers even when the network is being built on the meta device
+        betas = make_ldm_scheduler('ddpm').betas.double()
+        alpha_bar = torch.cumprod(1.0 - betas, 0)[int(timestep)]
+    return float(alpha_bar.sqrt()), float((1.0 - alpha_bar).sqrt())

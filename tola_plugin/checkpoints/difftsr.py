@@ -1,11 +1,11 @@
 """Load DiffTSR's IDM, VAE and MoM from the official ``DiffTSR.ckpt`` (or our converted safetensors), strictly.
 
-Official layout (SPEC §h): ``torch.load`` gives ``{'IDM_Unet': sd, 'TDM_Decoder': sd, 'MoM_module': sd,
-'VAE_model': sd}`` of plain LDM-named state dicts. We read it with ``weights_only=True`` (no pickled code runs)
-and ``mmap=True`` so the 211M-parameter ``TDM_Decoder`` entry is dropped before any of its bytes are read.
+Official layout (docs/backbone.md, "Checkpoint layout"): ``torch.load`` gives ``{'IDM_Unet': sd, 'TDM_Decoder': sd,
+'MoM_module': sd, 'VAE_model': sd}`` of plain LDM-named state dicts. We read it with ``weights_only=True`` (no pickled
+code runs) and ``mmap=True`` so the 211M-parameter ``TDM_Decoder`` entry is dropped before any of its bytes are read.
 Each wanted component is renamed to our diffusers layout, checked key by key and shape by shape (any missing,
-unexpected or mis-shaped key is an error naming the component and the key), and assigned into a module built
-on the meta device (no random init, no second copy of the IDM's 3.5 GB).
+unexpected or mis-shaped key is an error naming the component and the key), and assigned into a module built on the
+meta device (no random init, no second copy of the IDM's 3.5 GB).
 
 Converted layout (``tools/convert_difftsr.py``): one safetensors file, keys ``idm.*``, ``vae.*``, ``mom.*`` in
 our names, metadata ``format`` and the component configs as JSON.
@@ -23,7 +23,8 @@ from torch import nn
 from tola_plugin.archs.idm_unet_arch import DiffTSRIDMUNet
 from tola_plugin.archs.mom_arch import DiffTSRMoM
 from tola_plugin.archs.vae_arch import DiffTSRVAE
-from tola_plugin.utils.checkpoint_io import atomic_write, load_state_dict_strict, require_file
+from tola_plugin.checkpoints.strict import load_state_dict_strict
+from tola_plugin.utils.checkpoint_io import atomic_write, require_file
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +43,8 @@ StateDict = Dict[str, torch.Tensor]
 Origin = Dict[str, str]  # our key -> official key (for error messages)
 
 # ---------------------------------------------------------------------------------------------------------
-# key renaming: LDM openaimodel.UNetModel -> diffusers UNet2DConditionModel (SPEC §a; generic in the config)
+# key renaming: LDM openaimodel.UNetModel -> diffusers UNet2DConditionModel (docs/backbone.md, "IDM key layout";
+# generic in the config)
 
 _RESBLOCK = {'in_layers.0': 'norm1', 'in_layers.2': 'conv1', 'emb_layers.1': 'time_emb_proj',
              'out_layers.0': 'norm2', 'out_layers.3': 'conv2', 'skip_connection': 'conv_shortcut'}
@@ -165,7 +167,7 @@ def official_mom_to_ours(sd: Mapping[str, torch.Tensor], config: Mapping) -> Tup
 
 
 def official_vae_to_ours(sd: Mapping[str, torch.Tensor], config: Mapping) -> Tuple[StateDict, Origin]:
-    """diffusers' own LDM-VAE converter (exact for kl-f4, SPEC §b) plus a check that it used every key."""
+    """diffusers' own LDM-VAE converter (exact for kl-f4, docs/backbone.md "VAE"), checked to use every key."""
     from diffusers.loaders.single_file_utils import convert_ldm_vae_checkpoint
 
     n = len(config['block_out_channels'])
