@@ -16,10 +16,12 @@ setup(
     long_description=open('README.md', encoding='utf-8').read(),
     long_description_content_type='text/markdown',
     packages=find_packages(include=['tola_plugin', 'tola_plugin.*', 'tola_cli']),
-    package_data={'tola_plugin.vocab': ['*.txt'],
-                  'tola_plugin.demo_backbone': ['*.safetensors', '*.json'],   # the demo model trained here
-                  'tola_plugin.samples': ['*.png', '*.tsv', '*.md'],          # DiffTSR test LR images (Apache-2.0)
-                  'tola_plugin.rendered_samples': ['*.png', '*.tsv', '*.md']},  # examples of tola-web
+    package_data={
+        'tola_plugin.vocab': ['*.txt'],
+        'tola_plugin.demo_backbone': ['*.safetensors', '*.json'],  # the demo model trained here
+        'tola_plugin.samples': ['*.png', '*.tsv', '*.md'],  # DiffTSR test LR images (Apache-2.0)
+        'tola_plugin.rendered_samples': ['*.png', '*.tsv', '*.md']
+    },  # examples of tola-web
     include_package_data=True,
     python_requires='>=3.10',
     # Ranges, not pins: pins for a reproducible environment live in requirements.txt.
@@ -41,8 +43,7 @@ setup(
         'mmengine',
     ],
     extras_require={
-        'eval': ['pyiqa==0.1.16', 'rapidocr-onnxruntime==1.4.4', 'rapidfuzz', 'scipy', 'matplotlib',
-                 'huggingface_hub'],
+        'eval': ['pyiqa==0.1.16', 'rapidocr-onnxruntime==1.4.4', 'rapidfuzz', 'scipy', 'matplotlib', 'huggingface_hub'],
         'onnx': ['onnx==1.23.2', 'onnxruntime==1.23.2'],
         'web': ['gradio==6.31.0'],
         'test': ['pytest', 'pytest-xdist==3.8.0', 'selenium==4.51.0'],

@@ -10,7 +10,6 @@ import yaml
 
 import tola_plugin  # noqa: F401  (registers everything before any test builds from options)
 from tola_plugin.data.text_render import TextLineRenderer
-
 import numerics
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -19,8 +18,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def pytest_report_header(config):
     """The CPU kernels in use, so a CI log shows which ISA the numerical tests ran with."""
     import torch
-    forced = [f'{k}={os.environ[k]}' for k in ('ATEN_CPU_CAPABILITY', 'MKL_ENABLE_INSTRUCTIONS', 'ONEDNN_MAX_CPU_ISA')
-              if k in os.environ]
+    forced = [
+        f'{k}={os.environ[k]}' for k in ('ATEN_CPU_CAPABILITY', 'MKL_ENABLE_INSTRUCTIONS', 'ONEDNN_MAX_CPU_ISA')
+        if k in os.environ
+    ]
     kernels = torch.backends.cpu.get_cpu_capability()
     return f'torch {torch.__version__}, CPU kernels {kernels} {" ".join(forced)}'.strip()
 
@@ -48,8 +49,9 @@ def render_pairs(folder, num, seed, scale=4):
         bgr = cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR)
         name = f'{i + 1:06d}.png'
         cv2.imwrite(os.path.join(hr, name), bgr)
-        cv2.imwrite(os.path.join(lr, name), cv2.resize(bgr, (bgr.shape[1] // scale, bgr.shape[0] // scale),
-                                                       interpolation=cv2.INTER_CUBIC))
+        cv2.imwrite(
+            os.path.join(lr, name),
+            cv2.resize(bgr, (bgr.shape[1] // scale, bgr.shape[0] // scale), interpolation=cv2.INTER_CUBIC))
         lines.append(f'{name}\t{text}\n')
     with open(os.path.join(folder, 'labels.tsv'), 'w', encoding='utf-8') as f:
         f.writelines(lines)
@@ -60,8 +62,7 @@ def render_pairs(folder, num, seed, scale=4):
 def rendered_sets(tmp_path_factory):
     """{'train': folder of 8 lines, 'val': folder of 2 lines}, each with hr/, lr_x4/ and labels.tsv."""
     root = tmp_path_factory.mktemp('rendered')
-    return {'train': render_pairs(str(root / 'train'), 8, seed=0),
-            'val': render_pairs(str(root / 'val'), 2, seed=1)}
+    return {'train': render_pairs(str(root / 'train'), 8, seed=0), 'val': render_pairs(str(root / 'val'), 2, seed=1)}
 
 
 def free_port():

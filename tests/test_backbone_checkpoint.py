@@ -8,7 +8,6 @@ import torch
 
 from tola_plugin.checkpoints import difftsr as difftsr_checkpoint
 from tola_plugin.checkpoints.difftsr import load_difftsr, read_official
-
 from backbone_testing import OFFICIAL_KEYS, cheap_official, manifest, official_fixture, write_tiny_official_ckpt
 
 FULL = {'idm': 874_024_003, 'vae': 55_312_063, 'mom': 6_226_675}
@@ -18,8 +17,8 @@ FULL = {'idm': 874_024_003, 'vae': 55_312_063, 'mom': 6_226_675}
 def test_every_manifest_loads_strictly_at_full_size(tmp_path, comp):
     """Official keys/shapes of the manifest -> our module, one component at a time (TDM present, skipped)."""
     path = str(tmp_path / 'DiffTSR.ckpt')
-    torch.save({OFFICIAL_KEYS[comp]: cheap_official(manifest(comp)),
-                'TDM_Decoder': cheap_official(manifest('tdm'))}, path)
+    torch.save({OFFICIAL_KEYS[comp]: cheap_official(manifest(comp)), 'TDM_Decoder': cheap_official(manifest('tdm'))},
+               path)
     nets = load_difftsr(path, [comp])
     assert list(nets) == [comp]
     assert sum(p.numel() for p in nets[comp].parameters()) == FULL[comp]
@@ -100,21 +99,25 @@ def test_wrong_key_is_refused_naming_component_and_key(tmp_path, tiny):
     def rename(raw):
         idm = raw['IDM_Unet']
         idm['input_blocks.1.0.in_layers.9.weight'] = idm.pop('input_blocks.1.0.in_layers.0.weight')
+
     with pytest.raises(KeyError, match=r"IDM_Unet.*input_blocks\.1\.0\.in_layers\.9\.weight"):
         load_difftsr(_rewrite(tmp_path, path, rename), ['idm'], configs=configs)
 
     def drop(raw):
         del raw['MoM_module']['Transformer.transformer.norm.bias']
+
     with pytest.raises(KeyError, match=r"MoM_module.*missing.*text_encoder\.norm\.bias"):
         load_difftsr(_rewrite(tmp_path, path, drop), ['mom'], configs=configs)
 
     def extra_vae(raw):
         raw['VAE_model']['loss.logvar'] = torch.zeros(())
+
     with pytest.raises(KeyError, match=r"VAE_model.*loss\.logvar"):
         load_difftsr(_rewrite(tmp_path, path, extra_vae), ['vae'], configs=configs)
 
     def no_vae(raw):
         del raw['VAE_model']
+
     with pytest.raises(KeyError, match="no 'VAE_model' entry"):
         load_difftsr(_rewrite(tmp_path, path, no_vae), ['vae'], configs=configs)
 
@@ -124,12 +127,15 @@ def test_wrong_shape_is_refused_naming_key_and_shapes(tmp_path, tiny):
 
     def reshape(raw):
         raw['IDM_Unet']['out.2.weight'] = torch.zeros(4, 32, 3, 3)
-    with pytest.raises(ValueError, match=r"IDM_Unet: key 'out\.2\.weight' \(ours: 'conv_out\.weight'\) has shape "
-                                         r"\(4, 32, 3, 3\), expected \(3, 32, 3, 3\)"):
+
+    with pytest.raises(
+            ValueError, match=r"IDM_Unet: key 'out\.2\.weight' \(ours: 'conv_out\.weight'\) has shape "
+            r"\(4, 32, 3, 3\), expected \(3, 32, 3, 3\)"):
         load_difftsr(_rewrite(tmp_path, path, reshape), ['idm'], configs=configs)
 
 
 class _Payload:
+
     def __reduce__(self):
         return (os.system, ('touch PWNED_BY_PICKLE', ))
 
@@ -237,16 +243,22 @@ def test_configs_from_official_yaml():
             assert _plain(CLASSES[comp](**cfg).config) == _plain(CLASSES[comp]().config), comp
     meta, _ = official_fixture()
     tiny = meta['official']
-    tiny_params = {'IDM_Unet_config': tiny['idm'], 'VAE_model_config': tiny['vae'],
-                   'MoM_module_config': {'MoM_Unet': tiny['mom']['unet'], 'MoM_Transformer': tiny['mom']['bert'],
-                                         'num_classes': 6736, 'context_dim': 16}}
+    tiny_params = {
+        'IDM_Unet_config': tiny['idm'], 'VAE_model_config': tiny['vae'], 'MoM_module_config': {
+            'MoM_Unet': tiny['mom']['unet'], 'MoM_Transformer': tiny['mom']['bert'], 'num_classes': 6736,
+            'context_dim': 16
+        }
+    }
     ours = configs_from_official(tiny_params)
     for comp in ('idm', 'vae', 'mom'):
         with torch.device('meta'):
             a, b = CLASSES[comp](**ours[comp]).config, CLASSES[comp](**meta['ours'][comp]).config
         assert _plain(a) == _plain(b), comp
-    bad = {'IDM_Unet_config': {'params': dict(OFFICIAL_YAML_PARAMS['IDM_Unet_config']['params'],
-                                              use_scale_shift_norm=True)}}
+    bad = {
+        'IDM_Unet_config': {
+            'params': dict(OFFICIAL_YAML_PARAMS['IDM_Unet_config']['params'], use_scale_shift_norm=True)
+        }
+    }
     with pytest.raises(ValueError, match='IDM_Unet_config.use_scale_shift_norm'):
         configs_from_official(bad)
 

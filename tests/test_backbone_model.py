@@ -9,14 +9,13 @@ import pytest
 import torch
 import yaml
 
-from tola_plugin.archs.transocr_arch import TransOCR
-from tola_plugin.archs.diffusion_schedule import make_ldm_scheduler
 from tola_plugin.archs.difftsr_arch import DiffTSRNet, difftsr_sample
+from tola_plugin.archs.diffusion_schedule import make_ldm_scheduler
+from tola_plugin.archs.transocr_arch import TransOCR
 from tola_plugin.models.difftsr_model import DiffTSRModel
 from tola_plugin.text.alphabets import decode_idm
 from tola_plugin.text.text_prior import transocr_to_idm
 from tola_plugin.utils.option_checks import OptionError, check_options
-
 from backbone_testing import DATA, official_fixture, single_thread, write_tiny_official_ckpt
 from conftest import run_launcher
 
@@ -59,8 +58,8 @@ def test_tiny_route_through_basicsr_test_pipeline(workdir):
     run_launcher(['-m', 'tola_plugin.test', '-opt', 'tiny.yml'], cwd=str(root))
     model = DiffTSRModel(base_opt(root, opt))
     for name in ('a', 'b'):
-        saved = cv2.imread(str(root / 'results' / 'DiffTSR_tiny' / 'visualization' / 'tiny_lr' /
-                               f'{name}_DiffTSR_tiny.png'))
+        saved = cv2.imread(
+            str(root / 'results' / 'DiffTSR_tiny' / 'visualization' / 'tiny_lr' / f'{name}_DiffTSR_tiny.png'))
         assert saved is not None and saved.shape == (32, 128, 3)
         # the same route in-process: BGR file -> RGB [0,1] tensor, seed 3, 20 steps
         lq = torch.from_numpy(cv2.imread(str(root / 'lr' / f'{name}.png'))[:, :, ::-1] / 255.).float()
@@ -97,9 +96,10 @@ def test_official_option_file_mirrors_official_inference():
     with open(os.path.join(os.path.dirname(DATA), '..', '..', 'options', 'test', 'test_DiffTSR.yml')) as f:
         opt = yaml.safe_load(f)
     assert opt['model_type'] == 'DiffTSRModel'
-    assert opt['network_g'] == {'type': 'DiffTSRNet', 'difftsr_checkpoint': 'checkpoints/DiffTSR.ckpt',
-                                'transocr_checkpoint': 'checkpoints/transocr.pth', 'steps': 200, 'eta': 0.2,
-                                'posterior': 'sample'}
+    assert opt['network_g'] == {
+        'type': 'DiffTSRNet', 'difftsr_checkpoint': 'checkpoints/DiffTSR.ckpt',
+        'transocr_checkpoint': 'checkpoints/transocr.pth', 'steps': 200, 'eta': 0.2, 'posterior': 'sample'
+    }
     assert opt['sampler'] == {'seed': 0, 'input_size': [128, 512]}
 
 

@@ -4,7 +4,6 @@ import torch
 from tola_plugin.archs.idm_unet_arch import DiffTSRIDMUNet
 from tola_plugin.archs.mom_arch import DiffTSRMoM
 from tola_plugin.archs.vae_arch import LATENT_SCALE, DiffTSRVAE
-
 from backbone_testing import manifest
 
 

@@ -5,7 +5,6 @@ import pytest
 import torch
 
 from tola_plugin.archs.diffusion_schedule import alphas_cumprod, make_ldm_scheduler
-
 from numerics import rel_err, within
 
 

@@ -9,7 +9,6 @@ from tola_plugin.data.bsrgan_degradation import (BSRGAN_DEFAULTS, BSRGANDegradat
                                                  isotropic_gaussian_kernel, shift_pixel)
 from tola_plugin.data.realesrgan_degradation import REALESRGAN_DEFAULTS, RealESRGANDegradation
 from tola_plugin.data.sample_rng import sample_generator, seeded_global_rngs
-
 from numerics import abs_err, within
 
 
@@ -123,6 +122,7 @@ def test_seeded_global_rngs_restores_caller_state():
 @pytest.mark.numerics
 def test_blur_equals_basicsr_filter2d():
     import torch
+
     from basicsr.data.degradations import random_mixed_kernels
     from basicsr.utils.img_process_util import filter2D
 

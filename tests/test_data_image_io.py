@@ -33,16 +33,16 @@ def test_rgb_png_and_jpeg_read_as_bgr(rgb):
 def test_transparent_background_is_white_not_black(rgb):
     rgba = np.dstack([rgb, np.zeros(rgb.shape[:2], np.uint8)])
     rgba[4:8, 5:15, 3] = 255  # an opaque stroke on a transparent background
-    rgba[0, 0, 3] = 128       # a half-transparent pixel
+    rgba[0, 0, 3] = 128  # a half-transparent pixel
     data = encode(Image.fromarray(rgba, 'RGBA'), 'PNG')
     out = decode_image(data, 'x')
     assert out.shape == rgb.shape
-    assert (out[8:, :, :] == 255).all()                               # transparent -> white
-    assert np.array_equal(out[4:8, 5:15], rgb[4:8, 5:15, ::-1])       # opaque -> unchanged
+    assert (out[8:, :, :] == 255).all()  # transparent -> white
+    assert np.array_equal(out[4:8, 5:15], rgb[4:8, 5:15, ::-1])  # opaque -> unchanged
     expected = np.round(rgb[0, 0, ::-1] * (128 / 255) + 255 * (1 - 128 / 255)).astype(np.uint8)
-    assert np.abs(out[0, 0].astype(int) - expected).max() <= 1      # blended (one rounding step)
+    assert np.abs(out[0, 0].astype(int) - expected).max() <= 1  # blended (one rounding step)
     grey = decode_image(data, 'x', background=(10, 20, 30))
-    assert (grey[8:, :] == (30, 20, 10)).all()                        # RGB option, BGR result
+    assert (grey[8:, :] == (30, 20, 10)).all()  # RGB option, BGR result
     with pytest.raises(ValueError, match='background'):
         decode_image(data, 'x', background=(0, 0))
 
@@ -101,7 +101,7 @@ def test_list_image_files_flat_recursive_and_skip(tmp_path):
         (tmp_path / rel).write_bytes(b'')
     assert list_image_files(str(tmp_path)) == ['a.jpg', 'b.PNG']
     assert list_image_files(str(tmp_path), recursive=True) == ['a.jpg', 'b.PNG', 'out/d.png', 'sub/c.webp']
-    assert list_image_files(str(tmp_path), recursive=True, skip_dir=str(tmp_path / 'out')) == [
-        'a.jpg', 'b.PNG', 'sub/c.webp']
+    assert list_image_files(str(tmp_path), recursive=True,
+                            skip_dir=str(tmp_path / 'out')) == ['a.jpg', 'b.PNG', 'sub/c.webp']
     with pytest.raises(FileNotFoundError, match='image folder not found'):
         list_image_files(str(tmp_path / 'missing'))

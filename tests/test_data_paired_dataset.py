@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-import tola_plugin  # noqa: F401  (registers the datasets)
 from basicsr.data import build_dataset
+
+import tola_plugin  # noqa: F401  (registers the datasets)
 from tola_plugin.data.fudanvi_lmdb import write_fudanvi_lmdb
 from tola_plugin.text.alphabets import TRANSOCR_END, decode_transocr
 

@@ -8,9 +8,10 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
-import tola_plugin  # noqa: F401  (registers the datasets)
 from basicsr.data import build_dataset
 from basicsr.data.data_sampler import EnlargedSampler
+
+import tola_plugin  # noqa: F401  (registers the datasets)
 from tola_plugin.data.fudanvi_lmdb import write_fudanvi_lmdb
 from tola_plugin.data.text_degradation_dataset import DegradationError, TextDegradationDataset
 from tola_plugin.data.text_labels import TextLabelError
@@ -33,8 +34,10 @@ def lmdb_root(tmp_path_factory):
 
 
 def _opt(root, **extra):
-    opt = {'type': 'TextDegradationDataset', 'name': 'train', 'phase': 'train', 'dataroot_gt': root,
-           'io_backend': {'type': 'lmdb'}, 'seed': 0}
+    opt = {
+        'type': 'TextDegradationDataset', 'name': 'train', 'phase': 'train', 'dataroot_gt': root,
+        'io_backend': {'type': 'lmdb'}, 'seed': 0
+    }
     opt.update(extra)
     return opt
 
@@ -84,9 +87,11 @@ def test_plan_matches_what_getitem_uses(lmdb_root):
     real, used = dict(ds.chains), []
 
     def spy(name):
+
         def call(img, scale, rng):
             used.append((name, scale))
             return real[name](img, scale, rng)
+
         return call
 
     ds.chains = {name: spy(name) for name in real}
@@ -127,8 +132,10 @@ def test_folder_source_with_index_list(tmp_path):
         names.append(name)
     (tmp_path / 'labels.tsv').write_text(''.join(f'{n}\t{t}\n' for n, t in zip(names, LABELS)), encoding='utf-8')
     (tmp_path / 'index.txt').write_text('3\n1\n', encoding='utf-8')
-    ds = build_dataset(_opt(str(tmp_path), io_backend={'type': 'disk'}, labels=str(tmp_path / 'labels.tsv'),
-                            index_list=str(tmp_path / 'index.txt')))
+    ds = build_dataset(
+        _opt(
+            str(tmp_path), io_backend={'type': 'disk'}, labels=str(tmp_path / 'labels.tsv'),
+            index_list=str(tmp_path / 'index.txt')))
     assert len(ds) == 2
     assert [ds[i]['text'] for i in range(2)] == ['abc', 'world42']
     assert os.path.basename(ds[0]['lq_path']) == 'img_3.png'
@@ -155,8 +162,9 @@ def _raw_lmdb(path, entries):
 
 def test_corrupt_image_missing_key_and_empty_label(tmp_path):
     good = {b'image-000000001': _png('good'), b'label-000000001': b'good'}
-    root = _raw_lmdb(str(tmp_path / 'corrupt'), {**good, b'image-000000002': b'not an image',
-                                                  b'label-000000002': b'broken', b'num-samples': b'2'})
+    root = _raw_lmdb(
+        str(tmp_path / 'corrupt'),
+        {**good, b'image-000000002': b'not an image', b'label-000000002': b'broken', b'num-samples': b'2'})
     ds = build_dataset(_opt(root))
     with pytest.raises(ValueError, match='image-000000002: not a decodable image'):
         ds[1]
@@ -167,8 +175,8 @@ def test_corrupt_image_missing_key_and_empty_label(tmp_path):
     ds = build_dataset(_opt(root))
     with pytest.raises(KeyError, match='missing key image-000000002'):
         ds[1]
-    root = _raw_lmdb(str(tmp_path / 'empty'), {**good, b'image-000000002': _png('x'), b'label-000000002': b'',
-                                                b'num-samples': b'2'})
+    root = _raw_lmdb(
+        str(tmp_path / 'empty'), {**good, b'image-000000002': _png('x'), b'label-000000002': b'', b'num-samples': b'2'})
     with pytest.raises(TextLabelError, match='image-000000002: empty label'):
         build_dataset(_opt(root))
     root = _raw_lmdb(str(tmp_path / 'no_count'), good)
@@ -201,11 +209,13 @@ def test_failing_degradation_raises_retries_or_skips(lmdb_root):
     real = dict(ds.chains)
 
     def flaky(name):
+
         def call(img, scale, rng):
             calls['n'] += 1
             if calls['n'] % 2:
                 raise RuntimeError('flaky')
             return real[name](img, scale, rng)
+
         return call
 
     calls['n'] = 0
@@ -219,11 +229,13 @@ def test_failing_degradation_raises_retries_or_skips(lmdb_root):
     failing = {'on': True}
 
     def first_fails(name):
+
         def call(img, scale, rng):
             if failing['on']:
                 failing['on'] = False
                 raise RuntimeError('once')
             return real[name](img, scale, rng)
+
         return call
 
     ds.chains = {name: first_fails(name) for name in real}

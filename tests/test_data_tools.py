@@ -6,11 +6,12 @@ import cv2
 import numpy as np
 import pytest
 
-import tola_plugin  # noqa: F401
 from basicsr.data import build_dataset
+
+import tola_plugin  # noqa: F401
+from tola_plugin.data.fudanvi_lmdb import shared_lmdb_env
 from tola_plugin.data.image_checks import (RT50_THRESHOLDS, dhash, failed_quality_rules, gray_entropy, hamming,
                                            image_stats, label_category)
-from tola_plugin.data.fudanvi_lmdb import shared_lmdb_env
 from tola_plugin.data.text_line_source import LmdbLineSource
 from tola_plugin.utils.cli_errors import UsageError
 
@@ -58,8 +59,10 @@ def test_make_lmdb_round_trip(tmp_path):
     # the failed write leaves nothing behind, so the rerun after fixing the file is accepted
     assert not (tmp_path / 'x').exists()
     (images / 'a.jpg').write_bytes(originals['a.jpg'])
-    assert tool.main(['--images', str(images), '--labels', str(tmp_path / 'labels.tsv'),
-                      '--out', str(tmp_path / 'x')]) == 0
+    assert tool.main(['--images',
+                      str(images), '--labels',
+                      str(tmp_path / 'labels.tsv'), '--out',
+                      str(tmp_path / 'x')]) == 0
 
 
 def test_split_matches_paper_counts_and_is_deterministic(tmp_path):
@@ -88,13 +91,21 @@ def _two_levels(a, b):
 
 
 @pytest.mark.parametrize('img,rule,ok', [
-    (_flat(20), 'gray_mean', True), (_flat(19), 'gray_mean', False),
-    (_flat(235), 'gray_mean', True), (_flat(236), 'gray_mean', False),
-    (_two_levels(100, 120), 'gray_std', True), (_two_levels(100, 119), 'gray_std', False),
-    (_two_levels(40, 200), 'gray_std', True), (_two_levels(39, 201), 'gray_std', False),
-    (_flat(128, 24, 8), 'size', True), (_flat(128, 23, 8), 'size', False), (_flat(128, 28, 7), 'size', False),
-    (_flat(128, 24, 12), 'aspect', True), (_flat(128, 25, 13), 'aspect', False),
-    (_flat(128, 80, 8), 'aspect', True), (_flat(128, 81, 8), 'aspect', False),
+    (_flat(20), 'gray_mean', True),
+    (_flat(19), 'gray_mean', False),
+    (_flat(235), 'gray_mean', True),
+    (_flat(236), 'gray_mean', False),
+    (_two_levels(100, 120), 'gray_std', True),
+    (_two_levels(100, 119), 'gray_std', False),
+    (_two_levels(40, 200), 'gray_std', True),
+    (_two_levels(39, 201), 'gray_std', False),
+    (_flat(128, 24, 8), 'size', True),
+    (_flat(128, 23, 8), 'size', False),
+    (_flat(128, 28, 7), 'size', False),
+    (_flat(128, 24, 12), 'aspect', True),
+    (_flat(128, 25, 13), 'aspect', False),
+    (_flat(128, 80, 8), 'aspect', True),
+    (_flat(128, 81, 8), 'aspect', False),
 ])
 def test_image_rules_at_thresholds(img, rule, ok):
     assert (rule not in failed_quality_rules(image_stats(img))) == ok
@@ -111,8 +122,10 @@ def test_entropy_rule_at_threshold():
 @pytest.mark.parametrize('name,lo,hi', [('laplacian_var', 2.0, 1200.0), ('edge_density', 0.01, 0.65),
                                         ('gray_mean', 20.0, 235.0), ('gray_std', 10.0, 80.0), ('aspect', 2.0, 10.0)])
 def test_range_rules_are_inclusive(name, lo, hi):
-    base = {'width': 100, 'height': 20, 'aspect': 5.0, 'gray_mean': 100.0, 'gray_std': 30.0, 'laplacian_var': 100.0,
-            'edge_density': 0.1, 'entropy': 4.0}
+    base = {
+        'width': 100, 'height': 20, 'aspect': 5.0, 'gray_mean': 100.0, 'gray_std': 30.0, 'laplacian_var': 100.0,
+        'edge_density': 0.1, 'entropy': 4.0
+    }
     assert failed_quality_rules(base) == []
     assert (RT50_THRESHOLDS[name]) == (lo, hi)
     for value, ok in ((lo, True), (hi, True), (np.nextafter(lo, -np.inf), False), (np.nextafter(hi, np.inf), False)):
@@ -120,10 +133,11 @@ def test_range_rules_are_inclusive(name, lo, hi):
     assert failed_quality_rules(dict(base, entropy=3.0)) == [] and failed_quality_rules(dict(base, entropy=2.999))
 
 
-@pytest.mark.parametrize('label,category', [
-    ('测试', 'chinese'), ('测', None), ('一二三四五六七八', 'chinese'), ('一二三四五六七八九', None),
-    ('abc', 'english'), ('ab', None), ('ABCDEFGHIJKL', 'english'), ('ABCDEFGHIJKLM', None),
-    ('12', 'numeric'), ('1', None), ('123456', 'numeric'), ('1234567', None), ('ab12', None), ('测a', None)])
+@pytest.mark.parametrize('label,category', [('测试', 'chinese'), ('测', None), ('一二三四五六七八', 'chinese'),
+                                            ('一二三四五六七八九', None), ('abc', 'english'), ('ab', None),
+                                            ('ABCDEFGHIJKL', 'english'), ('ABCDEFGHIJKLM', None), ('12', 'numeric'),
+                                            ('1', None), ('123456', 'numeric'), ('1234567', None), ('ab12', None),
+                                            ('测a', None)])
 def test_label_rules(label, category):
     assert label_category(label) == category
 
@@ -138,11 +152,16 @@ def test_dhash_and_hamming():
 def _rt50_inputs(tmp_path):
     images = tmp_path / 'cands'
     images.mkdir()
-    rows = [('c1.png', '文字', 'mild'), ('e1.png', 'Hello', 'medium'), ('n1.png', '2026', 'hard'),
-            ('e2.png', 'hello', 'mild'),  # repeated transcription (case-insensitive)
-            ('e3.png', 'World', 'hard'),  # near duplicate (patched hash)
-            ('x1.png', 'ab', 'hard'),  # label too short for English
-            ('f1.png', 'Flat', 'mild'), ('e4.png', 'Again', 'hard')]
+    rows = [
+        ('c1.png', '文字', 'mild'),
+        ('e1.png', 'Hello', 'medium'),
+        ('n1.png', '2026', 'hard'),
+        ('e2.png', 'hello', 'mild'),  # repeated transcription (case-insensitive)
+        ('e3.png', 'World', 'hard'),  # near duplicate (patched hash)
+        ('x1.png', 'ab', 'hard'),  # label too short for English
+        ('f1.png', 'Flat', 'mild'),
+        ('e4.png', 'Again', 'hard')
+    ]
     for i, (name, label, _) in enumerate(rows):
         drawn = label if label.isascii() else 'Zhong Wen'  # cv2 has no CJK glyphs; the label is what counts
         img = _flat(200, 300, 60) if name == 'f1.png' else _text_image(drawn, 300, 60, i)
@@ -166,8 +185,12 @@ def test_screen_rt50_end_to_end(tmp_path, monkeypatch):
     monkeypatch.setattr(tool, 'image_stats', stats_with_controlled_hash)
     images, tsv = _rt50_inputs(tmp_path)
     out = tmp_path / 'rt'
-    args = ['--images', str(images), '--candidates', str(tsv), '--out', str(out), '--composition',
-            'chinese=1,english=2,numeric=1', '--difficulty', 'mild=1,medium=1,hard=2']
+    args = [
+        '--images',
+        str(images), '--candidates',
+        str(tsv), '--out',
+        str(out), '--composition', 'chinese=1,english=2,numeric=1', '--difficulty', 'mild=1,medium=1,hard=2'
+    ]
     assert tool.main(args) == 0
     lines = (out / 'screening.tsv').read_text(encoding='utf-8').splitlines()
     header = lines[0].split('\t')
@@ -181,8 +204,10 @@ def test_screen_rt50_end_to_end(tmp_path, monkeypatch):
     manifest = (out / 'manifest.tsv').read_text(encoding='utf-8').splitlines()
     assert [m.split('\t')[0] for m in manifest[1:]] == ['RT001', 'RT002', 'RT003', 'RT004']
     assert cv2.imread(str(out / 'images' / 'RT001.png')).shape == (128, 512, 3)
-    ds = build_dataset({'type': 'PairedTextDataset', 'phase': 'val', 'name': 'rt', 'io_backend': {'type': 'disk'},
-                        'dataroot_lq': str(out / 'images'), 'labels': str(out / 'labels.tsv')})
+    ds = build_dataset({
+        'type': 'PairedTextDataset', 'phase': 'val', 'name': 'rt', 'io_backend': {'type': 'disk'},
+        'dataroot_lq': str(out / 'images'), 'labels': str(out / 'labels.tsv')
+    })
     assert len(ds) == 4 and 'gt' not in ds[0]
     with pytest.raises(UsageError, match='still missing'):
         tool.main(args[:5] + [str(tmp_path / 'rt2'), '--composition', 'chinese=2,english=2,numeric=1'])
@@ -206,19 +231,25 @@ def _realce_layout(tmp_path):
     for sub in ('13mm', '52mm', 'annos'):
         (root / 'val' / sub).mkdir(parents=True)
     lines = {
-        'img1': ['10,10,210,10,210,60,10,60,文字识别', '10,80,60,80,60,90,10,90,tiny',  # box too small
-                 '220,10,260,10,260,110,220,110,tall',  # aspect < 1
-                 '10,120,300,120,300,170,10,170,###',  # illegible
-                 '250,200,470,200,470,250,250,250,hello world'],
-        'img2': ['20,20,260,20,260,70,20,70,文字识别',  # duplicate transcription
-                 '20,100,300,100,300,150,20,150,Test,Line', '20,180,300,180,300,230,20,230,flat'],
+        'img1': [
+            '10,10,210,10,210,60,10,60,文字识别',
+            '10,80,60,80,60,90,10,90,tiny',  # box too small
+            '220,10,260,10,260,110,220,110,tall',  # aspect < 1
+            '10,120,300,120,300,170,10,170,###',  # illegible
+            '250,200,470,200,470,250,250,250,hello world'
+        ],
+        'img2': [
+            '20,20,260,20,260,70,20,70,文字识别',  # duplicate transcription
+            '20,100,300,100,300,150,20,150,Test,Line',
+            '20,180,300,180,300,230,20,230,flat'
+        ],
     }
     for stem, anns in lines.items():
         hr = np.full((300, 500, 3), 190, np.uint8)
         for k, ann in enumerate(anns):
             x = [int(v) for v in ann.split(',')[:8]]
             if not ann.endswith('flat'):
-                cv2.putText(hr, 'Ab12' * 3, (x[0] + 2, x[5] - 8), cv2.FONT_HERSHEY_SIMPLEX, 1.0, (60 + 10 * k,) * 3, 2)
+                cv2.putText(hr, 'Ab12' * 3, (x[0] + 2, x[5] - 8), cv2.FONT_HERSHEY_SIMPLEX, 1.0, (60 + 10 * k, ) * 3, 2)
         hr = np.clip(hr + np.random.default_rng(len(stem)).normal(0, 3, hr.shape), 0, 255).astype(np.uint8)
         cv2.imwrite(str(root / 'val' / '52mm' / f'{stem}.jpg'), hr)
         cv2.imwrite(str(root / 'val' / '13mm' / f'{stem}.jpg'), cv2.GaussianBlur(hr, (7, 7), 2))
@@ -247,9 +278,10 @@ def test_build_realce200_end_to_end(tmp_path):
     assert (first['x0'], first['y0'], first['x1'], first['y1']) == ('10', '10', '210', '60')
     from tola_plugin.data.image_checks import sha256_file
     assert first['sha256_lr'] == sha256_file(str(out / 'lr' / 'R001.png'))
-    ds = build_dataset({'type': 'PairedTextDataset', 'phase': 'val', 'name': 'r', 'io_backend': {'type': 'disk'},
-                        'dataroot_lq': str(out / 'lr'), 'dataroot_gt': str(out / 'hr'),
-                        'labels': str(out / 'labels.tsv')})
+    ds = build_dataset({
+        'type': 'PairedTextDataset', 'phase': 'val', 'name': 'r', 'io_backend': {'type': 'disk'},
+        'dataroot_lq': str(out / 'lr'), 'dataroot_gt': str(out / 'hr'), 'labels': str(out / 'labels.tsv')
+    })
     assert len(ds) == 3 and ds[0]['gt'].shape == (3, 128, 512)
     again = tmp_path / 'again'
     assert tool.main(['--root', str(root), '--out', str(again), '--count', '3']) == 0

@@ -7,13 +7,12 @@ import sys
 import pytest
 import torch
 from safetensors.torch import load_file
+from test_eval_recognizers import cjk_font
 
 from tola_plugin.archs.tola_arch import TOLANet
 from tola_plugin.demo_backbone import DIFFTSR_FILE, TRANSOCR_FILE, demo_checkpoint_paths, demo_manifest
-
 from conftest import write_options
 from numerics import rel_err, within
-from test_eval_recognizers import cjk_font
 from tola_testing import REPO, load_yaml, one_thread  # noqa: F401  (fixture)
 
 sys.path.insert(0, os.path.join(REPO, 'tools'))
@@ -68,9 +67,9 @@ def test_manifest_says_how_the_backbone_was_made():
         record = manifest['stages'][stage]
         assert record['iterations'] == options[stage]['iterations']
         finals = [v for k, v in record.items() if k.startswith('final_')]
-        assert finals and all(v == v and abs(v) < 1e6 for v in finals)   # present and finite
+        assert finals and all(v == v and abs(v) < 1e6 for v in finals)  # present and finite
         assert record['seconds'] > 0
-    assert manifest['options'] == options      # the committed files come from the committed option file
+    assert manifest['options'] == options  # the committed files come from the committed option file
 
 
 @pytest.mark.numerics
@@ -80,7 +79,7 @@ def test_merged_export_of_the_demo_model_round_trips(demo_net, tmp_path):
     with torch.no_grad():
         for p in net.lrc.parameters():
             p.copy_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.01)
-    lq = torch.rand(1, 3, 64, 256, generator=torch.Generator().manual_seed(0))   # any multiple of 16 works
+    lq = torch.rand(1, 3, 64, 256, generator=torch.Generator().manual_seed(0))  # any multiple of 16 works
     with torch.no_grad():
         before = net(lq, noise_seeds=[3])
     path = str(tmp_path / 'merged.safetensors')
@@ -102,23 +101,24 @@ def test_missing_demo_file_names_it_and_the_rebuild_command(monkeypatch, tmp_pat
 
 def test_training_tool_tiny_run_resumes_and_loads_strictly(tmp_path, one_thread, capsys):  # noqa: F811
     options = load_yaml(os.path.join(REPO, 'tests', 'data', 'demo_backbone', 'tiny_backbone.yml'))
-    options['data']['fonts'] = [cjk_font()]   # one font file: reading every system CJK font's cmap takes seconds
+    options['data']['fonts'] = [cjk_font()]  # one font file: reading every system CJK font's cmap takes seconds
     opt = write_options(tmp_path / 'tiny.yml', options)
     args = ['-opt', opt, '--work-dir', str(tmp_path / 'work'), '--output-dir', str(tmp_path / 'out')]
     assert train_demo_backbone.main(args) == 0
     first = {f: load_file(str(tmp_path / 'out' / f)) for f in (DIFFTSR_FILE, TRANSOCR_FILE)}
     manifest = json.loads((tmp_path / 'out' / 'manifest.json').read_text(encoding='utf-8'))
     assert set(manifest['stages']) == {'vae', 'transocr', 'idm'}
-    assert set(manifest['held_out_one_step']) == {'psnr_lr', 'psnr_one_step', 'transocr_acc_lr',
-                                                  'transocr_acc_one_step'}
+    assert set(
+        manifest['held_out_one_step']) == {'psnr_lr', 'psnr_one_step', 'transocr_acc_lr', 'transocr_acc_one_step'}
     capsys.readouterr()
-    assert train_demo_backbone.main(args) == 0          # a second run reuses every stage ...
+    assert train_demo_backbone.main(args) == 0  # a second run reuses every stage ...
     log = capsys.readouterr().out
     assert all(f'{s}: reusing' in log for s in ('vae', 'transocr', 'latents', 'idm'))
-    again = {f: load_file(str(tmp_path / 'out' / f)) for f in first}   # ... and writes the same tensors
+    again = {f: load_file(str(tmp_path / 'out' / f)) for f in first}  # ... and writes the same tensors
     assert all(torch.equal(again[f][k], first[f][k]) for f in first for k in first[f])
-    net = TOLANet(difftsr_checkpoint=str(tmp_path / 'out' / DIFFTSR_FILE),
-                  transocr_checkpoint=str(tmp_path / 'out' / TRANSOCR_FILE), lrc=None)
+    net = TOLANet(
+        difftsr_checkpoint=str(tmp_path / 'out' / DIFFTSR_FILE),
+        transocr_checkpoint=str(tmp_path / 'out' / TRANSOCR_FILE), lrc=None)
     vae = net.vae.get_base_model()
     assert all(a is None for a in vae.encoder.mid_block.attentions + vae.decoder.mid_block.attentions)
     assert net.transocr.arch_options['embed_dim'] == options['transocr']['config']['embed_dim']
@@ -139,17 +139,18 @@ def test_demo_chinese_pool_is_what_the_renderer_draws(tmp_path):
 
 def test_demo_report_writes_images_metrics_and_grid(rendered_sets, tmp_path, one_thread):  # noqa: F811
     """The report rebuilds the held-out pairs of the test option file; with 'restored' = LR every gain is 0."""
+    from basicsr.utils import imwrite, tensor2img
+
     from tola_plugin.data.text_degradation_dataset import TextDegradationDataset
     from tola_plugin.evaluation.demo_report import make_report
-    from basicsr.utils import imwrite, tensor2img
     test = load_yaml(os.path.join(REPO, DEMO_OPTIONS[1]))
     ds = test['datasets']['test_1']
-    ds.update(dataroot_gt=os.path.join(rendered_sets['val'], 'hr'),
-              labels=os.path.join(rendered_sets['val'], 'labels.tsv'))
+    ds.update(
+        dataroot_gt=os.path.join(rendered_sets['val'], 'hr'), labels=os.path.join(rendered_sets['val'], 'labels.tsv'))
     opt_path = write_options(tmp_path / 'test.yml', test)
     results = tmp_path / 'results'
     dataset = TextDegradationDataset(dict(ds, phase='val', scale=1))
-    for i in range(len(dataset)):   # the "restored" images the test launcher would have saved: the LR itself
+    for i in range(len(dataset)):  # the "restored" images the test launcher would have saved: the LR itself
         item = dataset[i]
         stem = os.path.splitext(os.path.basename(item['lq_path']))[0]
         imwrite(tensor2img(item['lq']), str(results / 'visualization' / ds['name'] / f'{stem}_{test["name"]}.png'))

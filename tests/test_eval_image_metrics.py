@@ -10,10 +10,9 @@ from scipy.signal import correlate2d
 
 import tola_plugin  # noqa: F401  (registers the BasicSR metrics)
 from tola_plugin.evaluation import weights as W
-from tola_plugin.evaluation.image_metrics import PairedImageMetrics, build_paired_metric, fid_between_dirs, \
-    images_to_tensor
+from tola_plugin.evaluation.image_metrics import (PairedImageMetrics, build_paired_metric, fid_between_dirs,
+                                                  images_to_tensor)
 from tola_plugin.evaluation.testing import write_fake_metric_weights
-
 from numerics import within
 
 EPS = 1e-8  # pyiqa's PSNR adds it to the MSE
@@ -34,14 +33,14 @@ def hand_ssim(y1, y2):
     """Hand SSIM (Wang et al. 2004) on 8-bit luminance, 11x11 Gaussian sigma 1.5, 'valid' window positions."""
     y1, y2 = np.round(y1 * 255), np.round(y2 * 255)
     ax = np.arange(11) - 5
-    g = np.exp(-(ax[:, None] ** 2 + ax[None, :] ** 2) / (2 * 1.5 ** 2))
+    g = np.exp(-(ax[:, None]**2 + ax[None, :]**2) / (2 * 1.5**2))
     g /= g.sum()
     f = lambda x: correlate2d(x, g, mode='valid')  # noqa: E731
-    c1, c2 = (0.01 * 255) ** 2, (0.03 * 255) ** 2
+    c1, c2 = (0.01 * 255)**2, (0.03 * 255)**2
     mu1, mu2 = f(y1), f(y2)
-    s11, s22, s12 = f(y1 * y1) - mu1 ** 2, f(y2 * y2) - mu2 ** 2, f(y1 * y2) - mu1 * mu2
+    s11, s22, s12 = f(y1 * y1) - mu1**2, f(y2 * y2) - mu2**2, f(y1 * y2) - mu1 * mu2
     cs = np.maximum((2 * s12 + c2) / (s11 + s22 + c2), 0)
-    return float((((2 * mu1 * mu2 + c1) / (mu1 ** 2 + mu2 ** 2 + c1)) * cs).mean())
+    return float((((2 * mu1 * mu2 + c1) / (mu1**2 + mu2**2 + c1)) * cs).mean())
 
 
 @pytest.fixture(scope='module')
@@ -61,13 +60,14 @@ def pair():
 def test_psnr_is_bt601_luminance_without_crop(exact_metrics, pair):
     out, ref = pair
     got = exact_metrics(images_to_tensor(out), images_to_tensor(ref))['psnr'][0]
-    mse = np.mean((y_bt601(out[0] / 255.0) - y_bt601(ref[0] / 255.0)) ** 2)
+    mse = np.mean((y_bt601(out[0] / 255.0) - y_bt601(ref[0] / 255.0))**2)
     within(abs(got - 10 * np.log10(1 / (mse + EPS))), TOL_DB, 'PSNR vs hand value (dB)')
     # same convention as BasicSR's calculate_psnr(test_y_channel=True, crop_border=0) on BGR uint8 (BasicSR
     # rounds Y to 8 bits in float64 first: measured 2.9e-5 dB apart)
     from basicsr.metrics import calculate_psnr
-    within(abs(got - calculate_psnr(out[0][..., ::-1], ref[0][..., ::-1], 0, test_y_channel=True)), 1e-3,
-           'PSNR vs BasicSR (dB)')
+    within(
+        abs(got - calculate_psnr(out[0][..., ::-1], ref[0][..., ::-1], 0, test_y_channel=True)), 1e-3,
+        'PSNR vs BasicSR (dB)')
 
 
 @pytest.mark.numerics
@@ -76,14 +76,14 @@ def test_psnr_black_white_closed_form(exact_metrics):
     white = np.full((1, 16, 16, 3), 255, np.uint8)
     got = exact_metrics(images_to_tensor(white), images_to_tensor(black))
     # YCbCr Y spans 16..235 of 255: PSNR = 20 log10(255/219) = 1.3219 dB (YIQ would give 0 dB)
-    within(abs(got['psnr'][0] - 10 * np.log10(1 / ((219 / 255) ** 2 + EPS))), TOL_DB, 'black/white PSNR (dB)')
+    within(abs(got['psnr'][0] - 10 * np.log10(1 / ((219 / 255)**2 + EPS))), TOL_DB, 'black/white PSNR (dB)')
     assert got['psnr'][0] == pytest.approx(1.3219, abs=1e-4)  # to its printed digits
     yiq = PairedImageMetrics(('psnr', ), color_space='yiq')(images_to_tensor(white), images_to_tensor(black))
     within(abs(yiq['psnr'][0]), TOL_DB, 'black/white PSNR on YIQ (dB)')
     # constant images: SSIM = (2 mu1 mu2 + C1) / (mu1^2 + mu2^2 + C1) with Y = 16 and 235 (pyiqa's float32
     # Gaussian window does not sum to exactly 1, which leaves a variance residue at Y = 235: measured 6.9e-7)
-    c1 = (0.01 * 255) ** 2
-    within(abs(got['ssim'][0] - (2 * 16 * 235 + c1) / (16 ** 2 + 235 ** 2 + c1)), 1e-5, 'black/white SSIM')
+    c1 = (0.01 * 255)**2
+    within(abs(got['ssim'][0] - (2 * 16 * 235 + c1) / (16**2 + 235**2 + c1)), 1e-5, 'black/white SSIM')
 
 
 @pytest.mark.numerics
@@ -99,7 +99,7 @@ def test_border_pixels_count(exact_metrics):
     out = ref.copy()
     out[:, 0, :, :] = 110  # only the top row differs: a border crop would make the images identical
     got = exact_metrics(images_to_tensor(out), images_to_tensor(ref))['psnr'][0]
-    mse = (y_bt601(np.full(3, 110 / 255)) - y_bt601(np.full(3, 100 / 255))) ** 2 * 30 / (20 * 30)
+    mse = (y_bt601(np.full(3, 110 / 255)) - y_bt601(np.full(3, 100 / 255)))**2 * 30 / (20 * 30)
     within(abs(got - 10 * np.log10(1 / (mse + EPS))), TOL_DB, 'border-row PSNR (dB)')
 
 
@@ -110,7 +110,7 @@ def test_basicsr_registered_psnr_ssim(pair):
     bgr_out, bgr_ref = np.ascontiguousarray(out[0][..., ::-1]), np.ascontiguousarray(ref[0][..., ::-1])
     data = {'img': bgr_out, 'img2': bgr_ref}
     psnr = calculate_metric(data, {'type': 'calculate_tola_psnr', 'better': 'higher'})
-    mse = np.mean((y_bt601(out[0] / 255.0) - y_bt601(ref[0] / 255.0)) ** 2)
+    mse = np.mean((y_bt601(out[0] / 255.0) - y_bt601(ref[0] / 255.0))**2)
     within(abs(psnr - 10 * np.log10(1 / (mse + EPS))), TOL_DB, 'registered PSNR (dB)')
     ssim = calculate_metric(data, {'type': 'calculate_tola_ssim', 'crop_border': 0})
     within(abs(ssim - hand_ssim(y_bt601(out[0] / 255.0), y_bt601(ref[0] / 255.0))), TOL_SSIM, 'registered SSIM')
@@ -118,8 +118,7 @@ def test_basicsr_registered_psnr_ssim(pair):
         calculate_metric(data, {'type': 'calculate_tola_psnr', 'test_y_channel': False})
 
 
-@pytest.mark.parametrize('metric,missing', [('lpips', 'alexnet-owt-7be5be79.pth'),
-                                            ('dists', 'vgg16-397923af.pth')])
+@pytest.mark.parametrize('metric,missing', [('lpips', 'alexnet-owt-7be5be79.pth'), ('dists', 'vgg16-397923af.pth')])
 def test_missing_weights_name_file_and_folder(tmp_path, monkeypatch, metric, missing):
     monkeypatch.setenv('TORCH_HOME', str(tmp_path))
     with pytest.raises(FileNotFoundError) as err:
@@ -173,11 +172,12 @@ def test_lpips_dists_from_local_files(learned_metrics):
         assert scores[name].shape == (2, )
         # identical pair: exactly 0, also in float32 (measured 0); 1e-5 allows for float32 noise
         within(abs(scores[name][0]), 1e-5, f'{name} of an identical pair')
-        assert scores[name][1] > scores[name][0] + 1e-4          # different pair
+        assert scores[name][1] > scores[name][0] + 1e-4  # different pair
     # the LPIPS linear layers are the lpips wheel's, loaded for real
     import lpips
-    stored = torch.load(os.path.join(os.path.dirname(lpips.__file__), 'weights', 'v0.1', 'alex.pth'),
-                        map_location='cpu', weights_only=True)
+    stored = torch.load(
+        os.path.join(os.path.dirname(lpips.__file__), 'weights', 'v0.1', 'alex.pth'), map_location='cpu',
+        weights_only=True)
     own = learned_metrics._metrics['lpips'].net.state_dict()
     assert all(torch.equal(own[k], v) for k, v in stored.items())
 
@@ -253,7 +253,7 @@ def test_fid_over_two_directories(fake_home, tmp_path, monkeypatch):
     other = fid_between_dirs(str(tmp_path / 'a'), str(tmp_path / 'c'))
     # pyiqa reads staged copies (written through the package's image reader), restored side first
     assert [os.path.basename(d) for d, _ in seen] == ['restored', 'reference'] * 2
-    assert all(f.shape == (3, 2048) for _, f in seen)          # pool3 features of every image, once per folder
+    assert all(f.shape == (3, 2048) for _, f in seen)  # pool3 features of every image, once per folder
     # identical folders: the features are bit-identical, so the float64 distance is rounding only (measured 0)
     within(abs(same) / max(other, 1.0), 1e-6, 'FID of identical folders / FID of different ones')
     assert other > 0

@@ -12,7 +12,6 @@ from tola_plugin.archs.transocr_arch import TransOCR
 from tola_plugin.evaluation.recognizers import PPOCRv4Recognizer, Recognition, TransOCRRecognizer, build_recognizer
 from tola_plugin.evaluation.text_metrics import normalize
 from tola_plugin.text.alphabets import TRANSOCR_END, encode_transocr
-
 from numerics import within
 
 
@@ -44,7 +43,7 @@ def test_ppocrv4_reads_rendered_lines(ppocr):
     font = cjk_font()
     texts = ['文字识别', 'Hello 2024']
     results = ppocr([render_line(t, font) for t in texts])
-    assert [normalize(r.text) for r in results] == [normalize(t) for t in texts]   # case preserved
+    assert [normalize(r.text) for r in results] == [normalize(t) for t in texts]  # case preserved
     assert all(isinstance(r, Recognition) and 0.5 < r.confidence <= 1.0 for r in results)
     assert ppocr([]) == []
 
@@ -54,11 +53,11 @@ def test_ppocrv4_is_recognition_only_and_offline(ppocr):
     assert os.environ.get('ORT_DISABLE_TELEMETRY') == '1'
     import rapidocr_onnxruntime
     assert os.path.basename(ppocr.model_path) == 'ch_PP-OCRv4_rec_infer.onnx'
-    assert ppocr.model_path.startswith(os.path.dirname(rapidocr_onnxruntime.__file__))   # inside the wheel
+    assert ppocr.model_path.startswith(os.path.dirname(rapidocr_onnxruntime.__file__))  # inside the wheel
     # one ONNX session, and it runs the recognition model: no detector, no orientation classifier
     sessions = [v for v in vars(ppocr).values() if hasattr(v, 'session')]
     assert sessions == [ppocr.engine] and ppocr.engine.session.session._model_path == ppocr.model_path
-    assert len(ppocr.engine.postprocess_op.character) == 6625   # blank + ppocr_keys_v1 (6,623) + space
+    assert len(ppocr.engine.postprocess_op.character) == 6625  # blank + ppocr_keys_v1 (6,623) + space
 
 
 def test_recognizers_reject_bad_input(ppocr):
@@ -101,7 +100,7 @@ def test_transocr_known_outputs():
     p_end = forced(model, TRANSOCR_END)
     got = rec(images)
     assert [r.text for r in got] == [''] * 2
-    for r in got:   # empty text: confidence of END
+    for r in got:  # empty text: confidence of END
         within(abs(r.confidence - p_end) / p_end, SOFTMAX_TOL, 'END confidence')
 
 
@@ -109,10 +108,12 @@ def test_transocr_matches_module_recognize_and_batches():
     model = tiny_transocr()
     rng = np.random.default_rng(0)
     images = [rng.integers(0, 256, (128, 512, 3)).astype(np.uint8) for _ in range(3)]
-    images.insert(1, rng.integers(0, 256, (64, 200, 3)).astype(np.uint8))   # a different size splits the batch
+    images.insert(1, rng.integers(0, 256, (64, 200, 3)).astype(np.uint8))  # a different size splits the batch
     got = TransOCRRecognizer(model=model, batch_size=2)(images)
-    expected = [model.recognize(torch.from_numpy(img[:, :, ::-1].astype(np.float32) / 255).permute(2, 0, 1)[None])[0]
-                for img in images]
+    expected = [
+        model.recognize(torch.from_numpy(img[:, :, ::-1].astype(np.float32) / 255).permute(2, 0, 1)[None])[0]
+        for img in images
+    ]
     assert [r.text for r in got] == expected
     assert all(0.0 < r.confidence <= 1.0 for r in got)
 

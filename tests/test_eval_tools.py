@@ -16,8 +16,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', 'tools'))
 import diagnose  # noqa: E402
 import evaluate  # noqa: E402
 import plot_results  # noqa: E402
-
 from test_eval_recognizers import SOFTMAX_TOL, cjk_font, forced, render_line, tiny_transocr  # noqa: E402
+
 from numerics import within  # noqa: E402
 
 LINES = {'a.png': '文字识别', 'b.png': 'Hello 2024', 'c.png': '北京欢迎你'}
@@ -42,12 +42,15 @@ def dataset(tmp_path_factory):
 @pytest.mark.numerics
 def test_evaluate_cli_two_methods(dataset, tmp_path, capsys):
     out = tmp_path / 'eval'
-    assert evaluate.main(['--method', f'same={dataset / "same"}', '--method', f'blur={dataset / "blur"}',
-                          '--reference', str(dataset / 'hr'), '--labels', str(dataset / 'labels.tsv'),
-                          '--metrics', 'psnr,ssim,ppocrv4', '--out', str(out), '--no-progress']) == 0
+    assert evaluate.main([
+        '--method', f'same={dataset / "same"}', '--method', f'blur={dataset / "blur"}', '--reference',
+        str(dataset / 'hr'), '--labels',
+        str(dataset / 'labels.tsv'), '--metrics', 'psnr,ssim,ppocrv4', '--out',
+        str(out), '--no-progress'
+    ]) == 0
     summary = json.loads((out / 'summary.json').read_text(encoding='utf-8'))
     same, blur = summary['summary']['same'], summary['summary']['blur']
-    assert list(same) == ['psnr', 'ssim', 'p_acc', 'p_ned']          # paper order
+    assert list(same) == ['psnr', 'ssim', 'p_acc', 'p_ned']  # paper order
     # identical images: MSE is exactly 0, so PSNR = 10 log10(1 / 1e-8) and SSIM = 1 up to float32 rounding
     # of the log and the ratios (measured 0 on all three kernel sets; one float32 ulp is 6e-8 relative)
     within(abs(same['psnr'] - 80.0) / 80.0, 1e-6, 'PSNR of identical images')
@@ -82,8 +85,9 @@ def test_evaluate_transocr_known_answer(dataset, tmp_path):
 def test_all_nine_metrics_end_to_end(dataset, tmp_path, monkeypatch):
     """Table 1's nine metrics through one call, learned metrics from a fake local TORCH_HOME."""
     from pyiqa.archs import fid_arch
-    from tola_plugin.evaluation.testing import write_fake_metric_weights
     from test_eval_image_metrics import low_rank_frechet
+
+    from tola_plugin.evaluation.testing import write_fake_metric_weights
     write_fake_metric_weights(str(tmp_path / 'home'))
     monkeypatch.setenv('TORCH_HOME', str(tmp_path / 'home'))
     seen = []
@@ -102,10 +106,10 @@ def test_all_nine_metrics_end_to_end(dataset, tmp_path, monkeypatch):
                                transocr_model=model, progress=False)
     keys = ['psnr', 'ssim', 'lpips', 'dists', 'fid', 't_acc', 't_ned', 'p_acc', 'p_ned']
     blur = summary['blur']
-    assert list(blur) == keys                                  # the paper's order
+    assert list(blur) == keys  # the paper's order
     assert blur['lpips'] > 0 and blur['dists'] > 0 and blur['fid'] > 0
-    assert len(seen) == 2 and all(f.shape == (3, 2048) for f in seen)   # FID once over the two folders
-    assert blur['t_acc'] == 0.0 and blur['t_ned'] == 0.0       # the forced-END TransOCR reads ''
+    assert len(seen) == 2 and all(f.shape == (3, 2048) for f in seen)  # FID once over the two folders
+    assert blur['t_acc'] == 0.0 and blur['t_ned'] == 0.0  # the forced-END TransOCR reads ''
     table = (tmp_path / 'out' / 'summary.md').read_text(encoding='utf-8')
     assert '| Method | PSNR↑ | SSIM↑ | LPIPS↓ | DISTS↓ | FID↓ | T-ACC↑ | T-NED↑ | P-ACC↑ | P-NED↑ |' \
         in table
@@ -117,8 +121,8 @@ def test_filename_mismatch_lists_names(dataset, tmp_path):
     os.remove(partial / 'b.png')
     cv2.imwrite(str(partial / 'extra.png'), np.zeros((8, 8, 3), np.uint8))
     with pytest.raises(ValueError) as err:
-        evaluate_methods({'p': str(partial)}, str(tmp_path / 'o'), reference_dir=str(dataset / 'hr'),
-                         metrics=['psnr'], progress=False)
+        evaluate_methods({'p': str(partial)}, str(tmp_path / 'o'), reference_dir=str(dataset / 'hr'), metrics=['psnr'],
+                         progress=False)
     msg = str(err.value)
     assert "method 'p'" in msg and 'b.png' in msg and 'extra.png' in msg and 'reference' in msg
 
@@ -150,8 +154,8 @@ def test_labels_manifest_errors(tmp_path):
 
 # ------------------------------------------------------------------------------------------- diagnostics
 GT = ['汉字', '北京', 'abc', 'KFC肯德基', '123', 'hello']
-PRED_A = ['汉字', '北平', 'ab', 'KFC肯德基', '1234', 'hallo']      # 2/6 right: 2 sub, 1 del, 1 ins
-PRED_B = ['汉字', '北京', 'abc', 'KFC肯德鸡', '123', 'hello']       # 5/6 right: 1 sub
+PRED_A = ['汉字', '北平', 'ab', 'KFC肯德基', '1234', 'hallo']  # 2/6 right: 2 sub, 1 del, 1 ins
+PRED_B = ['汉字', '北京', 'abc', 'KFC肯德鸡', '123', 'hello']  # 5/6 right: 1 sub
 PRIOR = [('汉字', 0.9), ('北平', 0.6), ('ab', 0.3), ('KFC肯德基', 0.8), ('1234', 0.1), ('hello', 0.75)]
 
 
@@ -160,30 +164,38 @@ def evaluated(tmp_path):
     names = [f'{i}.png' for i in range(6)]
     per_image = {}
     for method, preds, offset in (('A', PRED_A, 0.0), ('B', PRED_B, 1.0)):
-        rows = [{'filename': n, 'gt': g, 'psnr': 20.0 + i + offset, 't_pred': p, 't_conf': 0.5,
-                 't_acc': float(p == g), 't_ned': ned(p, g)} for i, (n, g, p) in enumerate(zip(names, GT, preds))]
+        rows = [{
+            'filename': n, 'gt': g, 'psnr': 20.0 + i + offset, 't_pred': p, 't_conf': 0.5, 't_acc': float(p == g),
+            't_ned': ned(p, g)
+        } for i, (n, g, p) in enumerate(zip(names, GT, preds))]
         R.write_per_image_csv(str(tmp_path / 'eval' / 'per_image' / f'{method}.csv'), rows)
         per_image[method] = f'per_image/{method}.csv'
-    R.write_json(str(tmp_path / 'eval' / 'summary.json'),
-                 {'protocol': {'lower_case': False}, 'summary': {}, 'per_image': per_image})
-    R.write_prior_csv(str(tmp_path / 'prior.csv'), [{'filename': n, 'prior_text': t, 'prior_confidence': c,
-                                                     'prior_token_confidences': [c] * len(t)}
-                                                    for n, (t, c) in zip(names, PRIOR)])
+    R.write_json(
+        str(tmp_path / 'eval' / 'summary.json'),
+        {'protocol': {'lower_case': False}, 'summary': {}, 'per_image': per_image})
+    R.write_prior_csv(
+        str(tmp_path / 'prior.csv'),
+        [{'filename': n, 'prior_text': t, 'prior_confidence': c, 'prior_token_confidences': [c] * len(t)}
+         for n, (t, c) in zip(names, PRIOR)])
     return tmp_path
 
 
 # diagnostics are float64 arithmetic on exact inputs: pytest.approx's default (1e-6 relative) is ~1e9x their rounding
 def test_diagnose_known_answers(evaluated):
     out = evaluated / 'diag'
-    assert diagnose.main(['--eval-dir', str(evaluated / 'eval'), '--baseline', 'A', '--method', 'B', '--prior-csv',
-                          str(evaluated / 'prior.csv'), '--out', str(out), '--resamples', '500', '--plots']) == 0
+    assert diagnose.main([
+        '--eval-dir',
+        str(evaluated / 'eval'), '--baseline', 'A', '--method', 'B', '--prior-csv',
+        str(evaluated / 'prior.csv'), '--out',
+        str(out), '--resamples', '500', '--plots'
+    ]) == 0
     res = json.loads((out / 'diagnostics.json').read_text(encoding='utf-8'))
     paired = {r['metric']: r for r in res['paired']}
     assert paired['psnr']['change'] == pytest.approx(1.0) and paired['psnr']['low'] == pytest.approx(1.0)
     acc = paired['t_acc']
     assert acc['change'] == pytest.approx(5 / 6 - 2 / 6)
     assert (acc['mcnemar']['only_a'], acc['mcnemar']['only_b']) == (1, 4)
-    assert acc['mcnemar']['p_value'] == pytest.approx(2 * 6 / 32)           # 2 * P(X <= 1 | n = 5)
+    assert acc['mcnemar']['p_value'] == pytest.approx(2 * 6 / 32)  # 2 * P(X <= 1 | n = 5)
     bins = {r['bin']: r for r in res['confidence_bins']}
     assert [bins[b]['n'] for b in ('[0,.25)', '[.25,.50)', '[.50,.75)', '[.75,1]')] == [1, 1, 1, 3]
     assert bins['[.75,1]']['prior_acc'] == 1.0 and bins['[0,.25)']['prior_acc'] == 0.0
@@ -223,19 +235,28 @@ def test_prior_csv_schema_errors(tmp_path):
 # ------------------------------------------------------------------------------------------------- plots
 def test_plot_tool_latency_and_grid(dataset, tmp_path):
     latency = tmp_path / 'latency.csv'
-    latency.write_text('method,seconds_per_image,psnr,t_acc\nDiffTSR,9.9548,23.9,0.4645\nTOLA,0.1319,24.81,0.5401\n'
-                       'SRCNN,0.0119,21.5,0.41\n', encoding='utf-8')
-    assert plot_results.main(['latency', '--latency', str(latency), '--highlight', 'TOLA',
-                              '--out', str(tmp_path / 'fig' / 'quality_latency')]) == 0
+    latency.write_text(
+        'method,seconds_per_image,psnr,t_acc\nDiffTSR,9.9548,23.9,0.4645\nTOLA,0.1319,24.81,0.5401\n'
+        'SRCNN,0.0119,21.5,0.41\n', encoding='utf-8')
+    assert plot_results.main([
+        'latency', '--latency',
+        str(latency), '--highlight', 'TOLA', '--out',
+        str(tmp_path / 'fig' / 'quality_latency')
+    ]) == 0
     assert (tmp_path / 'fig' / 'quality_latency.png').stat().st_size > 10_000
     assert (tmp_path / 'fig' / 'quality_latency.pdf').exists()
-    assert plot_results.main(['grid', '--row', f'LR={dataset / "blur"}', '--row', f'Ours={dataset / "same"}',
-                              '--row', f'HR={dataset / "hr"}', '--samples', 'a.png,b.png,c.png',
-                              '--labels', str(dataset / 'labels.tsv'), '--out', str(tmp_path / 'fig' / 'grid')]) == 0
+    assert plot_results.main([
+        'grid', '--row', f'LR={dataset / "blur"}', '--row', f'Ours={dataset / "same"}', '--row', f'HR={dataset / "hr"}',
+        '--samples', 'a.png,b.png,c.png', '--labels',
+        str(dataset / 'labels.tsv'), '--out',
+        str(tmp_path / 'fig' / 'grid')
+    ]) == 0
     assert (tmp_path / 'fig' / 'grid.png').stat().st_size > 10_000
     with pytest.raises(FileNotFoundError, match='missing.png'):
-        plot_results.main(['grid', '--row', f'HR={dataset / "hr"}', '--samples', 'missing.png',
-                           '--out', str(tmp_path / 'fig' / 'bad')])
+        plot_results.main([
+            'grid', '--row', f'HR={dataset / "hr"}', '--samples', 'missing.png', '--out',
+            str(tmp_path / 'fig' / 'bad')
+        ])
 
 
 def test_prior_csv_example_fixture_round_trips(tmp_path):
@@ -255,8 +276,11 @@ def test_auto_metrics_skip_absent_weight_files_with_reasons(dataset, tmp_path, m
     and the run goes on with the metrics that need no download."""
     monkeypatch.setenv('TORCH_HOME', str(tmp_path / 'empty_home'))
     out = tmp_path / 'eval'
-    assert evaluate.main(['--method', f'blur={dataset / "blur"}', '--reference', str(dataset / 'hr'),
-                          '--out', str(out), '--no-progress']) == 0
+    assert evaluate.main([
+        '--method', f'blur={dataset / "blur"}', '--reference',
+        str(dataset / 'hr'), '--out',
+        str(out), '--no-progress'
+    ]) == 0
     summary = json.loads((out / 'summary.json').read_text(encoding='utf-8'))
     assert list(summary['summary']['blur']) == ['psnr', 'ssim']
     skipped = summary['protocol']['skipped']
@@ -265,7 +289,7 @@ def test_auto_metrics_skip_absent_weight_files_with_reasons(dataset, tmp_path, m
     err = capsys.readouterr().err
     assert 'skipping lpips' in err and 'vgg16-397923af.pth' in err
     assert 'Not computed (weight files absent' in (out / 'summary.md').read_text(encoding='utf-8')
-    with pytest.raises(FileNotFoundError, match='alexnet'):   # an explicit request still fails loudly
+    with pytest.raises(FileNotFoundError, match='alexnet'):  # an explicit request still fails loudly
         evaluate_methods({'b': str(dataset / 'blur')}, str(tmp_path / 'o'), reference_dir=str(dataset / 'hr'),
                          metrics=['lpips'], progress=False)
 
@@ -291,14 +315,20 @@ def test_diagnose_picks_the_recognizer_whose_columns_exist(tmp_path):
     names = [f'{i}.png' for i in range(6)]
     per_image = {}
     for method, preds in (('A', PRED_A), ('B', PRED_B)):
-        rows = [{'filename': n, 'gt': g, 'psnr': 20.0, 'p_pred': p, 'p_conf': 0.5, 'p_acc': float(p == g),
-                 'p_ned': ned(p, g)} for n, g, p in zip(names, GT, preds)]
+        rows = [{
+            'filename': n, 'gt': g, 'psnr': 20.0, 'p_pred': p, 'p_conf': 0.5, 'p_acc': float(p == g),
+            'p_ned': ned(p, g)
+        } for n, g, p in zip(names, GT, preds)]
         R.write_per_image_csv(str(tmp_path / 'eval' / 'per_image' / f'{method}.csv'), rows)
         per_image[method] = f'per_image/{method}.csv'
-    R.write_json(str(tmp_path / 'eval' / 'summary.json'), {'protocol': {'lower_case': False, 'ppocr_lower_case': True},
-                                                          'summary': {}, 'per_image': per_image})
-    assert diagnose.main(['--eval-dir', str(tmp_path / 'eval'), '--baseline', 'A', '--method', 'B', '--out',
-                          str(tmp_path / 'd'), '--resamples', '200']) == 0
+    R.write_json(
+        str(tmp_path / 'eval' / 'summary.json'),
+        {'protocol': {'lower_case': False, 'ppocr_lower_case': True}, 'summary': {}, 'per_image': per_image})
+    assert diagnose.main([
+        '--eval-dir',
+        str(tmp_path / 'eval'), '--baseline', 'A', '--method', 'B', '--out',
+        str(tmp_path / 'd'), '--resamples', '200'
+    ]) == 0
     res = json.loads((tmp_path / 'd' / 'diagnostics.json').read_text(encoding='utf-8'))
     assert res['recognizer_prefix'] == 'p_' and res['lower'] is True
     assert {r['method']: r['total'] for r in res['edits']} == {'A': 4, 'B': 1}

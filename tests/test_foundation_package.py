@@ -9,18 +9,17 @@ import sys
 
 import numpy as np
 import pytest
+
 from basicsr.archs import build_network
 from basicsr.data import build_dataset
 from basicsr.models import build_model
-from basicsr.utils.registry import (ARCH_REGISTRY, DATASET_REGISTRY, LOSS_REGISTRY, METRIC_REGISTRY,
-                                    MODEL_REGISTRY)
+from basicsr.utils.registry import ARCH_REGISTRY, DATASET_REGISTRY, LOSS_REGISTRY, METRIC_REGISTRY, MODEL_REGISTRY
 
 import tola_plugin
-from conftest import REPO
-
 from tola_plugin.data.fudanvi_lmdb import FudanVILmdbReader, write_fudanvi_lmdb
-from tola_plugin.text.alphabets import idm_alphabet, transocr_classes
 from tola_plugin.data.text_render import TextLineRenderer, common_chinese, system_cjk_fonts
+from tola_plugin.text.alphabets import idm_alphabet, transocr_classes
+from conftest import REPO
 
 # sha256 of the official alphabets (DiffTSR's model/IDM/utils/alphabets.py string and FudanVI's benchmark.txt,
 # byte-identical copies; docs/transocr.md) and of the official key manifests (docs/backbone.md).
@@ -37,8 +36,10 @@ MANIFEST_SHA256 = {
 }
 
 PKG = os.path.dirname(tola_plugin.__file__)
-REGISTRIES = {'ARCH_REGISTRY': ARCH_REGISTRY, 'DATASET_REGISTRY': DATASET_REGISTRY, 'LOSS_REGISTRY': LOSS_REGISTRY,
-              'METRIC_REGISTRY': METRIC_REGISTRY, 'MODEL_REGISTRY': MODEL_REGISTRY}
+REGISTRIES = {
+    'ARCH_REGISTRY': ARCH_REGISTRY, 'DATASET_REGISTRY': DATASET_REGISTRY, 'LOSS_REGISTRY': LOSS_REGISTRY,
+    'METRIC_REGISTRY': METRIC_REGISTRY, 'MODEL_REGISTRY': MODEL_REGISTRY
+}
 
 
 def declared_registrations():
@@ -62,8 +63,10 @@ def test_every_declared_name_is_registered_after_import():
         assert name in REGISTRIES[registry], f'{name} ({path}) is not in {registry} after import tola_plugin'
     # Registrable modules live where the auto-import looks for them.
     for registry, name, path in declared:
-        folder = {'ARCH_REGISTRY': 'archs', 'DATASET_REGISTRY': 'data', 'LOSS_REGISTRY': 'losses',
-                  'METRIC_REGISTRY': 'metrics', 'MODEL_REGISTRY': 'models'}[registry]
+        folder = {
+            'ARCH_REGISTRY': 'archs', 'DATASET_REGISTRY': 'data', 'LOSS_REGISTRY': 'losses',
+            'METRIC_REGISTRY': 'metrics', 'MODEL_REGISTRY': 'models'
+        }[registry]
         assert path.startswith(os.path.join('tola_plugin', folder) + os.sep), f'{name} registered outside {folder}/'
 
 
@@ -78,8 +81,10 @@ def test_unknown_type_names_itself(build, opt):
 
 
 def test_basicsr_imports_on_current_torchvision():
-    proc = subprocess.run([sys.executable, '-c', 'import tola_plugin, basicsr.data.degradations as d; '
-                           'print(d.rgb_to_grayscale.__module__)'], capture_output=True, text=True)
+    proc = subprocess.run([
+        sys.executable, '-c', 'import tola_plugin, basicsr.data.degradations as d; '
+        'print(d.rgb_to_grayscale.__module__)'
+    ], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
 
 
@@ -121,7 +126,7 @@ def render_cli(tmp_path, tag, seed, num=6, subprocess_run=False):
 
 def test_renderer_same_seed_same_bytes(tmp_path):
     a_png, a_lmdb = render_cli(tmp_path, 'a', seed=3, subprocess_run=True)
-    b_png, b_lmdb = render_cli(tmp_path, 'b', seed=3)   # another process, same bytes
+    b_png, b_lmdb = render_cli(tmp_path, 'b', seed=3)  # another process, same bytes
     c_png, _ = render_cli(tmp_path, 'c', seed=4)
     assert digest(a_png) == digest(b_png)
     assert digest(a_png) != digest(c_png)
@@ -203,9 +208,11 @@ def test_every_command_follows_the_tool_convention():
     """argparse + main(argv) + run_tool (docs/reliability.md, "Errors"): one line and exit status 2 on bad input
     in every command line; the alias tools/infer_tola.py re-exports tola-infer."""
     import ast
-    paths = [os.path.join(REPO, 'tools', n) for n in sorted(os.listdir(os.path.join(REPO, 'tools')))
-             if n.endswith('.py')] + [os.path.join(REPO, 'tola_cli', 'infer.py'),
-                                      os.path.join(PKG, 'train.py'), os.path.join(PKG, 'test.py')]
+    paths = [
+        os.path.join(REPO, 'tools', n) for n in sorted(os.listdir(os.path.join(REPO, 'tools'))) if n.endswith('.py')
+    ] + [os.path.join(REPO, 'tola_cli', 'infer.py'),
+         os.path.join(PKG, 'train.py'),
+         os.path.join(PKG, 'test.py')]
     for path in paths:
         source = open(path, encoding='utf-8').read()
         if path.endswith('infer_tola.py'):

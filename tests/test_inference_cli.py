@@ -11,8 +11,8 @@ import torch
 from PIL import Image
 
 from tola_cli import infer
-from tola_plugin.evaluation.records import read_prior_csv
 from tola_plugin.data.photo_render import render_photo
+from tola_plugin.evaluation.records import read_prior_csv
 from inference_testing import PHOTO_LINES, write_tiny_merged
 from tola_testing import one_thread  # noqa: F401
 
@@ -43,8 +43,10 @@ def odd_folder(root):
     (folder / 'text.png').write_text('not an image')
     data = (folder / 'plain.png').read_bytes()
     (folder / 'truncated.png').write_bytes(data[:len(data) // 2])
-    expected = {'plain.png': (128, 384, 3), 'gray.png': (128, 384, 3), 'deep16.png': (128, 384, 3),
-                'alpha.png': (128, 384, 3), 'cmyk.jpg': (128, 384, 3), 'rotated.jpg': (128, 43, 3)}
+    expected = {
+        'plain.png': (128, 384, 3), 'gray.png': (128, 384, 3), 'deep16.png': (128, 384, 3), 'alpha.png': (128, 384, 3),
+        'cmyk.jpg': (128, 384, 3), 'rotated.jpg': (128, 43, 3)
+    }
     return folder, expected
 
 
@@ -75,13 +77,15 @@ def test_outputs_never_replace_inputs_or_existing_files(tiny_model, tmp_path):
     assert (folder / 'a.png').read_bytes() == before
     out = tmp_path / 'out'
     single = str(folder / 'a.png')  # a single file works as -i
-    assert infer.main(['-i', single, '-o', str(out), '--model', tiny_model, '--suffix', '_x', '--ext', 'jpg',
-                       '-s', '2']) == 0
+    assert infer.main(
+        ['-i', single, '-o',
+         str(out), '--model', tiny_model, '--suffix', '_x', '--ext', 'jpg', '-s', '2']) == 0
     assert cv2.imread(str(out / 'a_x.jpg')).shape == (48, 120, 3)
     with pytest.raises(ValueError, match='already exist'):
         infer.main(['-i', single, '-o', str(out), '--model', tiny_model, '--suffix', '_x', '--ext', 'jpg'])
-    assert infer.main(['-i', single, '-o', str(out), '--model', tiny_model, '--suffix', '_x', '--ext', 'jpg',
-                       '--overwrite']) == 0
+    assert infer.main(
+        ['-i', single, '-o',
+         str(out), '--model', tiny_model, '--suffix', '_x', '--ext', 'jpg', '--overwrite']) == 0
     assert cv2.imread(str(out / 'a_x.jpg')).shape == (128, 320, 3)
     # outputs into the input folder are fine with a suffix; --recursive keeps subfolders
     (folder / 'sub').mkdir()
@@ -128,8 +132,11 @@ def test_detect_writes_the_restored_photo_and_a_json_of_lines(tiny_model, tmp_pa
     photo, _, _ = render_photo(PHOTO_LINES, height=480, width=640)
     cv2.imwrite(str(tmp_path / 'photo.png'), photo[..., ::-1])
     out = tmp_path / 'out'
-    assert infer.main(['-i', str(tmp_path / 'photo.png'), '-o', str(out), '--model', tiny_model, '--detect',
-                       '-s', '1', '--batch-size', '4']) == 0
+    assert infer.main([
+        '-i',
+        str(tmp_path / 'photo.png'), '-o',
+        str(out), '--model', tiny_model, '--detect', '-s', '1', '--batch-size', '4'
+    ]) == 0
     assert cv2.imread(str(out / 'photo.png')).shape == (480, 640, 3)
     report = json.loads((out / 'photo.json').read_text(encoding='utf-8'))
     assert report['input'] == str(tmp_path / 'photo.png') and report['output_size'] == [480, 640]

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from tola_plugin import TOLAPipeline
+from tola_plugin.data.photo_render import render_photo
 from tola_plugin.inference.photo_geometry import expand_quad, reading_quad
 from tola_plugin.inference.pipeline import DEMO_MODEL
-from tola_plugin.data.photo_render import render_photo
 from inference_testing import PHOTO_LINES, StandInRestorer, write_tiny_merged
 from tola_testing import one_thread  # noqa: F401
 
@@ -80,13 +80,16 @@ def test_photo_lines_are_found_restored_and_pasted_back_in_place():
     assert result.image.shape == photo.shape and len(result.lines) == len(PHOTO_LINES)
     pasted = np.zeros(photo.shape[:2], np.uint8)
     for line in result.lines:
-        cv2.fillConvexPoly(pasted, np.round(expand_quad(reading_quad(np.float32(line.polygon)),
-                                                        pipe.margin)).astype(np.int32), 1)
+        cv2.fillConvexPoly(pasted,
+                           np.round(expand_quad(reading_quad(np.float32(line.polygon)), pipe.margin)).astype(np.int32),
+                           1)
     # every line found: each rendered line's centre lies in exactly one detected polygon
     found = []
     for quad, truth in zip(quads, PHOTO_LINES):
-        inside = [cv2.pointPolygonTest(np.float32(line.polygon), tuple(map(float, quad.mean(0))), False) > 0
-                  for line in result.lines]
+        inside = [
+            cv2.pointPolygonTest(np.float32(line.polygon), tuple(map(float, quad.mean(0))), False) > 0
+            for line in result.lines
+        ]
         assert sum(inside) == 1, truth.text
         found.append(result.lines[inside.index(True)])
     assert len({id(line) for line in found}) == len(PHOTO_LINES)
@@ -107,8 +110,8 @@ def test_photo_lines_are_found_restored_and_pasted_back_in_place():
     assert len(summary['lines'][0]['polygon']) == 4
     # default scale: the median line to the canvas height, within [1, 4]
     auto = pipe(photo, detect=True, recognize=False)
-    assert 1.0 < auto.outscale <= 4.0 and auto.image.shape[:2] == (round(480 * auto.outscale),
-                                                                   round(640 * auto.outscale))
+    assert 1.0 < auto.outscale <= 4.0 and auto.image.shape[:2] == (round(480 * auto.outscale), round(
+        640 * auto.outscale))
     assert auto.lines[0].text_before is None
 
 
@@ -123,6 +126,7 @@ def test_frozen_route_needs_no_adaptation_checkpoint(tmp_path, one_thread):  # n
     """The no-training route (options/ablations/test_frozen_one_step.yml: no LoRA, no LRC) loads from its option file
     alone; a network with adapters and no checkpoint is refused."""
     import yaml
+
     from tola_testing import REPO, load_yaml, tiny_backbone
     opt = load_yaml(os.path.join(REPO, 'options', 'ablations', 'test_frozen_one_step.yml'))
     assert opt['network_g']['idm_lora'] is False and opt['network_g']['lrc'] is None

@@ -1,9 +1,11 @@
 """BasicSR's MessageLogger ETA as patched in tola_plugin/basicsr_compat.py (section 5)."""
-import tola_plugin  # noqa: F401  (applies the overrides)
 from basicsr.utils.logger import MessageLogger
+
+import tola_plugin  # noqa: F401  (applies the overrides)
 
 
 class Lines(list):
+
     def info(self, message):
         self.append(message)
 
@@ -24,17 +26,17 @@ def _eta(msg_logger, current_iter):
 def test_eta_counts_timed_iterations_and_ends_at_zero(monkeypatch):
     clock = [100.0]
     log = _logger(0, 10, clock, monkeypatch)
-    clock[0] = 102.0                       # iteration 1 took 2 s; train.py resets the clock after it
+    clock[0] = 102.0  # iteration 1 took 2 s; train.py resets the clock after it
     log.reset_start_time()
-    clock[0] = 102.0 + 4 * 3.0             # iterations 2-5 took 3 s each
-    assert _eta(log, 5) == '0:00:15'       # 5 iterations left x 3 s
+    clock[0] = 102.0 + 4 * 3.0  # iterations 2-5 took 3 s each
+    assert _eta(log, 5) == '0:00:15'  # 5 iterations left x 3 s
     clock[0] = 102.0 + 9 * 3.0
-    assert _eta(log, 10) == '0:00:00'      # upstream: '-1 day, 23:59:59'
+    assert _eta(log, 10) == '0:00:00'  # upstream: '-1 day, 23:59:59'
     assert 'l_pix: 5.0000e-01' in log.logger[-1]
 
 
 def test_eta_after_resume_without_clock_reset(monkeypatch):
     clock = [0.0]
-    log = _logger(100, 200, clock, monkeypatch)   # resumed at 100: train.py does not reset the clock
-    clock[0] = 50.0                                # iterations 101-150 took 1 s each
+    log = _logger(100, 200, clock, monkeypatch)  # resumed at 100: train.py does not reset the clock
+    clock[0] = 50.0  # iterations 101-150 took 1 s each
     assert _eta(log, 150) == '0:00:50'

@@ -6,9 +6,10 @@ import os
 import pytest
 import torch
 
-import tola_plugin  # noqa: F401
 import basicsr.train
 from basicsr.models.base_model import BaseModel
+
+import tola_plugin  # noqa: F401
 
 
 def experiment(tmp_path, auto_resume=True):
@@ -17,8 +18,10 @@ def experiment(tmp_path, auto_resume=True):
     paths = {k: str(root / k) for k in ('models', 'training_states')}
     for folder in paths.values():
         os.makedirs(folder, exist_ok=True)
-    return {'name': 'exp', 'num_gpu': 0, 'auto_resume': auto_resume, 'network_g': {'type': 'RRDBNet'},
-            'path': dict(paths, experiments_root=str(root), resume_state=None)}
+    return {
+        'name': 'exp', 'num_gpu': 0, 'auto_resume': auto_resume, 'network_g': {'type': 'RRDBNet'},
+        'path': dict(paths, experiments_root=str(root), resume_state=None)
+    }
 
 
 def write_state(opt, it, net=True):
@@ -91,8 +94,10 @@ def test_training_states_and_checkpoints_are_written_atomically(tmp_path, monkey
     monkeypatch.setattr(torch, 'save', recording_save)
     model.save_training_state(epoch=0, current_iter=3)
     model.save_network(torch.nn.Linear(1, 1), 'net_g', 3)
-    final = [os.path.join(opt['path']['training_states'], '3.state'), os.path.join(opt['path']['models'],
-                                                                                 'net_g_3.pth')]
+    final = [
+        os.path.join(opt['path']['training_states'], '3.state'),
+        os.path.join(opt['path']['models'], 'net_g_3.pth')
+    ]
     assert all(os.path.isfile(p) for p in final)
     assert len(written) == 2 and not set(written) & set(final)
     assert [os.path.dirname(p) for p in written] == [os.path.dirname(p) for p in final]

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 import tola_plugin  # noqa: F401
-from inference_testing import StandInRestorer
 from tola_plugin.data.text_line_source import FolderLineSource
 from tola_plugin.evaluation.runner import evaluate_methods
 from tola_plugin.inference.pipeline import TOLAPipeline
+from inference_testing import StandInRestorer
 
 TEXT_BOX = (slice(12, 28), slice(20, 100))  # rows, columns of the opaque black "text"
 

@@ -22,8 +22,8 @@ def demo_options(rendered):
     opt = load_yaml(os.path.join(REPO, 'options', 'demo', 'train_TOLA_demo.yml'))
     opt['name'] = 'strict'
     for phase in ('train', 'val'):
-        opt['datasets'][phase].update(dataroot_gt=os.path.join(rendered[phase], 'hr'),
-                                      labels=os.path.join(rendered[phase], 'labels.tsv'))
+        opt['datasets'][phase].update(
+            dataroot_gt=os.path.join(rendered[phase], 'hr'), labels=os.path.join(rendered[phase], 'labels.tsv'))
     return opt
 
 
@@ -95,8 +95,11 @@ def test_an_experiment_in_use_is_refused_and_a_stale_lock_is_replaced(rendered_s
     try:
         os.makedirs(os.path.dirname(folder), exist_ok=True)
         with open(run_lock.lock_path(folder), 'w', encoding='utf-8') as f:
-            json.dump({'pid': other.pid, 'host': socket.gethostname(), 'command': 'python -m tola_plugin.train',
-                       'start_time': run_lock._start_time(other.pid)}, f)
+            json.dump(
+                {
+                    'pid': other.pid, 'host': socket.gethostname(), 'command': 'python -m tola_plugin.train',
+                    'start_time': run_lock._start_time(other.pid)
+                }, f)
         expect_error(tmp_path, monkeypatch, capsys, opt, f'PID {other.pid}', 'strict.lock')
     finally:
         other.kill()
@@ -116,6 +119,7 @@ def test_an_experiment_in_use_is_refused_and_a_stale_lock_is_replaced(rendered_s
 def trained_checkpoint(tmp_path_factory, one_thread):  # noqa: F811
     """An adaptation checkpoint written by TOLAModel.save_network for a rank-4, alpha-4 network."""
     from types import SimpleNamespace
+
     from tola_plugin.models.tola_model import TOLAModel
     folder = tmp_path_factory.mktemp('models')
     net = TOLANet(**tiny_net_opt(lora_alpha=4))

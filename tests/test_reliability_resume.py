@@ -30,10 +30,11 @@ def resume_options(rendered, tmp_path):
     labels.write_text(''.join(lines), encoding='utf-8')
     opt = load_yaml(os.path.join(REPO, 'options', 'demo', 'train_TOLA_demo.yml'))
     opt['name'] = 'resume'
-    opt['datasets']['train'].update(dataroot_gt=os.path.join(rendered['train'], 'hr'), labels=str(labels),
-                                    num_worker_per_gpu=1, batch_size_per_gpu=2, dataset_enlarge_ratio=1)
-    opt['datasets']['val'].update(dataroot_gt=os.path.join(rendered['val'], 'hr'),
-                                  labels=os.path.join(rendered['val'], 'labels.tsv'))
+    opt['datasets']['train'].update(
+        dataroot_gt=os.path.join(rendered['train'], 'hr'), labels=str(labels), num_worker_per_gpu=1,
+        batch_size_per_gpu=2, dataset_enlarge_ratio=1)
+    opt['datasets']['val'].update(
+        dataroot_gt=os.path.join(rendered['val'], 'hr'), labels=os.path.join(rendered['val'], 'labels.tsv'))
     opt['train'].update(total_iter=4, warmup_iter=-1)
     opt['val'].update(val_freq=2, save_img=False)
     opt['logger'].update(print_freq=1, save_checkpoint_freq=2)
@@ -41,13 +42,14 @@ def resume_options(rendered, tmp_path):
 
 
 def start(folder, opt):
-    return subprocess.Popen([sys.executable, '-m', 'tola_plugin.train', '-opt', write_options(folder / 'train.yml', opt)],
-                            cwd=folder, env=dict(os.environ, OMP_NUM_THREADS='1'), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, '-m', 'tola_plugin.train', '-opt',
+         write_options(folder / 'train.yml', opt)], cwd=folder, env=dict(os.environ, OMP_NUM_THREADS='1'),
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
 def test_sigkill_between_saves_then_auto_resume_equals_an_uninterrupted_run(rendered_sets, tmp_path, monkeypatch,
-                                                                          caplog, capsys, one_thread):  # noqa: F811
+                                                                            caplog, capsys, one_thread):  # noqa: F811
     opt = resume_options(rendered_sets, tmp_path)
     ref_dir, cut_dir = tmp_path / 'uninterrupted', tmp_path / 'killed'
     ref_dir.mkdir()

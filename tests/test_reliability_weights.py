@@ -10,8 +10,9 @@ import shutil
 import pytest
 import torch
 
-import tola_plugin  # noqa: F401
 from basicsr.losses import build_loss
+
+import tola_plugin  # noqa: F401
 from tola_plugin.evaluation import weights as W
 from tola_plugin.evaluation.testing import write_fake_metric_weights
 
@@ -49,8 +50,8 @@ def home(clean_home, tmp_path, monkeypatch):
     shutil.copytree(clean_home, copy)
     monkeypatch.setenv('TORCH_HOME', str(copy))
     real_store_dir = W.store_dir
-    monkeypatch.setattr(W, 'store_dir', lambda store: str(copy / 'lpips_wheel') if store == W.LPIPS_WHEEL
-                        else real_store_dir(store))
+    monkeypatch.setattr(W, 'store_dir', lambda store: str(copy / 'lpips_wheel')
+                        if store == W.LPIPS_WHEEL else real_store_dir(store))
     return copy
 
 
@@ -66,6 +67,7 @@ def fid(tmp_path):
 
 def validation_dists(tmp_path):
     import numpy as np
+
     from tola_plugin.metrics import tola_iqa_metric
     tola_iqa_metric._metric.cache_clear()  # built networks are cached per process
     img = np.zeros((32, 32, 3), np.uint8)

@@ -9,10 +9,9 @@ from tola_plugin.archs.diffusion_schedule import schedule_constants
 from tola_plugin.archs.tola_arch import TOLANet
 from tola_plugin.archs.transocr_arch import TransOCR
 from tola_plugin.archs.vae_arch import LATENT_SCALE
-from tola_plugin.text.text_prior import transocr_to_idm
 from tola_plugin.checkpoints.difftsr import load_difftsr
 from tola_plugin.checkpoints.transocr import load_transocr
-
+from tola_plugin.text.text_prior import transocr_to_idm
 from backbone_testing import DATA, official_fixture, write_tiny_official_ckpt
 from numerics import rel_err, within
 from tola_testing import one_thread  # noqa: F401
@@ -38,8 +37,9 @@ def test_checkpoint_route_equals_official_modules_through_algorithm1(files):
     cfg = files['configs']
     net = TOLANet(backbone_init='checkpoint', difftsr_checkpoint=files['ckpt'], transocr_checkpoint=files['transocr'],
                   noise='zero', lrc=dict(type='LatentResidualCorrection'), **cfg).eval()
-    ref = load_difftsr(files['ckpt'], configs={k[:-len('_config')]: v for k, v in cfg.items()
-                                               if k != 'transocr_config'})
+    ref = load_difftsr(files['ckpt'],
+                       configs={k[:-len('_config')]: v
+                                for k, v in cfg.items() if k != 'transocr_config'})
     ocr = load_transocr(files['transocr'], **cfg['transocr_config']).eval()
     torch.manual_seed(1)
     lq = torch.rand(2, 3, 32, 128)
@@ -49,7 +49,7 @@ def test_checkpoint_route_equals_official_modules_through_algorithm1(files):
         z_lr = ref['vae'].encode(lq).latent_dist.mode()
         sa, s1m = schedule_constants(999)
         z_t = sa * z_lr
-        eps = ref['idm'](torch.cat([z_t, z_lr], 1), torch.full((2,), 999), ref['mom'].encode_text(tokens, conf))
+        eps = ref['idm'](torch.cat([z_t, z_lr], 1), torch.full((2, ), 999), ref['mom'].encode_text(tokens, conf))
         z0 = (z_t - s1m * eps) / sa
         image = ref['vae'].decode((1.0 / LATENT_SCALE) * z0).sample.clamp(0, 1)
     assert torch.equal(out['tokens'], tokens)

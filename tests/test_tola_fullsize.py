@@ -21,8 +21,9 @@ def test_full_size_default_path_equals_the_reference_route_128x512_cpu():
     net = TOLANet(backbone_init='random', lrc=dict(type='LatentResidualCorrection'), text_decoding='full_prefix')
     net.eval()
     try:
-        assert net.trainable_parameter_counts() == {'idm_lora': 2_027_520, 'vae_lora': 250_548, 'lrc': 180_323,
-                                                    'total': 2_458_391}
+        assert net.trainable_parameter_counts() == {
+            'idm_lora': 2_027_520, 'vae_lora': 250_548, 'lrc': 180_323, 'total': 2_458_391
+        }
         assert sum(p.numel() for p in net.idm.parameters() if not p.requires_grad) == 874_024_003
         assert torch.count_nonzero(net.lrc.conv_out.weight) == 0  # the LRC starts at Δr = 0
         gen = torch.Generator().manual_seed(1)

@@ -7,8 +7,8 @@ import torch
 
 import tola_plugin  # noqa: F401
 from tola_plugin.archs.tola_arch import TOLANet
-from tola_testing import tiny_net_opt, one_thread  # noqa: F401
 from numerics import assert_clear_argmax, rel_err, within
+from tola_testing import one_thread, tiny_net_opt  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 SEEDS = [3, 4]

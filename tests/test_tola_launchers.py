@@ -32,8 +32,10 @@ def test_two_process_gloo_ddp_train_validate_and_test(rendered_sets, tmp_path):
     opt = demo_options(rendered_sets, 'tola_ddp', total_iter=2, freq=2)
     opt_file = write_options(tmp_path / 'ddp.yml', opt)
     env = {'OMP_NUM_THREADS': '1'}
-    run_launcher(['-m', 'torch.distributed.run', '--nproc_per_node=2', f'--master_port={free_port()}',
-                  '-m', 'tola_plugin.train', '-opt', opt_file, '--launcher', 'pytorch'], cwd=tmp_path, env=env)
+    run_launcher([
+        '-m', 'torch.distributed.run', '--nproc_per_node=2', f'--master_port={free_port()}', '-m', 'tola_plugin.train',
+        '-opt', opt_file, '--launcher', 'pytorch'
+    ], cwd=tmp_path, env=env)
     exp = tmp_path / 'experiments' / 'tola_ddp'
     log = open(glob.glob(str(exp / 'train_*.log'))[0], encoding='utf-8').read()
     assert 'World size (gpu number): 2' in log and 'DistributedDataParallel' in log
@@ -46,7 +48,6 @@ def test_two_process_gloo_ddp_train_validate_and_test(rendered_sets, tmp_path):
     test['datasets']['test_1'].update(dataroot_gt=opt['datasets']['val']['dataroot_gt'],
                                       labels=opt['datasets']['val']['labels'])
     test['path']['pretrain_network_g'] = str(exp / 'models' / 'net_g_latest.pth')
-    run_launcher(['-m', 'tola_plugin.test', '-opt', write_options(tmp_path / 'test.yml', test)], cwd=tmp_path,
-                 env=env)
+    run_launcher(['-m', 'tola_plugin.test', '-opt', write_options(tmp_path / 'test.yml', test)], cwd=tmp_path, env=env)
     images = glob.glob(str(tmp_path / 'results' / 'demo_TOLA_test' / 'visualization' / 'rendered_val' / '*.png'))
     assert len(images) == 2

@@ -5,9 +5,9 @@ from peft import PeftModel
 
 import tola_plugin  # noqa: F401
 from tola_plugin.archs.idm_unet_arch import DiffTSRIDMUNet
+from tola_plugin.archs.lora import IDM_LORA_TARGETS, VAE_ENCODER_LORA_TARGETS, add_lora, count_lora_parameters
 from tola_plugin.archs.tola_arch import TOLANet
 from tola_plugin.archs.vae_arch import DiffTSRVAE
-from tola_plugin.archs.lora import IDM_LORA_TARGETS, VAE_ENCODER_LORA_TARGETS, add_lora, count_lora_parameters
 
 
 def _meta(cls):

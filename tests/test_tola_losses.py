@@ -6,13 +6,14 @@ import torch
 import torch.nn.functional as F
 import torchvision
 
-import tola_plugin  # noqa: F401
 from basicsr.losses import build_loss
+
+import tola_plugin  # noqa: F401
 from tola_plugin.archs.tola_arch import TOLANet
 from tola_plugin.losses.lpips_loss import VGG16_FILE
 from tola_plugin.text.alphabets import TRANSOCR_END
-from tola_testing import tiny_net_opt, one_thread  # noqa: F401
 from numerics import rel_err, within
+from tola_testing import one_thread, tiny_net_opt  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 
@@ -31,7 +32,7 @@ def test_lpips_loads_the_local_vgg16_file(tmp_path, monkeypatch):
     folder.mkdir(parents=True)
     with torch.device('meta'):
         shapes = {k: v.shape for k, v in torchvision.models.vgg16().state_dict().items()}
-    fake = {k: torch.full((1,), 0.01).expand(s) for k, s in shapes.items()}
+    fake = {k: torch.full((1, ), 0.01).expand(s) for k, s in shapes.items()}
     torch.save(fake, folder / VGG16_FILE)
     assert os.path.getsize(folder / VGG16_FILE) < 100_000
     monkeypatch.setenv('TORCH_HOME', str(tmp_path))
@@ -70,8 +71,10 @@ def test_ocr_ce_is_token_cross_entropy_with_padding_ignored(tiny_net):
     loss = build_loss(dict(type='OCRCELoss', loss_weight=0.02))
     value = loss(images, targets, recognizer)
     logits = recognizer(images, targets)
-    manual = torch.cat([F.cross_entropy(logits[0, :3], targets[0, :3], reduction='none'),
-                        F.cross_entropy(logits[1, :2], targets[1, :2], reduction='none')]).mean()
+    manual = torch.cat([
+        F.cross_entropy(logits[0, :3], targets[0, :3], reduction='none'),
+        F.cross_entropy(logits[1, :2], targets[1, :2], reduction='none')
+    ]).mean()
     # the same cross-entropy terms, reduced in another order: measured 0, tolerance 1e-5 (float32 noise)
     within(rel_err(value, 0.02 * manual), 1e-5, 'OCR CE vs by hand')
     recognizer.train()

@@ -2,9 +2,10 @@
 import pytest
 import torch
 
-import tola_plugin  # noqa: F401
 from basicsr.archs import build_network
 from basicsr.archs.rrdbnet_arch import RRDB
+
+import tola_plugin  # noqa: F401
 
 
 def _count(module):

@@ -9,16 +9,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import tola_plugin  # noqa: F401
 from basicsr.data import build_dataset
 from basicsr.models import build_model
-from tola_testing import REPO, load_yaml, tiny_options, one_thread  # noqa: F401
+
+import tola_plugin  # noqa: F401
 from numerics import within
+from tola_testing import REPO, load_yaml, one_thread, tiny_options  # noqa: F401
 
 SMALL = (32, 128)  # batches are shrunk from the 128x512 canvas to keep one iteration ~1 s on CPU
 
 pytestmark = pytest.mark.usefixtures('one_thread')
-
 
 _LPIPS_CACHE = {}
 
@@ -35,6 +35,7 @@ def shared_lpips(monkeypatch):
         if key not in _LPIPS_CACHE:
             _LPIPS_CACHE[key] = real(**kwargs)
         return _LPIPS_CACHE[key]
+
     monkeypatch.setattr(lpips, 'LPIPS', cached)
     yield
 
@@ -93,8 +94,9 @@ def test_real_run_has_the_papers_training_configuration():
     assert train['optim_g'] == {'type': 'AdamW', 'lr': 5e-5, 'betas': [0.9, 0.999], 'weight_decay': 0.01}
     assert train['scheduler']['milestones'] == [] and train.get('ema_decay', 0) == 0
     weights = {k: (train[k]['type'], train[k]['loss_weight']) for k in ('pixel_opt', 'perceptual_opt', 'ocr_opt')}
-    assert weights == {'pixel_opt': ('L1Loss', 1.0), 'perceptual_opt': ('LPIPSLoss', 1.0),
-                       'ocr_opt': ('OCRCELoss', 0.02)}
+    assert weights == {
+        'pixel_opt': ('L1Loss', 1.0), 'perceptual_opt': ('LPIPSLoss', 1.0), 'ocr_opt': ('OCRCELoss', 0.02)
+    }
     assert train['perceptual_opt']['net'] == 'vgg' and train['perceptual_opt'].get('pretrained_backbone', True)
     assert (net['timestep'], net['latent'], net['lora_rank'], net['lora_alpha']) == (999, 'mode', 4, 4)
     assert net['lrc'] == {'type': 'LatentResidualCorrection', 'num_feat': 32, 'num_grow_ch': 16, 'num_block': 1}
@@ -176,22 +178,27 @@ def test_validation_reports_image_and_ocr_metrics(tmp_path, rendered_sets):
 
 def _option_files():
     files = sorted(glob.glob(os.path.join(REPO, 'options', 'ablations', '*.yml')))
-    return files + [os.path.join(REPO, p) for p in ('options/train/train_TOLA.yml', 'options/test/test_TOLA.yml',
-                                                    'options/demo/train_TOLA_demo.yml',
-                                                    'options/demo/test_TOLA_demo.yml')]
+    return files + [
+        os.path.join(REPO, p) for p in ('options/train/train_TOLA.yml', 'options/test/test_TOLA.yml',
+                                        'options/demo/train_TOLA_demo.yml', 'options/demo/test_TOLA_demo.yml')
+    ]
 
 
 def test_ablation_files_are_generated_and_complete():
-    proc = subprocess.run([sys.executable, os.path.join(REPO, 'tools', 'make_tola_ablations.py'), '--check'],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, os.path.join(REPO, 'tools', 'make_tola_ablations.py'), '--check'], capture_output=True,
+        text=True)
     assert proc.returncode == 0, proc.stderr
     names = {os.path.basename(p)[:-4] for p in glob.glob(os.path.join(REPO, 'options', 'ablations', '*.yml'))}
-    expected = {'frozen_one_step', 'lrc_only', 'lora_only', 'full', 'plain_residual', 'no_mom', 'direct_tokens',
-                'idm_lora_only', 'vae_lora_only', 'rank2', 'rank4', 'rank8', 'lrc_small', 'lrc_default',
-                'lrc_large', 'no_l1', 'no_lpips', 'ocr_w0', 'ocr_w002', 'ocr_w005', 'train_t899', 'train_t949',
-                'train_t999'}
-    controls = {'frozen_one_step', 'null_context', 'uniform_confidence', 'gt_prior', 'vae_lora_off', 'infer_t899',
-                'infer_t949', 'infer_t999', 'eps_zero'}
+    expected = {
+        'frozen_one_step', 'lrc_only', 'lora_only', 'full', 'plain_residual', 'no_mom', 'direct_tokens',
+        'idm_lora_only', 'vae_lora_only', 'rank2', 'rank4', 'rank8', 'lrc_small', 'lrc_default', 'lrc_large', 'no_l1',
+        'no_lpips', 'ocr_w0', 'ocr_w002', 'ocr_w005', 'train_t899', 'train_t949', 'train_t999'
+    }
+    controls = {
+        'frozen_one_step', 'null_context', 'uniform_confidence', 'gt_prior', 'vae_lora_off', 'infer_t899', 'infer_t949',
+        'infer_t999', 'eps_zero'
+    }
     assert {f'train_{v}' for v in expected - {'frozen_one_step'}} <= names
     assert {f'test_{v}' for v in expected | controls} <= names
     for path in glob.glob(os.path.join(REPO, 'options', 'ablations', 'test_*.yml')):

@@ -10,8 +10,8 @@ from tola_plugin.archs.tola_arch import TOLANet, image_noise_seed
 from tola_plugin.archs.vae_arch import LATENT_SCALE
 from tola_plugin.text.alphabets import IDM_PAD, decode_idm
 from tola_plugin.text.text_prior import transocr_to_idm
-from tola_testing import tiny_net_opt, one_thread  # noqa: F401
 from numerics import rel_err, within
+from tola_testing import one_thread, tiny_net_opt  # noqa: F401
 
 H, W = 32, 128  # tiny images keep the tests fast; the full-size 128x512 forward has its own test
 
@@ -47,10 +47,10 @@ def perturb_adapters(net, seed=3):
 def test_schedule_constants_match_spec():
     sa, s1m = schedule_constants(999)
     # float64 on both sides (LDM's numpy schedule): 1e-7 is ~1e8x float64 rounding
-    assert math.isclose(sa ** 2, 9.691086681147455e-05, rel_tol=1e-7)
+    assert math.isclose(sa**2, 9.691086681147455e-05, rel_tol=1e-7)
     # its float32 rounding, as the official float32 buffer holds it (an exact value: one rounding of a float64)
     assert torch.tensor(sa, dtype=torch.float32).item() == pytest.approx(0.009844332, abs=1e-9)
-    assert math.isclose(sa ** 2 + s1m ** 2, 1.0, rel_tol=1e-12)
+    assert math.isclose(sa**2 + s1m**2, 1.0, rel_tol=1e-12)
     with pytest.raises(ValueError, match='timestep'):
         schedule_constants(1000)
 
@@ -72,7 +72,7 @@ def test_algorithm1_line_by_line_at_init(net, lq):
             z_t = sa * z_lr  # eps = 0
             context = net.mom.encode_text(tokens, token_weights=conf)
             with net.idm.disable_adapter():
-                eps_hat = net.idm(torch.cat([z_t, z_lr], 1), torch.full((2,), 999), context)
+                eps_hat = net.idm(torch.cat([z_t, z_lr], 1), torch.full((2, ), 999), context)
             z0 = (z_t - s1m * eps_hat) / sa
             with net.vae.disable_adapter():
                 image = net.vae.decode(z0 * (1.0 / LATENT_SCALE)).sample.clamp(0, 1)
@@ -144,6 +144,7 @@ def test_no_mom_removes_the_text_branch(lq):
 
     def fail(*args, **kwargs):
         raise AssertionError('TransOCR/MoM must not run without the text branch')
+
     net.transocr.greedy_decode = fail
     net.mom.encode_text = fail
     out = net(lq, return_intermediates=True)

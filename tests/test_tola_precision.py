@@ -7,7 +7,7 @@ import torch
 import tola_plugin  # noqa: F401
 from tola_plugin.archs import precision as P
 from tola_plugin.archs.tola_arch import TOLANet
-from tola_testing import tiny_net_opt, one_thread  # noqa: F401
+from tola_testing import one_thread, tiny_net_opt  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 
@@ -22,7 +22,7 @@ def resolve(precision):
 
 # CPUs: none (emulated bf16), AVX512-BF16 only, AMX (bf16 tiles), AMX with FP16
 @pytest.mark.parametrize('native_bf16, amx_bf16, amx_fp16', [(False, False, False), (True, False, False),
-                                                            (True, True, False), (True, True, True)])
+                                                             (True, True, False), (True, True, True)])
 def test_resolution_on_cpu(monkeypatch, native_bf16, amx_bf16, amx_fp16):
     monkeypatch.setattr(P, 'cpu_has_native_bf16', lambda: native_bf16)
     monkeypatch.setattr(P, 'cpu_has_amx_bf16', lambda: amx_bf16)
@@ -51,9 +51,11 @@ def test_tolanet_runs_in_the_chosen_precision(monkeypatch):
         return torch.get_autocast_dtype('cpu') if torch.is_autocast_enabled('cpu') else torch.float32
 
     def spy(name, fn):
+
         def run(*args, **kwargs):
             seen[name].append(autocast_state())
             return fn(*args, **kwargs)
+
         return run
 
     monkeypatch.setattr(net.vae, 'decode', spy('decoder', net.vae.decode))

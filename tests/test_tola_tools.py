@@ -9,14 +9,14 @@ import yaml
 
 import tola_plugin  # noqa: F401
 from tola_plugin.archs.tola_arch import TOLANet
-from tola_plugin.checkpoints.tola import MERGED_FORMAT
+from tola_plugin.checkpoints.tola import MERGED_FORMAT, build_tola_from_options
 from tola_plugin.evaluation.records import read_prior_csv
-from tola_plugin.checkpoints.tola import build_tola_from_options
-from tola_testing import REPO, tiny_net_opt, one_thread  # noqa: F401
+from tola_testing import REPO, one_thread, tiny_net_opt  # noqa: F401
 
 sys.path.insert(0, os.path.join(REPO, 'tools'))
 import export_merged  # noqa: E402
 import infer_tola  # noqa: E402
+
 from numerics import rel_err, within  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures('one_thread')
@@ -35,8 +35,10 @@ def trained(tmp_path_factory):
                 p.copy_(torch.randn(p.shape, generator=gen) * 0.05)
     checkpoint = root / 'net_g_1.pth'
     torch.save({'params': net.adaptation_state_dict()}, checkpoint)
-    opt = {'network_g': dict(type='TOLANet', **tiny_net_opt()),
-           'path': {'pretrain_network_g': str(checkpoint), 'param_key_g': 'params'}}
+    opt = {
+        'network_g': dict(type='TOLANet', **tiny_net_opt()),
+        'path': {'pretrain_network_g': str(checkpoint), 'param_key_g': 'params'}
+    }
     opt_path = root / 'tiny.yml'
     opt_path.write_text(yaml.safe_dump(opt), encoding='utf-8')
     lr_dir = root / 'lr'
@@ -85,11 +87,14 @@ def test_infer_writes_images_and_prior_csv(trained, tmp_path):
     merged = trained['root'] / 'merged_for_infer.safetensors'
     export_merged.main(['-opt', trained['opt'], '--out', str(merged), '--onnx'])
     out_a, out_b, out_c = tmp_path / 'merged', tmp_path / 'options', tmp_path / 'onnx'
-    assert infer_tola.main(['--model', str(merged), '-i', trained['lr'], '-o', str(out_a), '--batch-size', '2',
-                            '--ext', 'png']) == 0
+    assert infer_tola.main(
+        ['--model', str(merged), '-i', trained['lr'], '-o',
+         str(out_a), '--batch-size', '2', '--ext', 'png']) == 0
     assert infer_tola.main(['-opt', trained['opt'], '-i', trained['lr'], '-o', str(out_b), '--ext', 'png']) == 0
-    assert infer_tola.main(['--model', str(merged), '-i', trained['lr'], '-o', str(out_c), '--ext', 'png',
-                            '--backend', 'onnxruntime']) == 0
+    assert infer_tola.main(
+        ['--model',
+         str(merged), '-i', trained['lr'], '-o',
+         str(out_c), '--ext', 'png', '--backend', 'onnxruntime']) == 0
     for name in ('a.png', 'b.png'):
         img_a, img_b, img_c = (cv2.imread(str(out / name)) for out in (out_a, out_b, out_c))
         assert img_a.shape == (128, 480, 3)  # 40x150 at height 128, aspect kept
@@ -99,8 +104,9 @@ def test_infer_writes_images_and_prior_csv(trained, tmp_path):
         assert abs(img_a.astype(int) - img_b.astype(int)).max() <= 1
         assert abs(img_a.astype(int) - img_c.astype(int)).max() <= 1
     with pytest.raises(SystemExit):  # ONNX stages exist only for a merged file
-        infer_tola.main(['-opt', trained['opt'], '-i', trained['lr'], '-o', str(tmp_path / 'x'),
-                         '--backend', 'onnxruntime'])
+        infer_tola.main(
+            ['-opt', trained['opt'], '-i', trained['lr'], '-o',
+             str(tmp_path / 'x'), '--backend', 'onnxruntime'])
     prior = read_prior_csv(str(out_a / 'prior.csv'))
     assert set(prior) == {'a.png', 'b.png'}  # the output names (b.jpg written as PNG with --ext png)
     assert all(0.0 <= row['prior_confidence'] <= 1.0 for row in prior.values())

@@ -6,12 +6,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from conftest import REPO, run_launcher, write_options
 from tola_plugin.archs.lrc_arch import LatentResidualCorrection
 from tola_plugin.evaluation.complexity import count_macs
+from conftest import REPO, run_launcher, write_options
 
 
 class Attention(nn.Module):
+
     def forward(self, q, k, v):
         return F.scaled_dot_product_attention(q, k, v)
 
@@ -26,7 +27,7 @@ def test_default_lrc_macs_on_the_paper_latent():
     # 1x1 6->32, one RRDB (3 RDBs of 3x3 convs 32+16i -> 16, last -> 32), 1x1 32->3, on 32x128 positions
     rdb = 9 * (32 * 16 + 48 * 16 + 64 * 16 + 80 * 16 + 96 * 32)
     expected = (6 * 32 + 3 * rdb + 32 * 3) * 32 * 128
-    assert count_macs(LatentResidualCorrection(), (torch.rand(1, 6, 32, 128),)) == expected == 737_280_000
+    assert count_macs(LatentResidualCorrection(), (torch.rand(1, 6, 32, 128), )) == expected == 737_280_000
 
 
 def test_benchmark_tool_on_a_tiny_tola(tmp_path):
@@ -35,9 +36,11 @@ def test_benchmark_tool_on_a_tiny_tola(tmp_path):
         tiny = yaml.safe_load(f)
     opt = {'network_g': {'type': 'TOLANet', **tiny, 'lrc': {'type': 'LatentResidualCorrection'}}}
     out = tmp_path / 'eff.json'
-    run_launcher([os.path.join(REPO, 'tools', 'benchmark_efficiency.py'), '-opt',
-                  write_options(tmp_path / 'tiny.yml', opt), '--repeats', '1', '--steps', '3', '--out', str(out)],
-                 cwd=tmp_path)
+    run_launcher([
+        os.path.join(REPO, 'tools', 'benchmark_efficiency.py'), '-opt',
+        write_options(tmp_path / 'tiny.yml', opt), '--repeats', '1', '--steps', '3', '--out',
+        str(out)
+    ], cwd=tmp_path)
     result = json.loads(out.read_text())
     p, m, rows = result['params'], result['macs'], result['rows']
     assert m['idm_with_lora'] > m['idm'] > 0 and m['lrc'] > 0

@@ -9,7 +9,7 @@ import yaml
 
 import tola_plugin  # noqa: F401
 from conftest import REPO
-from tola_testing import tiny_backbone, one_thread  # noqa: F401
+from tola_testing import one_thread, tiny_backbone  # noqa: F401
 
 sys.path.insert(0, os.path.join(REPO, 'tools'))
 import benchmark_inference  # noqa: E402
@@ -22,12 +22,18 @@ pytestmark = pytest.mark.usefixtures('one_thread')
 def result(tmp_path_factory):
     folder = tmp_path_factory.mktemp('bench')
     opt = folder / 'tiny.yml'
-    opt.write_text(yaml.safe_dump({'network_g': {'type': 'TOLANet', **tiny_backbone(),
-                                                 'lrc': {'type': 'LatentResidualCorrection'}}}), encoding='utf-8')
+    opt.write_text(
+        yaml.safe_dump(
+            {'network_g': {'type': 'TOLANet', **tiny_backbone(), 'lrc': {'type': 'LatentResidualCorrection'}}}),
+        encoding='utf-8')
     out = folder / 'inference.json'
-    assert benchmark_inference.main(['-opt', str(opt), '--random-weights', '--batch', '2', '--repeats', '1',
-                                     '--precision', 'bf16', '--no-memory', '--workdir', str(folder / 'work'),
-                                     '--out', str(out)]) == 0
+    assert benchmark_inference.main([
+        '-opt',
+        str(opt), '--random-weights', '--batch', '2', '--repeats', '1', '--precision', 'bf16', '--no-memory',
+        '--workdir',
+        str(folder / 'work'), '--out',
+        str(out)
+    ]) == 0
     return json.loads(out.read_text(encoding='utf-8')), folder
 
 
@@ -65,16 +71,26 @@ def test_latency_figure_from_the_benchmark_json(result, tmp_path):
     summary.write_text(json.dumps({'summary': {'TOLA': {'psnr': 24.8}}}), encoding='utf-8')  # no TransOCR ACC
     latency = tmp_path / 'others.csv'
     latency.write_text('method,seconds_per_image,psnr\nESRGAN,0.5,22.1\n', encoding='utf-8')
-    assert plot_results.main(['latency', '--benchmark', str(folder / 'inference.json'), '--latency', str(latency),
-                              '--summary', str(summary), '--highlight', 'TOLA', '--out', str(tmp_path / 'fig')]) == 0
+    assert plot_results.main([
+        'latency', '--benchmark',
+        str(folder / 'inference.json'), '--latency',
+        str(latency), '--summary',
+        str(summary), '--highlight', 'TOLA', '--out',
+        str(tmp_path / 'fig')
+    ]) == 0
     assert (tmp_path / 'fig.png').stat().st_size > 10_000
     with pytest.raises(ValueError, match='no timing'):
-        plot_results.main(['latency', '--benchmark', str(folder / 'inference.json'), '--benchmark-route', 'gpu',
-                           '--summary', str(summary), '--out', str(tmp_path / 'bad')])
+        plot_results.main([
+            'latency', '--benchmark',
+            str(folder / 'inference.json'), '--benchmark-route', 'gpu', '--summary',
+            str(summary), '--out',
+            str(tmp_path / 'bad')
+        ])
 
 
 def test_onnxruntime_backend_checks_its_files_and_inputs(result, tmp_path):
     import shutil
+
     from tola_plugin.archs.tola_arch import TOLANet
     from tola_plugin.checkpoints.tola import onnx_folder
     _, folder = result

@@ -7,19 +7,19 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import tola_plugin  # noqa: F401  (registers the arch)
 from basicsr.archs import build_network
 from basicsr.utils.registry import ARCH_REGISTRY
+
+import tola_plugin  # noqa: F401  (registers the arch)
 from tola_plugin.archs.transocr_arch import TransOCR, TransOCRLayerNorm
 from tola_plugin.text.alphabets import TRANSOCR_END, encode_transocr, transocr_classes
 from tola_plugin.text.text_prior import transocr_to_idm
-
 from numerics import abs_err, assert_clear_argmax, rel_err, within
 
 DATA = os.path.join(os.path.dirname(__file__), 'data', 'transocr')
 MANIFEST = os.path.join(DATA, 'transocr_manifest.tsv')  # every key and shape of the official model (docs/transocr.md)
-TINY = dict(embed_dim=16, pe_max_len=64, stem_channels=(4, 8), stage_channels=(8, 8, 16, 16),
-            stage_blocks=(1, 2, 1, 1), num_heads=2, ff_dim=32)
+TINY = dict(embed_dim=16, pe_max_len=64, stem_channels=(4, 8), stage_channels=(8, 8, 16, 16), stage_blocks=(1, 2, 1, 1),
+            num_heads=2, ff_dim=32)
 
 
 def tiny(seed=0, **opts):
@@ -70,7 +70,7 @@ def test_layernorm_is_the_official_unbiased_std_form():
     expected = norm.a_2 * (x - x.mean(-1, keepdim=True)) / (x.std(-1, unbiased=True, keepdim=True) + 1e-6) + norm.b_2
     torch.testing.assert_close(norm(x), expected, rtol=0, atol=0)  # the same operations in the same order
     # and it is NOT torch's LayerNorm (biased variance inside a sqrt)
-    assert not torch.allclose(norm(x), F.layer_norm(x, (8,), norm.a_2, norm.b_2, eps=1e-6), atol=1e-4)
+    assert not torch.allclose(norm(x), F.layer_norm(x, (8, ), norm.a_2, norm.b_2, eps=1e-6), atol=1e-4)
 
 
 @pytest.mark.numerics
@@ -177,7 +177,7 @@ def test_teacher_forcing_input_and_padding():
     model = tiny()
     images = torch.rand(2, 3, 128, 512)
     row0 = encode_transocr('中国')  # [c, c, END]
-    row1 = encode_transocr('a')     # [c, END] + pad
+    row1 = encode_transocr('a')  # [c, END] + pad
     targets = torch.tensor([row0, row1 + [-100]])
     with torch.no_grad():
         logits = model(images, targets)

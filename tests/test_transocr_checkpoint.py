@@ -11,8 +11,8 @@ from tola_plugin.checkpoints.transocr import load_transocr, transocr_state_dict
 
 DATA = os.path.join(os.path.dirname(__file__), 'data', 'transocr')
 MANIFEST = os.path.join(DATA, 'transocr_manifest.tsv')  # every key and shape of the official model (docs/transocr.md)
-TINY = dict(embed_dim=16, pe_max_len=64, stem_channels=(4, 8), stage_channels=(8, 8, 16, 16),
-            stage_blocks=(1, 1, 1, 1), num_heads=2, ff_dim=32, num_classes=40)
+TINY = dict(embed_dim=16, pe_max_len=64, stem_channels=(4, 8), stage_channels=(8, 8, 16, 16), stage_blocks=(1, 1, 1, 1),
+            num_heads=2, ff_dim=32, num_classes=40)
 
 
 def manifest_state():
@@ -41,8 +41,8 @@ def test_full_size_manifest_loads_strictly(tmp_path, layout):
     os.remove(path)
     assert not model.training
     loaded = model.state_dict()
-    for key in ('embedding_word.lut.weight', 'pe.pe', 'encoder.layer3.5.bn2.running_var',
-                'decoder.mul_layernorm3.a_2', 'generator_word.proj.bias'):
+    for key in ('embedding_word.lut.weight', 'pe.pe', 'encoder.layer3.5.bn2.running_var', 'decoder.mul_layernorm3.a_2',
+                'generator_word.proj.bias'):
         assert torch.equal(loaded[key], state[key]), key  # the checkpoint's values, incl. its PE table
     assert int(loaded['encoder.bn1.num_batches_tracked']) == int(state['encoder.bn1.num_batches_tracked'])
 
@@ -87,24 +87,28 @@ def test_truncated_file_is_refused(tmp_path):
     path = _tiny_file(tmp_path)
     data = open(path, 'rb').read()
     with open(path, 'wb') as handle:
-        handle.write(data[: len(data) // 2])
+        handle.write(data[:len(data) // 2])
     with pytest.raises(ValueError, match='truncated, corrupt, or carrying code'):
         load_transocr(path, **TINY)
 
 
 def test_wrong_key_is_refused(tmp_path):
+
     def rename(state):
         state['decoder.pff.w_9.weight'] = state.pop('decoder.pff.w_1.weight')
         return state
+
     with pytest.raises(KeyError, match=r'decoder\.pff\.w_1\.weight') as err:
         load_transocr(_tiny_file(tmp_path, rename), **TINY)
     assert 'w_9' in str(err.value) and 'TransOCR' in str(err.value)
 
 
 def test_wrong_shape_is_refused(tmp_path):
+
     def reshape(state):
         state['generator_word.proj.bias'] = torch.zeros(41)
         return state
+
     with pytest.raises(ValueError, match=r'generator_word\.proj\.bias.*\(41,\).*\(40,\)'):
         load_transocr(_tiny_file(tmp_path, reshape), **TINY)
 

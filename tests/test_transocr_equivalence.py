@@ -14,9 +14,8 @@ import torch
 
 import tola_plugin  # noqa: F401
 from tola_plugin.archs.transocr_arch import TransOCR
-from tola_plugin.text.text_prior import transocr_to_idm
 from tola_plugin.checkpoints.transocr import load_transocr
-
+from tola_plugin.text.text_prior import transocr_to_idm
 from numerics import assert_clear_argmax, rel_err, within
 
 DATA = os.path.join(os.path.dirname(__file__), 'data', 'transocr')
@@ -135,10 +134,12 @@ def decoded(model_and_images, fixture):
     """Both decodings of the fixture images, and each step's scores (teacher-forced on the official ids)."""
     model, images = model_and_images
     with torch.no_grad():
-        return {'full_prefix': model.greedy_decode(images, max_steps=24, incremental=False),
-                # what TOLANet runs: cached keys/values, the 23 steps the prior reads, stop once all images ended
-                'incremental': model.greedy_decode(images, max_steps=23, stop_at_end=True),
-                'logits': model(images, torch.from_numpy(fixture['greedy_ids']))}
+        return {
+            'full_prefix': model.greedy_decode(images, max_steps=24, incremental=False),
+            # what TOLANet runs: cached keys/values, the 23 steps the prior reads, stop once all images ended
+            'incremental': model.greedy_decode(images, max_steps=23, stop_at_end=True),
+            'logits': model(images, torch.from_numpy(fixture['greedy_ids']))
+        }
 
 
 @pytest.mark.parametrize('decoding', ['full_prefix', 'incremental'])

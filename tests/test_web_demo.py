@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 import torch
 
-from inference_testing import StandInRestorer, write_tiny_merged
 from tola_plugin.archs.tola_arch import image_noise_seed
 from tola_plugin.inference.pipeline import DEMO_MODEL, LineResult, Restoration, TOLAPipeline
 from tola_plugin.rendered_samples import samples_dir
 from tola_plugin.utils.headless_browser import (find_chromium, page_text, quit_chromium, restore_in_page,
                                                 start_chromium, urls_off_host)
+from inference_testing import StandInRestorer, write_tiny_merged
 
 web_app = pytest.importorskip('tola_plugin.inference.web_app', reason='gradio is not installed (the [web] extra)')
 from tola_cli import web as web_cli  # noqa: E402
@@ -53,8 +53,9 @@ def test_restore_upload_refuses_non_image_and_too_large(not_an_image):
     pipe = TOLAPipeline(StandInRestorer())
     with pytest.raises(ValueError, match=r'notes\.png is not an image this demo can read: not a decodable image'):
         web_app.restore_upload(pipe, not_an_image, 'notes.png')
-    with pytest.raises(ValueError, match=r'line_1x4\.png is too large: 128x32 pixels = 0\.0 megapixels, the limit '
-                                         r'is 0\.001 \(the --max-megapixels option'):
+    with pytest.raises(
+            ValueError, match=r'line_1x4\.png is too large: 128x32 pixels = 0\.0 megapixels, the limit '
+            r'is 0\.001 \(the --max-megapixels option'):
         web_app.restore_upload(pipe, LINE, 'line_1x4.png', max_megapixels=0.001)
     assert not pipe.net.calls  # refused before the network ran
 
@@ -70,8 +71,9 @@ def test_draw_lines_outlines_each_detected_line():
 
 def test_cli_checks_arguments(capsys):
     for argv, message in ((['--port', '70000'], '--port must be in [0, 65535]'),
-                          (['--max-megapixels', '0'], '--max-megapixels must be > 0'),
-                          (['--max-file-mb', '-1'], '--max-file-mb must be > 0')):
+                          (['--max-megapixels',
+                            '0'], '--max-megapixels must be > 0'), (['--max-file-mb',
+                                                                     '-1'], '--max-file-mb must be > 0')):
         with pytest.raises(SystemExit):
             web_cli.parse_args(argv)
         assert message in capsys.readouterr().err
@@ -81,8 +83,7 @@ def test_cli_checks_arguments(capsys):
 
 def test_cli_missing_model_is_one_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match='no such file|not found|does not exist'):
-        web_cli.run(web_cli.parse_args(['--model', str(tmp_path / 'absent.safetensors'), '--port', '0']),
-                    block=False)
+        web_cli.run(web_cli.parse_args(['--model', str(tmp_path / 'absent.safetensors'), '--port', '0']), block=False)
 
 
 # ---------------------------------------------------------------------------------------------- the real page
@@ -99,7 +100,8 @@ def chromium():
 
 @pytest.fixture(scope='module')
 def demo_server(tmp_path_factory, chromium):
-    """`tola-web --port 0 --max-file-mb 0.1` (no --model: the demo model path, holding a tiny merged model) on 127.0.0.1."""
+    """`tola-web --port 0 --max-file-mb 0.1` on 127.0.0.1, without --model: the demo model path, holding a tiny
+    merged model."""
     work = tmp_path_factory.mktemp('web_cwd')
     os.makedirs(work / os.path.dirname(DEMO_MODEL))
     write_tiny_merged(work / DEMO_MODEL)
@@ -108,8 +110,9 @@ def demo_server(tmp_path_factory, chromium):
     cwd = os.getcwd()
     os.chdir(work)  # the demo model's path is relative to the working directory, as after `make demo`
     try:
-        app = web_cli.run(web_cli.parse_args(['--port', '0', '--device', 'cpu', '--max-file-mb', str(MAX_FILE_MB)]),
-                          block=False)
+        app = web_cli.run(
+            web_cli.parse_args(['--port', '0', '--device', 'cpu', '--max-file-mb',
+                                str(MAX_FILE_MB)]), block=False)
     finally:
         os.chdir(cwd)
     try:

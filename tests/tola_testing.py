@@ -59,8 +59,9 @@ def tiny_options(opt, rendered, tmp_dir):
         if phase == 'train':
             ds.update(batch_size_per_gpu=2, num_worker_per_gpu=0)
     opt['path'] = {k: v for k, v in opt.get('path', {}).items() if k in ('param_key_g', 'strict_load_g')}
-    opt['path'].update(experiments_root=str(tmp_dir), models=str(tmp_dir), training_states=str(tmp_dir),
-                       log=str(tmp_dir), visualization=str(tmp_dir), results_root=str(tmp_dir))
+    opt['path'].update(
+        experiments_root=str(tmp_dir), models=str(tmp_dir), training_states=str(tmp_dir), log=str(tmp_dir),
+        visualization=str(tmp_dir), results_root=str(tmp_dir))
     if 'train' in opt and opt['train'].get('perceptual_opt'):
         opt['train']['perceptual_opt']['pretrained_backbone'] = False
     # No ImageNet weights in the test environment: drop the validation metrics that need them (their

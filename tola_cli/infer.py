@@ -34,16 +34,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('-i', '--input', required=True, help='an image file or a folder of images')
     parser.add_argument('-o', '--output', default='results/tola_infer', help='output folder (results/tola_infer)')
     model = parser.add_mutually_exclusive_group()
-    model.add_argument('--model', help='merged TOLA model (.safetensors from tools/export_merged.py); default: the '
-                                       'demo model experiments/demo_TOLA/TOLA_demo_merged.safetensors (make demo)')
+    model.add_argument(
+        '--model', help='merged TOLA model (.safetensors from tools/export_merged.py); default: the '
+        'demo model experiments/demo_TOLA/TOLA_demo_merged.safetensors (make demo)')
     model.add_argument('-opt', help='TOLA option file (network_g + path.pretrain_network_g), instead of --model')
     parser.add_argument('--checkpoint', help='with -opt: adaptation checkpoint (default: path.pretrain_network_g)')
     parser.add_argument('--suffix', default='', help='appended to each output name (none)')
     parser.add_argument('--ext', choices=('auto', 'png', 'jpg'), default='auto',
                         help='output format; auto: jpg for .jpg/.jpeg inputs, png otherwise')
-    parser.add_argument('-s', '--outscale', type=float,
-                        help='output size relative to the input (default: height 128, or with --detect the scale '
-                             'that brings the median line to 128 rows, within 1-4)')
+    parser.add_argument(
+        '-s', '--outscale', type=float,
+        help='output size relative to the input (default: height 128, or with --detect the scale '
+        'that brings the median line to 128 rows, within 1-4)')
     parser.add_argument('--detect', action='store_true',
                         help='whole photos: find the text lines (PP-OCRv4), restore each in place, write a JSON')
     parser.add_argument('--overlap', type=int, default=128,
@@ -54,9 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--device', help='cpu, cuda, cuda:1, ... (default: cuda when available, else cpu)')
     parser.add_argument('--precision', choices=('fp32', 'bf16', 'fp16', 'auto'),
                         help="compute precision (default: the model's, fp32)")
-    parser.add_argument('--backend', choices=('torch', 'onnxruntime'), default='torch',
-                        help='run the IDM and VAE on ONNX Runtime (CPU, fp32; needs --model exported with '
-                             'tools/export_merged.py --onnx; docs/inference.md)')
+    parser.add_argument(
+        '--backend', choices=('torch', 'onnxruntime'), default='torch',
+        help='run the IDM and VAE on ONNX Runtime (CPU, fp32; needs --model exported with '
+        'tools/export_merged.py --onnx; docs/inference.md)')
     parser.add_argument('--seed', type=int, default=0,
                         help='base of the per-image noise seeds (0; the same file name gets the same noise)')
     parser.add_argument('--recursive', action='store_true', help='also images in subfolders of a folder input')
@@ -96,8 +99,8 @@ def main(argv=None) -> int:
 def cli(argv=None):
     """Console script ``tola-infer``: bad input or configuration ends in one ``error: ...`` line."""
     args = parse_args(argv)
-    from tola_plugin.utils.cli_errors import run_tool
     from tola_plugin.inference.folder_run import run
+    from tola_plugin.utils.cli_errors import run_tool
     run_tool(lambda: run(args))
 
 

@@ -17,15 +17,15 @@ DEFAULT_PORT = 7860
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog='tola-web', description=__doc__, allow_abbrev=False,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument('--model', help='merged TOLA model (.safetensors from tools/export_merged.py); default: the '
-                                        'demo model experiments/demo_TOLA/TOLA_demo_merged.safetensors (make demo)')
+    parser.add_argument(
+        '--model', help='merged TOLA model (.safetensors from tools/export_merged.py); default: the '
+        'demo model experiments/demo_TOLA/TOLA_demo_merged.safetensors (make demo)')
     parser.add_argument('--detect', action='store_true',
                         help='whole photos: PP-OCRv4 finds the text lines, each is restored in place')
     parser.add_argument('--device', help='cpu, cuda, cuda:1, ... (default: cuda when available, else cpu)')
     parser.add_argument('--host', default='127.0.0.1',
                         help='address to listen on (127.0.0.1: this machine only; 0.0.0.0 for the network)')
-    parser.add_argument('--port', type=int, default=DEFAULT_PORT,
-                        help=f'port ({DEFAULT_PORT}); 0: any free port')
+    parser.add_argument('--port', type=int, default=DEFAULT_PORT, help=f'port ({DEFAULT_PORT}); 0: any free port')
     parser.add_argument('--max-megapixels', type=float, default=4.0,
                         help='larger images are refused with a message (4.0 million pixels)')
     parser.add_argument('--max-file-mb', type=float, default=20.0,
@@ -64,6 +64,7 @@ def run(args: argparse.Namespace, block: bool = True):
         raise OSError('tola-web needs gradio: pip install "tola-plugin[web]" (or pip install -r '
                       'requirements.txt)') from err
     import torch
+
     from tola_plugin.inference.pipeline import DEMO_MODEL, TOLAPipeline
     device = args.device or ('cuda' if torch.cuda.is_available() else 'cpu')
     try:

@@ -244,8 +244,10 @@ def save_training_state(self, epoch, current_iter):
     loop = LOOP.record(epoch, self.opt['datasets']['train']['batch_size_per_gpu'])
     if get_dist_info()[0] != 0:
         return
-    state = {'epoch': epoch, 'iter': current_iter, 'optimizers': [o.state_dict() for o in self.optimizers],
-             'schedulers': [s.state_dict() for s in self.schedulers], 'loop': loop}
+    state = {
+        'epoch': epoch, 'iter': current_iter, 'optimizers': [o.state_dict() for o in self.optimizers],
+        'schedulers': [s.state_dict() for s in self.schedulers], 'loop': loop
+    }
     _save_with_retries(state, os.path.join(self.opt['path']['training_states'], f'{current_iter}.state'),
                        'training state')
 
@@ -262,8 +264,7 @@ def resume_training(self, resume_state):
     for note in LOOP.notes:  # warnings printed before the logger existed
         logger.warning(note)
     LOOP.notes.clear()
-    LOOP.resume(resume_state.get('loop'), self.opt['path'].get('resume_state') or 'the training state',
-                logger.warning)
+    LOOP.resume(resume_state.get('loop'), self.opt['path'].get('resume_state') or 'the training state', logger.warning)
 
 
 def validation(self, dataloader, current_iter, tb_logger, save_img=False):
@@ -292,7 +293,6 @@ EnlargedSampler.set_epoch = sampler_set_epoch
 EnlargedSampler.__iter__ = sampler_iter
 _prefetcher_hooks(CPUPrefetcher)
 _prefetcher_hooks(CUDAPrefetcher)
-
 
 # ---------------------------------------------------------------------------------------------------------------
 # 10. MessageLogger ETA. Upstream estimates the remaining time as avg x (total - current - 1), so the

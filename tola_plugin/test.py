@@ -6,9 +6,9 @@ status 2 (``utils/cli_errors.py``).
 """
 import os
 
-import tola_plugin  # noqa: F401  (registers the plugin and the BasicSR overrides)
 from basicsr.test import test_pipeline
 
+import tola_plugin  # noqa: F401  (registers the plugin and the BasicSR overrides)
 from tola_plugin.utils import run_lock
 from tola_plugin.utils.checkpoint_io import weights_only_loads
 from tola_plugin.utils.cli_errors import run_tool

@@ -39,8 +39,8 @@ from typing import Dict, List
 
 STAGES = ('text prior', 'VAE encode', 'MoM text', 'IDM', 'LRC', 'VAE decode')
 ROUTES = ('reference', 'default', 'onnxruntime')
-DEFAULT_OPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'options', 'test',
-                           'test_TOLA.yml')
+DEFAULT_OPT = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'options', 'test', 'test_TOLA.yml')
 
 
 # ------------------------------------------------------------------------------------------------ inputs
@@ -50,6 +50,7 @@ def rendered_lines(count: int, seed: int = 0, with_targets: bool = False):
     also the HR lines (same shape) and the OCR targets (count, 25) of their texts."""
     import cv2
     import torch
+
     from tola_plugin.data.text_labels import text_targets
     from tola_plugin.data.text_line_source import to_canvas
     from tola_plugin.data.text_render import TextLineRenderer
@@ -106,11 +107,12 @@ class StageTimer:
         self.sync = torch.cuda.synchronize if next(net.parameters()).is_cuda else (lambda: None)
         for stage, owner, name in (('text prior', net, 'predict_text_prior'), ('VAE encode', net.vae, 'encode'),
                                    ('MoM text', net, 'text_context'), ('IDM', net.idm, 'forward'),
-                                   ('VAE decode', net.vae, 'decode')) + ((('LRC', net.lrc, 'forward'),)
-                                                                        if net.lrc is not None else ()):
+                                   ('VAE decode', net.vae, 'decode')) + ((
+                                       ('LRC', net.lrc, 'forward'), ) if net.lrc is not None else ()):
             setattr(owner, name, self._timed(stage, getattr(owner, name)))
 
     def _timed(self, stage, fn):
+
         def run(*args, **kwargs):
             self.sync()
             start = time.perf_counter()
@@ -118,6 +120,7 @@ class StageTimer:
             self.sync()
             self.seconds[stage] += time.perf_counter() - start
             return out
+
         return run
 
 
@@ -135,7 +138,7 @@ def restore(net, timer: StageTimer, lq):
 
 def psnr(a, b) -> float:
     """PSNR (dB) of images in [0, 1]; inf when equal."""
-    mse = float(((a.double() - b.double()) ** 2).mean())
+    mse = float(((a.double() - b.double())**2).mean())
     return math.inf if mse == 0 else 10 * math.log10(1.0 / mse)
 
 
@@ -145,6 +148,7 @@ def training_iterations(opt_path: str, checkpoint, random_weights: bool, repeats
     trunk under ``random_weights``) with the text prior decoded DiffTSR's way ('full_prefix': before) and the fast
     way ('incremental': after), interleaved, median of ``repeats`` after a warm-up of each."""
     import yaml
+
     from tola_plugin.models.tola_model import TOLAModel
 
     with open(opt_path, encoding='utf-8') as f:
@@ -154,8 +158,10 @@ def training_iterations(opt_path: str, checkpoint, random_weights: bool, repeats
     opt.update(num_gpu=0, dist=False, rank=0, world_size=1, is_train=True, auto_resume=False)
     opt.pop('val', None)
     workdir = tempfile.mkdtemp(prefix='tola_train_bench_')
-    opt['path'] = {'pretrain_network_g': checkpoint, 'strict_load_g': True, 'experiments_root': workdir,
-                   'models': workdir, 'training_states': workdir, 'log': workdir, 'visualization': workdir}
+    opt['path'] = {
+        'pretrain_network_g': checkpoint, 'strict_load_g': True, 'experiments_root': workdir, 'models': workdir,
+        'training_states': workdir, 'log': workdir, 'visualization': workdir
+    }
     if random_weights:
         opt['network_g'].update(backbone_init='random')
         if opt['train'].get('perceptual_opt'):
@@ -172,16 +178,19 @@ def training_iterations(opt_path: str, checkpoint, random_weights: bool, repeats
             start = time.perf_counter()
             model.optimize_parameters(repeat + 1)
             seconds = time.perf_counter() - start
-            print(f'training iteration, text_decoding {decoding}: {seconds:.2f} s (text prior '
-                  f'{timer.seconds["text prior"]:.2f} s)', file=sys.stderr, flush=True)
+            print(
+                f'training iteration, text_decoding {decoding}: {seconds:.2f} s (text prior '
+                f'{timer.seconds["text prior"]:.2f} s)', file=sys.stderr, flush=True)
             if repeat:
                 runs[decoding].append(seconds)
                 prior[decoding].append(timer.seconds['text prior'])
-    return {'before_full_prefix_s': statistics.median(runs['full_prefix']),
-            'after_incremental_s': statistics.median(runs['incremental']),
-            'text_prior_before_s': statistics.median(prior['full_prefix']),
-            'text_prior_after_s': statistics.median(prior['incremental']),
-            'all_s': dict(runs), 'losses': sorted(model.log_dict), 'batch': 1}
+    return {
+        'before_full_prefix_s': statistics.median(runs['full_prefix']),
+        'after_incremental_s': statistics.median(runs['incremental']),
+        'text_prior_before_s': statistics.median(prior['full_prefix']),
+        'text_prior_after_s': statistics.median(prior['incremental']), 'all_s': dict(runs),
+        'losses': sorted(model.log_dict), 'batch': 1
+    }
 
 
 # ------------------------------------------------------------------------------------------ peak memory
@@ -199,6 +208,7 @@ def peak_rss_child(route: str, opt_path: str, checkpoint, random_weights: bool, 
     """In a fresh process: build ``route``'s network, restore ``lq`` (one line), report its peak RSS and the RSS
     after the imports (the Python, torch and library baseline)."""
     import torch
+
     import tola_plugin  # noqa: F401
     from tola_plugin.archs.tola_arch import TOLANet
     baseline = rss_bytes('VmRSS')
@@ -213,20 +223,25 @@ def peak_rss_child(route: str, opt_path: str, checkpoint, random_weights: bool, 
 
 def peak_rss(route: str, *args) -> Dict:
     with multiprocessing.get_context('spawn').Pool(1) as pool:
-        return pool.apply(peak_rss_child, (route,) + args)
+        return pool.apply(peak_rss_child, (route, ) + args)
 
 
 # ------------------------------------------------------------------------------------------------- report
 def median_row(runs: List[Dict], batch: int) -> Dict:
     total = statistics.median(r['total'] for r in runs)
-    return {'batch': batch, 'runs': len(runs), 'total_s': total, 'per_image_s': total / batch,
-            'images_per_s': batch / total, 'all_totals_s': [r['total'] for r in runs],
-            'stages_s': {s: statistics.median(r['stages'].get(s, 0.0) for r in runs) for s in STAGES}}
+    return {
+        'batch': batch, 'runs': len(runs), 'total_s': total, 'per_image_s': total / batch,
+        'images_per_s': batch / total, 'all_totals_s': [r['total'] for r in runs],
+        'stages_s': {s: statistics.median(r['stages'].get(s, 0.0) for r in runs)
+                     for s in STAGES}
+    }
 
 
 def markdown(result: Dict) -> str:
-    lines = [f'| route | batch | {" | ".join(STAGES)} | total (s) | s / image | images/s |',
-             '|---|---:|' + '---:|' * (len(STAGES) + 3)]
+    lines = [
+        f'| route | batch | {" | ".join(STAGES)} | total (s) | s / image | images/s |',
+        '|---|---:|' + '---:|' * (len(STAGES) + 3)
+    ]
     for key, row in result['timings'].items():
         stages = ' | '.join(f"{row['stages_s'][s]:.3f}" for s in STAGES)
         lines.append(f"| {row['route']} | {row['batch']} | {stages} | {row['total_s']:.2f} | "
@@ -241,8 +256,10 @@ def markdown(result: Dict) -> str:
                      f"{mem['peak_rss_bytes'] / weights:.2f}x the {weights / 2**30:.2f} GiB of weights it runs "
                      f"({mem['import_rss_bytes'] / 2**30:.2f} GiB after the imports, before loading)")
     if result.get('precision'):
-        lines += ['', '| precision | resolves to | s / image (batch 1) | max abs diff vs fp32 | PSNR vs fp32 (dB, '
-                  'mean / min) | same text prior |', '|---|---|---:|---:|---:|---|']
+        lines += [
+            '', '| precision | resolves to | s / image (batch 1) | max abs diff vs fp32 | PSNR vs fp32 (dB, '
+            'mean / min) | same text prior |', '|---|---|---:|---:|---:|---|'
+        ]
         for name, row in result['precision'].items():
             lines.append(f"| {name} | {row['dtype']} | {row['per_image_s']:.2f} | {row['max_abs_diff']:.2e} | "
                          f"{row['psnr_mean_db']:.1f} / {row['psnr_min_db']:.1f} | {row['same_tokens']} |")
@@ -251,10 +268,13 @@ def markdown(result: Dict) -> str:
 
 def machine() -> Dict:
     import torch
+
     from tola_plugin.archs.precision import cpu_has_native_bf16
-    info = {'platform': platform.platform(), 'python': platform.python_version(), 'torch': torch.__version__,
-            'cpu_capability': torch.backends.cpu.get_cpu_capability(), 'threads': torch.get_num_threads(),
-            'cpu_count': os.cpu_count(), 'native_bf16': cpu_has_native_bf16()}
+    info = {
+        'platform': platform.platform(), 'python': platform.python_version(), 'torch': torch.__version__,
+        'cpu_capability': torch.backends.cpu.get_cpu_capability(), 'threads': torch.get_num_threads(),
+        'cpu_count': os.cpu_count(), 'native_bf16': cpu_has_native_bf16()
+    }
     with contextlib.suppress(OSError):
         with open('/proc/cpuinfo', encoding='utf-8') as f:
             names = [line.split(':', 1)[1].strip() for line in f if line.startswith('model name')]
@@ -277,9 +297,10 @@ def parse_args(argv=None):
     p.add_argument('--precision', nargs='*', default=['bf16', 'fp16', 'auto'],
                    help='precisions of the default path compared with its fp32 (default: bf16 fp16 auto)')
     p.add_argument('--no-onnx', action='store_true', help='leave out the onnxruntime route')
-    p.add_argument('--train-iteration', metavar='TRAIN_OPT',
-                   help='instead: time one training iteration of this training option file (batch 1), before and '
-                        'after the fast text-prior decoding')
+    p.add_argument(
+        '--train-iteration', metavar='TRAIN_OPT',
+        help='instead: time one training iteration of this training option file (batch 1), before and '
+        'after the fast text-prior decoding')
     p.add_argument('--no-memory', action='store_true', help='skip the peak-RSS processes')
     p.add_argument('--device', default='cpu', help="'cpu' (default) or 'cuda[:i]'")
     p.add_argument('--workdir', help='folder for the exported merged file (default: a temporary folder, removed)')
@@ -293,6 +314,7 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     import torch
+
     import tola_plugin  # noqa: F401  (registers the plugin)
     from tola_plugin.archs.precision import PRECISIONS, resolve_precision
     from tola_plugin.archs.tola_arch import TOLANet
@@ -302,10 +324,11 @@ def main(argv=None) -> int:
         raise ValueError(f'--precision: {bad} not among {[p for p in PRECISIONS if p != "fp32"]}')
     device = torch.device(args.device)
     if args.train_iteration:
-        result = {'machine': machine(), 'command': ' '.join([os.path.basename(sys.argv[0])] + sys.argv[1:]),
-                  'random_weights': args.random_weights,
-                  'training': training_iterations(args.train_iteration, args.checkpoint, args.random_weights,
-                                                  args.repeats)}
+        result = {
+            'machine': machine(), 'command': ' '.join([os.path.basename(sys.argv[0])] + sys.argv[1:]),
+            'random_weights': args.random_weights,
+            'training': training_iterations(args.train_iteration, args.checkpoint, args.random_weights, args.repeats)
+        }
         print(json.dumps(result['training'], indent=2))
         return write(result, None, args.out)
     batches = [1] + sorted(set(b for b in args.batch if b != 1))
@@ -314,8 +337,10 @@ def main(argv=None) -> int:
     folder = workdir.name if workdir else args.workdir
     os.makedirs(folder, exist_ok=True)
     merged = os.path.join(folder, 'TOLA_merged_benchmark.safetensors')
-    result = {'machine': machine(), 'command': ' '.join([os.path.basename(sys.argv[0])] + sys.argv[1:]),
-              'random_weights': args.random_weights, 'repeats': args.repeats, 'stages': list(STAGES)}
+    result = {
+        'machine': machine(), 'command': ' '.join([os.path.basename(sys.argv[0])] + sys.argv[1:]),
+        'random_weights': args.random_weights, 'repeats': args.repeats, 'stages': list(STAGES)
+    }
     routes = [r for r in ROUTES if not (r == 'onnxruntime' and (args.no_onnx or device.type != 'cpu'))]
     try:
         start = time.perf_counter()
@@ -332,8 +357,10 @@ def main(argv=None) -> int:
             result['load_s'][route] = time.perf_counter() - start
         timers = {route: StageTimer(net) for route, net in nets.items()}
         # the onnxruntime route runs the default route's weights (its IDM and VAE ones inside ONNX Runtime)
-        result['weight_bytes'] = {route: runtime_weight_bytes(nets['reference' if route == 'reference' else 'default'])
-                                  for route in routes}
+        result['weight_bytes'] = {
+            route: runtime_weight_bytes(nets['reference' if route == 'reference' else 'default'])
+            for route in routes
+        }
 
         # speed: interleaved reference / default, warm-up first, per batch size
         result['timings'], result['speedup'], outputs = {}, {}, {}
@@ -352,18 +379,19 @@ def main(argv=None) -> int:
                 result['timings'][f'{route} batch {batch}'] = dict(route=route, **median_row(runs[route], batch))
                 if route != 'reference':
                     result['speedup'].setdefault(route, {})[batch] = (
-                        result['timings'][f'reference batch {batch}']['total_s']
-                        / result['timings'][f'{route} batch {batch}']['total_s'])
+                        result['timings'][f'reference batch {batch}']['total_s'] /
+                        result['timings'][f'{route} batch {batch}']['total_s'])
         # same function: each route against the reference route on the largest batch
         ref = outputs['reference', batches[-1]]
         result['parity'] = {}
         for route in routes[1:]:
             new = outputs[route, batches[-1]]
-            result['parity'][route] = {'same_tokens': bool(torch.equal(ref['tokens'], new['tokens'])),
-                                       'image_max_abs_diff': float((ref['image'] - new['image']).abs().max()),
-                                       'image_rel_diff': float((ref['image'] - new['image']).abs().max()
-                                                               / ref['image'].abs().max()),
-                                       'image_psnr_db': psnr(ref['image'], new['image'])}
+            result['parity'][route] = {
+                'same_tokens': bool(torch.equal(ref['tokens'], new['tokens'])), 'image_max_abs_diff': float(
+                    (ref['image'] - new['image']).abs().max()), 'image_rel_diff': float(
+                        (ref['image'] - new['image']).abs().max() / ref['image'].abs().max()),
+                'image_psnr_db': psnr(ref['image'], new['image'])
+            }
         for route in [r for r in routes if r != 'default']:
             del nets[route], timers[route]
 
@@ -382,10 +410,11 @@ def main(argv=None) -> int:
                     restore(net, timer, lines[:1])  # batch-1 warm-up
                 row = {'dtype': str(dtype).replace('torch.', ''), 'warnings': [str(w.message) for w in caught]}
                 if precision != 'fp32':
-                    row.update(max_abs_diff=float((out['image'] - fp32['image']).abs().max()),
-                               psnr_mean_db=statistics.mean(psnr(a, b) for a, b in zip(out['image'], fp32['image'])),
-                               psnr_min_db=min(psnr(a, b) for a, b in zip(out['image'], fp32['image'])),
-                               same_tokens=bool(torch.equal(out['tokens'], fp32['tokens'])))
+                    row.update(
+                        max_abs_diff=float((out['image'] - fp32['image']).abs().max()),
+                        psnr_mean_db=statistics.mean(psnr(a, b) for a, b in zip(out['image'], fp32['image'])),
+                        psnr_min_db=min(psnr(a, b) for a, b in zip(out['image'], fp32['image'])),
+                        same_tokens=bool(torch.equal(out['tokens'], fp32['tokens'])))
                 result['precision'][precision] = row
             for _ in range(args.repeats):
                 for precision in ['fp32'] + args.precision:
@@ -402,8 +431,10 @@ def main(argv=None) -> int:
 
         # peak RSS of one batch-1 restore per route, each in a fresh process
         if not args.no_memory and device.type == 'cpu':
-            result['memory'] = {route: peak_rss(route, args.opt, args.checkpoint, args.random_weights, merged,
-                                                lines[:1].cpu()) for route in routes}
+            result['memory'] = {
+                route: peak_rss(route, args.opt, args.checkpoint, args.random_weights, merged, lines[:1].cpu())
+                for route in routes
+            }
     finally:
         if workdir:
             workdir.cleanup()

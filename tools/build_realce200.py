@@ -25,12 +25,12 @@ import re
 
 import numpy as np
 
-from tola_plugin.utils.cli_errors import UsageError, run_tool
 from tola_plugin.data.image_checks import hamming, image_stats, sha256_file, write_png, write_tsv
-from tola_plugin.data.text_labels import ocr_text
 from tola_plugin.data.image_io import list_image_files, read_image_file
+from tola_plugin.data.text_labels import ocr_text
 from tola_plugin.data.text_line_source import canvas_rgb8
 from tola_plugin.text.alphabets import transocr_classes
+from tola_plugin.utils.cli_errors import UsageError, run_tool
 
 _WS = re.compile(r'\s+')
 
@@ -192,13 +192,16 @@ def main(argv=None) -> int:
         if 'ref_dhash' in r:
             r['ref_dhash'] = f'{r["ref_dhash"]:016x}'
     stats = ['lr_gray_std', 'ref_gray_std', 'lr_laplacian_var', 'ref_laplacian_var', 'ref_dhash']
-    write_tsv(os.path.join(args.out, 'manifest.tsv'),
-              ['id', 'file', 'transcription', 'source', 'line', 'lr_source', 'ref_source', 'x0', 'y0', 'x1', 'y1'] +
-              stats + ['sha256_lr', 'sha256_hr'],
-              [dict(r, lr_source=f'{args.split}/{args.lr_focal}/{r["source"]}',
-                    ref_source=f'{args.split}/{args.ref_focal}/{r["source"]}') for r in records])
-    write_tsv(os.path.join(args.out, 'candidates.tsv'),
-              ['source', 'line', 'transcription', 'status', 'reason', 'x0', 'y0', 'x1', 'y1'] + stats, rows)
+    write_tsv(
+        os.path.join(args.out, 'manifest.tsv'),
+        ['id', 'file', 'transcription', 'source', 'line', 'lr_source', 'ref_source', 'x0', 'y0', 'x1', 'y1'] + stats +
+        ['sha256_lr', 'sha256_hr'], [
+            dict(r, lr_source=f'{args.split}/{args.lr_focal}/{r["source"]}',
+                 ref_source=f'{args.split}/{args.ref_focal}/{r["source"]}') for r in records
+        ])
+    write_tsv(
+        os.path.join(args.out, 'candidates.tsv'),
+        ['source', 'line', 'transcription', 'status', 'reason', 'x0', 'y0', 'x1', 'y1'] + stats, rows)
     print(f'{len(rows)} annotations, {len(pool)} candidates after filters, wrote {len(records)} pairs to {args.out}')
     return 0
 

@@ -12,8 +12,8 @@ import sys
 
 import torch
 
-from tola_plugin.utils.cli_errors import run_tool
 from tola_plugin.checkpoints.difftsr import COMPONENTS, load_difftsr, save_converted
+from tola_plugin.utils.cli_errors import run_tool
 
 
 def main(argv=None):

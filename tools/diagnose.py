@@ -11,11 +11,11 @@ import argparse
 import json
 import os
 
-from tola_plugin.utils.cli_errors import UsageError, run_tool
 from tola_plugin.evaluation import records as R
 from tola_plugin.evaluation.diagnostics import diagnose, diagnostics_markdown
 from tola_plugin.evaluation.recognizers import PREFIX
 from tola_plugin.evaluation.statistics import N_RESAMPLES
+from tola_plugin.utils.cli_errors import UsageError, run_tool
 
 
 def load_method(eval_dir: str, summary: dict, method: str):
@@ -36,7 +36,6 @@ def pick_recognizer(a: dict, b: dict) -> str:
     return 'transocr'
 
 
-
 def case_handling(summary: dict, recognizer: str) -> bool:
     """Whether an evaluation lower-cased ``recognizer``'s texts (PP-OCRv4 by default, see tools/evaluate.py)."""
     protocol = summary['protocol']
@@ -51,11 +50,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--eval-dir-baseline', help='evaluate.py folder of the baseline if it differs from --eval-dir')
     p.add_argument('--baseline', required=True, help='method name A (e.g. DiffTSR)')
     p.add_argument('--method', required=True, help='method name B (e.g. TOLA); changes are B - A')
-    p.add_argument('--prior-csv', help='per-image prior CSV (filename, prior_text, prior_confidence) of the '
-                                       'TOLA inference tool; enables confidence bins and prior strata')
-    p.add_argument('--recognizer', choices=tuple(PREFIX),
-                   help='whose ACC/NED to diagnose (default: TransOCR when both evaluations have its columns, '
-                        'else PP-OCRv4)')
+    p.add_argument(
+        '--prior-csv', help='per-image prior CSV (filename, prior_text, prior_confidence) of the '
+        'TOLA inference tool; enables confidence bins and prior strata')
+    p.add_argument(
+        '--recognizer', choices=tuple(PREFIX),
+        help='whose ACC/NED to diagnose (default: TransOCR when both evaluations have its columns, '
+        'else PP-OCRv4)')
     p.add_argument('--resamples', type=int, default=N_RESAMPLES, help='bootstrap resamples (paper: 5000)')
     p.add_argument('--seed', type=int, default=0, help='bootstrap seed')
     p.add_argument('--out', required=True, help='output folder')

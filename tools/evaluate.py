@@ -11,9 +11,9 @@ import argparse
 import os
 
 from tola_plugin.data.image_io import WHITE
-from tola_plugin.utils.cli_errors import UsageError, run_tool
 from tola_plugin.evaluation.image_metrics import DEFAULT_COLOR_SPACE, LUMA_COLOR_SPACES
 from tola_plugin.evaluation.runner import ALL_METRICS, evaluate_methods
+from tola_plugin.utils.cli_errors import UsageError, run_tool
 
 
 def parse_method(spec: str):
@@ -47,18 +47,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--reference', help='reference (HR) folder; needed for PSNR/SSIM/LPIPS/DISTS/FID')
     p.add_argument('--labels', help='labels manifest, TSV filename<TAB>transcription; needed for ACC/NED')
     p.add_argument('--out', required=True, help='output folder')
-    p.add_argument('--metrics', help=f'comma-separated subset of {",".join(ALL_METRICS)} (default: every '
-                                     'metric the inputs allow; those whose weight files are absent are skipped '
-                                     'with a message)')
+    p.add_argument(
+        '--metrics', help=f'comma-separated subset of {",".join(ALL_METRICS)} (default: every '
+        'metric the inputs allow; those whose weight files are absent are skipped '
+        'with a message)')
     p.add_argument('--transocr-checkpoint', help='official transocr.pth (TransOCR ACC/NED)')
     p.add_argument('--transocr-preprocess', default='difftsr', choices=('difftsr', 'benchmark'),
                    help='TransOCR input pipeline (default difftsr: the one that produces the text prior)')
-    p.add_argument('--lower', action='store_true',
-                   help="lower-case every text before matching (CTR benchmark variant; the paper preserves case "
-                        "for TransOCR)")
-    p.add_argument('--ppocr-case-sensitive', action='store_true',
-                   help='keep case when matching PP-OCRv4 texts (default: lower-cased, since PP-OCRv4 reads upper '
-                        'case that TransOCR and the CTR labels do not have)')
+    p.add_argument(
+        '--lower', action='store_true',
+        help="lower-case every text before matching (CTR benchmark variant; the paper preserves case "
+        "for TransOCR)")
+    p.add_argument(
+        '--ppocr-case-sensitive', action='store_true',
+        help='keep case when matching PP-OCRv4 texts (default: lower-cased, since PP-OCRv4 reads upper '
+        'case that TransOCR and the CTR labels do not have)')
     p.add_argument('--color-space', default=DEFAULT_COLOR_SPACE, choices=LUMA_COLOR_SPACES,
                    help='luminance for PSNR/SSIM (default ycbcr: BT.601 Y as BasicSR/MATLAB)')
     p.add_argument('--background', type=parse_rgb, default=WHITE, metavar='R,G,B',

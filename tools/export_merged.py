@@ -21,9 +21,8 @@ import torch
 
 import tola_plugin  # noqa: F401  (registers the archs)
 from tola_plugin.archs.tola_arch import TOLANet
-from tola_plugin.checkpoints.tola import onnx_folder
+from tola_plugin.checkpoints.tola import build_tola_from_options, onnx_folder
 from tola_plugin.utils.cli_errors import run_tool
-from tola_plugin.checkpoints.tola import build_tola_from_options
 
 
 def main(argv=None):

@@ -11,10 +11,10 @@ import argparse
 import os
 import shutil
 
-from tola_plugin.utils.cli_errors import UsageError, run_tool
 from tola_plugin.data.fudanvi_lmdb import write_fudanvi_lmdb
 from tola_plugin.data.image_io import decode_image
 from tola_plugin.data.text_labels import read_labels_tsv
+from tola_plugin.utils.cli_errors import UsageError, run_tool
 
 
 def parse_args(argv=None):

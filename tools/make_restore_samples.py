@@ -15,13 +15,12 @@ import sys
 
 import cv2
 
-from tola_plugin.utils.cli_errors import run_tool
 from tola_plugin.data.photo_render import PhotoLine, render_photo
 from tola_plugin.data.text_render import TextLineRenderer
+from tola_plugin.utils.cli_errors import run_tool
 
 # (width : height of the HR canvas, text); the canvas is 128 rows high
-LINES = ((1, '文字'), (2, '超分'), (4, 'Text2025'), (10, '一步文本超分辨率TOLA'),
-         (20, 'AnyAspectRatioWorks0123456789'))
+LINES = ((1, '文字'), (2, '超分'), (4, 'Text2025'), (10, '一步文本超分辨率TOLA'), (20, 'AnyAspectRatioWorks0123456789'))
 # the HR photo is 720 x 960; its lines are 40-56 pixels high before the downsampling
 PHOTO_LINES = (PhotoLine('Restore text', 0, (300, 110), 56), PhotoLine('文本图像超分', 10, (520, 300), 60),
                PhotoLine('ONE STEP 2025', -8, (400, 500), 52), PhotoLine('TOLA', 28, (800, 620), 48))
@@ -40,16 +39,16 @@ def main(argv=None) -> int:
     os.makedirs(os.path.join(args.out, 'lines'))
     labels = []
     for index, (aspect, text) in enumerate(LINES):
-        renderer = TextLineRenderer([args.font] if args.font else None, seed=args.seed, height=128,
-                                    width=128 * aspect)
+        renderer = TextLineRenderer([args.font] if args.font else None, seed=args.seed, height=128, width=128 * aspect)
         rgb, _, _ = renderer.render(index, text)
         name = f'line_1x{aspect}.png'
         lr = cv2.resize(rgb, (128 * aspect // args.scale, 128 // args.scale), interpolation=cv2.INTER_CUBIC)
         cv2.imwrite(os.path.join(args.out, 'lines', name), cv2.cvtColor(lr, cv2.COLOR_RGB2BGR))
         labels.append(f'{name}\t{text}\n')
     photo, _, _ = render_photo(PHOTO_LINES, height=720, width=960, seed=args.seed, font_path=args.font)
-    cv2.imwrite(os.path.join(args.out, 'photo.png'),
-                cv2.cvtColor(cv2.resize(photo, (320, 240), interpolation=cv2.INTER_CUBIC), cv2.COLOR_RGB2BGR))
+    cv2.imwrite(
+        os.path.join(args.out, 'photo.png'),
+        cv2.cvtColor(cv2.resize(photo, (320, 240), interpolation=cv2.INTER_CUBIC), cv2.COLOR_RGB2BGR))
     with open(os.path.join(args.out, 'lines', 'labels.tsv'), 'w', encoding='utf-8') as f:
         f.writelines(labels)
     with open(os.path.join(args.out, 'photo.txt'), 'w', encoding='utf-8') as f:

@@ -30,15 +30,14 @@ REMOVE = object()  # override value that deletes the key (e.g. a loss block)
 
 # name: (paper table / row, network_g overrides, train overrides, comment)
 TRAINED = {
-    'full': ('Table 4 "Full"; reference row of Tables S8/S9', {}, {},
-             'Identical to options/train/train_TOLA.yml.'),
+    'full': ('Table 4 "Full"; reference row of Tables S8/S9', {}, {}, 'Identical to options/train/train_TOLA.yml.'),
     'lrc_only': ('Table 4 "LRC only"', {'idm_lora': False, 'vae_lora': False}, {},
                  'Default LRC trained; IDM and VAE stay frozen (no LoRA).'),
     'lora_only': ('Table 4 "LoRA only"', {'lrc': None}, {},
                   'Rank-4 IDM + VAE-encoder LoRA, no correction branch: z0corr = z0.'),
     'plain_residual': ('Table 4 "Plain residual correction"',
-                       {'lrc': {'type': 'PlainResidualCorrection', 'num_feat': 30, 'num_block': 11}}, {},
-                       'Parameter-matched plain branch (180,093 parameters) instead of the RRDB LRC.'),
+                       {'lrc': {'type': 'PlainResidualCorrection', 'num_feat': 30, 'num_block': 11}
+                        }, {}, 'Parameter-matched plain branch (180,093 parameters) instead of the RRDB LRC.'),
     'no_mom': ('Table 4 "No MoM"', {'text_prior': 'none'}, {},
                'Choice: with the TransOCR-MoM branch removed (training and inference), the IDM cross-attention '
                'gets an all-zero (B, 24, 160) context.'),
@@ -54,21 +53,20 @@ TRAINED = {
               'Identical to Full (kept so that every examined value has a file).'),
     'rank8': ('Tables S8/S9 "Rank 8"; Table S5 (8, 8)', {'lora_rank': 8, 'lora_alpha': 8}, {}, ''),
     'lrc_small': ('Tables S8/S9 "LRC Small"; LRC (h, g, n) = (16, 8, 1), 45,235 parameters',
-                  {'lrc': {'type': 'LatentResidualCorrection', 'num_feat': 16, 'num_grow_ch': 8, 'num_block': 1}},
-                  {}, ''),
+                  {'lrc': {'type': 'LatentResidualCorrection', 'num_feat': 16, 'num_grow_ch': 8,
+                           'num_block': 1}}, {}, ''),
     'lrc_default': ('Tables S8/S9 "Full"; LRC (32, 16, 1), 180,323 parameters',
-                    {'lrc': {'type': 'LatentResidualCorrection', 'num_feat': 32, 'num_grow_ch': 16, 'num_block': 1}},
-                    {}, 'Identical to Full.'),
+                    {'lrc': {'type': 'LatentResidualCorrection', 'num_feat': 32, 'num_grow_ch': 16,
+                             'num_block': 1}}, {}, 'Identical to Full.'),
     'lrc_large': ('Tables S8/S9 "LRC Large"; LRC (32, 16, 2), 360,323 parameters',
-                  {'lrc': {'type': 'LatentResidualCorrection', 'num_feat': 32, 'num_grow_ch': 16, 'num_block': 2}},
-                  {}, ''),
+                  {'lrc': {'type': 'LatentResidualCorrection', 'num_feat': 32, 'num_grow_ch': 16,
+                           'num_block': 2}}, {}, ''),
     'no_l1': ('Tables S8/S9 "No l1"', {}, {'pixel_opt': REMOVE}, 'Objective LPIPS-VGG + 0.02 OCR CE.'),
-    'no_lpips': ('Tables S8/S9 "No LPIPS"', {}, {'perceptual_opt': REMOVE},
-                 'Objective L1 + 0.02 OCR CE.'),
+    'no_lpips': ('Tables S8/S9 "No LPIPS"', {}, {'perceptual_opt': REMOVE}, 'Objective L1 + 0.02 OCR CE.'),
     'ocr_w0': ('Tables S8/S9 "OCR wt. 0"', {}, {'ocr_opt': {'type': 'OCRCELoss', 'loss_weight': 0.0}},
                'OCR weight 0: the OCR loss is not computed.'),
-    'ocr_w002': ('Tables S8/S9 "Full" (OCR weight 0.02)', {}, {'ocr_opt': {'type': 'OCRCELoss', 'loss_weight': 0.02}},
-                 'Identical to Full.'),
+    'ocr_w002': ('Tables S8/S9 "Full" (OCR weight 0.02)', {}, {'ocr_opt': {'type': 'OCRCELoss',
+                                                                           'loss_weight': 0.02}}, 'Identical to Full.'),
     'ocr_w005': ('Tables S8/S9 "OCR wt. .05"', {}, {'ocr_opt': {'type': 'OCRCELoss', 'loss_weight': 0.05}}, ''),
     'train_t899': ('Tables S8/S9 "Train t=899"', {'timestep': 899}, {},
                    'Choice: the checkpoint trained at t=899 is also evaluated at t=899 (the paper does not say).'),
@@ -90,8 +88,8 @@ CONTROLS = {
     'gt_prior': ('Table 4 "GT prior (oracle)" (fixed-checkpoint control)', {'text_prior': 'gt'}, FULL_CHECKPOINT,
                  'Choice: ground-truth IDM tokens (the dataset\'s idm_tokens) with confidence 1 on characters and 0 '
                  'on pads (the alignment rule of predicted priors applied to a certain prior).'),
-    'vae_lora_off': ('Table S11 "VAE LoRA off" (fixed-checkpoint control)', {'vae_lora_active': False},
-                     FULL_CHECKPOINT, 'All VAE-encoder LoRA (quant_conv included) disabled at inference; IDM LoRA '
+    'vae_lora_off': ('Table S11 "VAE LoRA off" (fixed-checkpoint control)', {'vae_lora_active': False}, FULL_CHECKPOINT,
+                     'All VAE-encoder LoRA (quant_conv included) disabled at inference; IDM LoRA '
                      'and LRC retained.'),
     'infer_t899': ('Table S11 "Inference t=899" (fixed-checkpoint control)', {'timestep': 899}, FULL_CHECKPOINT, ''),
     'infer_t949': ('Table S11 "Inference t=949" (fixed-checkpoint control)', {'timestep': 949}, FULL_CHECKPOINT, ''),
@@ -116,9 +114,11 @@ def _apply(section, overrides):
 
 
 def _header(kind, name, row, comment, extra=''):
-    lines = [f'# TOLA ablation "{name}" ({kind}). Paper: {row}.',
-             '# Generated by tools/make_tola_ablations.py from options/train/train_TOLA.yml and '
-             'options/test/test_TOLA.yml;', '# edit those or the generator, not this file.']
+    lines = [
+        f'# TOLA ablation "{name}" ({kind}). Paper: {row}.',
+        '# Generated by tools/make_tola_ablations.py from options/train/train_TOLA.yml and '
+        'options/test/test_TOLA.yml;', '# edit those or the generator, not this file.'
+    ]
     for text in (comment, extra):
         if text:
             lines.append(f'# {text}')
@@ -144,8 +144,9 @@ def build_files():
         test['name'] = f'TOLA_abl_{name}_test'
         test['network_g'] = copy.deepcopy(opt['network_g'])
         test['path']['pretrain_network_g'] = f'experiments/TOLA_abl_{name}/models/net_g_latest.pth'
-        files[f'test_{name}.yml'] = _dump(_header('evaluation of the trained variant', name, row, comment,
-                                                  f'Train it first with train_{name}.yml.'), test)
+        files[f'test_{name}.yml'] = _dump(
+            _header('evaluation of the trained variant', name, row, comment, f'Train it first with train_{name}.yml.'),
+            test)
     for name, (row, net, checkpoint, comment) in CONTROLS.items():
         test = copy.deepcopy(test_base)
         test['name'] = f'TOLA_ctl_{name}'

@@ -19,10 +19,10 @@ from PIL import Image, ImageDraw, ImageFont
 
 from tola_plugin.data.image_io import list_image_files, read_image_file
 from tola_plugin.data.text_line_source import CANVAS_H, CANVAS_W, canvas_rgb8
+from tola_plugin.data.text_render import system_cjk_fonts
 from tola_plugin.inference.line_geometry import resize_rgb
 from tola_plugin.inference.pipeline import TOLAPipeline
 from tola_plugin.utils.cli_errors import run_tool
-from tola_plugin.data.text_render import system_cjk_fonts
 
 ROW_H = 64  # display height of a line row (half the canvas)
 LABEL_W = 190
@@ -62,20 +62,20 @@ def main(argv=None) -> int:
                                 f'tools/make_restore_samples.py')
     pipe = TOLAPipeline.from_merged(args.model).to(args.device)
     font, small = _font(15), _font(13)
-    names = sorted(list_image_files(line_dir),
-                   key=lambda n: int(n.rsplit('x', 1)[1].split('.')[0]))
+    names = sorted(list_image_files(line_dir), key=lambda n: int(n.rsplit('x', 1)[1].split('.')[0]))
     lines = [read_image_file(os.path.join(line_dir, n))[..., ::-1].copy() for n in names]
     ours = pipe(lines, names=names)
     stretched = pipe([canvas_rgb8(np.ascontiguousarray(img[..., ::-1])) for img in lines], names=names)
-    width = LABEL_W + max(max(r.image.shape[1] for r in ours) * ROW_H // CANVAS_H, CANVAS_W * ROW_H // CANVAS_H,
-                          2 * PHOTO_W + GAP)
+    width = LABEL_W + max(
+        max(r.image.shape[1] for r in ours) * ROW_H // CANVAS_H, CANVAS_W * ROW_H // CANVAS_H, 2 * PHOTO_W + GAP)
     rows = []
     for name, img, own, squeezed in zip(names, lines, ours, stretched):
         aspect = name.rsplit('_', 1)[1].split('.')[0].replace('x', ':')
         rows.append(_row(img, f'input {aspect}\n{img.shape[0]}x{img.shape[1]}', width, font))
         rows.append(_row(squeezed.image, 'stretched to\n128x512', width, small))
-        rows.append(_row(own.image, f'ours {own.image.shape[0]}x{own.image.shape[1]}\n'
-                                    f'prior conf {own.lines[0].prior_confidence:.2f}', width, small))
+        rows.append(
+            _row(own.image, f'ours {own.image.shape[0]}x{own.image.shape[1]}\n'
+                 f'prior conf {own.lines[0].prior_confidence:.2f}', width, small))
         rows.append(np.full((GAP * 2, width, 3), 255, np.uint8))
     photo = read_image_file(photo_path)[..., ::-1].copy()
     result = pipe(photo, detect=True, recognize=False)
@@ -87,8 +87,7 @@ def main(argv=None) -> int:
     left, right = _fit(found, PHOTO_W), _fit(result.image, PHOTO_W)
     header = Image.new('RGB', (width, 24), 'white')
     ImageDraw.Draw(header).text((4, 4), f'photo {photo.shape[0]}x{photo.shape[1]}: {len(result.lines)} lines found '
-                                        f'(PP-OCRv4)  |  restored in place, x{result.outscale:.2f}',
-                                fill=(0, 0, 0), font=font)
+                                f'(PP-OCRv4)  |  restored in place, x{result.outscale:.2f}', fill=(0, 0, 0), font=font)
     bottom = np.full((left.shape[0], width, 3), 255, np.uint8)
     bottom[:, :PHOTO_W], bottom[:, PHOTO_W + GAP:2 * PHOTO_W + GAP] = left, right
     figure = np.concatenate(rows + [np.asarray(header), bottom])

@@ -18,9 +18,9 @@ import argparse
 import csv
 import json
 
-from tola_plugin.utils.cli_errors import UsageError, run_tool
 from tola_plugin.evaluation import plots
 from tola_plugin.evaluation.records import read_labels
+from tola_plugin.utils.cli_errors import UsageError, run_tool
 
 
 def _name_value(spec: str):

@@ -18,8 +18,8 @@ import cv2
 from tqdm import tqdm
 
 from tola_plugin.data.fudanvi_lmdb import write_fudanvi_lmdb
-from tola_plugin.utils.cli_errors import UsageError, run_tool
 from tola_plugin.data.text_render import CATEGORIES, DEFAULT_CATEGORY_PROBS, TextLineRenderer
+from tola_plugin.utils.cli_errors import UsageError, run_tool
 
 
 def parse_args(argv=None):
@@ -35,9 +35,10 @@ def parse_args(argv=None):
     p.add_argument('--texts', help='UTF-8 file with one transcription per line, used in order instead of random text')
     p.add_argument('--category-probs', type=float, nargs=len(CATEGORIES), default=list(DEFAULT_CATEGORY_PROBS),
                    metavar='P', help=f'probabilities of {", ".join(CATEGORIES)}')
-    p.add_argument('--chinese-chars', metavar='POOL',
-                   help="Chinese characters to draw from: 'common' (default, GB2312 level 1 in both alphabets), "
-                        "'demo' (the demo's 100 frequent characters) or a UTF-8 file of characters")
+    p.add_argument(
+        '--chinese-chars', metavar='POOL',
+        help="Chinese characters to draw from: 'common' (default, GB2312 level 1 in both alphabets), "
+        "'demo' (the demo's 100 frequent characters) or a UTF-8 file of characters")
     p.add_argument('--height', type=int, default=128)
     p.add_argument('--width', type=int, default=512)
     p.add_argument('--format', choices=('png', 'jpg'), default='png', help='image encoding inside the LMDB')
@@ -59,8 +60,8 @@ def main(argv=None):
             texts = [line.rstrip('\n') for line in f if line.strip()]
         if len(texts) < args.num:
             raise UsageError(f'{args.texts} has {len(texts)} non-empty lines, fewer than --num {args.num}')
-    renderer = TextLineRenderer(args.font, seed=args.seed, category_probs=args.category_probs,
-                                height=args.height, width=args.width, chinese_chars=args.chinese_chars)
+    renderer = TextLineRenderer(args.font, seed=args.seed, category_probs=args.category_probs, height=args.height,
+                                width=args.width, chinese_chars=args.chinese_chars)
     for folder in (args.out, args.lq_out):
         if folder:
             os.makedirs(folder, exist_ok=True)

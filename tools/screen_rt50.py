@@ -23,12 +23,12 @@ import argparse
 import csv
 import os
 
-from tola_plugin.utils.cli_errors import UsageError, run_tool
 from tola_plugin.data.image_checks import (RT50_LABEL_LENGTHS, RT50_THRESHOLDS, failed_quality_rules, hamming,
                                            image_stats, label_category, sha256_file, write_png, write_tsv)
 from tola_plugin.data.image_io import read_image_file
 from tola_plugin.data.text_line_source import canvas_rgb8
 from tola_plugin.text.normalize import normalize_text
+from tola_plugin.utils.cli_errors import UsageError, run_tool
 
 STAT_KEYS = ['width', 'height', 'aspect', 'gray_mean', 'gray_std', 'laplacian_var', 'edge_density', 'entropy']
 DIFFICULTIES = ('mild', 'medium', 'hard')
@@ -88,12 +88,15 @@ def read_candidates(path: str):
 
 def screen(rows, images: str, args):
     """Annotate each candidate row in place with statistics, category, status and reasons."""
-    lengths = {'chinese': tuple(args.chinese_len), 'english': tuple(args.english_len),
-               'numeric': tuple(args.numeric_len)}
-    thresholds = {'min_width': args.min_width, 'min_height': args.min_height, 'aspect': tuple(args.aspect),
-                  'gray_mean': tuple(args.gray_mean), 'gray_std': tuple(args.gray_std),
-                  'laplacian_var': tuple(args.laplacian_var), 'edge_density': tuple(args.edge_density),
-                  'min_entropy': args.min_entropy}
+    lengths = {
+        'chinese': tuple(args.chinese_len), 'english': tuple(args.english_len), 'numeric': tuple(args.numeric_len)
+    }
+    thresholds = {
+        'min_width': args.min_width, 'min_height': args.min_height, 'aspect': tuple(args.aspect),
+        'gray_mean': tuple(args.gray_mean), 'gray_std': tuple(args.gray_std),
+        'laplacian_var': tuple(args.laplacian_var), 'edge_density': tuple(args.edge_density),
+        'min_entropy': args.min_entropy
+    }
     seen_labels, admitted = {}, []
     for row in rows:
         path = os.path.join(images, row['filename'])
@@ -151,9 +154,9 @@ def main(argv=None) -> int:
     admitted = screen(rows, args.images, args)
     os.makedirs(args.out, exist_ok=True)
     extra = [c for c in ('source', 'difficulty') if c in rows[0]]
-    write_tsv(os.path.join(args.out, 'screening.tsv'),
-              ['filename', 'label', 'category'] + extra + STAT_KEYS + ['dhash', 'sha256_source', 'status', 'reasons'],
-              rows)
+    write_tsv(
+        os.path.join(args.out, 'screening.tsv'),
+        ['filename', 'label', 'category'] + extra + STAT_KEYS + ['dhash', 'sha256_source', 'status', 'reasons'], rows)
     print(f'{len(rows)} candidates, {len(admitted)} admitted')
     if args.screen_only:
         return 0
@@ -168,9 +171,10 @@ def main(argv=None) -> int:
         row['sha256'] = sha256_file(out_path)
     with open(os.path.join(args.out, 'labels.tsv'), 'w', encoding='utf-8') as f:
         f.writelines(f'{r["file"]}\t{r["label"]}\n' for r in chosen)
-    write_tsv(os.path.join(args.out, 'manifest.tsv'),
-              ['id', 'file', 'label', 'category', 'difficulty', 'source', 'filename'] + STAT_KEYS +
-              ['dhash', 'sha256_source', 'sha256'], chosen)
+    write_tsv(
+        os.path.join(args.out,
+                     'manifest.tsv'), ['id', 'file', 'label', 'category', 'difficulty', 'source', 'filename'] +
+        STAT_KEYS + ['dhash', 'sha256_source', 'sha256'], chosen)
     print(f'wrote {len(chosen)} images to {os.path.join(args.out, "images")}')
     return 0
 

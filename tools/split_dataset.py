@@ -15,9 +15,9 @@ import os
 
 import numpy as np
 
-from tola_plugin.utils.cli_errors import UsageError, run_tool
 from tola_plugin.data.fudanvi_lmdb import FudanVILmdbReader
 from tola_plugin.data.text_labels import read_index_list
+from tola_plugin.utils.cli_errors import UsageError, run_tool
 
 
 def parse_args(argv=None):

@@ -115,9 +115,10 @@ def main(argv=None) -> int:
     parser.add_argument('-opt', required=True, help='option file (options/demo/train_demo_backbone.yml)')
     parser.add_argument('--work-dir', help='override work_dir (pool, stage files, log)')
     parser.add_argument('--output-dir', help='override output_dir (the three result files)')
-    parser.add_argument('--only', choices=('vae', 'transocr'),
-                        help='train just this stage (and the line pool), e.g. in a second process while the main '
-                             'run trains the other; the main run then reuses it')
+    parser.add_argument(
+        '--only', choices=('vae', 'transocr'),
+        help='train just this stage (and the line pool), e.g. in a second process while the main '
+        'run trains the other; the main run then reuses it')
     args = parser.parse_args(argv)
     opt = read_options(args.opt)
     work, out_dir = args.work_dir or opt['work_dir'], args.output_dir or opt['output_dir']
@@ -131,23 +132,25 @@ def main(argv=None) -> int:
 
     from tola_plugin.archs.idm_unet_arch import DiffTSRIDMUNet
     from tola_plugin.archs.mom_arch import DiffTSRMoM
+    from tola_plugin.archs.tola_arch import TOLANet
     from tola_plugin.archs.transocr_arch import TransOCR
     from tola_plugin.archs.vae_arch import DiffTSRVAE
-    from tola_plugin.archs.tola_arch import TOLANet
     from tola_plugin.backbone_training import scores, stages
     from tola_plugin.backbone_training.latents import build_latent_cache
     from tola_plugin.backbone_training.pool import build_pool
-    from tola_plugin.demo_backbone import DIFFTSR_FILE, MANIFEST_FILE, TRANSOCR_FILE
     from tola_plugin.checkpoints.difftsr import load_difftsr, save_converted
     from tola_plugin.checkpoints.transocr import load_transocr, save_transocr
+    from tola_plugin.demo_backbone import DIFFTSR_FILE, MANIFEST_FILE, TRANSOCR_FILE
 
     data = opt['data']
-    common = dict(chinese_chars=data.get('chinese_chars'), degradation=data.get('degradation'),
-                  category_probs=data.get('category_probs', (0.4, 0.2, 0.2, 0.2)), fonts=data.get('fonts'),
-                  workers=int(data.get('workers', 0)), log=log)
+    common = dict(
+        chinese_chars=data.get('chinese_chars'), degradation=data.get('degradation'),
+        category_probs=data.get('category_probs', (0.4, 0.2, 0.2, 0.2)), fonts=data.get('fonts'),
+        workers=int(data.get('workers', 0)), log=log)
     t0 = time.time()
-    pool = build_pool(os.path.join(work, 'pool'), int(data['train_lines']), int(data['train_seed']),
-                      int(data.get('degradations', 1)), **common)
+    pool = build_pool(
+        os.path.join(work, 'pool'), int(data['train_lines']), int(data['train_seed']), int(data.get('degradations', 1)),
+        **common)
     val = build_pool(os.path.join(work, 'val_pool'), int(data['val_lines']), int(data['val_seed']), 1, **common)
     record = {'pool_seconds': round(time.time() - t0, 1)}
 
@@ -170,6 +173,7 @@ def main(argv=None) -> int:
             save_converted({'vae': vae}, stages_run.file('vae'))
             stages_run.record('vae', result)
         log(f'vae: held-out reconstruction PSNR {stages_run.get("vae")["val_psnr_reconstruction"]:.2f} dB')
+
     def transocr_stage():
         if stages_run.reusable('transocr'):
             model = load_transocr(stages_run.file('transocr'))
@@ -179,8 +183,9 @@ def main(argv=None) -> int:
             result = stages.train_transocr(model, pool, int(topt['iterations']), int(topt['batch_size']),
                                            float(topt['lr']), float(topt.get('hr_fraction', 0.3)), seed=seed + 2,
                                            log=log, log_every=int(topt.get('log_every', 50)))
-            result.update(val_acc_hr=scores.transocr_accuracy(model, val.hr, val.labels),
-                          val_acc_lr=scores.transocr_accuracy(model, val.lr, val.labels))
+            result.update(
+                val_acc_hr=scores.transocr_accuracy(model, val.hr, val.labels),
+                val_acc_lr=scores.transocr_accuracy(model, val.lr, val.labels))
             save_transocr(model, stages_run.file('transocr'))
             stages_run.record('transocr', result)
         record_t = stages_run.get('transocr')
@@ -209,8 +214,8 @@ def main(argv=None) -> int:
         idm, mom = DiffTSRIDMUNet(**iopt['config']), DiffTSRMoM(**iopt['mom_config'])
         result = stages.train_idm(idm, mom, cache, pool, int(iopt['iterations']), int(iopt['batch_size']),
                                   float(iopt['lr']), float(iopt.get('one_step_fraction', 0.5)),
-                                  float(iopt.get('x0_weight', 1.0)), iopt.get('text_probs'), seed=seed + 3,
-                                  log=log, log_every=int(iopt.get('log_every', 50)))
+                                  float(iopt.get('x0_weight', 1.0)), iopt.get('text_probs'), seed=seed + 3, log=log,
+                                  log_every=int(iopt.get('log_every', 50)))
         save_converted({'idm': idm, 'mom': mom}, stages_run.file('idm'))
         stages_run.record('idm', result, inputs)
     if ocr is None:
@@ -227,14 +232,18 @@ def main(argv=None) -> int:
     one_step = scores.one_step_scores(net, val)
     log('frozen one-step route on the held-out lines: ' + ', '.join(f'{k} {v:.3f}' for k, v in one_step.items()))
     sizes = {DIFFTSR_FILE: file_mb(difftsr_path), TRANSOCR_FILE: file_mb(transocr_path)}
-    params = {name: sum(p.numel() for p in module.parameters())
-              for name, module in (('idm', idm), ('vae', vae), ('mom', mom), ('transocr', ocr))}
+    params = {
+        name: sum(p.numel() for p in module.parameters())
+        for name, module in (('idm', idm), ('vae', vae), ('mom', mom), ('transocr', ocr))
+    }
     manifest = {
         'command': 'python tools/train_demo_backbone.py ' + ' '.join(sys.argv[1:] if argv is None else argv),
         'options': opt,
         'seed': seed,
         'num_threads': int(opt['num_threads']),
-        'stages': {s: {k: v for k, v in history[s].items() if k not in ('made_with', 'inputs')} for s in STAGES},
+        'stages': {s: {k: v
+                       for k, v in history[s].items() if k not in ('made_with', 'inputs')}
+                   for s in STAGES},
         **record,
         'held_out_one_step': one_step,
         'held_out_lines': int(data['val_lines']),

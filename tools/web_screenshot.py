@@ -44,8 +44,7 @@ def main(argv=None) -> int:
             raise ValueError(f'--example {example}: neither a file nor a bundled example '
                              f'({", ".join(os.path.basename(p) for p in example_paths())})')
         example = named[0]
-    argv_web = ['--port', '0'] + (['--model', args.model] if args.model else []) + (['--detect'] if args.detect
-                                                                                    else [])
+    argv_web = ['--port', '0'] + (['--model', args.model] if args.model else []) + (['--detect'] if args.detect else [])
     app = web.run(web.parse_args(argv_web), block=False)
     browser = None
     try:

@@ -104,8 +104,7 @@ class DiffTSRNet(nn.Module):
         return transocr_to_idm(ids, probs)[0]
 
     @torch.no_grad()
-    def forward(self, lq: torch.Tensor, generator: Optional[torch.Generator] = None,
-                return_text_prior: bool = False):
+    def forward(self, lq: torch.Tensor, generator: Optional[torch.Generator] = None, return_text_prior: bool = False):
         """The official route on ``lq`` (B, 3, H, W) in [0, 1], H and W multiples of ``stride``.
 
         generator: draws the posterior, q-sample and DDIM noises (None: torch's global RNG, as the official
@@ -115,7 +114,6 @@ class DiffTSRNet(nn.Module):
             raise ValueError(f'DiffTSRNet: lq must be (B,3,H,W) with H, W multiples of {self.stride}, '
                              f'got {tuple(lq.shape)}')
         c_t = self.text_prior(lq)
-        out = difftsr_sample(self.idm, self.vae, self.mom, lq, c_t, self.scheduler, eta=self.eta,
-                             generator=generator, posterior=self.posterior)
+        out = difftsr_sample(self.idm, self.vae, self.mom, lq, c_t, self.scheduler, eta=self.eta, generator=generator,
+                             posterior=self.posterior)
         return (out, c_t) if return_text_prior else out
-

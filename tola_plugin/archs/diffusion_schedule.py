@@ -20,8 +20,8 @@ _COMMON = dict(num_train_timesteps=NUM_TRAIN_TIMESTEPS, beta_start=BETA_START, b
                beta_schedule='scaled_linear', prediction_type='epsilon', clip_sample=False)
 
 
-def make_ldm_scheduler(kind: str = 'ddim', num_inference_steps: Union[int, None] = None
-                       ) -> Union[DDIMScheduler, DDPMScheduler]:
+def make_ldm_scheduler(kind: str = 'ddim',
+                       num_inference_steps: Union[int, None] = None) -> Union[DDIMScheduler, DDPMScheduler]:
     """diffusers scheduler reproducing DiffTSR's IDM schedule.
 
     Args:
@@ -31,8 +31,7 @@ def make_ldm_scheduler(kind: str = 'ddim', num_inference_steps: Union[int, None]
     if kind == 'ddim':
         scheduler = DDIMScheduler(**_COMMON, set_alpha_to_one=False, steps_offset=1, timestep_spacing='leading')
     elif kind == 'ddpm':
-        scheduler = DDPMScheduler(**_COMMON, variance_type='fixed_small', steps_offset=1,
-                                  timestep_spacing='leading')
+        scheduler = DDPMScheduler(**_COMMON, variance_type='fixed_small', steps_offset=1, timestep_spacing='leading')
     else:
         raise ValueError(f"make_ldm_scheduler: kind must be 'ddim' or 'ddpm', got {kind!r}")
     if num_inference_steps is not None:

@@ -10,13 +10,13 @@ official code").
 from typing import Sequence, Union
 
 import torch
-from torch import nn
-
-from basicsr.utils.registry import ARCH_REGISTRY
 from diffusers import UNet2DConditionModel
 from diffusers.configuration_utils import register_to_config
 from diffusers.models.resnet import ResnetBlock2D
 from diffusers.models.unets.unet_2d_blocks import CrossAttnDownBlock2D, CrossAttnUpBlock2D
+from torch import nn
+
+from basicsr.utils.registry import ARCH_REGISTRY
 
 
 class CrossAttnResnetDownBlock2D(CrossAttnDownBlock2D):
@@ -83,16 +83,10 @@ class DiffTSRIDMUNet(UNet2DConditionModel):
     """
 
     @register_to_config
-    def __init__(self,
-                 in_channels: int = 6,
-                 out_channels: int = 3,
-                 block_out_channels: Sequence[int] = (320, 640, 960, 1280),
-                 layers_per_block: int = 2,
-                 attention_levels: Sequence[bool] = (False, True, True, True),
-                 attention_heads: int = 8,
-                 cross_attention_dim: int = 160,
-                 transformer_layers_per_block: int = 1,
-                 norm_num_groups: int = 32,
+    def __init__(self, in_channels: int = 6, out_channels: int = 3,
+                 block_out_channels: Sequence[int] = (320, 640, 960, 1280), layers_per_block: int = 2,
+                 attention_levels: Sequence[bool] = (False, True, True, True), attention_heads: int = 8,
+                 cross_attention_dim: int = 160, transformer_layers_per_block: int = 1, norm_num_groups: int = 32,
                  norm_eps: float = 1e-5):
         block_out_channels, attention_levels = tuple(block_out_channels), tuple(bool(a) for a in attention_levels)
         if len(attention_levels) != len(block_out_channels):
@@ -101,22 +95,32 @@ class DiffTSRIDMUNet(UNet2DConditionModel):
         down = tuple('CrossAttnDownBlock2D' if a else 'ResnetDownsampleBlock2D' for a in attention_levels)
         up = tuple('CrossAttnUpBlock2D' if a else 'ResnetUpsampleBlock2D' for a in reversed(attention_levels))
         super().__init__(
-            in_channels=in_channels, out_channels=out_channels, down_block_types=down, up_block_types=up,
-            mid_block_type='UNetMidBlock2DCrossAttn', block_out_channels=block_out_channels,
-            layers_per_block=layers_per_block, attention_head_dim=attention_heads,  # diffusers' legacy name = heads
-            cross_attention_dim=cross_attention_dim, transformer_layers_per_block=transformer_layers_per_block,
-            norm_num_groups=norm_num_groups, norm_eps=norm_eps, flip_sin_to_cos=True, freq_shift=0, act_fn='silu',
+            in_channels=in_channels,
+            out_channels=out_channels,
+            down_block_types=down,
+            up_block_types=up,
+            mid_block_type='UNetMidBlock2DCrossAttn',
+            block_out_channels=block_out_channels,
+            layers_per_block=layers_per_block,
+            attention_head_dim=attention_heads,  # diffusers' legacy name = heads
+            cross_attention_dim=cross_attention_dim,
+            transformer_layers_per_block=transformer_layers_per_block,
+            norm_num_groups=norm_num_groups,
+            norm_eps=norm_eps,
+            flip_sin_to_cos=True,
+            freq_shift=0,
+            act_fn='silu',
             use_linear_projection=False)  # LDM's proj_in/proj_out are 1x1 convs
         temb_channels = block_out_channels[0] * 4
         for block in self.down_blocks:
             if isinstance(block, CrossAttnDownBlock2D) and block.downsamplers is not None:
-                block.downsamplers = nn.ModuleList([self._resnet_sampler(block.downsamplers[0].channels, temb_channels,
-                                                                         down=True)])
+                block.downsamplers = nn.ModuleList(
+                    [self._resnet_sampler(block.downsamplers[0].channels, temb_channels, down=True)])
                 block.__class__ = CrossAttnResnetDownBlock2D  # same modules, forward that passes temb
         for block in self.up_blocks:
             if isinstance(block, CrossAttnUpBlock2D) and block.upsamplers is not None:
-                block.upsamplers = nn.ModuleList([self._resnet_sampler(block.upsamplers[0].channels, temb_channels,
-                                                                       up=True)])
+                block.upsamplers = nn.ModuleList(
+                    [self._resnet_sampler(block.upsamplers[0].channels, temb_channels, up=True)])
                 block.__class__ = CrossAttnResnetUpBlock2D
 
     def _resnet_sampler(self, channels: int, temb_channels: int, up: bool = False, down: bool = False):
@@ -129,4 +133,3 @@ class DiffTSRIDMUNet(UNet2DConditionModel):
         encoder_hidden_states C_cond (B,24,160) -> eps (B,3,h,w). h, w divisible by 2**(levels-1)."""
         kwargs['return_dict'] = False
         return super().forward(sample, timestep, encoder_hidden_states, **kwargs)[0]
-

@@ -28,8 +28,9 @@ def lora_config(target_modules: str, rank: int = 4, alpha: Optional[float] = Non
     """peft LoraConfig with TOLA's settings: rank r, alpha = r unless given (paper: (r, α) = (4, 4)), dropout 0."""
     if int(rank) < 1:
         raise ValueError(f'LoRA rank must be a positive integer, got {rank!r}')
-    return LoraConfig(r=int(rank), lora_alpha=rank if alpha is None else alpha, lora_dropout=0.0,
-                      target_modules=target_modules, bias='none')
+    return LoraConfig(
+        r=int(rank), lora_alpha=rank if alpha is None else alpha, lora_dropout=0.0, target_modules=target_modules,
+        bias='none')
 
 
 def check_lora_settings(rank, alpha, idm_lora: bool, vae_lora: bool, vae_lora_active: bool) -> None:
@@ -47,8 +48,10 @@ def lora_settings(peft_model: PeftModel) -> Dict:
     """{'rank', 'alpha', 'targets'} of the adapter a model carries (what its LoRA weights mean)."""
     config = peft_model.peft_config['default']
     targets = config.target_modules
-    return {'rank': int(config.r), 'alpha': config.lora_alpha,
-            'targets': targets if isinstance(targets, str) else sorted(targets)}
+    return {
+        'rank': int(config.r), 'alpha': config.lora_alpha,
+        'targets': targets if isinstance(targets, str) else sorted(targets)
+    }
 
 
 def add_lora(module: nn.Module, target_modules: str, rank: int = 4, alpha: Optional[float] = None) -> PeftModel:

@@ -9,13 +9,13 @@ LayerNorm -> GELU feed-forward), which computes the same function.
 from typing import Optional, Sequence, Tuple
 
 import torch
-from torch import nn
-
-from basicsr.utils.registry import ARCH_REGISTRY
 from diffusers import UNet2DConditionModel
 from diffusers.configuration_utils import ConfigMixin, register_to_config
 from diffusers.models.attention import BasicTransformerBlock
 from diffusers.models.modeling_utils import ModelMixin
+from torch import nn
+
+from basicsr.utils.registry import ARCH_REGISTRY
 
 from tola_plugin.archs.vae_arch import LATENT_SCALE
 
@@ -72,19 +72,10 @@ class DiffTSRMoM(ModelMixin, ConfigMixin):
     """
 
     @register_to_config
-    def __init__(self,
-                 num_classes: int = 6736,
-                 context_dim: int = 128,
-                 unet_block_out_channels: Sequence[int] = (32, 64),
-                 unet_layers_per_block: int = 2,
-                 unet_heads: int = 4,
-                 unet_norm_num_groups: int = 32,
-                 latent_channels: int = 3,
-                 text_dim: int = 160,
-                 text_depth: int = 4,
-                 text_heads: int = 8,
-                 text_head_dim: int = 64,
-                 max_seq_len: int = 24,
+    def __init__(self, num_classes: int = 6736, context_dim: int = 128,
+                 unet_block_out_channels: Sequence[int] = (32, 64), unet_layers_per_block: int = 2, unet_heads: int = 4,
+                 unet_norm_num_groups: int = 32, latent_channels: int = 3, text_dim: int = 160, text_depth: int = 4,
+                 text_heads: int = 8, text_head_dim: int = 64, max_seq_len: int = 24,
                  scale_factor: float = LATENT_SCALE):
         super().__init__()
         n = len(unet_block_out_channels)

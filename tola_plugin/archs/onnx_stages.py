@@ -23,12 +23,15 @@ MANIFEST = 'manifest.json'
 OPSET = 18
 FORMAT = 'tola_plugin.onnx_stages/1'
 #: file of each stage, its input names and output name
-STAGES = {'idm': ('idm.onnx', ('sample', 'timestep', 'context'), 'eps'),
-          'vae_encoder': ('vae_encoder.onnx', ('image',), 'moments'),
-          'vae_decoder': ('vae_decoder.onnx', ('latent',), 'image')}
+STAGES = {
+    'idm': ('idm.onnx', ('sample', 'timestep', 'context'), 'eps'),
+    'vae_encoder': ('vae_encoder.onnx', ('image', ), 'moments'),
+    'vae_decoder': ('vae_decoder.onnx', ('latent', ), 'image')
+}
 
 
 class _IDMStage(nn.Module):
+
     def __init__(self, idm):
         super().__init__()
         self.idm = idm
@@ -49,6 +52,7 @@ class _EncoderStage(nn.Module):
 
 
 class _DecoderStage(nn.Module):
+
     def __init__(self, vae):
         super().__init__()
         self.vae = vae
@@ -73,10 +77,12 @@ def export_onnx_stages(net, folder: str, height: int = 128, width: int = 512, ta
     image = torch.rand(2, 3, height, width, device=device)
     latent = torch.randn(2, net.vae.config.latent_channels, height // 4, width // 4, device=device)
     sample = torch.cat([latent, latent], 1)
-    timestep = torch.full((2,), net.timestep, dtype=torch.long, device=device)
+    timestep = torch.full((2, ), net.timestep, dtype=torch.long, device=device)
     context = torch.randn(2, 24, net.context_dim, device=device)
-    jobs = {'idm': (_IDMStage(net.idm), (sample, timestep, context)), 'vae_encoder': (_EncoderStage(net.vae), (image,)),
-            'vae_decoder': (_DecoderStage(net.vae), (latent,))}
+    jobs = {
+        'idm': (_IDMStage(net.idm), (sample, timestep, context)), 'vae_encoder': (_EncoderStage(net.vae), (image, )),
+        'vae_decoder': (_DecoderStage(net.vae), (latent, ))
+    }
     for name, (module, args) in jobs.items():
         filename, inputs, output = STAGES[name]
         target = os.path.join(folder, filename)
@@ -88,14 +94,18 @@ def export_onnx_stages(net, folder: str, height: int = 128, width: int = 512, ta
             warnings.filterwarnings('ignore', message='Constant folding')  # slices with steps, left to the runtime
             raw = os.path.join(scratch, filename)
             torch.onnx.export(module.eval(), args, raw, dynamo=False, opset_version=OPSET, input_names=list(inputs),
-                              output_names=[output], dynamic_axes={k: {0: 'batch'} for k in list(inputs) + [output]})
+                              output_names=[output], dynamic_axes={k: {0: 'batch'}
+                                                                   for k in list(inputs) + [output]})
             if len(os.listdir(scratch)) == 1:
                 os.replace(raw, target)
             else:  # > 2 GB: the exporter wrote one file per weight; keep them in one data file beside the graph
-                onnx.save_model(onnx.load(raw), target, save_as_external_data=True, all_tensors_to_one_file=True,
-                                location=filename + '.data')
-    manifest = {'format': FORMAT, 'height': height, 'width': width, 'tag': tag,
-                'latent_channels': int(net.vae.config.latent_channels)}
+                onnx.save_model(
+                    onnx.load(raw), target, save_as_external_data=True, all_tensors_to_one_file=True,
+                    location=filename + '.data')
+    manifest = {
+        'format': FORMAT, 'height': height, 'width': width, 'tag': tag,
+        'latent_channels': int(net.vae.config.latent_channels)
+    }
     with open(os.path.join(folder, MANIFEST), 'w', encoding='utf-8') as f:
         json.dump(manifest, f, indent=2)
     return manifest
@@ -176,6 +186,8 @@ def load_onnx_stages(folder: str, threads: int = 0):
     manifest = read_manifest(folder)
     threads = threads or torch.get_num_threads()
     size = (manifest['height'], manifest['width'])
-    stages = {name: OnnxStage(os.path.join(folder, filename), inputs, output, size, threads)
-              for name, (filename, inputs, output) in STAGES.items()}
+    stages = {
+        name: OnnxStage(os.path.join(folder, filename), inputs, output, size, threads)
+        for name, (filename, inputs, output) in STAGES.items()
+    }
     return OnnxIDM(stages['idm']), OnnxVAE(stages['vae_encoder'], stages['vae_decoder']), manifest

@@ -20,17 +20,17 @@ from torch import nn
 from basicsr.archs import build_network
 from basicsr.utils.registry import ARCH_REGISTRY
 
+from tola_plugin.archs.diffusion_schedule import schedule_constants
 from tola_plugin.archs.idm_unet_arch import DiffTSRIDMUNet
+from tola_plugin.archs.lora import (IDM_LORA_TARGETS, VAE_ENCODER_LORA_TARGETS, add_lora, check_lora_settings,
+                                    count_lora_parameters, load_lora_state_dict, lora_settings, lora_state_dict,
+                                    merge_lora)
 from tola_plugin.archs.mom_arch import DiffTSRMoM
 from tola_plugin.archs.precision import PRECISIONS, autocast, resolve_precision
 from tola_plugin.archs.transocr_arch import TransOCR
 from tola_plugin.archs.vae_arch import LATENT_SCALE, DiffTSRVAE
 from tola_plugin.text.alphabets import IDM_MAX_LEN, IDM_PAD, decode_idm
 from tola_plugin.text.text_prior import DIFFTSR_MAX_TOKENS, difftsr_prediction_text, transocr_to_idm
-from tola_plugin.archs.diffusion_schedule import schedule_constants
-from tola_plugin.archs.lora import (IDM_LORA_TARGETS, VAE_ENCODER_LORA_TARGETS, add_lora, check_lora_settings,
-                                    count_lora_parameters, load_lora_state_dict, lora_settings, lora_state_dict,
-                                    merge_lora)
 
 TEXT_PRIORS = ('predicted', 'gt', 'null', 'none')
 CONFIDENCES = ('predicted', 'uniform')
@@ -47,7 +47,7 @@ POSTERIOR_SEED_OFFSET = 0x9E3779B9  # per-image seed of the posterior sample = �
 def image_noise_seed(name: str, base_seed: int = 0) -> int:
     """Per-image noise seed from a file name: the same image gets the same ε in every run and variant
     (the paper's paired comparisons use identical per-image noise)."""
-    return (zlib.crc32(name.encode('utf-8')) + 1_000_003 * int(base_seed)) % (2 ** 63)
+    return (zlib.crc32(name.encode('utf-8')) + 1_000_003 * int(base_seed)) % (2**63)
 
 
 @ARCH_REGISTRY.register()
@@ -101,11 +101,11 @@ class TOLANet(nn.Module):
                  text_decoding='incremental'):
         options = {k: v for k, v in locals().items() if k not in ('self', '__class__')}
         super().__init__()
-        for name, value, allowed in (('backbone_init', backbone_init, BACKBONE_INITS), ('latent', latent, LATENT_MODES),
-                                     ('noise', noise, NOISE_MODES), ('text_prior', text_prior, TEXT_PRIORS),
-                                     ('confidence', confidence, CONFIDENCES),
-                                     ('context_route', context_route, CONTEXT_ROUTES),
-                                     ('text_decoding', text_decoding, TEXT_DECODINGS)):
+        for name, value, allowed in (('backbone_init', backbone_init,
+                                      BACKBONE_INITS), ('latent', latent, LATENT_MODES), ('noise', noise, NOISE_MODES),
+                                     ('text_prior', text_prior, TEXT_PRIORS), ('confidence', confidence, CONFIDENCES),
+                                     ('context_route', context_route, CONTEXT_ROUTES), ('text_decoding', text_decoding,
+                                                                                        TEXT_DECODINGS)):
             if value not in allowed:
                 raise ValueError(f'TOLANet: {name} must be one of {allowed}, got {value!r}')
         if context_route == 'direct' and text_prior == 'none':
@@ -122,8 +122,7 @@ class TOLANet(nn.Module):
 
         # Frozen backbone (official weights, strict), then LoRA on top (peft freezes every base weight).
         idm, vae, mom, transocr = self._build_backbone(backbone_init, difftsr_checkpoint, transocr_checkpoint,
-                                                       idm_config, vae_config, mom_config, transocr_config,
-                                                       random_seed)
+                                                       idm_config, vae_config, mom_config, transocr_config, random_seed)
         for module in (idm, vae, mom, transocr):
             module.requires_grad_(False)
         self.context_dim = idm.config.cross_attention_dim
@@ -139,8 +138,8 @@ class TOLANet(nn.Module):
 
     # ----------------------------------------------------------------------------------- construction
     @staticmethod
-    def _build_backbone(backbone_init, difftsr_checkpoint, transocr_checkpoint, idm_config, vae_config,
-                        mom_config, transocr_config, random_seed):
+    def _build_backbone(backbone_init, difftsr_checkpoint, transocr_checkpoint, idm_config, vae_config, mom_config,
+                        transocr_config, random_seed):
         configs = dict(idm=dict(idm_config or {}), vae=dict(vae_config or {}), mom=dict(mom_config or {}))
         if backbone_init == 'demo':  # the shipped demo backbone: our two files, architectures in their metadata
             from tola_plugin.demo_backbone import demo_checkpoint_paths
@@ -218,7 +217,7 @@ class TOLANet(nn.Module):
                 # 4. MoM once: C_cond from confidence-scaled token embeddings (I_cond feeds only the TDM: skipped).
                 context = self.text_context(tokens, confidences, batch=lq.shape[0], like=z_lr)
                 # 5. LoRA-adapted IDM once on [z_t, z_LR] (z_t first, both unscaled, as DiffTSR).
-                t = torch.full((lq.shape[0],), self.timestep, dtype=torch.long, device=lq.device)
+                t = torch.full((lq.shape[0], ), self.timestep, dtype=torch.long, device=lq.device)
                 eps_hat = self.idm(torch.cat([z_t, z_lr], 1), t, context)
                 # 6. ε-prediction -> clean latent; no reverse update follows.
                 z0 = (z_t - self.sqrt_one_minus_alpha_bar * eps_hat) / self.sqrt_alpha_bar
@@ -283,8 +282,8 @@ class TOLANet(nn.Module):
     def sample_posterior(self, posterior, noise_seeds: Optional[Sequence[int]] = None) -> torch.Tensor:
         """mean + std·n (the official DiffTSR's posterior sample, diffusers' ``sample``); n comes from its own
         per-image stream (ε's seed + POSTERIOR_SEED_OFFSET), so ε is the same draw with either latent mode."""
-        return posterior.sample(generator=self.generators(noise_seeds, posterior.mean.shape[0],
-                                                          offset=POSTERIOR_SEED_OFFSET))
+        return posterior.sample(
+            generator=self.generators(noise_seeds, posterior.mean.shape[0], offset=POSTERIOR_SEED_OFFSET))
 
     def draw_noise(self, z_lr: torch.Tensor, noise_seeds: Optional[Sequence[int]] = None) -> torch.Tensor:
         """ε ~ N(0, I) with the shape of z_LR (zeros for noise 'zero'), drawn per image from ``generators``."""
@@ -302,13 +301,14 @@ class TOLANet(nn.Module):
             return None
         if len(seeds) != batch:
             raise ValueError(f'TOLANet: got {len(seeds)} noise seeds for a batch of {batch}')
-        return [torch.Generator().manual_seed((int(s) + offset) % 2 ** 63) for s in seeds]
+        return [torch.Generator().manual_seed((int(s) + offset) % 2**63) for s in seeds]
 
     # ------------------------------------------------------------------------------ adaptation state
     def trainable_parameter_counts(self) -> Dict[str, int]:
         """Parameters TOLA optimises and saves: {'idm_lora', 'vae_lora', 'lrc', 'total'} (Table S3)."""
-        counts = dict(idm_lora=count_lora_parameters(self.idm), vae_lora=count_lora_parameters(self.vae),
-                      lrc=sum(p.numel() for p in self.lrc.parameters()) if self.lrc is not None else 0)
+        counts = dict(
+            idm_lora=count_lora_parameters(self.idm), vae_lora=count_lora_parameters(self.vae),
+            lrc=sum(p.numel() for p in self.lrc.parameters()) if self.lrc is not None else 0)
         counts['total'] = sum(counts.values())
         return counts
 
@@ -331,10 +331,12 @@ class TOLANet(nn.Module):
         from tola_plugin.utils.option_checks import resolved_options
         loras = {name: lora_settings(getattr(self, name)) for name in ('idm', 'vae') if self.has_lora(name)}
         first = next(iter(loras.values()), {})
-        return {'lora_rank': first.get('rank'), 'lora_alpha': first.get('alpha'),
-                'idm_lora': loras['idm']['targets'] if 'idm' in loras else None,
-                'vae_lora': loras['vae']['targets'] if 'vae' in loras else None,
-                'lrc': resolved_options(ARCH_REGISTRY, self.options['lrc']) if self.lrc is not None else None}
+        return {
+            'lora_rank': first.get('rank'), 'lora_alpha': first.get('alpha'),
+            'idm_lora': loras['idm']['targets'] if 'idm' in loras else None,
+            'vae_lora': loras['vae']['targets'] if 'vae' in loras else None,
+            'lrc': resolved_options(ARCH_REGISTRY, self.options['lrc']) if self.lrc is not None else None
+        }
 
     def load_adaptation_state_dict(self, state: Dict[str, torch.Tensor]) -> None:
         """Inverse of ``adaptation_state_dict``; strict: any missing or unexpected key raises KeyError."""
@@ -385,8 +387,10 @@ class TOLANet(nn.Module):
             opts.pop(key, None)
         for name, module in (('idm', self.idm), ('vae', self.vae), ('mom', self.mom)):
             accepted = inspect.signature(type(module).__init__).parameters
-            opts[f'{name}_config'] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in module.config.items()
-                                      if k in accepted}
+            opts[f'{name}_config'] = {
+                k: (list(v) if isinstance(v, tuple) else v)
+                for k, v in module.config.items() if k in accepted
+            }
         opts['transocr_config'] = dict(self.transocr.arch_options)  # e.g. the demo file's own architecture
         return opts
 

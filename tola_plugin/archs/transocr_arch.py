@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from basicsr.utils.registry import ARCH_REGISTRY
+
 from tola_plugin.text.alphabets import TRANSOCR_NUM_CLASSES, TRANSOCR_START, decode_transocr
 
 PREPROCESS_MODES = ('difftsr', 'benchmark')
@@ -113,8 +114,10 @@ class TransOCRDecoder(nn.Module):
     def start_cache(self, memory: torch.Tensor) -> Dict[str, Optional[torch.Tensor]]:
         """The decoding cache for ``step``: the cross-attention keys/values of ``memory`` (B, N, d), projected
         once, and empty self-attention keys/values."""
-        return {'memory_k': self.multihead.project(memory, 1), 'memory_v': self.multihead.project(memory, 2),
-                'k': None, 'v': None}
+        return {
+            'memory_k': self.multihead.project(memory, 1), 'memory_v': self.multihead.project(memory, 2), 'k': None,
+            'v': None
+        }
 
     def step(self, text: torch.Tensor, cache: Dict[str, Optional[torch.Tensor]]) -> torch.Tensor:
         """The newest position only: text (B, 1, d) -> (B, 1, d), equal to the last row of ``forward`` on the
@@ -140,8 +143,8 @@ class TransOCRBasicBlock(nn.Module):
         self.bn1 = nn.BatchNorm2d(planes)
         self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1)
         self.bn2 = nn.BatchNorm2d(planes)
-        self.downsample = (nn.Sequential(nn.Conv2d(inplanes, planes, 3, 1, 1), nn.BatchNorm2d(planes))
-                           if inplanes != planes else None)
+        self.downsample = (
+            nn.Sequential(nn.Conv2d(inplanes, planes, 3, 1, 1), nn.BatchNorm2d(planes)) if inplanes != planes else None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = F.relu(self.bn1(self.conv1(x)))
@@ -258,8 +261,8 @@ class TransOCR(nn.Module):
     def __init__(self, num_classes: int = TRANSOCR_NUM_CLASSES, embed_dim: int = 512, pe_max_len: int = 7000,
                  in_channels: int = 3, stem_channels: Sequence[int] = (64, 128),
                  stage_channels: Sequence[int] = (256, 256, 512, 512), stage_blocks: Sequence[int] = (3, 4, 6, 3),
-                 num_heads: int = 4, ff_dim: int = 2048, dropout: float = 0.1,
-                 image_size: Sequence[int] = (32, 256), preprocess: str = 'difftsr', frozen: bool = False):
+                 num_heads: int = 4, ff_dim: int = 2048, dropout: float = 0.1, image_size: Sequence[int] = (32, 256),
+                 preprocess: str = 'difftsr', frozen: bool = False):
         super().__init__()
         if preprocess not in PREPROCESS_MODES:
             raise ValueError(f'TransOCR: preprocess must be one of {PREPROCESS_MODES}, got {preprocess!r}')
@@ -270,8 +273,8 @@ class TransOCR(nn.Module):
         self.arch_options = dict(num_classes=num_classes, embed_dim=embed_dim, pe_max_len=pe_max_len,
                                  in_channels=in_channels, stem_channels=list(stem_channels),
                                  stage_channels=list(stage_channels), stage_blocks=list(stage_blocks),
-                                 num_heads=num_heads, ff_dim=ff_dim, dropout=dropout,
-                                 image_size=list(image_size), preprocess=preprocess)
+                                 num_heads=num_heads, ff_dim=ff_dim, dropout=dropout, image_size=list(image_size),
+                                 preprocess=preprocess)
         self.num_classes = num_classes
         self.start_index = TRANSOCR_START
         self.end_index = num_classes - 1
@@ -316,8 +319,8 @@ class TransOCR(nn.Module):
         hidden = self.decoder(torch.cat([embedding, position], 2), memory)
         return self.generator_word(hidden)
 
-    def decode_step(self, tokens: torch.Tensor, position: int, cache: Dict[str, Optional[torch.Tensor]]
-                    ) -> torch.Tensor:
+    def decode_step(self, tokens: torch.Tensor, position: int, cache: Dict[str,
+                                                                           Optional[torch.Tensor]]) -> torch.Tensor:
         """One incremental step: tokens (B, 1) the decoder input at ``position`` (0 = START), ``cache`` from
         ``decoder.start_cache`` holding positions < ``position`` -> logits (B, C) of that position."""
         embedding = self.embedding_word(tokens)
@@ -396,4 +399,3 @@ class TransOCR(nn.Module):
             from tola_plugin.text.text_prior import difftsr_prediction_text  # text_prior imports nothing from here
             return [difftsr_prediction_text(row, prob)[0] for row, prob in zip(ids.tolist(), probs.tolist())]
         return [decode_transocr(row) for row in ids.tolist()]
-

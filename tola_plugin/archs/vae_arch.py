@@ -9,9 +9,10 @@ the z_LR condition fed to IDM and MoM is the *unscaled* posterior.
 """
 from typing import Sequence
 
-from basicsr.utils.registry import ARCH_REGISTRY
 from diffusers import AutoencoderKL
 from diffusers.configuration_utils import register_to_config
+
+from basicsr.utils.registry import ARCH_REGISTRY
 
 #: DiffTSR's scale_factor between the VAE latent and the IDM's diffusion variable.
 LATENT_SCALE = 0.18215
@@ -29,18 +30,13 @@ class DiffTSRVAE(AutoencoderKL):
     """
 
     @register_to_config
-    def __init__(self,
-                 in_channels: int = 3,
-                 out_channels: int = 3,
-                 block_out_channels: Sequence[int] = (128, 256, 512),
-                 layers_per_block: int = 2,
-                 latent_channels: int = 3,
-                 norm_num_groups: int = 32,
+    def __init__(self, in_channels: int = 3, out_channels: int = 3, block_out_channels: Sequence[int] = (128, 256, 512),
+                 layers_per_block: int = 2, latent_channels: int = 3, norm_num_groups: int = 32,
                  mid_block_attention: bool = True):
         n = len(block_out_channels)
         super().__init__(in_channels=in_channels, out_channels=out_channels,
                          down_block_types=('DownEncoderBlock2D', ) * n, up_block_types=('UpDecoderBlock2D', ) * n,
-                         block_out_channels=tuple(block_out_channels), layers_per_block=layers_per_block,
-                         act_fn='silu', latent_channels=latent_channels, norm_num_groups=norm_num_groups,
-                         sample_size=512, scaling_factor=LATENT_SCALE, force_upcast=False,
+                         block_out_channels=tuple(block_out_channels), layers_per_block=layers_per_block, act_fn='silu',
+                         latent_channels=latent_channels, norm_num_groups=norm_num_groups, sample_size=512,
+                         scaling_factor=LATENT_SCALE, force_upcast=False,
                          mid_block_add_attention=bool(mid_block_attention))

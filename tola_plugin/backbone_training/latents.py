@@ -25,7 +25,7 @@ TEXT_STEPS = 24  # TOLANet's greedy steps
 class LatentCache:
     z_hr: np.ndarray
     z_lr: np.ndarray
-    prior_tokens: Optional[np.ndarray] = None        # None when built without a TransOCR
+    prior_tokens: Optional[np.ndarray] = None  # None when built without a TransOCR
     prior_confidences: Optional[np.ndarray] = None
 
 
@@ -60,8 +60,8 @@ def build_latent_cache(folder: str, vae, ocr, pool: LinePool, inputs=None, batch
         ocr.eval()
         out.update(prior_tokens=np.zeros((n_lr, 24), np.int64), prior_confidences=np.zeros((n_lr, 24), np.float32))
     for start in range(0, n, batch_size):
-        out['z_hr'][start:start + batch_size] = vae.encode(_as_batch(pool.hr, start, start + batch_size)
-                                                           ).latent_dist.mode().numpy()
+        out['z_hr'][start:start + batch_size] = vae.encode(_as_batch(pool.hr, start,
+                                                                     start + batch_size)).latent_dist.mode().numpy()
     log(f'latents: {n} HR lines encoded')
     for start in range(0, n_lr, batch_size):
         x = _as_batch(pool.lr, start, start + batch_size)
@@ -84,8 +84,10 @@ def build_latent_cache(folder: str, vae, ocr, pool: LinePool, inputs=None, batch
 
 
 def open_latent_cache(folder: str) -> LatentCache:
+
     def load(name, mmap=True):
         path = os.path.join(folder, name)
         return np.load(path, mmap_mode='r' if mmap else None) if os.path.isfile(path) else None
-    return LatentCache(load('z_hr.npy'), load('z_lr.npy'), load('prior_tokens.npy', False),
-                       load('prior_confidences.npy', False))
+
+    return LatentCache(
+        load('z_hr.npy'), load('z_lr.npy'), load('prior_tokens.npy', False), load('prior_confidences.npy', False))

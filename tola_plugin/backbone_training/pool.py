@@ -40,9 +40,9 @@ class _RenderedLines(Dataset):
     def __getitem__(self, i):
         if self.renderer is None:
             opts = {k: v for k, v in self.renderer_opts.items() if k != 'num_lines'}
-            self.renderer = TextLineRenderer(opts.get('fonts'), seed=self.seed,
-                                             category_probs=opts.get('category_probs', DEFAULT_CATEGORY_PROBS),
-                                             chinese_chars=opts.get('chinese_chars'))
+            self.renderer = TextLineRenderer(
+                opts.get('fonts'), seed=self.seed, category_probs=opts.get('category_probs', DEFAULT_CATEGORY_PROBS),
+                chinese_chars=opts.get('chinese_chars'))
         rgb, text, _ = self.renderer.render(i)
         name = f'{i + 1:06d}.png'
         cv2.imwrite(os.path.join(self.folder, name), cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))
@@ -73,8 +73,8 @@ class LinePool:
 
 
 def build_pool(folder: str, num_lines: int, seed: int, degradations: int, chinese_chars: Optional[str] = None,
-               category_probs=DEFAULT_CATEGORY_PROBS, fonts=None, degradation: Optional[Dict] = None,
-               workers: int = 0, log=print) -> LinePool:
+               category_probs=DEFAULT_CATEGORY_PROBS, fonts=None, degradation: Optional[Dict] = None, workers: int = 0,
+               log=print) -> LinePool:
     """Generate the pool in ``folder`` (or reuse it when its meta.json records the same options).
 
     Args:
@@ -86,9 +86,11 @@ def build_pool(folder: str, num_lines: int, seed: int, degradations: int, chines
         workers: DataLoader workers for rendering and degrading (results do not depend on it).
     A folder holding a different or unfinished pool is an error: delete it or choose another folder.
     """
-    meta = {'format': POOL_FORMAT, 'num_lines': int(num_lines), 'seed': int(seed), 'degradations': int(degradations),
-            'chinese_chars': chinese_chars, 'category_probs': [float(p) for p in category_probs],
-            'fonts': list(fonts) if fonts else None, 'degradation': dict(degradation or {})}
+    meta = {
+        'format': POOL_FORMAT, 'num_lines': int(num_lines), 'seed': int(seed), 'degradations': int(degradations),
+        'chinese_chars': chinese_chars, 'category_probs': [float(p) for p in category_probs],
+        'fonts': list(fonts) if fonts else None, 'degradation': dict(degradation or {})
+    }
     meta_path = os.path.join(folder, 'meta.json')
     if os.path.isfile(meta_path):
         with open(meta_path, encoding='utf-8') as f:
@@ -102,22 +104,26 @@ def build_pool(folder: str, num_lines: int, seed: int, degradations: int, chines
         shutil.rmtree(folder)  # an unfinished pool of ours (no meta.json): generated again from scratch
     hr_dir = os.path.join(folder, 'hr')
     os.makedirs(hr_dir)
-    renderer_opts = {'num_lines': num_lines, 'chinese_chars': chinese_chars, 'category_probs': category_probs,
-                     'fonts': fonts}
+    renderer_opts = {
+        'num_lines': num_lines, 'chinese_chars': chinese_chars, 'category_probs': category_probs, 'fonts': fonts
+    }
     names_texts = []
-    for batch in DataLoader(_RenderedLines(hr_dir, seed, renderer_opts), batch_size=32, num_workers=workers,
-                            collate_fn=list):
+    for batch in DataLoader(
+            _RenderedLines(hr_dir, seed, renderer_opts), batch_size=32, num_workers=workers, collate_fn=list):
         names_texts.extend(batch)
     with open(os.path.join(hr_dir, 'labels.tsv'), 'w', encoding='utf-8') as f:
         f.writelines(f'{name}\t{text}\n' for name, text in names_texts)
     log(f'pool: rendered {num_lines} lines into {hr_dir}')
 
-    opts = {'dataroot_gt': hr_dir, 'labels': os.path.join(hr_dir, 'labels.tsv'), 'io_backend': {'type': 'disk'},
-            'seed': seed, **(degradation or {})}
+    opts = {
+        'dataroot_gt': hr_dir, 'labels': os.path.join(hr_dir, 'labels.tsv'), 'io_backend': {'type': 'disk'},
+        'seed': seed, **(degradation or {})
+    }
     dataset = TextDegradationDataset(opts)
     shape = (num_lines, 128, 512, 3)
     hr = np.lib.format.open_memmap(os.path.join(folder, 'hr.npy'), 'w+', np.uint8, shape)
-    lr = np.lib.format.open_memmap(os.path.join(folder, 'lr.npy'), 'w+', np.uint8, (degradations * num_lines, ) + shape[1:])
+    lr = np.lib.format.open_memmap(
+        os.path.join(folder, 'lr.npy'), 'w+', np.uint8, (degradations * num_lines, ) + shape[1:])
     idm_tokens = np.zeros((num_lines, 24), np.int64)
     ocr_target = np.zeros((num_lines, 25), np.int64)
     for k in range(degradations):
@@ -149,5 +155,6 @@ def open_pool(folder: str) -> LinePool:
     with open(os.path.join(folder, 'hr', 'labels.tsv'), encoding='utf-8') as f:
         labels = [line.rstrip('\n').split('\t', 1)[1] for line in f if line.strip()]
     load = lambda name, mm: np.load(os.path.join(folder, name), mmap_mode='r' if mm else None)  # noqa: E731
-    return LinePool(load('hr.npy', True), load('lr.npy', True), load('idm_tokens.npy', False),
-                    load('ocr_target.npy', False), labels)
+    return LinePool(
+        load('hr.npy', True), load('lr.npy', True), load('idm_tokens.npy', False), load('ocr_target.npy', False),
+        labels)

@@ -14,8 +14,8 @@ from basicsr.metrics import calculate_psnr
 
 from tola_plugin.backbone_training.pool import LinePool
 from tola_plugin.backbone_training.stages import images
-from tola_plugin.text.alphabets import decode_transocr
 from tola_plugin.evaluation.text_metrics import normalize
+from tola_plugin.text.alphabets import decode_transocr
 
 
 def _bgr8(x: torch.Tensor) -> List[np.ndarray]:
@@ -64,6 +64,8 @@ def one_step_scores(net, pool: LinePool, batch_size: int = 8) -> Dict[str, float
         out_imgs += _bgr8(restored)
         hr_imgs += _bgr8(gt)
     to_rgb_array = lambda imgs: np.stack([im[..., ::-1] for im in imgs])  # noqa: E731
-    return {'psnr_lr': mean_psnr(lr_imgs, hr_imgs), 'psnr_one_step': mean_psnr(out_imgs, hr_imgs),
-            'transocr_acc_lr': transocr_accuracy(net.transocr, to_rgb_array(lr_imgs), pool.labels),
-            'transocr_acc_one_step': transocr_accuracy(net.transocr, to_rgb_array(out_imgs), pool.labels)}
+    return {
+        'psnr_lr': mean_psnr(lr_imgs, hr_imgs), 'psnr_one_step': mean_psnr(out_imgs, hr_imgs),
+        'transocr_acc_lr': transocr_accuracy(net.transocr, to_rgb_array(lr_imgs), pool.labels),
+        'transocr_acc_one_step': transocr_accuracy(net.transocr, to_rgb_array(out_imgs), pool.labels)
+    }

@@ -23,11 +23,11 @@ import torch
 import torch.nn.functional as F
 from diffusers.optimization import get_cosine_schedule_with_warmup
 
+from tola_plugin.archs.diffusion_schedule import NUM_TRAIN_TIMESTEPS, make_ldm_scheduler
 from tola_plugin.archs.vae_arch import LATENT_SCALE
 from tola_plugin.backbone_training.latents import LatentCache
 from tola_plugin.backbone_training.pool import LinePool
 from tola_plugin.text.alphabets import IDM_MAX_LEN, IDM_PAD
-from tola_plugin.archs.diffusion_schedule import NUM_TRAIN_TIMESTEPS, make_ldm_scheduler
 
 Log = Callable[[str], None]
 
@@ -74,8 +74,8 @@ def _optimizer(params, lr: float, iterations: int, warmup: int, weight_decay: fl
 
 # --------------------------------------------------------------------------------------------------- VAE
 def train_vae(vae, pool: LinePool, iterations: int, batch_size: int, crop: Sequence[int], lr: float,
-              kl_weight: float = 1e-6, lr_fraction: float = 0.5, warmup: int = 100, seed: int = 0,
-              log: Log = print, log_every: int = 50) -> Dict[str, float]:
+              kl_weight: float = 1e-6, lr_fraction: float = 0.5, warmup: int = 100, seed: int = 0, log: Log = print,
+              log_every: int = 50) -> Dict[str, float]:
     """Reconstruction of random ``crop`` (h, w) windows of HR (and, with probability ``lr_fraction``, LR)
     lines. The VAE is convolutional (no mid-block attention in the demo config), so crops train the same
     function as whole lines at a fraction of the cost. Returns the last logged losses and the seconds."""
@@ -139,8 +139,10 @@ def train_transocr(ocr, pool: LinePool, iterations: int, batch_size: int, lr: fl
         lines = rng.integers(n, size=batch_size)
         use_hr = rng.random(batch_size) < hr_fraction
         rows_lr = rng.integers(pool.degradations, size=batch_size) * n + lines
-        x = torch.cat([images(pool.hr if h else pool.lr, [line if h else row], stride)
-                       for h, line, row in zip(use_hr, lines, rows_lr)])
+        x = torch.cat([
+            images(pool.hr if h else pool.lr, [line if h else row], stride)
+            for h, line, row in zip(use_hr, lines, rows_lr)
+        ])
         targets = torch.from_numpy(pool.ocr_target[lines])
         logits = ocr(x, targets)
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100)
@@ -206,8 +208,9 @@ def train_idm(idm, mom, cache: LatentCache, pool: LinePool, iterations: int, bat
         rows = rng.integers(k_deg, size=batch_size) * n + lines
         z0 = LATENT_SCALE * torch.from_numpy(np.stack([cache.z_hr[i] for i in lines]))
         z_lr = torch.from_numpy(np.stack([cache.z_lr[r] for r in rows]))
-        texts = [text_condition(kinds[rng.choice(len(kinds), p=weights)], cache, pool, r, i)
-                 for r, i in zip(rows, lines)]
+        texts = [
+            text_condition(kinds[rng.choice(len(kinds), p=weights)], cache, pool, r, i) for r, i in zip(rows, lines)
+        ]
         tokens = torch.stack([t for t, _ in texts])
         token_weights = torch.stack([w for _, w in texts])
         eps = torch.randn(z0.shape, generator=generator)

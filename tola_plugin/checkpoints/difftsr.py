@@ -46,10 +46,14 @@ Origin = Dict[str, str]  # our key -> official key (for error messages)
 # key renaming: LDM openaimodel.UNetModel -> diffusers UNet2DConditionModel (docs/backbone.md, "IDM key layout";
 # generic in the config)
 
-_RESBLOCK = {'in_layers.0': 'norm1', 'in_layers.2': 'conv1', 'emb_layers.1': 'time_emb_proj',
-             'out_layers.0': 'norm2', 'out_layers.3': 'conv2', 'skip_connection': 'conv_shortcut'}
-_UNET_TOP = {'time_embed.0': 'time_embedding.linear_1', 'time_embed.2': 'time_embedding.linear_2',
-             'input_blocks.0.0': 'conv_in', 'out.0': 'conv_norm_out', 'out.2': 'conv_out'}
+_RESBLOCK = {
+    'in_layers.0': 'norm1', 'in_layers.2': 'conv1', 'emb_layers.1': 'time_emb_proj', 'out_layers.0': 'norm2',
+    'out_layers.3': 'conv2', 'skip_connection': 'conv_shortcut'
+}
+_UNET_TOP = {
+    'time_embed.0': 'time_embedding.linear_1', 'time_embed.2': 'time_embedding.linear_2', 'input_blocks.0.0': 'conv_in',
+    'out.0': 'conv_norm_out', 'out.2': 'conv_out'
+}
 
 
 def _resblock_key(rest: str) -> Optional[str]:
@@ -65,8 +69,9 @@ def ldm_unet_key(key: str, layers_per_block: int, attention_levels: Tuple[bool, 
         if key.startswith(old + '.'):
             return new + key[len(old):]
     n_levels, per_level = len(attention_levels), layers_per_block + 1
-    m = (re.match(r'(input_blocks|output_blocks)\.(\d+)\.(\d+)\.(.+)$', key)
-         or re.match(r'(middle_block)\.()(\d+)\.(.+)$', key))
+    m = (
+        re.match(r'(input_blocks|output_blocks)\.(\d+)\.(\d+)\.(.+)$', key)
+        or re.match(r'(middle_block)\.()(\d+)\.(.+)$', key))
     if m is None:
         return None
     part, i, sub, rest = m.group(1), int(m.group(2) or 0), int(m.group(3)), m.group(4)
@@ -110,8 +115,8 @@ def ldm_unet_key(key: str, layers_per_block: int, attention_levels: Tuple[bool, 
     return f'{target}.{rest}'  # SpatialTransformer sub-keys are identical in both layouts
 
 
-def _rename(sd: Mapping[str, torch.Tensor], rename: Callable[[str], Optional[str]], component: str
-            ) -> Tuple[StateDict, Origin]:
+def _rename(sd: Mapping[str, torch.Tensor], rename: Callable[[str], Optional[str]],
+            component: str) -> Tuple[StateDict, Origin]:
     out, origin = {}, {}
     for key, value in sd.items():
         new = rename(key)
@@ -128,15 +133,19 @@ def official_idm_to_ours(sd: Mapping[str, torch.Tensor], config: Mapping) -> Tup
 
 
 # LDM BERTEmbedder (x-transformers TransformerWrapper) -> DiffTSRTextEncoder
-_BERT_TOP = {'token_emb.weight': 'token_emb.weight', 'pos_emb.emb.weight': 'pos_emb.weight',
-             'norm.weight': 'norm.weight', 'norm.bias': 'norm.bias', 'to_logits.weight': 'to_logits.weight',
-             'to_logits.bias': 'to_logits.bias'}
-_BERT_ATTN = {'0.weight': 'norm1.weight', '0.bias': 'norm1.bias', '1.to_q.weight': 'attn1.to_q.weight',
-              '1.to_k.weight': 'attn1.to_k.weight', '1.to_v.weight': 'attn1.to_v.weight',
-              '1.to_out.weight': 'attn1.to_out.0.weight', '1.to_out.bias': 'attn1.to_out.0.bias'}
-_BERT_FF = {'0.weight': 'norm3.weight', '0.bias': 'norm3.bias', '1.net.0.0.weight': 'ff.net.0.proj.weight',
-            '1.net.0.0.bias': 'ff.net.0.proj.bias', '1.net.2.weight': 'ff.net.2.weight',
-            '1.net.2.bias': 'ff.net.2.bias'}
+_BERT_TOP = {
+    'token_emb.weight': 'token_emb.weight', 'pos_emb.emb.weight': 'pos_emb.weight', 'norm.weight': 'norm.weight',
+    'norm.bias': 'norm.bias', 'to_logits.weight': 'to_logits.weight', 'to_logits.bias': 'to_logits.bias'
+}
+_BERT_ATTN = {
+    '0.weight': 'norm1.weight', '0.bias': 'norm1.bias', '1.to_q.weight': 'attn1.to_q.weight',
+    '1.to_k.weight': 'attn1.to_k.weight', '1.to_v.weight': 'attn1.to_v.weight',
+    '1.to_out.weight': 'attn1.to_out.0.weight', '1.to_out.bias': 'attn1.to_out.0.bias'
+}
+_BERT_FF = {
+    '0.weight': 'norm3.weight', '0.bias': 'norm3.bias', '1.net.0.0.weight': 'ff.net.0.proj.weight',
+    '1.net.0.0.bias': 'ff.net.0.proj.bias', '1.net.2.weight': 'ff.net.2.weight', '1.net.2.bias': 'ff.net.2.bias'
+}
 
 
 def official_mom_to_ours(sd: Mapping[str, torch.Tensor], config: Mapping) -> Tuple[StateDict, Origin]:
@@ -198,8 +207,10 @@ def _bad(name, expected, got):
 
 def _ldm_unet_kwargs(p: Mapping, name: str) -> Dict:
     """LDM openaimodel.UNetModel params -> (channels, layers, attention levels, heads, context, depth)."""
-    unsupported = {'use_scale_shift_norm': False, 'resblock_updown': True, 'use_spatial_transformer': True,
-                   'num_head_channels': -1, 'num_classes': None, 'use_linear_in_transformer': False}
+    unsupported = {
+        'use_scale_shift_norm': False, 'resblock_updown': True, 'use_spatial_transformer': True,
+        'num_head_channels': -1, 'num_classes': None, 'use_linear_in_transformer': False
+    }
     for key, want in unsupported.items():
         if p.get(key, want if key not in ('resblock_updown', 'use_spatial_transformer') else None) != want:
             _bad(f'{name}.{key}', want, p.get(key))
@@ -242,8 +253,7 @@ def configs_from_official(model_params: Mapping) -> Dict[str, Dict]:
         num_classes, context_dim = p.get('num_classes', 6736), p.get('context_dim', 128)
         if (t['vocab_size'] != num_classes or u['context_dim'] != context_dim
                 or u['in_channels'] != 2 * u['out_channels']):
-            _bad('MoM_module_config', 'vocab_size = num_classes, Unet context_dim = context_dim, in = 2 x out',
-                 dict(p))
+            _bad('MoM_module_config', 'vocab_size = num_classes, Unet context_dim = context_dim, in = 2 x out', dict(p))
         out['mom'] = dict(num_classes=num_classes, context_dim=context_dim,
                           unet_block_out_channels=u['block_out_channels'], unet_layers_per_block=u['layers_per_block'],
                           unet_heads=u['heads'], latent_channels=u['out_channels'], text_dim=t['n_embed'],
@@ -280,8 +290,9 @@ def read_official(path: str) -> Dict[str, Mapping[str, torch.Tensor]]:
         if 'mmap' not in str(err):
             raise _unreadable(path, err) from err
         # pre-1.6 (non-zip) torch.save format cannot be memory-mapped: read it whole, say so
-        logger.warning('%s is in the legacy torch.save format; reading it whole (TDM_Decoder included) once. '
-                       'Convert it with tools/convert_difftsr.py to avoid this.', path)
+        logger.warning(
+            '%s is in the legacy torch.save format; reading it whole (TDM_Decoder included) once. '
+            'Convert it with tools/convert_difftsr.py to avoid this.', path)
         try:
             raw = torch.load(path, map_location='cpu', weights_only=True)
         except Exception as err2:  # noqa: BLE001  torch raises many types for bad files
@@ -307,8 +318,8 @@ def is_converted(path: str) -> bool:
     return path.endswith('.safetensors')
 
 
-def load_difftsr(path: str, components: Iterable[str] = COMPONENTS, configs: Optional[Mapping] = None
-                 ) -> Dict[str, nn.Module]:
+def load_difftsr(path: str, components: Iterable[str] = COMPONENTS,
+                 configs: Optional[Mapping] = None) -> Dict[str, nn.Module]:
     """Load DiffTSR components strictly from the official ``DiffTSR.ckpt`` or a converted ``.safetensors``.
 
     Args:
@@ -377,9 +388,9 @@ def save_converted(nets: Mapping[str, nn.Module], path: str) -> None:
     tensors, configs = {}, {}
     for comp, module in nets.items():
         own_args = inspect.signature(CLASSES[comp].__init__).parameters
-        configs[comp] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in module.config.items()
-                         if k in own_args}
+        configs[comp] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in module.config.items() if k in own_args}
         for key, value in module.state_dict().items():
             tensors[f'{comp}.{key}'] = value.contiguous()
-    atomic_write(path, lambda tmp: save_file(tensors, tmp, metadata={'format': CONVERTED_FORMAT,
-                                                                     'configs': json.dumps(configs)}))
+    atomic_write(
+        path,
+        lambda tmp: save_file(tensors, tmp, metadata={'format': CONVERTED_FORMAT, 'configs': json.dumps(configs)}))

@@ -22,8 +22,8 @@ from tola_plugin.utils.option_checks import OptionError, check_typed_block
 ADAPTATION_META_KEY = 'tola_adaptation'  # the settings an adaptation checkpoint was trained with
 MERGED_FORMAT = 'tola_plugin.tola_merged/1'  # metadata 'format' of a merged TOLA file
 #: options of a merged file that fix its architecture (the tensors were written for them)
-MERGED_ARCHITECTURE_OPTIONS = frozenset({'idm_config', 'vae_config', 'mom_config', 'transocr_config', 'lrc',
-                                         'idm_lora', 'vae_lora'})
+MERGED_ARCHITECTURE_OPTIONS = frozenset(
+    {'idm_config', 'vae_config', 'mom_config', 'transocr_config', 'lrc', 'idm_lora', 'vae_lora'})
 
 
 def check_adaptation_config(recorded: Dict, current: Dict, path: str, what: str) -> None:
@@ -51,8 +51,9 @@ def load_adaptation_checkpoint(net, path: str, param_key: str = 'params',
     """Load ``{param_key: adaptation state, 'tola_adaptation': settings}`` (``TOLAModel.save_network``'s file)
     into the TOLANet ``net``: the recorded settings must match the network's, every tensor's shape too, and
     no LoRA/LRC key may be missing or unexpected. ``what`` names the file (and its option) in errors."""
-    state = safe_torch_load(require_file(path, what, 'Train one with python -m tola_plugin.train or point the '
-                                                     'option at models/net_g_*.pth.'), what)
+    state = safe_torch_load(
+        require_file(path, what, 'Train one with python -m tola_plugin.train or point the '
+                     'option at models/net_g_*.pth.'), what)
     if not isinstance(state, dict) or param_key not in state:
         found = sorted(state) if isinstance(state, dict) else type(state).__name__
         raise KeyError(f'{path}: no {param_key!r} entry (found {found})')

@@ -155,8 +155,8 @@ class BSRGANDegradation:
         sf = scale
         if sf == 4 and rng.uniform() < o['scale2_prob']:
             if rng.uniform() < 0.5:
-                img = cv2.resize(img, (w // 2, h // 2), interpolation=[*_CV2_INTER, cv2.INTER_LANCZOS4][int(
-                    rng.integers(4))])
+                img = cv2.resize(img, (w // 2, h // 2), interpolation=[*_CV2_INTER,
+                                                                       cv2.INTER_LANCZOS4][int(rng.integers(4))])
             else:
                 img = matlab_imresize(img, 1 / 2).astype(np.float32)
             img = np.clip(img, 0.0, 1.0)

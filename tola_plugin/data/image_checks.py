@@ -14,6 +14,7 @@ from typing import Dict, List, Optional
 
 import cv2
 import numpy as np
+
 from tola_plugin.data.text_line_source import CANVAS_H, CANVAS_W, canvas_rgb8
 
 # Paper, supplementary "RT50 Construction".

@@ -50,9 +50,10 @@ def _exif_orientation(data: bytes) -> int:
 
 def _orient(img: np.ndarray, orientation: int) -> np.ndarray:
     """Apply an EXIF orientation (1-8), as PIL's ``ImageOps.exif_transpose``."""
-    ops = {2: lambda x: x[:, ::-1], 3: lambda x: x[::-1, ::-1], 4: lambda x: x[::-1],
-           5: lambda x: x.swapaxes(0, 1), 6: lambda x: np.rot90(x, -1), 7: lambda x: x[::-1, ::-1].swapaxes(0, 1),
-           8: lambda x: np.rot90(x, 1)}
+    ops = {
+        2: lambda x: x[:, ::-1], 3: lambda x: x[::-1, ::-1], 4: lambda x: x[::-1], 5: lambda x: x.swapaxes(0, 1),
+        6: lambda x: np.rot90(x, -1), 7: lambda x: x[::-1, ::-1].swapaxes(0, 1), 8: lambda x: np.rot90(x, 1)
+    }
     return np.ascontiguousarray(ops[orientation](img)) if orientation in ops else img
 
 

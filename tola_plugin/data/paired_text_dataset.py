@@ -14,8 +14,8 @@ from torch.utils import data
 from basicsr.utils import get_root_logger
 from basicsr.utils.registry import DATASET_REGISTRY
 
-from tola_plugin.data.text_labels import text_targets, usable_positions
 from tola_plugin.data.image_io import list_image_files
+from tola_plugin.data.text_labels import text_targets, usable_positions
 from tola_plugin.data.text_line_source import (CANVAS_H, CANVAS_W, FolderLineSource, LmdbLineSource, background_option,
                                                to_canvas)
 
@@ -38,8 +38,10 @@ class PairedTextDataset(data.Dataset):
     path or LMDB key); ``text``; ``idm_tokens`` (24,) int64; ``ocr_target`` (25,) int64.
     """
 
-    option_keys = frozenset({'dataroot_lq', 'dataroot_gt', 'labels', 'index_list', 'resize_to_canvas',
-                             'allow_unlisted_files', 'idm_text_norm', 'skip_invalid_labels', 'background'})
+    option_keys = frozenset({
+        'dataroot_lq', 'dataroot_gt', 'labels', 'index_list', 'resize_to_canvas', 'allow_unlisted_files',
+        'idm_text_norm', 'skip_invalid_labels', 'background'
+    })
 
     def __init__(self, opt: dict):
         super().__init__()
@@ -68,8 +70,9 @@ class PairedTextDataset(data.Dataset):
             raise ValueError('index_list is for io_backend lmdb; list the wanted files in the labels TSV instead')
         background = background_option(opt)
         lq = FolderLineSource(opt['dataroot_lq'], opt['labels'], background=background)
-        gt = (FolderLineSource(opt['dataroot_gt'], opt['labels'], background=background) if opt.get('dataroot_gt')
-              else None)
+        gt = (
+            FolderLineSource(opt['dataroot_gt'], opt['labels'], background=background)
+            if opt.get('dataroot_gt') else None)
         if not opt.get('allow_unlisted_files', False):
             listed = set(lq.names)
             for folder in [opt['dataroot_lq']] + ([opt['dataroot_gt']] if gt else []):

@@ -178,7 +178,7 @@ class RealESRGANDegradation:
             # first degradation: blur, resize, noise, JPEG
             out = blur(out, kernel1)
             out = self._interpolate(out, rng, scale_factor=self._resize_factor(rng, o['resize_prob'],
-                                                                                 o['resize_range']))
+                                                                               o['resize_range']))
             out = self._noise(out, rng, '')
             out = self._jpeg(out, rng, o['jpeg_range'])
 

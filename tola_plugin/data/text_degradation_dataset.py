@@ -69,9 +69,11 @@ class TextDegradationDataset(data.Dataset):
     """
 
     accepts_enlarged_indices = True
-    option_keys = frozenset({'dataroot_gt', 'labels', 'index_list', 'seed', 'epoch', 'chain_probs', 'scales',
-                             'scale_probs', 'lq_interpolations', 'realesrgan', 'bsrgan', 'idm_text_norm',
-                             'skip_invalid_labels', 'on_degradation_error', 'max_retries', 'background'})
+    option_keys = frozenset({
+        'dataroot_gt', 'labels', 'index_list', 'seed', 'epoch', 'chain_probs', 'scales', 'scale_probs',
+        'lq_interpolations', 'realesrgan', 'bsrgan', 'idm_text_norm', 'skip_invalid_labels', 'on_degradation_error',
+        'max_retries', 'background'
+    })
 
     def __init__(self, opt: dict):
         super().__init__()
@@ -86,8 +88,8 @@ class TextDegradationDataset(data.Dataset):
         self.idm_text_norm = opt.get('idm_text_norm', 'lower')
 
         self.chain_names = list(CHAINS)
-        self.chain_probs = _probabilities(opt.get('chain_probs', {'realesrgan': 0.5, 'bsrgan': 0.5}),
-                                          self.chain_names, 'chain_probs')
+        self.chain_probs = _probabilities(
+            opt.get('chain_probs', {'realesrgan': 0.5, 'bsrgan': 0.5}), self.chain_names, 'chain_probs')
         self.chains = {name: cls(**(opt.get(name) or {})) for name, cls in CHAINS.items()}
         self.scales = [int(s) for s in opt.get('scales', [1, 2, 4])]
         bad = [s for s in self.scales if s < 1 or CANVAS_H % s or CANVAS_W % s]

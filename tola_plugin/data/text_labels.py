@@ -119,8 +119,8 @@ def text_targets(label: str, sample: str, idm_norm: str = 'lower') -> Tuple[torc
     return idm, ocr
 
 
-def usable_positions(labels: Sequence[str], key: Callable[[int], str], idm_norm: str, skip_invalid: bool,
-                     where: str, warn: Callable[[str], None]) -> List[int]:
+def usable_positions(labels: Sequence[str], key: Callable[[int], str], idm_norm: str, skip_invalid: bool, where: str,
+                     warn: Callable[[str], None]) -> List[int]:
     """Positions of ``labels`` that give valid targets.
 
     Invalid labels raise one TextLabelError listing the first five (naming each sample by ``key(i)``),

@@ -156,8 +156,7 @@ def _background(rng: np.random.Generator, height: int, width: int, colour: np.nd
     return np.clip(base, 0, 255)
 
 
-def render_line(text: str, face: FontFace, rng: np.random.Generator, height: int = 128,
-                width: int = 512) -> np.ndarray:
+def render_line(text: str, face: FontFace, rng: np.random.Generator, height: int = 128, width: int = 512) -> np.ndarray:
     """Draw ``text`` with ``face`` on a ``height`` x ``width`` canvas; returns uint8 RGB (H,W,3)."""
     if not face.covers(text):
         missing = ''.join(sorted({ch for ch in text if ord(ch) not in face.coverage}))
@@ -215,7 +214,7 @@ class TextLineRenderer:
                                     '(Debian: apt-get install fonts-wqy-microhei) or pass --font PATH')
         self.faces = load_faces(paths)
         probs = np.asarray(category_probs, dtype=np.float64)
-        if probs.shape != (len(CATEGORIES),) or (probs < 0).any() or probs.sum() <= 0:
+        if probs.shape != (len(CATEGORIES), ) or (probs < 0).any() or probs.sum() <= 0:
             raise ValueError(f'category_probs must be {len(CATEGORIES)} non-negative numbers for {CATEGORIES}')
         self.category_probs = probs / probs.sum()
         self.seed, self.height, self.width = seed, height, width

@@ -67,8 +67,8 @@ def export_pairs(opt: Dict, opt_path: str, results_root: str) -> List[str]:
     return names
 
 
-def write_grid(results_root: str, names: Sequence[str], rows_by_method: Dict[str, Dict], prefix: str,
-               out_stem: str, dpi: int = 200):
+def write_grid(results_root: str, names: Sequence[str], rows_by_method: Dict[str, Dict], prefix: str, out_stem: str,
+               dpi: int = 200):
     """LR | TOLA | HR for ``names`` (one row each), each cell captioned with what recognizer ``prefix`` read
     (a tick when it equals the label under the evaluation's normalization)."""
     from tola_plugin.evaluation.plots import comparison_grid, load_grid_rows
@@ -105,8 +105,8 @@ def make_report(opt_path: str, grid_samples: int = 6, results_dir: Optional[str]
         log(f'demo report: PP-OCRv4 skipped: {reason}')
     transocr = load_transocr(transocr_checkpoint_of(opt['network_g']))
     eval_dir = os.path.join(results_root, 'eval')
-    summary = evaluate_methods({m: os.path.join(results_root, m.lower()) for m in METHODS}, eval_dir,
-                               reference_dir=os.path.join(results_root, 'hr'),
+    summary = evaluate_methods({m: os.path.join(results_root, m.lower())
+                                for m in METHODS}, eval_dir, reference_dir=os.path.join(results_root, 'hr'),
                                labels_path=os.path.join(results_root, 'labels.tsv'), metrics=metrics,
                                transocr_model=transocr, lower=True, progress=False)
     with open(os.path.join(eval_dir, 'summary.json'), encoding='utf-8') as f:
@@ -115,10 +115,13 @@ def make_report(opt_path: str, grid_samples: int = 6, results_dir: Optional[str]
     report = {
         'held_out_lines': len(names),
         'dataset': _test_dataset_opt(opt, opt_path),
-        **{m: summary[m] for m in METHODS},
+        **{m: summary[m]
+           for m in METHODS},
         'TOLA_minus_LR': gains,
-        'targets': {f'{k}_gain': v for k, v in TARGETS.items()},
-        'targets_met': {f'{k}_gain': bool(gains[k] >= v) for k, v in TARGETS.items() if k in gains},
+        'targets': {f'{k}_gain': v
+                    for k, v in TARGETS.items()},
+        'targets_met': {f'{k}_gain': bool(gains[k] >= v)
+                        for k, v in TARGETS.items() if k in gains},
         'protocol': {
             'psnr_ssim': 'Y channel (BT.601), no border crop, 8-bit images',
             'case': 'lower-cased before matching (the demo TransOCR has no upper case; PP-OCRv4 default)',
@@ -126,7 +129,8 @@ def make_report(opt_path: str, grid_samples: int = 6, results_dir: Optional[str]
             'ppocrv4': 'PP-OCRv4 mobile recognition (rapidocr-onnxruntime), recognition only',
             'skipped': skipped,
         },
-        'per_image_csv': {m: os.path.join('eval', evaluated['per_image'][m]) for m in METHODS},
+        'per_image_csv': {m: os.path.join('eval', evaluated['per_image'][m])
+                          for m in METHODS},
     }
     with open(os.path.join(results_root, 'metrics.json'), 'w', encoding='utf-8') as f:
         json.dump(report, f, indent=1, ensure_ascii=False)
@@ -139,12 +143,15 @@ def make_report(opt_path: str, grid_samples: int = 6, results_dir: Optional[str]
 def report_table(report: Dict) -> str:
     """A short Markdown table of LR vs TOLA (what the demo prints at the end)."""
     keys = [k for k in ('psnr', 'ssim', 'p_acc', 'p_ned', 't_acc', 't_ned') if k in report['TOLA']]
-    names = {'psnr': 'PSNR (dB)', 'ssim': 'SSIM', 'p_acc': 'PP-OCRv4 ACC', 'p_ned': 'PP-OCRv4 NED',
-             't_acc': 'TransOCR ACC', 't_ned': 'TransOCR NED'}
-    lines = [f'| {report["held_out_lines"]} held-out lines | ' + ' | '.join(names[k] for k in keys) + ' |',
-             '|---|' + '---:|' * len(keys)]
+    names = {
+        'psnr': 'PSNR (dB)', 'ssim': 'SSIM', 'p_acc': 'PP-OCRv4 ACC', 'p_ned': 'PP-OCRv4 NED', 't_acc': 'TransOCR ACC',
+        't_ned': 'TransOCR NED'
+    }
+    lines = [
+        f'| {report["held_out_lines"]} held-out lines | ' + ' | '.join(names[k] for k in keys) + ' |',
+        '|---|' + '---:|' * len(keys)
+    ]
     for m in METHODS:
         lines.append(f'| {m} | ' + ' | '.join(f'{report[m][k]:.4f}' for k in keys) + ' |')
     lines.append('| TOLA - LR | ' + ' | '.join(f'{report["TOLA_minus_LR"][k]:+.4f}' for k in keys) + ' |')
     return '\n'.join(lines)
-

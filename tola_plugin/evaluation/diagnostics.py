@@ -101,9 +101,10 @@ def confidence_table(a, b, names, gts, priors, prefix='t_', lower=False) -> List
     rows = []
     for i, label in enumerate(CONFIDENCE_BINS):
         m = bins == i
-        rows.append({'bin': label, 'n': int(m.sum()), 'prior_acc': _mean(prior_ok.astype(float), m),
-                     'acc_a': _mean(acc_a, m), 'acc_b': _mean(acc_b, m), 'ned_a': _mean(ned_a, m),
-                     'ned_b': _mean(ned_b, m)})
+        rows.append({
+            'bin': label, 'n': int(m.sum()), 'prior_acc': _mean(prior_ok.astype(float), m), 'acc_a': _mean(acc_a, m),
+            'acc_b': _mean(acc_b, m), 'ned_a': _mean(ned_a, m), 'ned_b': _mean(ned_b, m)
+        })
     return rows
 
 
@@ -112,9 +113,10 @@ def category_table(a, b, names, gts, prefix='t_') -> List[Dict]:
     cats = np.array([text_category(g) for g in gts])
     acc_a, acc_b = _column(a, names, f'{prefix}acc'), _column(b, names, f'{prefix}acc')
     ned_a, ned_b = _column(a, names, f'{prefix}ned'), _column(b, names, f'{prefix}ned')
-    return [{'category': c, 'n': int((cats == c).sum()), 'acc_a': _mean(acc_a, cats == c),
-             'acc_b': _mean(acc_b, cats == c), 'ned_a': _mean(ned_a, cats == c), 'ned_b': _mean(ned_b, cats == c)}
-            for c in CATEGORIES]
+    return [{
+        'category': c, 'n': int((cats == c).sum()), 'acc_a': _mean(acc_a, cats == c), 'acc_b': _mean(acc_b, cats == c),
+        'ned_a': _mean(ned_a, cats == c), 'ned_b': _mean(ned_b, cats == c)
+    } for c in CATEGORIES]
 
 
 def edit_table(records_by_method: Mapping[str, Mapping], names, gts, prefix='t_', lower=False) -> List[Dict]:
@@ -125,9 +127,11 @@ def edit_table(records_by_method: Mapping[str, Mapping], names, gts, prefix='t_'
         ops = EditOps()
         for pred, gt in zip(_texts(records, names, prefix, lower), gts):
             ops = ops + edit_operations(pred, gt)
-        rows.append({'method': method, 'substitutions': ops.substitutions, 'deletions': ops.deletions,
-                     'insertions': ops.insertions, 'total': ops.total, 'gt_chars': gt_chars,
-                     'edits_per_100': 100.0 * ops.total / gt_chars if gt_chars else None})
+        rows.append({
+            'method': method, 'substitutions': ops.substitutions, 'deletions': ops.deletions,
+            'insertions': ops.insertions, 'total': ops.total, 'gt_chars': gt_chars,
+            'edits_per_100': 100.0 * ops.total / gt_chars if gt_chars else None
+        })
     return rows
 
 
@@ -136,8 +140,7 @@ def prior_strata_table(a, b, names, gts, priors, prefix='t_', lower=False) -> Li
     per-image image metrics both methods have."""
     prior_ok = np.array([normalize(priors[n]['prior_text'], lower) == g for n, g in zip(names, gts)])
     conf = np.array([priors[n]['prior_confidence'] for n in names])
-    cols = [f'{prefix}acc', f'{prefix}ned'] + [c for c in IMAGE_COLUMNS if all(c in a[n] and c in b[n]
-                                                                             for n in names)]
+    cols = [f'{prefix}acc', f'{prefix}ned'] + [c for c in IMAGE_COLUMNS if all(c in a[n] and c in b[n] for n in names)]
     va = {c: _column(a, names, c) for c in cols}
     vb = {c: _column(b, names, c) for c in cols}
     rows = []
@@ -168,8 +171,10 @@ def prior_behaviour_table(records_by_method, names, gts, priors, prefix='t_', lo
                     copy += 1
                 else:
                     other += 1
-            rows.append({'method': method, 'stratum': stratum, 'n': n, 'exact_gt': exact,
-                         'copy': copy if stratum == 'wrong' else None, 'other': other})
+            rows.append({
+                'method': method, 'stratum': stratum, 'n': n, 'exact_gt': exact,
+                'copy': copy if stratum == 'wrong' else None, 'other': other
+            })
     return rows
 
 
@@ -185,8 +190,10 @@ def diagnose(a: Mapping[str, Mapping], b: Mapping[str, Mapping], names: Sequence
     gts = [normalize(labels[n], lower) for n in names]
     by_method = {method_names[0]: a, method_names[1]: b}
     has_text = all(f'{prefix}pred' in a[n] and f'{prefix}pred' in b[n] for n in names)
-    out = {'methods': list(method_names), 'recognizer_prefix': prefix, 'lower': lower, 'n': len(names),
-           'paired': paired_table(a, b, names, n_resamples, seed)}
+    out = {
+        'methods': list(method_names), 'recognizer_prefix': prefix, 'lower': lower, 'n': len(names),
+        'paired': paired_table(a, b, names, n_resamples, seed)
+    }
     if has_text:
         out['categories'] = category_table(a, b, names, gts, prefix)
         out['edits'] = edit_table(by_method, names, gts, prefix, lower)
@@ -216,10 +223,14 @@ def diagnostics_markdown(result: Mapping) -> str:
     """Markdown tables of ``diagnose`` output, laid out as the supplement's tables."""
     a, b = result['methods']
     rec = {'t_': 'TransOCR', 'p_': 'PP-OCRv4'}.get(result['recognizer_prefix'], result['recognizer_prefix'])
-    lines = [f'# Diagnostics: {b} vs {a} ({result["n"]:,} filename-paired images, recognizer {rec}'
-             f'{", lower-cased" if result["lower"] else ""})', '']
-    lines += [f'## Paired uncertainty ({b} - {a}, 95% paired bootstrap)', '',
-              f'| Metric | {a} | {b} | Change | 95% CI | McNemar p |', '| --- | ---: | ---: | ---: | --- | ---: |']
+    lines = [
+        f'# Diagnostics: {b} vs {a} ({result["n"]:,} filename-paired images, recognizer {rec}'
+        f'{", lower-cased" if result["lower"] else ""})', ''
+    ]
+    lines += [
+        f'## Paired uncertainty ({b} - {a}, 95% paired bootstrap)', '',
+        f'| Metric | {a} | {b} | Change | 95% CI | McNemar p |', '| --- | ---: | ---: | ---: | --- | ---: |'
+    ]
     display = {key: name for key, name, _ in SUMMARY_METRICS}
     for r in result['paired']:
         p = r.get('mcnemar', {}).get('p_value')
@@ -227,38 +238,47 @@ def diagnostics_markdown(result: Mapping) -> str:
         lines.append(f'| {name} | {_f(r["mean_a"])} | {_f(r["mean_b"])} | {_signed(r["change"])} | '
                      f'[{_signed(r["low"])}, {_signed(r["high"])}] | {"-" if p is None else f"{p:.4g}"} |')
     if 'confidence_bins' in result:
-        lines += ['', '## By prior confidence', '', f'| Confidence | N | Prior ACC | {a} ACC | {b} ACC | {a} NED | '
-                  f'{b} NED |', '| --- | ---: | ---: | ---: | ---: | ---: | ---: |']
+        lines += [
+            '', '## By prior confidence', '', f'| Confidence | N | Prior ACC | {a} ACC | {b} ACC | {a} NED | '
+            f'{b} NED |', '| --- | ---: | ---: | ---: | ---: | ---: | ---: |'
+        ]
         for r in result['confidence_bins']:
             lines.append(f'| {r["bin"]} | {_f(r["n"])} | {_f(r["prior_acc"])} | {_f(r["acc_a"])} | {_f(r["acc_b"])} | '
                          f'{_f(r["ned_a"])} | {_f(r["ned_b"])} |')
     if 'categories' in result:
-        lines += ['', '## By text category', '', f'| Category | N | {a} ACC | {b} ACC | {a} NED | {b} NED |',
-                  '| --- | ---: | ---: | ---: | ---: | ---: |']
+        lines += [
+            '', '## By text category', '', f'| Category | N | {a} ACC | {b} ACC | {a} NED | {b} NED |',
+            '| --- | ---: | ---: | ---: | ---: | ---: |'
+        ]
         for r in result['categories']:
             lines.append(f'| {r["category"]} | {_f(r["n"])} | {_f(r["acc_a"])} | {_f(r["acc_b"])} | '
                          f'{_f(r["ned_a"])} | {_f(r["ned_b"])} |')
     if 'edits' in result:
         gt_chars = result['edits'][0]['gt_chars']
-        lines += ['', f'## Character edits over {gt_chars:,} ground-truth characters', '',
-                  '| Method | Sub. | Del. | Ins. | Total | Edits/100 |', '| --- | ---: | ---: | ---: | ---: | ---: |']
+        lines += [
+            '', f'## Character edits over {gt_chars:,} ground-truth characters', '',
+            '| Method | Sub. | Del. | Ins. | Total | Edits/100 |', '| --- | ---: | ---: | ---: | ---: | ---: |'
+        ]
         for r in result['edits']:
             lines.append(f'| {r["method"]} | {_f(r["substitutions"])} | {_f(r["deletions"])} | {_f(r["insertions"])} '
                          f'| {_f(r["total"])} | {_f(r["edits_per_100"], 2)} |')
     if 'prior_strata' in result:
         rows = result['prior_strata']
         keys = [k for k in rows[0] if k not in ('stratum', 'n', 'mean_confidence')]
-        lines += ['', '## By prior correctness', '', '| Statistic | Correct prior | Wrong prior |',
-                  '| --- | ---: | ---: |',
-                  f'| N | {_f(rows[0]["n"])} | {_f(rows[1]["n"])} |',
-                  f'| Mean confidence | {_f(rows[0]["mean_confidence"])} | {_f(rows[1]["mean_confidence"])} |']
+        lines += [
+            '', '## By prior correctness', '', '| Statistic | Correct prior | Wrong prior |', '| --- | ---: | ---: |',
+            f'| N | {_f(rows[0]["n"])} | {_f(rows[1]["n"])} |',
+            f'| Mean confidence | {_f(rows[0]["mean_confidence"])} | {_f(rows[1]["mean_confidence"])} |'
+        ]
         for k in keys:
             metric, side = k.rsplit('_', 1)
             label = f'{a if side == "a" else b} {metric.upper()}'
             lines.append(f'| {label} | {_f(rows[0][k])} | {_f(rows[1][k])} |')
     if 'prior_behaviour' in result:
-        lines += ['', '## Behaviour by prior correctness', '', '| Method | Prior | N | Exact GT | Copy | Other |',
-                  '| --- | --- | ---: | ---: | ---: | ---: |']
+        lines += [
+            '', '## Behaviour by prior correctness', '', '| Method | Prior | N | Exact GT | Copy | Other |',
+            '| --- | --- | ---: | ---: | ---: | ---: |'
+        ]
         for r in result['prior_behaviour']:
             copy = '--' if r['copy'] is None else _f(r['copy'])
             lines.append(f'| {r["method"]} | {r["stratum"]} | {_f(r["n"])} | {_f(r["exact_gt"])} | {copy} | '

@@ -54,8 +54,7 @@ def build_paired_metric(name: str, device: str = 'cpu', color_space: str = DEFAU
             return metric
         if name == 'dists':
             W.require_metric_weights('dists')
-            metric = pyiqa.create_metric('dists', device=device,
-                                         pretrained_model_path=W.weight_path(W.DISTS_WEIGHTS))
+            metric = pyiqa.create_metric('dists', device=device, pretrained_model_path=W.weight_path(W.DISTS_WEIGHTS))
             W.assert_loaded(metric.net, W.weight_path(W.DISTS_WEIGHTS), 'DISTS weights')
             return metric
     raise ValueError(f'unknown paired image metric {name!r}; expected one of {PAIRED_METRICS}')
@@ -122,8 +121,8 @@ def fid_between_dirs(restored_dir: str, reference_dir: str, device: str = 'cpu',
         for side, folder in (('restored', restored_dir), ('reference', reference_dir)):
             listed = names if names is not None else list_image_files(folder)
             dirs.append(stage_images(folder, listed, os.path.join(tmp, side), background))
-        return float(metric(dirs[0], dirs[1], mode=mode, batch_size=batch_size, num_workers=num_workers,
-                            verbose=verbose))
+        return float(
+            metric(dirs[0], dirs[1], mode=mode, batch_size=batch_size, num_workers=num_workers, verbose=verbose))
 
 
 def images_to_tensor(images_rgb: Iterable[np.ndarray]) -> torch.Tensor:

@@ -13,20 +13,23 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 CJK_FONTS = ('Noto Sans CJK SC', 'WenQuanYi Zen Hei', 'WenQuanYi Micro Hei', 'AR PL UMing CN', 'Droid Sans Fallback')
-COLORS = ('#8c8c8c', '#d62728', '#1f77b4', '#2ca02c', '#ff7f0e', '#9467bd', '#8c564b', '#e377c2', '#17becf',
-          '#bcbd22')
+COLORS = ('#8c8c8c', '#d62728', '#1f77b4', '#2ca02c', '#ff7f0e', '#9467bd', '#8c564b', '#e377c2', '#17becf', '#bcbd22')
 
 
 def _rc() -> dict:
     """Font fallback: DejaVu for Latin, then the first installed CJK font."""
     import logging
+
     from matplotlib import font_manager
+
     # WenQuanYi ships only a 'medium' weight; matplotlib logs a harmless warning for each lookup.
     logging.getLogger('matplotlib.font_manager').setLevel(logging.ERROR)
     installed = {f.name for f in font_manager.fontManager.ttflist}
     family = ['DejaVu Sans'] + [f for f in CJK_FONTS if f in installed]
-    return {'font.family': family, 'font.size': 9, 'axes.titlesize': 10, 'pdf.fonttype': 42,
-            'axes.spines.top': False, 'axes.spines.right': False}
+    return {
+        'font.family': family, 'font.size': 9, 'axes.titlesize': 10, 'pdf.fonttype': 42, 'axes.spines.top': False,
+        'axes.spines.right': False
+    }
 
 
 def _save(fig, out_stem: str, dpi: int = 200) -> Tuple[str, str]:
@@ -55,8 +58,8 @@ def quality_latency_figure(points: Sequence[Mapping], out_stem: str, highlight: 
             raise ValueError(f'quality_latency_figure: point {p.get("method")!r} lacks {missing}')
         if p['seconds'] <= 0:
             raise ValueError(f'quality_latency_figure: {p["method"]!r} has non-positive seconds {p["seconds"]}')
-    panels = [('psnr', 'PSNR (dB)')] + ([(acc_key, 'TransOCR ACC' if acc_key == 't_acc' else acc_key)]
-                                        if with_acc else [])
+    panels = [('psnr', 'PSNR (dB)')
+              ] + ([(acc_key, 'TransOCR ACC' if acc_key == 't_acc' else acc_key)] if with_acc else [])
     with matplotlib.rc_context(_rc()):
         fig = Figure(figsize=(4.5 * len(panels), 3.4))
         axes = np.atleast_1d(fig.subplots(1, len(panels)))
@@ -64,10 +67,10 @@ def quality_latency_figure(points: Sequence[Mapping], out_stem: str, highlight: 
             for i, p in enumerate(points):
                 hl = p['method'] == highlight
                 ax.scatter(p['seconds'], p[key], s=80 if hl else 40, marker='*' if hl else 'o',
-                           color=COLORS[1] if hl else COLORS[(i % (len(COLORS) - 2)) + 2], zorder=3,
-                           edgecolors='black', linewidths=0.5)
-                ax.annotate(p['method'], (p['seconds'], p[key]), textcoords='offset points', xytext=(4, 4),
-                            fontsize=8, fontweight='bold' if hl else 'normal')
+                           color=COLORS[1] if hl else COLORS[(i % (len(COLORS) - 2)) + 2], zorder=3, edgecolors='black',
+                           linewidths=0.5)
+                ax.annotate(p['method'], (p['seconds'], p[key]), textcoords='offset points', xytext=(4, 4), fontsize=8,
+                            fontweight='bold' if hl else 'normal')
             ax.set_xscale('log')
             ax.set_xlabel('Inference time (s / image, log scale)')
             ax.set_ylabel(label)
@@ -77,8 +80,8 @@ def quality_latency_figure(points: Sequence[Mapping], out_stem: str, highlight: 
         return _save(fig, out_stem)
 
 
-def _grouped_bars(ax, labels: Sequence[str], series: Mapping[str, Sequence[Optional[float]]], ylabel: str,
-                  title: str, value_fmt: str = '{:.2f}') -> None:
+def _grouped_bars(ax, labels: Sequence[str], series: Mapping[str, Sequence[Optional[float]]], ylabel: str, title: str,
+                  value_fmt: str = '{:.2f}') -> None:
     x = np.arange(len(labels))
     width = 0.8 / max(len(series), 1)
     for i, (name, values) in enumerate(series.items()):
@@ -87,8 +90,9 @@ def _grouped_bars(ax, labels: Sequence[str], series: Mapping[str, Sequence[Optio
                       edgecolor='black', linewidth=0.4)
         for bar, v in zip(bars, vals):
             if not np.isnan(v):
-                ax.annotate(value_fmt.format(v), (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                            textcoords='offset points', xytext=(0, 1.5), ha='center', fontsize=6.5)
+                ax.annotate(
+                    value_fmt.format(v), (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                    textcoords='offset points', xytext=(0, 1.5), ha='center', fontsize=6.5)
     top = np.nanmax([np.nan if v is None else v for vals in series.values() for v in vals] + [0.0])
     ax.set_ylim(0, (top if top > 0 else 1.0) * 1.22)  # head room for the value labels and the legend
     ax.set_xticks(x)
@@ -124,8 +128,9 @@ def recognition_diagnostics_figure(result: Mapping, out_stem: str) -> Tuple[str,
         if 'edits' in result:
             rows = result['edits']
             _grouped_bars(axes[2], ['Substitutions', 'Deletions', 'Insertions'],
-                          {r['method']: [r['substitutions'], r['deletions'], r['insertions']] for r in rows},
-                          'Count', f'(c) Character edits ({rows[0]["gt_chars"]:,} GT chars)', '{:,.0f}')
+                          {r['method']: [r['substitutions'], r['deletions'], r['insertions']]
+                           for r in rows}, 'Count', f'(c) Character edits ({rows[0]["gt_chars"]:,} GT chars)',
+                          '{:,.0f}')
             from matplotlib.ticker import MaxNLocator
             axes[2].yaxis.set_major_locator(MaxNLocator(integer=True))
         fig.tight_layout()
@@ -155,8 +160,8 @@ def comparison_grid(rows: Sequence[Tuple[str, Sequence[np.ndarray]]], out_stem: 
     caption_room = 0.22 if captions is not None else 0.0
     aspect = max(img.shape[0] / img.shape[1] for _, imgs in rows for img in imgs)
     with matplotlib.rc_context(_rc()):
-        fig = Figure(figsize=(1.2 + cell_width * n_cols,
-                              0.35 + len(rows) * (cell_width * aspect + 0.12 + caption_room)))
+        fig = Figure(
+            figsize=(1.2 + cell_width * n_cols, 0.35 + len(rows) * (cell_width * aspect + 0.12 + caption_room)))
         axes = np.atleast_2d(fig.subplots(len(rows), n_cols, squeeze=False))
         for r, (label, imgs) in enumerate(rows):
             for c, img in enumerate(imgs):
@@ -194,6 +199,8 @@ def latency_points(latency: Mapping[str, float], summaries: Sequence[Mapping[str
     for method, seconds in latency.items():
         if method not in merged:
             raise KeyError(f'latency given for {method!r}, but no evaluation summary has it (have {sorted(merged)})')
-        points.append({'method': method, 'seconds': seconds, 'psnr': merged[method].get('psnr'),
-                       acc_key: merged[method].get(acc_key)})
+        points.append({
+            'method': method, 'seconds': seconds, 'psnr': merged[method].get('psnr'),
+            acc_key: merged[method].get(acc_key)
+        })
     return points

@@ -61,6 +61,7 @@ class TransOCRRecognizer:
 
     def __call__(self, images: Sequence[np.ndarray]) -> List[Recognition]:
         import torch
+
         from tola_plugin.text.alphabets import decode_transocr
         _check_images(images)
         out: List[Recognition] = []

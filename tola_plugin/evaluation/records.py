@@ -14,8 +14,8 @@ import math
 import os
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
-from tola_plugin.data.text_labels import read_labels_tsv
 from tola_plugin.data.image_io import IMAGE_EXTENSIONS, list_image_files
+from tola_plugin.data.text_labels import read_labels_tsv
 
 MAX_LISTED = 20  # names listed in a mismatch error
 
@@ -23,14 +23,14 @@ PRIOR_COLUMNS = ('filename', 'prior_text', 'prior_confidence')
 
 # Per-image columns. Recognizer columns are prefixed 't_' (TransOCR) and 'p_' (PP-OCRv4 / PaddleOCR):
 # <prefix>pred (raw recognizer output), <prefix>conf (recognizer confidence), <prefix>acc (0/1), <prefix>ned.
-PER_IMAGE_COLUMNS = ('filename', 'gt', 'psnr', 'ssim', 'lpips', 'dists', 't_pred', 't_conf', 't_acc', 't_ned',
-                     'p_pred', 'p_conf', 'p_acc', 'p_ned')
+PER_IMAGE_COLUMNS = ('filename', 'gt', 'psnr', 'ssim', 'lpips', 'dists', 't_pred', 't_conf', 't_acc', 't_ned', 'p_pred',
+                     'p_conf', 'p_acc', 'p_ned')
 TEXT_COLUMNS = ('filename', 'gt', 't_pred', 'p_pred')
 
 # Display names and directions of the set-level metrics (Table 1 of the paper), in table order.
-SUMMARY_METRICS = (('psnr', 'PSNR', True), ('ssim', 'SSIM', True), ('lpips', 'LPIPS', False),
-                   ('dists', 'DISTS', False), ('fid', 'FID', False), ('t_acc', 'T-ACC', True),
-                   ('t_ned', 'T-NED', True), ('p_acc', 'P-ACC', True), ('p_ned', 'P-NED', True))
+SUMMARY_METRICS = (('psnr', 'PSNR', True), ('ssim', 'SSIM', True), ('lpips', 'LPIPS', False), ('dists', 'DISTS', False),
+                   ('fid', 'FID', False), ('t_acc', 'T-ACC', True), ('t_ned', 'T-NED', True), ('p_acc', 'P-ACC', True),
+                   ('p_ned', 'P-NED', True))
 
 
 def list_images(folder: str) -> List[str]:
@@ -113,8 +113,8 @@ def write_prior_csv(path: str, rows: Iterable[Mapping[str, object]]) -> None:
         for r in rows:
             row = {k: r[k] for k in PRIOR_COLUMNS}
             if extra:
-                row['prior_token_confidences'] = ' '.join(f'{float(c):.6f}' for c in r.get('prior_token_confidences',
-                                                                                           ()))
+                row['prior_token_confidences'] = ' '.join(f'{float(c):.6f}'
+                                                          for c in r.get('prior_token_confidences', ()))
             writer.writerow(row)
 
 
@@ -134,8 +134,10 @@ def read_per_image_csv(path: str) -> Dict[str, Dict[str, object]]:
     with open(path, encoding='utf-8', newline='') as f:
         rows = {}
         for row in csv.DictReader(f):
-            rows[row['filename']] = {k: (v if k in TEXT_COLUMNS else float(v)) for k, v in row.items()
-                                     if v != '' or k in TEXT_COLUMNS}
+            rows[row['filename']] = {
+                k: (v if k in TEXT_COLUMNS else float(v))
+                for k, v in row.items() if v != '' or k in TEXT_COLUMNS
+            }
     if not rows:
         raise ValueError(f'per-image CSV {path!r} has no rows')
     return rows

@@ -12,9 +12,9 @@ import numpy as np
 
 from tola_plugin.data.image_io import WHITE, read_image_file
 from tola_plugin.evaluation import records as R
-from tola_plugin.evaluation.image_metrics import DEFAULT_COLOR_SPACE, PAIRED_METRICS, PairedImageMetrics, \
-    fid_between_dirs, images_to_tensor
 from tola_plugin.evaluation import weights as W
+from tola_plugin.evaluation.image_metrics import (DEFAULT_COLOR_SPACE, PAIRED_METRICS, PairedImageMetrics,
+                                                  fid_between_dirs, images_to_tensor)
 from tola_plugin.evaluation.recognizers import PREFIX, RECOGNIZERS, build_recognizer, ppocrv4_unavailable
 from tola_plugin.evaluation.text_metrics import ned, normalize
 
@@ -27,8 +27,10 @@ def resolve_metrics(requested: Optional[Sequence[str]], has_reference: bool, has
     then left out because their weight files are absent); an explicit request the inputs cannot satisfy is an
     error saying what is missing."""
     if requested is None:
-        return [m for m in ALL_METRICS if (m not in PAIRED_METRICS + ('fid', ) or has_reference)
-                and (m not in RECOGNIZERS or has_labels) and (m != 'transocr' or has_transocr)]
+        return [
+            m for m in ALL_METRICS if (m not in PAIRED_METRICS + ('fid', ) or has_reference) and (
+                m not in RECOGNIZERS or has_labels) and (m != 'transocr' or has_transocr)
+        ]
     unknown = [m for m in requested if m not in ALL_METRICS]
     if unknown:
         raise ValueError(f'unknown metric(s) {unknown}; choose from {list(ALL_METRICS)}')
@@ -59,11 +61,11 @@ def _recognition_columns(prefix: str, pred: str, conf: float, gt: str, lower: bo
 
 
 def evaluate_methods(methods: Mapping[str, str], out_dir: str, reference_dir: Optional[str] = None,
-                     labels_path: Optional[str] = None, metrics: Optional[Sequence[str]] = None,
-                     device: str = 'cpu', color_space: str = DEFAULT_COLOR_SPACE, lower: bool = False,
+                     labels_path: Optional[str] = None, metrics: Optional[Sequence[str]] = None, device: str = 'cpu',
+                     color_space: str = DEFAULT_COLOR_SPACE, lower: bool = False,
                      transocr_checkpoint: Optional[str] = None, transocr_preprocess: str = 'difftsr',
-                     transocr_model=None, batch_size: int = 8, num_workers: int = 0,
-                     progress: bool = True, ppocr_lower: bool = True, log=None,
+                     transocr_model=None, batch_size: int = 8, num_workers: int = 0, progress: bool = True,
+                     ppocr_lower: bool = True, log=None,
                      background: Sequence[int] = WHITE) -> Dict[str, Dict[str, float]]:
     """Evaluate every ``{method name: restored folder}``; returns {method: {metric: value}} (also written).
 
@@ -79,15 +81,15 @@ def evaluate_methods(methods: Mapping[str, str], out_dir: str, reference_dir: Op
     if not methods:
         raise ValueError('no method folders given')
     labels = R.read_labels(labels_path) if labels_path else None
-    chosen = resolve_metrics(metrics, reference_dir is not None, labels is not None,
-                             transocr_checkpoint is not None or transocr_model is not None)
+    chosen = resolve_metrics(metrics, reference_dir is not None, labels is not None, transocr_checkpoint is not None
+                             or transocr_model is not None)
     skipped = unavailable_metrics(chosen) if metrics is None else {}
     for m, reason in skipped.items():
         (log or (lambda msg: print(msg, file=sys.stderr)))(f'evaluate: skipping {m} (its files are absent): {reason}')
     chosen = [m for m in chosen if m not in skipped]
     if not chosen:
-        raise ValueError('no metric can be computed: give --reference and/or --labels'
-                         + (f' (skipped for missing files: {sorted(skipped)})' if skipped else ''))
+        raise ValueError('no metric can be computed: give --reference and/or --labels' +
+                         (f' (skipped for missing files: {sorted(skipped)})' if skipped else ''))
 
     stems = [_safe(m) for m in methods]
     if len(set(stems)) != len(stems):
@@ -127,13 +129,14 @@ def evaluate_methods(methods: Mapping[str, str], out_dir: str, reference_dir: Op
                 values[key] = float(np.mean([r[key] for r in rows]))
         summary[method] = values
 
-    protocol = {'n_images': len(names), 'metrics': chosen, 'luma_color_space': color_space, 'border_crop': 0,
-                'background': list(background), 'lpips_net': 'alex', 'lower_case': lower, 'ppocr_lower_case': lower or ppocr_lower,
-                'skipped': skipped, 'transocr_preprocess': transocr_preprocess,
-                'reference_dir': reference_dir, 'labels': labels_path,
-                'methods': dict(methods)}
-    R.write_json(os.path.join(out_dir, 'summary.json'),
-                 {'protocol': protocol, 'summary': summary, 'per_image': per_image_files})
+    protocol = {
+        'n_images': len(names), 'metrics': chosen, 'luma_color_space': color_space, 'border_crop': 0,
+        'background': list(background), 'lpips_net': 'alex', 'lower_case': lower, 'ppocr_lower_case': lower
+        or ppocr_lower, 'skipped': skipped, 'transocr_preprocess': transocr_preprocess, 'reference_dir': reference_dir,
+        'labels': labels_path, 'methods': dict(methods)
+    }
+    R.write_json(
+        os.path.join(out_dir, 'summary.json'), {'protocol': protocol, 'summary': summary, 'per_image': per_image_files})
     with open(os.path.join(out_dir, 'summary.md'), 'w', encoding='utf-8') as f:
         f.write(R.summary_markdown(summary, f'Evaluation on {len(names)} images'))
         if skipped:
@@ -144,8 +147,8 @@ def evaluate_methods(methods: Mapping[str, str], out_dir: str, reference_dir: Op
 
 def score_folder(folder: str, names: Sequence[str], reference_dir: Optional[str], labels: Optional[Mapping[str, str]],
                  image_metrics: Optional[PairedImageMetrics], recognizers: Mapping[str, object], lower: bool,
-                 batch_size: int = 8, desc: str = 'evaluate', progress: bool = True,
-                 ppocr_lower: bool = True, background: Sequence[int] = WHITE) -> List[Dict[str, object]]:
+                 batch_size: int = 8, desc: str = 'evaluate', progress: bool = True, ppocr_lower: bool = True,
+                 background: Sequence[int] = WHITE) -> List[Dict[str, object]]:
     """Per-image rows (see records.PER_IMAGE_COLUMNS) of one restored folder, in ``names`` order (case: see
     ``evaluate_methods``); transparent pixels over ``background`` (RGB)."""
     from tqdm import tqdm
@@ -169,8 +172,9 @@ def score_folder(folder: str, names: Sequence[str], reference_dir: Optional[str]
                 row.update({k: float(v[i]) for k, v in scores.items()})
         for name, recognizer in recognizers.items():
             for row, n, rec in zip(batch_rows, batch, recognizer(restored)):
-                row.update(_recognition_columns(PREFIX[name], rec.text, rec.confidence, labels[n],
-                                                lower or (name == 'ppocrv4' and ppocr_lower)))
+                row.update(
+                    _recognition_columns(PREFIX[name], rec.text, rec.confidence, labels[n], lower
+                                         or (name == 'ppocrv4' and ppocr_lower)))
         rows.extend(batch_rows)
         bar.update(len(batch))
     bar.close()

@@ -57,8 +57,8 @@ def paired_bootstrap(a: Sequence[float], b: Sequence[float], n_resamples: int = 
     change = float(diff.mean())
     if np.all(diff == diff[0]):  # degenerate: every resample has the same mean
         return PairedChange(change, change, change, diff.size, n_resamples, confidence)
-    res = stats.bootstrap((diff, ), np.mean, n_resamples=n_resamples, confidence_level=confidence,
-                          method=method, rng=np.random.default_rng(seed), vectorized=True)
+    res = stats.bootstrap((diff, ), np.mean, n_resamples=n_resamples, confidence_level=confidence, method=method,
+                          rng=np.random.default_rng(seed), vectorized=True)
     return PairedChange(change, float(res.confidence_interval.low), float(res.confidence_interval.high), diff.size,
                         n_resamples, confidence)
 

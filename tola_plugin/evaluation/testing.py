@@ -20,7 +20,7 @@ def _fake_tensor(key: str, shape: torch.Size, dtype: torch.dtype, gen: torch.Gen
     storage_len = sum(int(s) for s in shape) - len(shape) + 1
     base = torch.randn(storage_len, generator=gen)
     if len(shape) >= 2:  # conv / linear: He-style scale keeps activations alive through deep stacks
-        base = base * (2.0 / max(1, int(torch.tensor(shape[1:]).prod()))) ** 0.5
+        base = base * (2.0 / max(1, int(torch.tensor(shape[1:]).prod())))**0.5
     elif 'running_var' in key or key.endswith('weight'):  # BatchNorm variance and scale near 1
         base = 1.0 + 0.1 * base.abs()
     else:  # biases, running means

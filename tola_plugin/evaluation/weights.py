@@ -47,12 +47,14 @@ LPIPS_ALEX_LINEAR = WeightFile('weights/v0.1/alex.pth', LPIPS_WHEEL, 'LPIPS v0.1
                                'the lpips==0.1.4 wheel (pip install lpips)')
 LPIPS_VGG_LINEAR = WeightFile('weights/v0.1/vgg.pth', LPIPS_WHEEL, 'LPIPS v0.1 VGG linear layers (LPIPS loss)',
                               'the lpips==0.1.4 wheel (pip install lpips)')
-DISTS_WEIGHTS = WeightFile('DISTS_weights-f5e65c96.pth', PYIQA, 'DISTS alpha/beta weights',
-                           'https://huggingface.co/chaofengc/IQA-PyTorch-Weights/resolve/main/'
-                           'DISTS_weights-f5e65c96.pth')
-FID_INCEPTION = WeightFile('pt_inception-2015-12-05-6726825d.pth', PYIQA, 'FID InceptionV3 (pytorch-fid port)',
-                           'https://huggingface.co/chaofengc/IQA-PyTorch-Weights/resolve/main/'
-                           'pt_inception-2015-12-05-6726825d.pth')
+DISTS_WEIGHTS = WeightFile(
+    'DISTS_weights-f5e65c96.pth', PYIQA, 'DISTS alpha/beta weights',
+    'https://huggingface.co/chaofengc/IQA-PyTorch-Weights/resolve/main/'
+    'DISTS_weights-f5e65c96.pth')
+FID_INCEPTION = WeightFile(
+    'pt_inception-2015-12-05-6726825d.pth', PYIQA, 'FID InceptionV3 (pytorch-fid port)',
+    'https://huggingface.co/chaofengc/IQA-PyTorch-Weights/resolve/main/'
+    'pt_inception-2015-12-05-6726825d.pth')
 
 # Which files each learned metric needs. PSNR and SSIM need none.
 METRIC_WEIGHTS = {

@@ -69,7 +69,7 @@ def plan_outputs(inputs: List[str], source: str, out_dir: str, suffix: str, ext:
                              f'--ext/--suffix')
         seen[name] = path
         jobs.append(job)
-    written = [p for job in jobs for p in ((job.output, job.json) if detect else (job.output,))]
+    written = [p for job in jobs for p in ((job.output, job.json) if detect else (job.output, ))]
     if not detect:
         written.append(os.path.join(out_dir, PRIOR_CSV))
     sources = {os.path.realpath(p) for p in inputs}
@@ -164,9 +164,9 @@ def run(args) -> int:
                             tqdm.write(f'note: no text lines found in {job.input}', file=sys.stderr)
                     else:
                         line = result.lines[0]
-                        rows.append(dict(filename=job.name, prior_text=line.prior_text,
-                                         prior_confidence=line.prior_confidence,
-                                         prior_token_confidences=line.token_confidences))
+                        rows.append(
+                            dict(filename=job.name, prior_text=line.prior_text, prior_confidence=line.prior_confidence,
+                                 prior_token_confidences=line.token_confidences))
                     done += 1
                 except (ValueError, OSError) as err:
                     fail(job, err)

@@ -63,7 +63,7 @@ def plan_line(width: int, overlap: int, canvas_w: int = CANVAS_W) -> LineLayout:
     if not 0 <= overlap < canvas_w:
         raise ValueError(f'overlap must be in [0, {canvas_w - 1}] columns, got {overlap}')
     if width <= canvas_w:
-        return LineLayout(width, (0,), (canvas_w - width) // 2, canvas_w)
+        return LineLayout(width, (0, ), (canvas_w - width) // 2, canvas_w)
     count = math.ceil((width - overlap) / (canvas_w - overlap))
     starts = np.round(np.linspace(0, width - canvas_w, count)).astype(int)
     return LineLayout(width, tuple(int(s) for s in starts), 0, canvas_w)

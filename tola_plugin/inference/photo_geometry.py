@@ -54,8 +54,7 @@ def rectify(image: np.ndarray, quad: np.ndarray) -> np.ndarray:
     """The strip of ``quad`` (strip_size, uint8 RGB), warped out of ``image`` (bicubic, edges replicated)."""
     height, width = strip_size(quad)
     matrix = cv2.getPerspectiveTransform(np.float32(quad), _rect(height, width))
-    return cv2.warpPerspective(image, matrix, (width, height), flags=cv2.INTER_CUBIC,
-                               borderMode=cv2.BORDER_REPLICATE)
+    return cv2.warpPerspective(image, matrix, (width, height), flags=cv2.INTER_CUBIC, borderMode=cv2.BORDER_REPLICATE)
 
 
 def scale_quad(quad: np.ndarray, scale) -> np.ndarray:
@@ -90,7 +89,8 @@ def paste_strip(photo: np.ndarray, strip: np.ndarray, quad: np.ndarray, feather:
     matrix = cv2.getPerspectiveTransform(_rect(target_h, target_w), quad - np.float32([x0, y0]))
     size = (x1 - x0, y1 - y0)
     warped = cv2.warpPerspective(strip, matrix, size, flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT)
-    alpha = cv2.warpPerspective(feather_mask(target_h, target_w, feather), matrix, size, flags=cv2.INTER_LINEAR,
-                                borderMode=cv2.BORDER_CONSTANT, borderValue=0)[..., None]
+    alpha = cv2.warpPerspective(
+        feather_mask(target_h, target_w, feather), matrix, size, flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT,
+        borderValue=0)[..., None]
     region = photo[y0:y1, x0:x1].astype(np.float32)
     photo[y0:y1, x0:x1] = (alpha * warped + (1.0 - alpha) * region + 0.5).astype(np.uint8)

@@ -20,8 +20,8 @@ from PIL import Image, ImageOps
 from tola_plugin.archs.tola_arch import image_noise_seed
 from tola_plugin.data.image_io import WHITE, convert_array, read_image_file
 from tola_plugin.data.text_line_source import CANVAS_H
-from tola_plugin.inference.line_geometry import (PAD_MODES, LineLayout, blend_tiles, cut_tiles, plan_line,
-                                                 resize_rgb, to_canvas_height, to_uint8)
+from tola_plugin.inference.line_geometry import (PAD_MODES, LineLayout, blend_tiles, cut_tiles, plan_line, resize_rgb,
+                                                 to_canvas_height, to_uint8)
 from tola_plugin.inference.photo_geometry import expand_quad, paste_strip, reading_quad, rectify, scale_quad
 
 # The merged model that `make demo` exports (relative to the working directory, like the demo's experiments/).
@@ -97,7 +97,7 @@ def _pil_to_bgr(image: Image.Image, what: str, background) -> np.ndarray:
     image = ImageOps.exif_transpose(image)
     if image.mode in ('P', 'PA'):
         image = image.convert('RGBA' if image.mode == 'PA' or 'transparency' in image.info else 'RGB')
-    elif image.mode in ('1',):
+    elif image.mode in ('1', ):
         image = image.convert('L')
     elif image.mode in ('La', 'RGBa'):  # premultiplied alpha
         image = image.convert(image.mode.upper())
@@ -151,8 +151,8 @@ class TOLAPipeline:
 
     # ------------------------------------------------------------------------------------------ loading
     @classmethod
-    def from_merged(cls, path: Optional[str] = None, network_overrides: Optional[Dict] = None,
-                    backend: str = 'torch', **options) -> 'TOLAPipeline':
+    def from_merged(cls, path: Optional[str] = None, network_overrides: Optional[Dict] = None, backend: str = 'torch',
+                    **options) -> 'TOLAPipeline':
         """From a merged model (``tools/export_merged.py``) through ``TOLANet.load_for_inference`` (memory-mapped,
         inference-only); ``path`` None: the demo model (DEMO_MODEL, written by ``make demo``). network_overrides:
         TOLANet inference switches (timestep, noise, ...). backend: 'torch' or 'onnxruntime' (IDM and VAE on ONNX
@@ -166,8 +166,8 @@ class TOLAPipeline:
         return cls(TOLANet.load_for_inference(path, backend=backend, **dict(network_overrides or {})), **options)
 
     @classmethod
-    def from_options(cls, option_file: str, checkpoint: Optional[str] = None,
-                     network_overrides: Optional[Dict] = None, **options) -> 'TOLAPipeline':
+    def from_options(cls, option_file: str, checkpoint: Optional[str] = None, network_overrides: Optional[Dict] = None,
+                     **options) -> 'TOLAPipeline':
         """From a TOLA option file (its ``network_g``) and adaptation checkpoint (default: its
         ``path.pretrain_network_g``), made inference-only (``TOLANet.prepare_for_inference``: LoRA merged, same
         outputs, no adapter overhead)."""
@@ -267,7 +267,7 @@ class TOLAPipeline:
             line = to_canvas_height(strip)
             layout = plan_line(line.shape[1], self.overlap)
             tiles = cut_tiles(line, layout, self.pad_mode).astype(np.float32) / 255.0
-            seeds = [(base_seed + tile_index + k) % 2 ** 63 for k in range(layout.num_tiles)]
+            seeds = [(base_seed + tile_index + k) % 2**63 for k in range(layout.num_tiles)]
             tile_index += layout.num_tiles
             lines.append(_Line(index, strip, layout, tiles, seeds, quad, polygon))
         return lines
@@ -282,15 +282,15 @@ class TOLAPipeline:
             # contiguous NCHW, as BasicSR's data loader delivers it (a channels-last view runs other conv kernels)
             lq = torch.from_numpy(np.stack([line.tiles[k] for line, k in batch])).permute(0, 3, 1, 2).contiguous()
             with torch.inference_mode():
-                out = self.net(lq.to(self.device), noise_seeds=[line.seeds[k] for line, k in batch],
-                               return_intermediates=True)
+                out = self.net(
+                    lq.to(self.device), noise_seeds=[line.seeds[k] for line, k in batch], return_intermediates=True)
             outputs.append(out['image'].float().permute(0, 2, 3, 1).cpu().numpy())
             batch_texts = out['prior_texts'] if out['prior_texts'] is not None else [''] * len(batch)
             conf = out['confidences']
             for i, text in enumerate(batch_texts):
                 texts.append(text)
                 confidences.append(conf[i, :len(text)].float().tolist() if conf is not None else [1.0] * len(text))
-        restored = np.concatenate(outputs) if outputs else np.zeros((0,))
+        restored = np.concatenate(outputs) if outputs else np.zeros((0, ))
         position = 0
         for line in lines:
             count = line.layout.num_tiles
@@ -334,15 +334,15 @@ class TOLAPipeline:
                 quad = scale_quad(line.quad, (out_w / width, out_h / height))
                 feather = max(1.0, self.feather * line.strip.shape[0] * out_h / height)
                 paste_strip(image, line.restored, quad, feather)
-        return Restoration(image=image, lines=[self._line_result(line) for line in lines],
-                           input_size=(height, width), outscale=scale, name=name, detected=detect)
+        return Restoration(image=image, lines=[self._line_result(line) for line in lines], input_size=(height, width),
+                           outscale=scale, name=name, detected=detect)
 
     @staticmethod
     def _line_result(line: _Line) -> LineResult:
         tokens = [c for window in line.confidences for c in window]
-        result = LineResult(prior_text=WINDOW_SEPARATOR.join(line.texts),
-                            prior_confidence=float(np.mean(tokens)) if tokens else 0.0,
-                            token_confidences=[float(c) for c in tokens], window_texts=list(line.texts))
+        result = LineResult(
+            prior_text=WINDOW_SEPARATOR.join(line.texts), prior_confidence=float(np.mean(tokens)) if tokens else 0.0,
+            token_confidences=[float(c) for c in tokens], window_texts=list(line.texts))
         if line.polygon is not None:
             result.polygon = [[round(float(x), 2), round(float(y), 2)] for x, y in line.polygon]
         if line.before is not None:

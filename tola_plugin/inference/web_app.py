@@ -60,16 +60,21 @@ def draw_lines(rgb: np.ndarray, restoration: Restoration) -> np.ndarray:
         polygon = np.round(np.array(line.polygon, np.float32)).astype(np.int32)
         cv2.polylines(out, [polygon], True, OVERLAY_COLOUR, thickness, cv2.LINE_AA)
         x, y = polygon[0]
-        cv2.putText(out, str(number), (int(x), max(12, int(y) - 3)), cv2.FONT_HERSHEY_SIMPLEX, 0.4 * thickness,
+        cv2.putText(out, str(number), (int(x), max(12,
+                                                   int(y) - 3)), cv2.FONT_HERSHEY_SIMPLEX, 0.4 * thickness,
                     OVERLAY_COLOUR, thickness, cv2.LINE_AA)
     return out
 
 
 def _rows(restoration: Restoration) -> List[List]:
+
     def text(value):
         return '' if value is None else value.strip()
-    return [[number, line.prior_text, round(line.prior_confidence, 3), text(line.text_before), text(line.text_after)]
-            for number, line in enumerate(restoration.lines, start=1)]
+
+    return [[number, line.prior_text,
+             round(line.prior_confidence, 3),
+             text(line.text_before),
+             text(line.text_after)] for number, line in enumerate(restoration.lines, start=1)]
 
 
 def restore_upload(pipeline: TOLAPipeline, path: str, name: str = '', detect: bool = False,
@@ -97,8 +102,8 @@ def restore_upload(pipeline: TOLAPipeline, path: str, name: str = '', detect: bo
                f'{width}×{height} → {out_w}×{out_h} pixels.')
     if detect and not restoration.lines:
         summary += ' PP-OCRv4 found no text line, so the output is the input resized.'
-    return PageResult(rgb, restoration.image, draw_lines(rgb, restoration) if detect else None, _rows(restoration),
-                      summary)
+    return PageResult(rgb, restoration.image,
+                      draw_lines(rgb, restoration) if detect else None, _rows(restoration), summary)
 
 
 def warm_up(pipeline: TOLAPipeline, detect: bool = False) -> None:
@@ -140,8 +145,8 @@ def build_app(pipeline: TOLAPipeline, detect: bool = False, demo_model: bool = F
 
     with gr.Blocks(title='TOLA text restoration', analytics_enabled=False) as app:
         gr.Markdown('# TOLA: one-step text image super-resolution\n'
-                    f'Model: `{model_name or "given TOLAPipeline"}`' + (' · detect mode: PP-OCRv4 finds the lines'
-                                                                        if detect else ''))
+                    f'Model: `{model_name or "given TOLAPipeline"}`' +
+                    (' · detect mode: PP-OCRv4 finds the lines' if detect else ''))
         if demo_model:
             gr.Markdown(DEMO_NOTE, elem_id='tola-demo-note')
         with gr.Row():
@@ -165,8 +170,8 @@ def build_app(pipeline: TOLAPipeline, detect: bool = False, demo_model: bool = F
             gr.Examples(examples=[[p] for p in examples], inputs=[upload], label='Examples (bundled samples)')
         # preprocess=False: the handler reads the uploaded file itself (the package's reader), so a file that is
         # not an image ends in a message on the page instead of an error inside Gradio's decoder.
-        button.click(run, inputs=[upload], outputs=[shown_input, restored, overlay, table, status],
-                     preprocess=False, concurrency_limit=1)
+        button.click(run, inputs=[upload], outputs=[shown_input, restored, overlay, table, status], preprocess=False,
+                     concurrency_limit=1)
     return app
 
 
@@ -176,5 +181,5 @@ def launch(app: gr.Blocks, host: str = '127.0.0.1', port: Optional[int] = None,
     no share link, no server-side rendering (needs Node), API page off. block=False returns after start-up (call
     ``app.close()``). Returns (fastapi app, local url, share url) as ``gr.Blocks.launch``."""
     return app.launch(server_name=host, server_port=port, share=False, ssr_mode=False, mcp_server=False,
-                      max_file_size=int(max_file_mb * 2 ** 20), show_error=True, quiet=False, inbrowser=False,
+                      max_file_size=int(max_file_mb * 2**20), show_error=True, quiet=False, inbrowser=False,
                       footer_links=[], prevent_thread_lock=not block, enable_monitoring=False, css=PAGE_CSS)

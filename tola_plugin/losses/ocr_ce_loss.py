@@ -34,6 +34,7 @@ class OCRCELoss(nn.Module):
         if recognizer.training:
             raise RuntimeError('OCRCELoss: the recognizer must be in eval mode (frozen BatchNorm/dropout)')
         logits = recognizer(pred, targets)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1).long(),
-                               ignore_index=IGNORE_INDEX)
+        loss = F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]),
+            targets.reshape(-1).long(), ignore_index=IGNORE_INDEX)
         return self.loss_weight * loss

@@ -44,8 +44,8 @@ def _metric(name: str, device: str, color_space: str) -> PairedImageMetrics:
     return PairedImageMetrics((name, ), device=device, color_space=color_space)
 
 
-def _score(name: str, img: np.ndarray, img2: np.ndarray, device: Optional[str], color_space: str,
-           crop_border: int, test_y_channel: bool) -> float:
+def _score(name: str, img: np.ndarray, img2: np.ndarray, device: Optional[str], color_space: str, crop_border: int,
+           test_y_channel: bool) -> float:
     if not test_y_channel:
         raise ValueError(f'calculate_tola_{name} always measures luminance; remove test_y_channel: false '
                          f'(use BasicSR calculate_{name} for RGB)')
@@ -62,15 +62,15 @@ def _score(name: str, img: np.ndarray, img2: np.ndarray, device: Optional[str], 
 
 
 @METRIC_REGISTRY.register()
-def calculate_tola_psnr(img, img2, crop_border=0, color_space=DEFAULT_COLOR_SPACE, test_y_channel=True,
-                        device=None, **kwargs) -> float:
+def calculate_tola_psnr(img, img2, crop_border=0, color_space=DEFAULT_COLOR_SPACE, test_y_channel=True, device=None,
+                        **kwargs) -> float:
     """PSNR (dB) on luminance (default YCbCr BT.601 Y), data range 1, no border crop by default."""
     return _score('psnr', img, img2, device, color_space, crop_border, test_y_channel)
 
 
 @METRIC_REGISTRY.register()
-def calculate_tola_ssim(img, img2, crop_border=0, color_space=DEFAULT_COLOR_SPACE, test_y_channel=True,
-                        device=None, **kwargs) -> float:
+def calculate_tola_ssim(img, img2, crop_border=0, color_space=DEFAULT_COLOR_SPACE, test_y_channel=True, device=None,
+                        **kwargs) -> float:
     """SSIM on 8-bit luminance (pyiqa 'ssim'), no border crop by default."""
     return _score('ssim', img, img2, device, color_space, crop_border, test_y_channel)
 

@@ -24,9 +24,9 @@ from basicsr.utils.dist_util import master_only
 from basicsr.utils.registry import MODEL_REGISTRY
 
 from tola_plugin.archs.tola_arch import image_noise_seed
+from tola_plugin.checkpoints.tola import ADAPTATION_META_KEY, load_adaptation_checkpoint
 from tola_plugin.metrics.tola_iqa_metric import require_validation_weights
 from tola_plugin.utils.checkpoint_io import atomic_torch_save
-from tola_plugin.checkpoints.tola import ADAPTATION_META_KEY, load_adaptation_checkpoint
 
 
 @MODEL_REGISTRY.register()
@@ -41,8 +41,8 @@ class TOLAModel(SRModel):
     ocr_records = None
 
     # every key the ``train`` block may hold (BasicSR's pipeline adds total_iter and warmup_iter)
-    train_option_keys = frozenset({'ema_decay', 'optim_g', 'scheduler', 'pixel_opt', 'perceptual_opt', 'ocr_opt',
-                                   'grad_clip_norm'})
+    train_option_keys = frozenset(
+        {'ema_decay', 'optim_g', 'scheduler', 'pixel_opt', 'perceptual_opt', 'ocr_opt', 'grad_clip_norm'})
 
     # ------------------------------------------------------------------------------ training setup
     def init_training_settings(self):
@@ -192,8 +192,8 @@ class TOLAModel(SRModel):
         true: a partial adaptation state would silently leave adapters at their initial values)."""
         if not strict:
             raise ValueError('TOLAModel: strict_load_g: false is not supported for adaptation checkpoints')
-        load_adaptation_checkpoint(self.get_bare_model(net), load_path, param_key,
-                                   what='TOLA adaptation checkpoint (path.pretrain_network_g)')
+        load_adaptation_checkpoint(
+            self.get_bare_model(net), load_path, param_key, what='TOLA adaptation checkpoint (path.pretrain_network_g)')
         get_root_logger().info(f'Loaded TOLA adaptation state from {load_path} [{param_key}]')
 
     @master_only

@@ -18,8 +18,8 @@ from typing import List, Sequence, Tuple
 
 import torch
 
-from tola_plugin.text.alphabets import (IDM_MAX_LEN, IDM_PAD, TRANSOCR_END, TRANSOCR_NUM_CLASSES,
-                                        encode_idm, transocr_classes)
+from tola_plugin.text.alphabets import (IDM_MAX_LEN, IDM_PAD, TRANSOCR_END, TRANSOCR_NUM_CLASSES, encode_idm,
+                                        transocr_classes)
 from tola_plugin.text.normalize import to_simplified
 
 # The official window: pred[0:24] holds START and the first 23 predictions.

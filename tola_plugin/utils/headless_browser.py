@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
 BROWSERS = ('chromium', 'chromium-browser', 'google-chrome')
-DRIVERS = ('chromedriver',)
-DRIVER_DIRS = ('/usr/lib/chromium',)  # Debian keeps a copy here when /usr/bin/chromedriver is absent
+DRIVERS = ('chromedriver', )
+DRIVER_DIRS = ('/usr/lib/chromium', )  # Debian keeps a copy here when /usr/bin/chromedriver is absent
 CHROMIUM_FLAGS = ('--headless', '--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--disable-quic',
-                  '--no-first-run', '--disable-background-networking', '--disable-component-update',
-                  '--disable-sync', '--disable-extensions', '--hide-scrollbars')
+                  '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync',
+                  '--disable-extensions', '--hide-scrollbars')
 
 
 def find_chromium() -> Tuple[Optional[Tuple[str, str]], str]:
@@ -76,6 +76,8 @@ class PageState:
 
 
 _TOAST = '[data-testid="toast-body"]'
+
+
 def _toast_text(browser_driver) -> str:
     """The text of Gradio's error toasts ('' when none); textContent, as a toast fades in."""
     from selenium.webdriver.common.by import By
@@ -104,12 +106,13 @@ def restore_in_page(browser_driver, url: str, path: str, timeout: float = 30.0) 
     text = _toast_text(browser_driver)
     if not text:
         browser_driver.find_element(By.CSS_SELECTOR, '#tola-restore').click()
-        wait.until(lambda d: status.text != before and (status.text.startswith('Error')
-                                                        or d.execute_script(_RESTORED_SIZE)))
+        wait.until(lambda d: status.text != before and
+                   (status.text.startswith('Error') or d.execute_script(_RESTORED_SIZE)))
         text = status.text
     size = browser_driver.execute_script(_RESTORED_SIZE)
     resources = browser_driver.execute_script("return performance.getEntriesByType('resource').map(e => e.name)")
-    return PageState(text, tuple(size) if size else None,
+    return PageState(text,
+                     tuple(size) if size else None,
                      browser_driver.find_element(By.CSS_SELECTOR, '#tola-lines').text, tuple(resources))
 
 
@@ -122,5 +125,7 @@ def page_text(browser_driver) -> str:
 def urls_off_host(resources, host: str) -> Dict[str, str]:
     """{url: its host} of the resources not served by ``host`` (data: and blob: URLs are local)."""
     from urllib.parse import urlparse
-    return {u: urlparse(u).hostname or '' for u in resources
-            if not u.startswith(('data:', 'blob:')) and urlparse(u).hostname != host}
+    return {
+        u: urlparse(u).hostname or ''
+        for u in resources if not u.startswith(('data:', 'blob:')) and urlparse(u).hostname != host
+    }

@@ -21,7 +21,8 @@ from basicsr.utils.registry import ARCH_REGISTRY, DATASET_REGISTRY, LOSS_REGISTR
 # Dataset keys that BasicSR's pipelines and ``build_dataloader`` read (basicsr 1.4.2), valid for every dataset.
 BASICSR_DATASET_KEYS = frozenset({
     'name', 'type', 'phase', 'scale', 'io_backend', 'batch_size_per_gpu', 'num_worker_per_gpu', 'use_shuffle',
-    'dataset_enlarge_ratio', 'prefetch_mode', 'pin_memory', 'persistent_workers', 'num_prefetch_queue'})
+    'dataset_enlarge_ratio', 'prefetch_mode', 'pin_memory', 'persistent_workers', 'num_prefetch_queue'
+})
 # ``train`` keys that BasicSR's training pipeline itself reads, valid for every model.
 BASICSR_PIPELINE_TRAIN_KEYS = frozenset({'total_iter', 'warmup_iter'})
 

@@ -59,8 +59,10 @@ def acquire(folder: str, warn: Callable[[str], None]) -> str:
     """
     path = lock_path(folder)
     os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
-    me = {'pid': os.getpid(), 'host': socket.gethostname(), 'start_time': _start_time(os.getpid()),
-          'command': ' '.join(sys.argv)}
+    me = {
+        'pid': os.getpid(), 'host': socket.gethostname(), 'start_time': _start_time(os.getpid()),
+        'command': ' '.join(sys.argv)
+    }
     for _ in range(3):
         try:
             fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)

@@ -41,9 +41,10 @@ def capture_rng() -> Dict:
     """Every global RNG stream of this process, in a form ``weights_only`` loading accepts (tensors, ints,
     tuples, lists; NumPy's key array as a tensor)."""
     kind, keys, pos, has_gauss, gauss = np.random.get_state()
-    state = {'python': random.getstate(), 'numpy': (kind, torch.from_numpy(keys.astype(np.int64)), int(pos),
-                                                     int(has_gauss), float(gauss)),
-             'torch': torch.get_rng_state(), 'cuda': []}
+    state = {
+        'python': random.getstate(), 'numpy': (kind, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss),
+                                               float(gauss)), 'torch': torch.get_rng_state(), 'cuda': []
+    }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state['cuda'] = torch.cuda.get_rng_state_all()
     return state
@@ -94,10 +95,10 @@ class LoopPosition:
     def reset(self):
         self.sampler = None
         self.epoch = None
-        self.batches = 0          # batches taken from the training loader in this epoch
-        self.epoch_rng = None     # RNG streams at the start of this epoch (before the loader's base seed)
-        self.pending = None       # the 'loop' record of a state being resumed, until the loop reaches it
-        self.notes = []           # messages for the log once BasicSR's logger exists
+        self.batches = 0  # batches taken from the training loader in this epoch
+        self.epoch_rng = None  # RNG streams at the start of this epoch (before the loader's base seed)
+        self.pending = None  # the 'loop' record of a state being resumed, until the loop reaches it
+        self.notes = []  # messages for the log once BasicSR's logger exists
 
     # -- hooks called by the BasicSR overrides
     def start_epoch(self, sampler, epoch: int) -> None:
@@ -129,9 +130,11 @@ class LoopPosition:
         rngs = _gather(capture_rng())
         if self.sampler is None or epoch != self.epoch:
             return None  # not inside BasicSR's loop (e.g. a model saved by hand)
-        return {'format': LOOP_FORMAT, 'epoch': epoch, 'batches': self.batches, 'batch_size': int(batch_size),
-                'num_replicas': self.sampler.num_replicas, 'total_size': self.sampler.total_size,
-                'dataset_len': len(self.sampler.dataset), 'rng': rngs, 'epoch_rng': _gather(self.epoch_rng)}
+        return {
+            'format': LOOP_FORMAT, 'epoch': epoch, 'batches': self.batches, 'batch_size': int(batch_size),
+            'num_replicas': self.sampler.num_replicas, 'total_size': self.sampler.total_size,
+            'dataset_len': len(self.sampler.dataset), 'rng': rngs, 'epoch_rng': _gather(self.epoch_rng)
+        }
 
     def resume(self, loop: Optional[Dict], where: str, warn: Callable[[str], None]) -> None:
         """Arm the position of a loaded state; the loop consumes it when it reaches that epoch."""
@@ -147,8 +150,9 @@ class LoopPosition:
 
     @staticmethod
     def _check_geometry(sampler, pending):
-        now = {'num_replicas': sampler.num_replicas, 'total_size': sampler.total_size,
-               'dataset_len': len(sampler.dataset)}
+        now = {
+            'num_replicas': sampler.num_replicas, 'total_size': sampler.total_size, 'dataset_len': len(sampler.dataset)
+        }
         differ = {k: (pending[k], v) for k, v in now.items() if pending[k] != v}
         if differ:
             said = ', '.join(f'{k} {a} then, {b} now' for k, (a, b) in differ.items())
@@ -173,8 +177,10 @@ LOOP = LoopPosition()
 def network_files(opt: Dict, resume_iter: int) -> List[str]:
     """The ``net_*_N.pth`` files BasicSR's ``check_resume`` will load for a state of iteration N."""
     ignored = opt['path'].get('ignore_resume_networks') or []
-    return [osp.join(opt['path']['models'], f'net_{key[len("network_"):]}_{resume_iter}.pth')
-            for key in opt if key.startswith('network_') and key not in ignored]
+    return [
+        osp.join(opt['path']['models'], f'net_{key[len("network_"):]}_{resume_iter}.pth') for key in opt
+        if key.startswith('network_') and key not in ignored
+    ]
 
 
 def read_training_state(path: str, opt: Dict) -> Dict:

@@ -28,17 +28,17 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TINY_OFFICIAL = {
     'idm': dict(image_size=[8, 32], in_channels=6, out_channels=3, model_channels=32, attention_resolutions=[8, 4, 2],
                 num_res_blocks=2, channel_mult=[1, 2, 3, 4], num_heads=8, resblock_updown=True,
-                use_spatial_transformer=True, transformer_depth=1, context_dim=32, use_checkpoint=False,
-                legacy=False),
-    'vae': dict(embed_dim=3, ddconfig=dict(double_z=True, z_channels=3, resolution=128, in_channels=3, out_ch=3,
-                                           ch=32, ch_mult=[1, 2, 4], num_res_blocks=2, attn_resolutions=[],
-                                           dropout=0.0)),
-    'mom': dict(num_classes=6736, context_dim=16,
-                unet=dict(image_size=[8, 32], in_channels=6, out_channels=3, model_channels=32,
-                          attention_resolutions=[0], num_res_blocks=2, channel_mult=[1, 2], num_heads=4,
-                          resblock_updown=True, use_spatial_transformer=True, transformer_depth=1, context_dim=16,
-                          use_checkpoint=False, legacy=False),
-                bert=dict(n_embed=32, n_layer=2, vocab_size=6736, max_seq_len=24, use_tokenizer=False)),
+                use_spatial_transformer=True, transformer_depth=1, context_dim=32, use_checkpoint=False, legacy=False),
+    'vae': dict(
+        embed_dim=3, ddconfig=dict(double_z=True, z_channels=3, resolution=128, in_channels=3, out_ch=3, ch=32,
+                                   ch_mult=[1, 2, 4], num_res_blocks=2, attn_resolutions=[], dropout=0.0)),
+    'mom': dict(
+        num_classes=6736, context_dim=16,
+        unet=dict(image_size=[8, 32], in_channels=6, out_channels=3, model_channels=32, attention_resolutions=[0],
+                  num_res_blocks=2, channel_mult=[1,
+                                                  2], num_heads=4, resblock_updown=True, use_spatial_transformer=True,
+                  transformer_depth=1, context_dim=16, use_checkpoint=False, legacy=False),
+        bert=dict(n_embed=32, n_layer=2, vocab_size=6736, max_seq_len=24, use_tokenizer=False)),
 }
 TINY_OURS = {
     'idm': dict(block_out_channels=[32, 64, 96, 128], attention_levels=[False, True, True, True], attention_heads=8,
@@ -55,7 +55,7 @@ def random_official_weights(layout: Sequence[Tuple[str, Sequence[int]]], seed: i
     for key, shape in layout:
         w = torch.randn(tuple(shape), generator=g)
         if len(shape) >= 2:
-            w = w / (torch.Size(shape).numel() // shape[0]) ** 0.5
+            w = w / (torch.Size(shape).numel() // shape[0])**0.5
         elif key.endswith('weight'):
             w = 1 + 0.1 * w  # norm gains
         else:
@@ -74,11 +74,11 @@ def _official_modules():
     pl = types.ModuleType('pytorch_lightning')
     pl.LightningModule = torch.nn.Module
     sys.modules['pytorch_lightning'] = pl
+    from model import DiffTSR as difftsr_module
     from model.IDM.models.autoencoder import AutoencoderKL
     from model.IDM.modules.diffusionmodules.openaimodel import UNetModel
     from model.IDM.modules.encoders.modules import BERTEmbedder
     from model.MoM.MoM import MoM_model
-    from model import DiffTSR as difftsr_module
     return AutoencoderKL, UNetModel, BERTEmbedder, MoM_model, difftsr_module
 
 
@@ -88,10 +88,10 @@ def build_official():
     idm = UNetModel(**cfg['idm'])
     vae = AutoencoderKL(**cfg['vae'])
     enc_target = 'model.IDM.modules.encoders.modules.BERTEmbedder'
-    mom = MoM_model(MoM_Unet={'target': 'model.IDM.modules.diffusionmodules.openaimodel.UNetModel',
-                              'params': cfg['mom']['unet']},
-                    MoM_Transformer={'target': enc_target, 'params': cfg['mom']['bert']},
-                    num_classes=cfg['mom']['num_classes'], context_dim=cfg['mom']['context_dim'])
+    mom = MoM_model(
+        MoM_Unet={'target': 'model.IDM.modules.diffusionmodules.openaimodel.UNetModel',
+                  'params': cfg['mom']['unet']}, MoM_Transformer={'target': enc_target, 'params': cfg['mom']['bert']},
+        num_classes=cfg['mom']['num_classes'], context_dim=cfg['mom']['context_dim'])
     nets = {'idm': idm, 'vae': vae, 'mom': mom}
     layout, sums = {}, {}
     for i, (name, net) in enumerate(nets.items()):
@@ -135,6 +135,7 @@ def official_route(nets, lq_uint8, tokens, seed, steps=200, eta=0.2):
         def rec_sample():
             record['z_lr'] = sample()
             return record['z_lr']
+
         post.sample = rec_sample
         return post
 
@@ -142,6 +143,7 @@ def official_route(nets, lq_uint8, tokens, seed, steps=200, eta=0.2):
         record['z0_unscaled'] = z
         record['decoded'] = decode(z)
         return record['decoded']
+
     vae.encode, vae.decode = rec_encode, rec_decode
     torch.manual_seed(seed)
     out = pipe.DiffTSR_sample(lq_uint8)
@@ -189,9 +191,11 @@ def main():
 
     from safetensors.torch import save_file
     save_file({k: v.contiguous() for k, v in arrays.items()}, os.path.join(HERE, 'official_tiny.safetensors'))
-    meta = {'seed': SEED, 'route_seed': route_seed, 'route_steps': route_steps, 'route_eta': 0.2,
-            'official_commit': 'f9839633f5dbcd7cd80ed0a7609edd6ff5d3b5f5', 'torch': torch.__version__,
-            'checksums': sums, 'ours': TINY_OURS, 'official': TINY_OFFICIAL, 'layout': layout}
+    meta = {
+        'seed': SEED, 'route_seed': route_seed, 'route_steps': route_steps, 'route_eta': 0.2,
+        'official_commit': 'f9839633f5dbcd7cd80ed0a7609edd6ff5d3b5f5', 'torch': torch.__version__, 'checksums': sums,
+        'ours': TINY_OURS, 'official': TINY_OFFICIAL, 'layout': layout
+    }
     with open(os.path.join(HERE, 'official_tiny.json'), 'w') as f:
         json.dump(meta, f)
     print({k: tuple(v.shape) for k, v in arrays.items()})

@@ -47,16 +47,16 @@ def _crafted(classes):
 
     ids = lambda text: [index[c] for c in text]  # noqa: E731
     rows = [
-        seq(ids('中国银行') + [end] + ids('后面')),            # cut at the first END
-        seq(ids('中') + [0] + ids('国') + [end]),              # START inside the text -> 'START'
-        seq([1] + ids('è撅灬') + ids('國華學') + [end]),         # '\xad', chars missing from IDM, traditional
-        seq(ids('公升') + ids('水') + [end]),                    # zhconv phrase: 公升 -> 升 (length changes)
-        seq(ids('伏地挺身') + [end]),                           # 4 -> 3 characters
+        seq(ids('中国银行') + [end] + ids('后面')),  # cut at the first END
+        seq(ids('中') + [0] + ids('国') + [end]),  # START inside the text -> 'START'
+        seq([1] + ids('è撅灬') + ids('國華學') + [end]),  # '\xad', chars missing from IDM, traditional
+        seq(ids('公升') + ids('水') + [end]),  # zhconv phrase: 公升 -> 升 (length changes)
+        seq(ids('伏地挺身') + [end]),  # 4 -> 3 characters
         [index['0123456789abcdefghijklmnopqrstuvwxyz'[i % 36]] for i in range(24)],  # no END: 23-step window
-        seq([end] + ids('abc')),                               # empty prediction
-        seq([0] * 6 + [end]),                                  # 6 STARTs = 30 letters -> truncated to 24
-        seq(ids('abcdefghijklmnopqrstuvw') + [end]),           # 23 chars then END at step 24
-        seq(ids('abcdefghijklmnopqrstuv') + [end]),            # 22 chars
+        seq([end] + ids('abc')),  # empty prediction
+        seq([0] * 6 + [end]),  # 6 STARTs = 30 letters -> truncated to 24
+        seq(ids('abcdefghijklmnopqrstuvw') + [end]),  # 23 chars then END at step 24
+        seq(ids('abcdefghijklmnopqrstuv') + [end]),  # 22 chars
     ]
     return torch.tensor(rows, dtype=torch.long)
 
@@ -66,8 +66,8 @@ def main(official_root, out_path):
     sys.path.insert(0, official_root)
     sys.path.insert(0, TESTS)
     os.chdir(official_root)
-    from model.TDM.models.transocr import Transformer
     from model.TDM.models.text_prediction import Text_Prediction
+    from model.TDM.models.transocr import Transformer
     from model.TDM.utils.util import converter, get_alphabet
     from test_transocr_equivalence import official_random_state
 
@@ -78,8 +78,8 @@ def main(official_root, out_path):
     shapes = {k: v.shape for k, v in reference.state_dict().items()}
     state = official_random_state(shapes, reference.pe.pe)
     del reference
-    checksum = np.array([float(state[k].double().sum()) for k in ('encoder.conv1.weight', 'pe.pe',
-                                                                  'generator_word.proj.weight')])
+    checksum = np.array(
+        [float(state[k].double().sum()) for k in ('encoder.conv1.weight', 'pe.pe', 'generator_word.proj.weight')])
     ckpt = '/tmp/transocr_equiv_official_random.pth'
     torch.save({'state_dict': state}, ckpt)
     del state
@@ -123,6 +123,7 @@ def main(official_root, out_path):
     crafted = _crafted(classes)
 
     class Stub(nn.Module):
+
         def forward(self, image, text_length, text_input, conv_feature=None, test=False):
             step = text_input.size(1) - 1
             logits = torch.zeros(text_input.size(0), text_input.size(1), len(classes))
@@ -133,13 +134,12 @@ def main(official_root, out_path):
     crafted_label_index = predictor.predict(torch.zeros(crafted.size(0), 3, 128, 512))
     crafted_probs = torch.rand(crafted.shape, generator=torch.Generator().manual_seed(7)) * 0.9 + 0.05
 
-    np.savez_compressed(
-        out_path, weight_checksum=checksum, image_checksum=images.double().sum((1, 2, 3)).numpy(),
-        preprocessed=preprocessed.numpy(),
-        conv_feature=conv_feature.numpy(), targets=targets.numpy(), teacher_logits=teacher.numpy(),
-        greedy_ids=torch.stack(step_ids, 1).numpy(), greedy_probs=torch.stack(step_probs, 1).numpy(),
-        official_label_index=label_index.numpy(), crafted_ids=crafted.numpy(), crafted_probs=crafted_probs.numpy(),
-        crafted_label_index=crafted_label_index.numpy())
+    np.savez_compressed(out_path, weight_checksum=checksum, image_checksum=images.double().sum(
+        (1, 2, 3)).numpy(), preprocessed=preprocessed.numpy(), conv_feature=conv_feature.numpy(),
+                        targets=targets.numpy(), teacher_logits=teacher.numpy(),
+                        greedy_ids=torch.stack(step_ids, 1).numpy(), greedy_probs=torch.stack(step_probs, 1).numpy(),
+                        official_label_index=label_index.numpy(), crafted_ids=crafted.numpy(),
+                        crafted_probs=crafted_probs.numpy(), crafted_label_index=crafted_label_index.numpy())
     print('wrote', out_path, os.path.getsize(out_path), 'bytes; label_index', label_index.tolist())
 
 
