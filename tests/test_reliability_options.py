@@ -15,16 +15,11 @@ import yaml
 
 import tola_plugin  # noqa: F401
 from tola_plugin.archs.tola_arch import TOLANet
-from tola_testing import REPO, load_yaml, one_thread, tiny_net_opt  # noqa: F401
+from tola_testing import REPO, load_yaml, one_thread, tiny_demo_options, tiny_net_opt  # noqa: F401
 
 
 def demo_options(rendered):
-    opt = load_yaml(os.path.join(REPO, 'options', 'demo', 'train_TOLA_demo.yml'))
-    opt['name'] = 'strict'
-    for phase in ('train', 'val'):
-        opt['datasets'][phase].update(
-            dataroot_gt=os.path.join(rendered[phase], 'hr'), labels=os.path.join(rendered[phase], 'labels.tsv'))
-    return opt
+    return tiny_demo_options(rendered, 'strict', total_iter=2, freq=2)
 
 
 def launch(tmp_path, monkeypatch, opt, *flags, module='train'):

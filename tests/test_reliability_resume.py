@@ -20,7 +20,7 @@ import time
 import torch
 
 from conftest import write_options
-from tola_testing import REPO, load_yaml, one_thread  # noqa: F401
+from tola_testing import one_thread, tiny_demo_options  # noqa: F401
 
 
 def resume_options(rendered, tmp_path):
@@ -28,16 +28,10 @@ def resume_options(rendered, tmp_path):
         lines = f.readlines()[:6]
     labels = tmp_path / 'labels6.tsv'
     labels.write_text(''.join(lines), encoding='utf-8')
-    opt = load_yaml(os.path.join(REPO, 'options', 'demo', 'train_TOLA_demo.yml'))
-    opt['name'] = 'resume'
+    opt = tiny_demo_options(rendered, 'resume', total_iter=4, freq=2)
     opt['datasets']['train'].update(
-        dataroot_gt=os.path.join(rendered['train'], 'hr'), labels=str(labels), num_worker_per_gpu=1,
-        batch_size_per_gpu=2, dataset_enlarge_ratio=1)
-    opt['datasets']['val'].update(
-        dataroot_gt=os.path.join(rendered['val'], 'hr'), labels=os.path.join(rendered['val'], 'labels.tsv'))
-    opt['train'].update(total_iter=4, warmup_iter=-1)
+        labels=str(labels), num_worker_per_gpu=1, batch_size_per_gpu=2, dataset_enlarge_ratio=1)
     opt['val'].update(val_freq=2, save_img=False)
-    opt['logger'].update(print_freq=1, save_checkpoint_freq=2)
     return opt
 
 

@@ -6,30 +6,11 @@ import os
 import torch
 
 from conftest import free_port, run_launcher, write_options
-from tola_testing import REPO, load_yaml, tiny_backbone
-
-
-def demo_options(rendered, name, total_iter, freq):
-    """The demo's train file on the tiny random backbone (the shipped demo backbone is tested in
-    test_demo_backbone.py), with a validation block: validation on rank 0 is what this test is about."""
-    opt = load_yaml(os.path.join(REPO, 'options', 'demo', 'train_TOLA_demo.yml'))
-    test = load_yaml(os.path.join(REPO, 'options', 'demo', 'test_TOLA_demo.yml'))
-    opt['name'] = name
-    opt['network_g'].update(tiny_backbone())
-    opt['datasets']['val'] = dict(test['datasets']['test_1'])
-    opt['val'] = dict(test['val'], val_freq=freq)
-    for phase, folder in (('train', 'train'), ('val', 'val')):
-        opt['datasets'][phase]['dataroot_gt'] = os.path.join(rendered[folder], 'hr')
-        opt['datasets'][phase]['labels'] = os.path.join(rendered[folder], 'labels.tsv')
-    opt['datasets']['train'].update(num_worker_per_gpu=0, dataset_enlarge_ratio=4)
-    opt['train'].update(total_iter=total_iter, warmup_iter=-1)
-    opt['train']['scheduler']['periods'] = [total_iter]
-    opt['logger'].update(print_freq=1, save_checkpoint_freq=freq)
-    return opt
+from tola_testing import REPO, load_yaml, tiny_backbone, tiny_demo_options
 
 
 def test_two_process_gloo_ddp_train_validate_and_test(rendered_sets, tmp_path):
-    opt = demo_options(rendered_sets, 'tola_ddp', total_iter=2, freq=2)
+    opt = tiny_demo_options(rendered_sets, 'tola_ddp', total_iter=2, freq=2)
     opt_file = write_options(tmp_path / 'ddp.yml', opt)
     env = {'OMP_NUM_THREADS': '1'}
     run_launcher([

@@ -30,6 +30,26 @@ def load_yaml(path):
         return yaml.safe_load(f)
 
 
+def tiny_demo_options(rendered, name, total_iter, freq):
+    """The demo's train file (options/demo/train_TOLA_demo.yml) on the tiny random backbone (the shipped demo
+    backbone is tested in test_demo_backbone.py), on ``rendered`` lines, with the test file's dataset as a
+    validation block every ``freq`` iterations."""
+    opt = load_yaml(os.path.join(REPO, 'options', 'demo', 'train_TOLA_demo.yml'))
+    test = load_yaml(os.path.join(REPO, 'options', 'demo', 'test_TOLA_demo.yml'))
+    opt['name'] = name
+    opt['network_g'].update(tiny_backbone())
+    opt['datasets']['val'] = dict(test['datasets']['test_1'])
+    opt['val'] = dict(test['val'], val_freq=freq)
+    for phase, folder in (('train', 'train'), ('val', 'val')):
+        opt['datasets'][phase]['dataroot_gt'] = os.path.join(rendered[folder], 'hr')
+        opt['datasets'][phase]['labels'] = os.path.join(rendered[folder], 'labels.tsv')
+    opt['datasets']['train'].update(num_worker_per_gpu=0, dataset_enlarge_ratio=4)
+    opt['train'].update(total_iter=total_iter, warmup_iter=-1)
+    opt['train']['scheduler']['periods'] = [total_iter]
+    opt['logger'].update(print_freq=1, save_checkpoint_freq=freq)
+    return opt
+
+
 def tiny_options(opt, rendered, tmp_dir):
     """Rewrite a real TOLA option dict for a one-iteration CPU run: tiny random backbone, rendered data,
     batch 2, paths under ``tmp_dir``, random LPIPS trunk (its file loading is tested on its own). Everything
