@@ -30,13 +30,19 @@ class StandInRestorer(torch.nn.Module):
         return dict(image=1.0 - lq if self.invert else lq.clone(), prior_texts=texts, confidences=confidences)
 
 
-def write_tiny_merged(path) -> str:
-    """A merged model file of the tiny random backbone (tests/data/tola/tiny_backbone.yml) with non-zero adapters."""
+def tiny_adapted_net() -> TOLANet:
+    """TOLANet of the tiny random backbone (tests/data/tola/tiny_backbone.yml) whose adapters are not zero (LoRA B
+    and the LRC's last convolution seeded), so that merging and loading them is visible in the outputs."""
     net = TOLANet(**tiny_net_opt())
     gen = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for name, p in net.named_parameters():
             if '.lora_B.' in name or name.startswith('lrc.conv_out'):
                 p.copy_(torch.randn(p.shape, generator=gen) * 0.05)
-    net.save_merged(str(path))
+    return net
+
+
+def write_tiny_merged(path) -> str:
+    """A merged model file of ``tiny_adapted_net``."""
+    tiny_adapted_net().save_merged(str(path))
     return str(path)

@@ -195,7 +195,7 @@ def test_foreign_safetensors_is_refused(tmp_path):
 
     path = str(tmp_path / 'other.safetensors')
     save_file({'a': torch.zeros(1)}, path)
-    with pytest.raises(ValueError, match='not a checkpoint written by tools/convert_difftsr.py'):
+    with pytest.raises(ValueError, match='not a converted DiffTSR checkpoint written by tools/convert_difftsr.py'):
         load_difftsr(path)
 
 

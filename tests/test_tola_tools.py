@@ -11,6 +11,7 @@ import tola_plugin  # noqa: F401
 from tola_plugin.archs.tola_arch import TOLANet
 from tola_plugin.checkpoints.tola import MERGED_FORMAT, build_tola_from_options
 from tola_plugin.evaluation.records import read_prior_csv
+from inference_testing import tiny_adapted_net
 from tola_testing import REPO, one_thread, tiny_net_opt  # noqa: F401
 
 sys.path.insert(0, os.path.join(REPO, 'tools'))
@@ -27,12 +28,7 @@ def trained(tmp_path_factory):
     """An option file with the tiny backbone and a checkpoint of non-trivial adapters."""
     root = tmp_path_factory.mktemp('tola_tools')
     torch.manual_seed(0)
-    net = TOLANet(**tiny_net_opt())
-    gen = torch.Generator().manual_seed(1)
-    with torch.no_grad():
-        for name, p in net.named_parameters():
-            if '.lora_B.' in name or name.startswith('lrc.conv_out'):
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.05)
+    net = tiny_adapted_net()
     checkpoint = root / 'net_g_1.pth'
     torch.save({'params': net.adaptation_state_dict()}, checkpoint)
     opt = {

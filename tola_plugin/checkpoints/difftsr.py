@@ -24,7 +24,7 @@ from tola_plugin.archs.idm_unet_arch import DiffTSRIDMUNet
 from tola_plugin.archs.mom_arch import DiffTSRMoM
 from tola_plugin.archs.vae_arch import DiffTSRVAE
 from tola_plugin.checkpoints.strict import load_state_dict_strict
-from tola_plugin.utils.checkpoint_io import atomic_write, require_file
+from tola_plugin.utils.checkpoint_io import atomic_write, open_safetensors, require_file
 
 logger = logging.getLogger(__name__)
 
@@ -355,18 +355,9 @@ def load_difftsr(path: str, components: Iterable[str] = COMPONENTS,
 
 
 def _load_converted(path: str, components: Tuple[str, ...], configs: Dict) -> Dict[str, nn.Module]:
-    from safetensors import safe_open
-
     require_file(path, 'converted DiffTSR checkpoint', WHERE_DIFFTSR)
-    try:
-        handle = safe_open(path, framework='pt', device='cpu')
-    except Exception as err:  # noqa: BLE001  safetensors raises SafetensorError / OSError
-        raise ValueError(f'converted DiffTSR checkpoint at {path!r} is not a valid safetensors file: {err}') from err
-    with handle as f:
-        meta = f.metadata() or {}
-        if meta.get('format') != CONVERTED_FORMAT:
-            raise ValueError(f'{path!r} is not a checkpoint written by tools/convert_difftsr.py '
-                             f'(metadata format {meta.get("format")!r}, expected {CONVERTED_FORMAT!r})')
+    with open_safetensors(path, 'converted DiffTSR checkpoint', CONVERTED_FORMAT,
+                          'tools/convert_difftsr.py') as (f, meta):
         stored = json.loads(meta.get('configs', '{}'))
         keys = list(f.keys())
         nets = {}

@@ -17,7 +17,7 @@ import torch
 
 from tola_plugin.archs.transocr_arch import TransOCR
 from tola_plugin.checkpoints.strict import load_state_dict_strict
-from tola_plugin.utils.checkpoint_io import require_file, safe_torch_load
+from tola_plugin.utils.checkpoint_io import open_safetensors, require_file, safe_torch_load
 
 COMPONENT = 'TransOCR (transocr.pth)'
 WHERE = ('The DiffTSR release (YuzheZhang-1999/DiffTSR README, Google Drive / Baidu links) publishes transocr.pth '
@@ -59,16 +59,7 @@ def save_transocr(model: TransOCR, path: str, metadata: Mapping[str, str] = None
 
 def read_transocr_safetensors(path: str):
     """(state dict, architecture options) of a ``save_transocr`` file."""
-    from safetensors import safe_open
-    try:
-        handle = safe_open(path, framework='pt', device='cpu')
-    except Exception as err:  # noqa: BLE001  safetensors raises SafetensorError / OSError
-        raise ValueError(f'{COMPONENT} at {path!r} is not a valid safetensors file: {err}') from err
-    with handle as f:
-        meta = f.metadata() or {}
-        if meta.get('format') != SAFETENSORS_FORMAT:
-            raise ValueError(f'{path!r} is not a TransOCR file written by save_transocr (metadata format '
-                             f'{meta.get("format")!r}, expected {SAFETENSORS_FORMAT!r})')
+    with open_safetensors(path, COMPONENT, SAFETENSORS_FORMAT, 'save_transocr') as (f, meta):
         return {k: f.get_tensor(k) for k in f.keys()}, json.loads(meta['arch_options'])
 
 

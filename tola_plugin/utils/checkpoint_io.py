@@ -15,7 +15,7 @@ import contextlib
 import os
 import tempfile
 import threading
-from typing import Callable, Iterator, Mapping
+from typing import Callable, Iterator, Mapping, Tuple
 
 import torch
 
@@ -77,6 +77,24 @@ def safetensors_metadata(path: str, what: str) -> dict:
     except Exception as err:  # noqa: BLE001  safetensors raises SafetensorError, OSError, ...
         raise UnsafeCheckpointError(f'{what} at {path!r} is not a complete safetensors file (truncated or not '
                                     f'safetensors): {type(err).__name__}: {err}') from err
+
+
+@contextlib.contextmanager
+def open_safetensors(path: str, what: str, fmt: str, writer: str) -> Iterator[Tuple[object, dict]]:
+    """Open a safetensors file that one of our writers made: yields (safetensors handle, metadata). A file that is
+    not safetensors is a ValueError naming ``what`` and ``path``; metadata ``format`` other than ``fmt`` is a
+    ValueError naming the ``writer`` that makes such files."""
+    from safetensors import safe_open
+    try:
+        handle = safe_open(path, framework='pt', device='cpu')
+    except Exception as err:  # noqa: BLE001  safetensors raises SafetensorError / OSError
+        raise ValueError(f'{what} at {path!r} is not a valid safetensors file: {err}') from err
+    with handle as f:
+        meta = f.metadata() or {}
+        if meta.get('format') != fmt:
+            raise ValueError(f'{path!r} is not a {what} written by {writer} (metadata format '
+                             f'{meta.get("format")!r}, expected {fmt!r})')
+        yield f, meta
 
 
 def _guarded_load(f, map_location=None, pickle_module=None, *, weights_only=None, mmap=None, **pickle_load_args):
