@@ -9,8 +9,8 @@ set -euo pipefail
 PY=${1:-python}
 WHAT=${2:-tola}
 cd "$(dirname "$0")/.."
-# The demo's networks are small: one thread avoids OpenMP overhead (and threads waiting on a busy machine).
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+# Two threads (the budget is 2 cores): 0.75 s per adaptation iteration instead of 1.1 s on an idle machine.
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 
 case "$WHAT" in
   tola)

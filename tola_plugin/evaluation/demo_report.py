@@ -25,7 +25,8 @@ TARGETS = {'psnr': 2.0, 'p_acc': 0.15}
 METHODS = ('LR', 'TOLA')
 
 
-def _test_dataset_opt(opt: Dict, path: str) -> Dict:
+def held_out_dataset_opt(opt: Dict, path: str) -> Dict:
+    """The option file's one test dataset (a TextDegradationDataset with a fixed seed) as a val-phase dataset option."""
     datasets = [v for k, v in (opt.get('datasets') or {}).items() if k.startswith('test')]
     if len(datasets) != 1 or datasets[0].get('type') != 'TextDegradationDataset':
         raise ValueError(f'{path}: the demo report needs exactly one test dataset of type TextDegradationDataset')
@@ -43,7 +44,7 @@ def transocr_checkpoint_of(network_opt: Dict) -> str:
 def export_pairs(opt: Dict, opt_path: str, results_root: str) -> List[str]:
     """Write ``lr/``, ``hr/``, ``tola/`` and ``labels.tsv`` under ``results_root``; returns the file names."""
     from tola_plugin.data.text_degradation_dataset import TextDegradationDataset
-    ds_opt = _test_dataset_opt(opt, opt_path)
+    ds_opt = held_out_dataset_opt(opt, opt_path)
     dataset = TextDegradationDataset(ds_opt)
     suffix = (opt.get('val') or {}).get('suffix') or opt['name']
     restored_dir = os.path.join(results_root, 'visualization', ds_opt['name'])
@@ -114,7 +115,7 @@ def make_report(opt_path: str, grid_samples: int = 6, results_dir: Optional[str]
     gains = {k: summary['TOLA'][k] - summary['LR'][k] for k in summary['TOLA']}
     report = {
         'held_out_lines': len(names),
-        'dataset': _test_dataset_opt(opt, opt_path),
+        'dataset': held_out_dataset_opt(opt, opt_path),
         **{m: summary[m]
            for m in METHODS},
         'TOLA_minus_LR': gains,
