@@ -5,27 +5,16 @@ PSNR is BasicSR's ``calculate_psnr`` on the Y channel of 8-bit images without bo
 validation reports); accuracies compare lower-cased, normalized strings (the TransOCR alphabet has no
 upper case, DiffTSR's recognizer targets are lower-cased).
 """
-from typing import Dict, List, Sequence
+from typing import Dict, Sequence
 
 import numpy as np
 import torch
 
-from basicsr.metrics import calculate_psnr
-
 from tola_plugin.backbone_training.pool import LinePool
 from tola_plugin.backbone_training.stages import images
+from tola_plugin.evaluation.image_metrics import mean_psnr_y8, to_bgr8
 from tola_plugin.evaluation.text_metrics import normalize
 from tola_plugin.text.alphabets import decode_transocr
-
-
-def _bgr8(x: torch.Tensor) -> List[np.ndarray]:
-    """(B,3,H,W) RGB in [0,1] -> B uint8 HxWx3 BGR arrays (BasicSR's tensor2img rounding)."""
-    arr = (x.clamp(0, 1).permute(0, 2, 3, 1).numpy()[..., ::-1] * 255.0).round().astype(np.uint8)
-    return list(arr)
-
-
-def mean_psnr(pred: Sequence[np.ndarray], ref: Sequence[np.ndarray]) -> float:
-    return float(np.mean([calculate_psnr(p, r, crop_border=0, test_y_channel=True) for p, r in zip(pred, ref)]))
 
 
 @torch.no_grad()
@@ -34,9 +23,9 @@ def vae_psnr(vae, pool: LinePool, batch_size: int = 8) -> float:
     out, ref = [], []
     for start in range(0, pool.num_lines, batch_size):
         x = images(pool.hr, range(start, min(start + batch_size, pool.num_lines)))
-        out += _bgr8(vae.decode(vae.encode(x).latent_dist.mode()).sample)
-        ref += _bgr8(x)
-    return mean_psnr(out, ref)
+        out += to_bgr8(vae.decode(vae.encode(x).latent_dist.mode()).sample)
+        ref += to_bgr8(x)
+    return mean_psnr_y8(out, ref)
 
 
 @torch.no_grad()
@@ -60,12 +49,12 @@ def one_step_scores(net, pool: LinePool, batch_size: int = 8) -> Dict[str, float
         rows = range(start, min(start + batch_size, pool.num_lines))
         lq, gt = images(pool.lr, rows), images(pool.hr, rows)
         restored = net(lq, noise_seeds=list(rows))
-        lr_imgs += _bgr8(lq)
-        out_imgs += _bgr8(restored)
-        hr_imgs += _bgr8(gt)
+        lr_imgs += to_bgr8(lq)
+        out_imgs += to_bgr8(restored)
+        hr_imgs += to_bgr8(gt)
     to_rgb_array = lambda imgs: np.stack([im[..., ::-1] for im in imgs])  # noqa: E731
     return {
-        'psnr_lr': mean_psnr(lr_imgs, hr_imgs), 'psnr_one_step': mean_psnr(out_imgs, hr_imgs),
+        'psnr_lr': mean_psnr_y8(lr_imgs, hr_imgs), 'psnr_one_step': mean_psnr_y8(out_imgs, hr_imgs),
         'transocr_acc_lr': transocr_accuracy(net.transocr, to_rgb_array(lr_imgs), pool.labels),
         'transocr_acc_one_step': transocr_accuracy(net.transocr, to_rgb_array(out_imgs), pool.labels)
     }

@@ -11,7 +11,7 @@ Inputs everywhere: float tensors (B,3,H,W), RGB, values in [0,1]; restored and r
 """
 import os
 import tempfile
-from typing import Dict, Iterable, Optional, Sequence
+from typing import Dict, Iterable, List, Optional, Sequence
 
 import cv2
 import numpy as np
@@ -23,6 +23,19 @@ from tola_plugin.evaluation import weights as W
 LUMA_COLOR_SPACES = ('ycbcr', 'yiq')
 DEFAULT_COLOR_SPACE = 'ycbcr'
 PAIRED_METRICS = ('psnr', 'ssim', 'lpips', 'dists')
+
+
+def to_bgr8(x: torch.Tensor) -> List[np.ndarray]:
+    """(B,3,H,W) RGB in [0,1] -> B uint8 HxWx3 BGR arrays (BasicSR's tensor2img rounding)."""
+    arr = (x.detach().float().clamp(0, 1).permute(0, 2, 3, 1).cpu().numpy()[..., ::-1] * 255.0).round()
+    return list(arr.astype(np.uint8))
+
+
+def mean_psnr_y8(pred: Sequence[np.ndarray], ref: Sequence[np.ndarray]) -> float:
+    """Mean PSNR of uint8 BGR images on the BT.601 Y channel, no border crop: BasicSR's ``calculate_psnr``, what
+    TOLA's validation logs (the pyiqa metrics below give the same convention on float images)."""
+    from basicsr.metrics import calculate_psnr
+    return float(np.mean([calculate_psnr(p, r, crop_border=0, test_y_channel=True) for p, r in zip(pred, ref)]))
 
 
 def _check_color_space(color_space: str) -> str:

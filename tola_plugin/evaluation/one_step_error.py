@@ -9,14 +9,11 @@ encoder (no LoRA). PSNR: Y channel, 8-bit, no border crop, as the demo report.
 import contextlib
 from typing import Dict, Sequence
 
-import numpy as np
 import torch
 from peft import PeftModel
 
-from basicsr.metrics.psnr_ssim import calculate_psnr
-from basicsr.utils import tensor2img
-
 from tola_plugin.archs.vae_arch import LATENT_SCALE
+from tola_plugin.evaluation.image_metrics import mean_psnr_y8, to_bgr8
 
 #: Seed offset of the second noise draw (the first uses the image index).
 SECOND_DRAW = 1_000_000
@@ -25,12 +22,6 @@ SECOND_DRAW = 1_000_000
 def _frozen_encoder(vae):
     """The VAE with its encoder LoRA switched off for the block (a no-op without LoRA)."""
     return vae.disable_adapter() if isinstance(vae, PeftModel) else contextlib.nullcontext()
-
-
-def _psnr(images: torch.Tensor, gt: torch.Tensor) -> float:
-    """Mean Y-channel PSNR of (B, 3, H, W) RGB [0, 1] batches as 8-bit images."""
-    return float(
-        np.mean([calculate_psnr(tensor2img(a), tensor2img(b), 0, test_y_channel=True) for a, b in zip(images, gt)]))
 
 
 def _l1(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -57,8 +48,13 @@ def one_step_error(net, lq: torch.Tensor, gt: torch.Tensor, first_seed: int = 0)
     with _frozen_encoder(net.vae):
         z_hr = LATENT_SCALE * net.vae.encode(gt).latent_dist.mode()
 
+    hr8 = to_bgr8(gt)
+
+    def psnr(images):
+        return mean_psnr_y8(to_bgr8(images), hr8)
+
     def decode(z_scaled):
-        return net.vae.decode(z_scaled / LATENT_SCALE).sample.float().clamp(0, 1)
+        return net.vae.decode(z_scaled / LATENT_SCALE).sample
 
     out = dict(
         eps_l1=_l1(a['eps_hat'], a['eps']),
@@ -66,10 +62,10 @@ def one_step_error(net, lq: torch.Tensor, gt: torch.Tensor, first_seed: int = 0)
         z0_l1=_l1(a['z0'], z_hr),
         z0_between_draws_l1=_l1(a['z0'], b['z0']),
         z_lr_l1=_l1(LATENT_SCALE * a['z_lr'], z_hr),
-        psnr_lr=_psnr(lq, gt),
-        psnr_restored=_psnr(a['image'].clamp(0, 1), gt),
-        psnr_vae_hr=_psnr(decode(z_hr), gt),
-        psnr_vae_lr=_psnr(decode(LATENT_SCALE * a['z_lr']), gt),
+        psnr_lr=psnr(lq),
+        psnr_restored=psnr(a['image']),
+        psnr_vae_hr=psnr(decode(z_hr)),
+        psnr_vae_lr=psnr(decode(LATENT_SCALE * a['z_lr'])),
     )
     if a['delta_r'] is not None:
         out['z0_corr_l1'] = _l1(a['z0_corr'], z_hr)
