@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup demo demo-baseline restore-demo web lint test test-isa clean
+.PHONY: setup demo demo-baseline restore-demo web lint test test-isa margins clean
 
 setup: $(VENV)/.installed
 
@@ -45,8 +45,14 @@ test: setup
 # The tests marked `numerics` again with other CPU kernels forced: AVX2 (MKL and oneDNN too) and torch's generic
 # kernels. CI runs it after `make test` (docs/testing.md).
 test-isa: setup
-	ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 $(PY) -m pytest -m numerics tests
-	ATEN_CPU_CAPABILITY=default $(PY) -m pytest -m numerics tests
+	ATEN_CPU_CAPABILITY=avx2 MKL_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 $(PY) -m pytest -q -n 2 -m numerics tests
+	ATEN_CPU_CAPABILITY=default $(PY) -m pytest -q -n 2 -m numerics tests
+
+# The margin of every numerical check over a log written by the runs above (TOLA_NUMERICS_LOG=FILE make test
+# test-isa); exits 1 below 10x (docs/testing.md, "Margins"). CI runs it on its own log.
+NUMERICS_LOG ?= results/numerics.jsonl
+margins: setup
+	$(PY) tests/numerics.py $(NUMERICS_LOG)
 
 clean:
 	rm -rf experiments results tb_logger demo_data

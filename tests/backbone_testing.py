@@ -54,8 +54,8 @@ def tiny_official_state(meta) -> Dict[str, Dict[str, torch.Tensor]]:
         sd = fx.random_official_weights(meta['layout'][comp], fx.SEED + i)
         got, want = fx.checksum(sd), meta['checksums'][comp]
         # torch.randn's generic and vectorised kernels round Box-Muller differently: 6.6e-9 measured with the
-        # 'default' kernels, 0 with AVX2/AVX-512; another RNG stream would move the sum by ~1e-3
-        assert abs(got - want) <= 1e-7 * want, f'{comp}: regenerated weights drifted ({got} vs {want})'
+        # 'default' kernels, 0 with AVX2/AVX-512 (allowed 1e-6, 150x); another RNG stream moves the sum by ~1e-3
+        assert abs(got - want) <= 1e-6 * want, f'{comp}: regenerated weights drifted ({got} vs {want})'
         out[OFFICIAL_KEYS[comp]] = sd
     return out
 

@@ -2,6 +2,7 @@
 option checks."""
 import os
 import shutil
+import sys
 
 import cv2
 import numpy as np
@@ -17,7 +18,6 @@ from tola_plugin.text.alphabets import decode_idm
 from tola_plugin.text.text_prior import transocr_to_idm
 from tola_plugin.utils.option_checks import OptionError, check_options
 from backbone_testing import DATA, official_fixture, single_thread, write_tiny_official_ckpt
-from conftest import run_launcher
 
 TINY_OPT = os.path.join(DATA, 'test_DiffTSR_tiny.yml')
 _one_thread = pytest.fixture(scope='module', autouse=True)(single_thread)
@@ -53,9 +53,12 @@ def base_opt(root, opt, **changes):
     return out
 
 
-def test_tiny_route_through_basicsr_test_pipeline(workdir):
+def test_tiny_route_through_basicsr_test_pipeline(workdir, monkeypatch):
     root, opt = workdir
-    run_launcher(['-m', 'tola_plugin.test', '-opt', 'tiny.yml'], cwd=str(root))
+    from tola_plugin.test import run  # the launcher's body, in this process (test_tola_launchers starts it for real)
+    monkeypatch.chdir(root)
+    monkeypatch.setattr(sys, 'argv', ['tola-test', '-opt', 'tiny.yml'])
+    assert run() == 0
     model = DiffTSRModel(base_opt(root, opt))
     for name in ('a', 'b'):
         saved = cv2.imread(

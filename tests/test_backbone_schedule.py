@@ -25,9 +25,9 @@ def test_schedule_constants():
     assert ac[500].item() == pytest.approx(0.10768, rel=1e-4)
     assert ac[996].item() == pytest.approx(1.0311e-4, rel=1e-4)
     # diffusers accumulates the product in float32, LDM in float64: measured 5.7e-7 relative at worst (the same on
-    # all three kernel sets), tolerance 1e-5
+    # every kernel set of both vendors), tolerance 1e-4 (175x); a wrong beta schedule is >1e-2 off
     ref = torch.from_numpy(ldm_alphas_cumprod_float64())
-    within(float(((ac.double() - ref).abs() / ref).max()), 1e-5, 'alphas_cumprod vs float64')
+    within(float(((ac.double() - ref).abs() / ref).max()), 1e-4, 'alphas_cumprod vs float64')
 
 
 def test_ddim_200_timesteps_and_final_alpha():
@@ -56,8 +56,9 @@ def test_ddim_step_equals_ldm_update(t):
     ours = sched.step(eps, t, x, eta=0.2, variance_noise=noise).prev_sample
     ref, sigma = ldm_ddim_step(x.double().numpy(), eps.double().numpy(), a_t, a_prev, 0.2, noise.double().numpy())
     ref = torch.from_numpy(ref)
-    # float32 step vs the float64 update: measured 1.9e-7 at worst (t = 6, generic kernels), tolerance 3e-6
-    within(rel_err(ours, ref), 3e-6, 'DDIM step vs float64')
+    # float32 step vs the float64 update (its x0 prediction multiplies eps's rounding by up to 101.6 at t = 996):
+    # measured 1.9e-7 at worst (t = 6, generic kernels), tolerance 3e-5 (155x); a wrong sigma or alpha is >1e-3 off
+    within(rel_err(ours, ref), 3e-5, 'DDIM step vs float64')
     if t == 996:  # sigma as printed to 3-4 digits
         assert sigma == pytest.approx(0.0625, abs=1e-4)
     if t == 1:

@@ -1,5 +1,6 @@
 """Image metrics: luminance PSNR/SSIM against hand computations, local-weights-only construction of
 LPIPS/DISTS/FID (fake TORCH_HOME with random weights under the real file names), BasicSR registration."""
+import copy
 import os
 
 import cv2
@@ -13,14 +14,14 @@ from tola_plugin.evaluation import weights as W
 from tola_plugin.evaluation.image_metrics import (PairedImageMetrics, build_paired_metric, fid_between_dirs,
                                                   images_to_tensor)
 from tola_plugin.evaluation.testing import write_fake_metric_weights
-from numerics import within
+from numerics import equivalent, rel_err, within
 
 EPS = 1e-8  # pyiqa's PSNR adds it to the MSE
-# pyiqa computes luminance and MSE in float32 (BT.601 coefficients in float32) against our float64 hand values:
-# largest error measured over the three kernel sets 2.6e-7 dB, tolerance 1e-5 dB (a wrong convention is >= 0.1 dB)
-TOL_DB = 1e-5
-# pyiqa's SSIM in float32 (Gaussian window built in float32) vs the float64 hand SSIM: measured 1.6e-9
-TOL_SSIM = 1e-7
+# pyiqa's PSNR with its float32 BT.601 coefficients against our float64 hand values: largest error measured 2.6e-7 dB
+# (the same with every kernel set on both vendors), tolerance 3e-5 dB (115x; a wrong convention is >= 0.1 dB)
+TOL_DB = 3e-5
+# pyiqa's SSIM (Gaussian window built in float32) vs the float64 hand SSIM: measured 1.6e-9, tolerance 3e-7 (190x)
+TOL_SSIM = 3e-7
 
 
 def y_bt601(rgb01):
@@ -63,10 +64,10 @@ def test_psnr_is_bt601_luminance_without_crop(exact_metrics, pair):
     mse = np.mean((y_bt601(out[0] / 255.0) - y_bt601(ref[0] / 255.0))**2)
     within(abs(got - 10 * np.log10(1 / (mse + EPS))), TOL_DB, 'PSNR vs hand value (dB)')
     # same convention as BasicSR's calculate_psnr(test_y_channel=True, crop_border=0) on BGR uint8 (BasicSR
-    # rounds Y to 8 bits in float64 first: measured 2.9e-5 dB apart)
+    # rounds Y to 8 bits in float64 first: measured 2.9e-5 dB apart on every CPU, tolerance 3e-3 dB, 100x)
     from basicsr.metrics import calculate_psnr
     within(
-        abs(got - calculate_psnr(out[0][..., ::-1], ref[0][..., ::-1], 0, test_y_channel=True)), 1e-3,
+        abs(got - calculate_psnr(out[0][..., ::-1], ref[0][..., ::-1], 0, test_y_channel=True)), 3e-3,
         'PSNR vs BasicSR (dB)')
 
 
@@ -81,9 +82,10 @@ def test_psnr_black_white_closed_form(exact_metrics):
     yiq = PairedImageMetrics(('psnr', ), color_space='yiq')(images_to_tensor(white), images_to_tensor(black))
     within(abs(yiq['psnr'][0]), TOL_DB, 'black/white PSNR on YIQ (dB)')
     # constant images: SSIM = (2 mu1 mu2 + C1) / (mu1^2 + mu2^2 + C1) with Y = 16 and 235 (pyiqa's float32
-    # Gaussian window does not sum to exactly 1, which leaves a variance residue at Y = 235: measured 6.9e-7)
+    # Gaussian window does not sum to exactly 1, which leaves a variance residue at Y = 235: measured 6.9e-7 on
+    # every CPU, tolerance 1e-4, 145x)
     c1 = (0.01 * 255)**2
-    within(abs(got['ssim'][0] - (2 * 16 * 235 + c1) / (16**2 + 235**2 + c1)), 1e-5, 'black/white SSIM')
+    within(abs(got['ssim'][0] - (2 * 16 * 235 + c1) / (16**2 + 235**2 + c1)), 1e-4, 'black/white SSIM')
 
 
 @pytest.mark.numerics
@@ -170,7 +172,8 @@ def test_lpips_dists_from_local_files(learned_metrics):
     scores = learned_metrics(x, y)
     for name in ('lpips', 'dists'):
         assert scores[name].shape == (2, )
-        # identical pair: exactly 0, also in float32 (measured 0); 1e-5 allows for float32 noise
+        # identical pair: the same features subtracted, exactly 0 in any arithmetic; a score of a real difference
+        # is >1e-4 (below)
         within(abs(scores[name][0]), 1e-5, f'{name} of an identical pair')
         assert scores[name][1] > scores[name][0] + 1e-4  # different pair
     # the LPIPS linear layers are the lpips wheel's, loaded for real
@@ -202,7 +205,8 @@ def test_basicsr_registered_lpips(fake_home, learned_metrics):
     b = 255 - a
     got = calculate_metric({'img': a, 'img2': b}, {'type': 'calculate_tola_lpips', 'better': 'lower', 'device': 'cpu'})
     ref = learned_metrics(images_to_tensor([a[..., ::-1].copy()]), images_to_tensor([b[..., ::-1].copy()]))['lpips'][0]
-    # the same network on the same pixels through two entry points: measured 0
+    # the same float32 network on the same pixels through two entry points: the same operations, exactly equal on
+    # any CPU (pyiqa runs its networks in float32 only); a swapped channel order is >1e-3 off
     within(abs(got - ref), 1e-6, 'registered LPIPS vs PairedImageMetrics')
 
 
@@ -268,9 +272,10 @@ def test_lpips_equals_reference_lpips_package(fake_home, learned_metrics):
     rng = np.random.default_rng(7)
     a = rng.integers(0, 256, (2, 48, 80, 3)).astype(np.uint8)
     b = np.clip(a.astype(int) + rng.integers(-60, 61, a.shape), 0, 255).astype(np.uint8)
-    x, y = images_to_tensor(a), images_to_tensor(b)
-    ours = learned_metrics(x, y)['lpips']
-    with torch.no_grad():
-        theirs = reference(x.float() * 2 - 1, y.float() * 2 - 1).reshape(-1).numpy()
-    # two float32 implementations of the same network: measured 0, tolerance 1e-5 (float32 noise)
-    within(float(np.abs(ours - theirs).max() / np.abs(theirs).max()), 1e-5, 'pyiqa LPIPS vs lpips package')
+    x, y = images_to_tensor(a).double(), images_to_tensor(b).double()
+    net = copy.deepcopy(learned_metrics._metrics['lpips'].net).double()  # the network our metric runs
+    with torch.no_grad():  # two implementations of the same function: compared in float64
+        ours, theirs = net(x, y).reshape(-1), reference.double()(x * 2 - 1, y * 2 - 1).reshape(-1)
+    equivalent(ours, theirs, 'pyiqa LPIPS vs lpips package')
+    # and the metric as evaluation runs it, in float32: measured 1.9e-6 relative (AVX2 kernels), tolerance 3e-4 (158x)
+    within(rel_err(learned_metrics(x, y)['lpips'], theirs), 3e-4, 'LPIPS metric (float32) vs float64')

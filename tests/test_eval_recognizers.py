@@ -83,8 +83,9 @@ def forced(model, class_index, logit=10.0):
 
 
 # The float32 softmax over 7,937 classes sums 7,936 equal terms: measured 1.3e-5 relative from the float64 value
-# with the AVX2 and the generic kernels, so 2e-4 keeps a 15x margin; the next candidate answer, p^5, is 70% off.
-SOFTMAX_TOL = 2e-4
+# with the AVX2 and the generic kernels (Intel and AMD alike), so 2e-3 keeps 150x; the next candidate answer, p^5,
+# is 70% off.
+SOFTMAX_TOL = 2e-3
 
 
 @pytest.mark.numerics

@@ -55,7 +55,10 @@ def test_a_canvas_shaped_line_is_restored_as_the_test_launcher_does(tiny_model):
     with torch.no_grad():
         out = net(lq, noise_seeds=[image_noise_seed('x.png', 7)])
     expected = (out[0].permute(1, 2, 0).numpy() * 255.0).round().astype(np.uint8)  # BasicSR's tensor2img rounding
-    assert np.array_equal(ours.image, expected)
+    # the same function on the same weights; another copy of them may make a kernel sum in another order (float32,
+    # ~1e-6 of a grey level's 4e-3), which can still cross one rounding boundary: at most one level, and most equal
+    diff = np.abs(ours.image.astype(int) - expected.astype(int))
+    assert diff.max() <= 1 and (diff == 0).mean() > 0.99
 
 
 def test_loading_errors(tiny_model, tmp_path, monkeypatch):

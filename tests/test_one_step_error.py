@@ -32,7 +32,8 @@ def test_amplification_is_the_t999_schedule_ratio(one_thread):  # noqa: F811
     abar = float(np.prod(1 - np.linspace(0.0015**0.5, 0.0205**0.5, 1000)**2))
     reference = ((1 - abar) / abar)**0.5
     assert 101 < reference < 103
-    # diffusers' float32 betas vs the float64 schedule: measured 6.9e-9 relative; 1e-6 allowed
+    # diffusers' float32 betas vs the float64 schedule: measured up to 7.7e-9 relative over the kernel sets;
+    # 1e-6 allowed (130x)
     within(rel_err(result['amplification'], reference), 1e-6, 'amplification vs float64 schedule')
 
 

@@ -2,7 +2,6 @@
 and every option file (ablations, real run, demo) building and running one iteration."""
 import glob
 import os
-import subprocess
 import sys
 
 import pytest
@@ -114,7 +113,7 @@ def test_gradients_are_clipped_to_norm_one(tmp_path, rendered_sets):
         p.register_hook(lambda g: g * 1e6)
     model.optimize_parameters(1)
     total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad) for p in params]))
-    # clip_grad_norm_ scales by 1 / (norm + 1e-6) with float32 norms: measured 0 off 1, tolerance 1e-4 (the
+    # clip_grad_norm_ scales by 1 / (norm + 1e-6) with float32 norms: measured 1.8e-7 off 1, tolerance 1e-4 (the
     # 1e-6 in the scale is 1e-12 relative here; float32 norms of ~1e4 terms round to ~1e-6)
     within(abs(float(total) - 1.0), 1e-4, 'clipped gradient norm')
 
@@ -184,11 +183,13 @@ def _option_files():
     ]
 
 
-def test_ablation_files_are_generated_and_complete():
-    proc = subprocess.run(
-        [sys.executable, os.path.join(REPO, 'tools', 'make_tola_ablations.py'), '--check'], capture_output=True,
-        text=True)
-    assert proc.returncode == 0, proc.stderr
+def test_ablation_files_are_generated_and_complete(capsys):
+    sys.path.insert(0, os.path.join(REPO, 'tools'))
+    try:
+        import make_tola_ablations
+    finally:
+        sys.path.pop(0)
+    assert make_tola_ablations.main(['--check']) == 0, capsys.readouterr().err
     names = {os.path.basename(p)[:-4] for p in glob.glob(os.path.join(REPO, 'options', 'ablations', '*.yml'))}
     expected = {
         'frozen_one_step', 'lrc_only', 'lora_only', 'full', 'plain_residual', 'no_mom', 'direct_tokens',

@@ -1,6 +1,7 @@
 """The efficiency benchmark counts MACs as the paper's table does (attention included) and composes rows."""
 import json
 import os
+import sys
 
 import torch
 import torch.nn.functional as F
@@ -8,7 +9,7 @@ from torch import nn
 
 from tola_plugin.archs.lrc_arch import LatentResidualCorrection
 from tola_plugin.evaluation.complexity import count_macs
-from conftest import REPO, run_launcher, write_options
+from conftest import REPO, write_options
 
 
 class Attention(nn.Module):
@@ -36,11 +37,14 @@ def test_benchmark_tool_on_a_tiny_tola(tmp_path):
         tiny = yaml.safe_load(f)
     opt = {'network_g': {'type': 'TOLANet', **tiny, 'lrc': {'type': 'LatentResidualCorrection'}}}
     out = tmp_path / 'eff.json'
-    run_launcher([
-        os.path.join(REPO, 'tools', 'benchmark_efficiency.py'), '-opt',
-        write_options(tmp_path / 'tiny.yml', opt), '--repeats', '1', '--steps', '3', '--out',
-        str(out)
-    ], cwd=tmp_path)
+    sys.path.insert(0, os.path.join(REPO, 'tools'))
+    try:
+        import benchmark_efficiency
+    finally:
+        sys.path.pop(0)
+    assert benchmark_efficiency.main(
+        ['-opt', write_options(tmp_path / 'tiny.yml', opt), '--repeats', '1', '--steps', '3', '--out',
+         str(out)]) == 0
     result = json.loads(out.read_text())
     p, m, rows = result['params'], result['macs'], result['rows']
     assert m['idm_with_lora'] > m['idm'] > 0 and m['lrc'] > 0

@@ -9,6 +9,7 @@ import yaml
 
 import tola_plugin  # noqa: F401
 from conftest import REPO
+from numerics import within
 from tola_testing import one_thread, tiny_backbone  # noqa: F401
 
 sys.path.insert(0, os.path.join(REPO, 'tools'))
@@ -37,6 +38,7 @@ def result(tmp_path_factory):
     return json.loads(out.read_text(encoding='utf-8')), folder
 
 
+@pytest.mark.numerics
 def test_benchmark_reports_every_route_stage_and_precision(result):
     data, folder = result
     routes = ('reference', 'default', 'onnxruntime')
@@ -47,8 +49,10 @@ def test_benchmark_reports_every_route_stage_and_precision(result):
         # the stages are parts of the forward (the rest: noise, q-sample, ẑ0 formulas)
         assert 0 < sum(row['stages_s'].values()) <= row['total_s']
     assert set(data['speedup']) == {'default', 'onnxruntime'} and set(data['speedup']['default']) == {'1', '2'}
-    for route in ('default', 'onnxruntime'):  # the same function as the reference route
-        assert data['parity'][route]['same_tokens'] and data['parity'][route]['image_rel_diff'] < 1e-4
+    for route in ('default', 'onnxruntime'):  # the same function as the reference route, in float32: measured
+        # 1.4e-6 (default) and 1.1e-5 (ONNX Runtime's kernels) relative, tolerance 2e-3 (180x)
+        assert data['parity'][route]['same_tokens']
+        within(data['parity'][route]['image_rel_diff'], 2e-3, f'benchmark parity, {route} vs reference route')
     bf16 = data['precision']['bf16']
     assert bf16['dtype'] == 'bfloat16' and bf16['max_abs_diff'] > 0 and bf16['psnr_mean_db'] > 20
     assert data['weight_bytes']['default'] == data['weight_bytes']['onnxruntime'] > 0

@@ -5,6 +5,7 @@ run outside the repo against the official DiffTSR code (commit f9839633, ``model
 ``text_prediction.py``, CPU, fp32): the full-size official model loaded with ``official_random_state()``
 below (saved as ``{'state_dict': ...}``), fed two of DiffTSR's own LR test images.
 """
+import copy
 import math
 import os
 
@@ -16,21 +17,19 @@ import tola_plugin  # noqa: F401
 from tola_plugin.archs.transocr_arch import TransOCR
 from tola_plugin.checkpoints.transocr import load_transocr
 from tola_plugin.text.text_prior import transocr_to_idm
-from numerics import assert_clear_argmax, rel_err, within
+from numerics import assert_clear_argmax, equivalent, rel_err, within
 
 DATA = os.path.join(os.path.dirname(__file__), 'data', 'transocr')
 SEED = 20261122
-# Ours vs the official code's float32 outputs: the largest error measured over the three kernel sets is 6.0e-6
-# relative (teacher-forced logits), so 1e-4 keeps a 16x margin; a wrong layer is >1e-2 off.
-TOL = 1e-4
+# Ours (float32) vs the official code's float32 outputs: the largest error measured over three kernel sets on an
+# Intel and two AMD CPUs is 6.0e-6 relative (teacher-forced logits; encoder features 5.9e-6), so 7e-4 keeps 117x;
+# a wrong layer is >1e-2 off. It also bounds the logits behind the exact ids (assert_clear_argmax below).
+TOL = 7e-4
 # 24 greedy steps compound the rounding, and the fixture's own float32 probabilities are 3.8e-5 off a float64 run:
-# ours differ from them by up to 2.1e-5 with the official loop and 4.0e-5 with incremental decoding over the three
-# kernel sets here, and 4.4e-5 on the machine that first ran this test
-GREEDY_TOL = 5e-4
-WEIGHT_DRIFT = 3e-7  # measured 2.2e-8 (generic kernels; 1.8e-9 with AVX2/AVX-512)
-# Incremental (cached) decoding vs the full-prefix loop in one process: other GEMM shapes, so other rounding; the step
-# probabilities differ by up to 2.5e-5 relative (generic kernels; AVX-512 2.1e-5, AVX2 3.7e-6)
-INCREMENTAL_TOL = 3e-4
+# ours differ from them by up to 3.5e-5 with the official loop and 6.6e-5 with incremental decoding (AMD EPYC
+# Zen 4 and Zen 5, default kernels), so 1e-2 keeps 150x; a wrong step is O(0.1) off.
+GREEDY_TOL = 1e-2
+WEIGHT_DRIFT = 3e-6  # measured 2.2e-8 (generic kernels; 1.8e-9 with AVX2/AVX-512): 136x
 
 pytestmark = pytest.mark.numerics
 
@@ -130,6 +129,18 @@ def test_teacher_forced_logits_match_official(model_and_images, fixture):
 
 
 @pytest.fixture(scope='module')
+def decoded64(model_and_images):
+    """Both decodings in float64 (they are equal in exact arithmetic): the model and images cast."""
+    model, images = model_and_images
+    model, images = copy.deepcopy(model).double(), images.double()
+    with torch.no_grad():
+        return {
+            'full_prefix': model.greedy_decode(images, max_steps=24, incremental=False),
+            'incremental': model.greedy_decode(images, max_steps=23, stop_at_end=True)
+        }
+
+
+@pytest.fixture(scope='module')
 def decoded(model_and_images, fixture):
     """Both decodings of the fixture images, and each step's scores (teacher-forced on the official ids)."""
     model, images = model_and_images
@@ -146,7 +157,7 @@ def decoded(model_and_images, fixture):
 def test_greedy_and_text_prior_match_official(decoded, fixture, decoding):
     ids, probs = decoded[decoding]
     steps = ids.shape[1]  # 24 for the official loop, 23 without END for the incremental one
-    # exact ids: the smallest top-two gap on these inputs (0.029) is 7.8x twice the tolerated logit error
+    # exact ids: the smallest top-two gap on these inputs (0.029) is more than twice the tolerated logit error
     assert_clear_argmax(decoded['logits'], TOL * float(decoded['logits'].abs().max()), 'full-size TransOCR steps')
     np.testing.assert_array_equal(ids.numpy(), fixture['greedy_ids'][:, :steps])
     within(rel_err(probs, fixture['greedy_probs'][:, :steps]), GREEDY_TOL, f'greedy step probabilities ({decoding})')
@@ -155,15 +166,16 @@ def test_greedy_and_text_prior_match_official(decoded, fixture, decoding):
     assert float(conf.max()) <= 1.0 and float(conf.min()) >= 0.0
 
 
-def test_incremental_decoding_equals_the_full_prefix_loop(decoded):
-    """Same CPU, same process: the decoding TOLANet runs against DiffTSR's loop (the whole prefix re-run)."""
-    (ids, probs), (full_ids, full_probs) = decoded['incremental'], decoded['full_prefix']
+def test_incremental_decoding_equals_the_full_prefix_loop(decoded64, fixture):
+    """The decoding TOLANet runs against DiffTSR's loop (the whole prefix re-run), both in float64."""
+    (ids, probs), (full_ids, full_probs) = decoded64['incremental'], decoded64['full_prefix']
     steps = ids.shape[1]
-    assert torch.equal(ids, full_ids[:, :steps])  # clear argmax: checked in the test above on the same steps
-    within(rel_err(probs, full_probs[:, :steps]), INCREMENTAL_TOL, 'incremental vs full-prefix step probabilities')
+    assert torch.equal(ids, full_ids[:, :steps])
+    np.testing.assert_array_equal(full_ids.numpy(), fixture['greedy_ids'])  # the float32 official ids
+    equivalent(probs, full_probs[:, :steps], 'incremental vs full-prefix step probabilities')
     (tokens, conf), (full_tokens, full_conf) = transocr_to_idm(ids, probs), transocr_to_idm(full_ids, full_probs)
     assert torch.equal(tokens, full_tokens)
-    within(rel_err(conf, full_conf), INCREMENTAL_TOL, 'incremental vs full-prefix token confidences')
+    equivalent(conf, full_conf, 'incremental vs full-prefix token confidences')
 
 
 def test_official_postprocessing_on_crafted_sequences(fixture):

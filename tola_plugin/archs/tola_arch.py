@@ -230,7 +230,7 @@ class TOLANet(nn.Module):
                     r, delta_r, z0_corr = None, None, z0
                 # 8. Frozen VAE decoder of ẑ0corr / s (the official code multiplies by 1/s; same here, to the bit).
                 image = self.vae.decode((1.0 / LATENT_SCALE) * z0_corr).sample
-        image = image.float()
+        image = image.to(torch.promote_types(image.dtype, torch.float32))  # bf16/fp16 -> fp32; fp32/fp64 kept
         if self.clamp_output:
             image = image.clamp(0.0, 1.0)
         if not return_intermediates:

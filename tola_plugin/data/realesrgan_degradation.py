@@ -76,7 +76,7 @@ def merge_options(defaults: dict, opt: dict, what: str) -> dict:
 
 
 def blur(out: torch.Tensor, kernel: np.ndarray) -> torch.Tensor:
-    """(1,3,H,W) float32 correlated with an odd (k,k) kernel, reflect-101 borders (= basicsr ``filter2D``)."""
+    """(1,3,H,W) float32 or float64, correlated with an odd (k,k) kernel, reflect-101 borders (basicsr ``filter2D``)."""
     img = np.ascontiguousarray(out[0].permute(1, 2, 0).numpy())
     img = cv2.filter2D(img, -1, kernel.astype(np.float32), borderType=cv2.BORDER_REFLECT_101)
     return torch.from_numpy(img).permute(2, 0, 1)[None]
