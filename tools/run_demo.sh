@@ -9,7 +9,7 @@ set -euo pipefail
 PY=${1:-python}
 WHAT=${2:-tola}
 cd "$(dirname "$0")/.."
-# Two threads (the budget is 2 cores): 0.75 s per adaptation iteration instead of 1.1 s on an idle machine.
+# Two threads (the budget is 2 cores): about 1.5x faster per adaptation iteration than one (docs/demo_backbone.md).
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
 
 case "$WHAT" in
