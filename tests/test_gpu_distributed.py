@@ -54,8 +54,8 @@ def fake_scontrol(folder, hosts):
 
 
 def test_slurm_environment(tmp_path, monkeypatch):
-    monkeypatch.setenv('PATH', fake_scontrol(str(tmp_path), ['gpu-node07', 'gpu-node08']) + os.pathsep +
-                       os.environ['PATH'])
+    monkeypatch.setenv('PATH',
+                       fake_scontrol(str(tmp_path), ['gpu-node07', 'gpu-node08']) + os.pathsep + os.environ['PATH'])
     env = {'SLURM_PROCID': '5', 'SLURM_NTASKS': '8', 'SLURM_LOCALID': '1', 'SLURM_NODELIST': 'gpu-node[07-08]'}
     assert D.slurm_environment(env) == {
         'RANK': '5', 'WORLD_SIZE': '8', 'LOCAL_RANK': '1', 'MASTER_ADDR': 'gpu-node07', 'MASTER_PORT': '29500'
@@ -72,12 +72,12 @@ def test_slurm_environment(tmp_path, monkeypatch):
 def test_timeout_and_run_options():
     assert D.process_group_timeout(None) == datetime.timedelta(minutes=60)
     assert D.process_group_timeout({'timeout_minutes': 90}) == datetime.timedelta(minutes=90)
-    check_run_options({'allow_tf32': True, 'deterministic': False, 'dist_params': {'port': 29500, 'timeout_minutes': 5}})
+    check_run_options({'allow_tf32': True, 'deterministic': False, 'dist_params': {'port': 2950, 'timeout_minutes': 5}})
     for bad, message in (({'allow_tf32': 'yes'}, 'allow_tf32: expected true or false'),
                          ({'dist_params': {'timeout': 5}}, "did you mean 'timeout_minutes'"),
                          ({'dist_params': {'timeout_minutes': 0}}, 'positive number of minutes'),
-                         ({'dist_params': {'backend': 'mpi'}}, 'dist_params.backend'),
-                         ({'dist_params': {'port': 'x'}}, 'TCP port')):
+                         ({'dist_params': {'backend': 'mpi'}}, 'dist_params.backend'), ({'dist_params': {'port': 'x'}},
+                                                                                        'TCP port')):
         with pytest.raises(OptionError, match=message):
             check_run_options(bad)
 
@@ -122,16 +122,15 @@ def test_start_distributed_under_srun_on_cpu(monkeypatch, tmp_path):
     torch's, and the group is gloo."""
     cuda = CudaSimulated(monkeypatch, count=0)
     monkeypatch.setenv('PATH', fake_scontrol(str(tmp_path), ['127.0.0.1']) + os.pathsep + os.environ['PATH'])
-    for key, value in (('SLURM_PROCID', '1'), ('SLURM_NTASKS', '2'), ('SLURM_LOCALID', '0'),
-                       ('SLURM_NODELIST', 'node[1-2]')):
+    for key, value in (('SLURM_PROCID', '1'), ('SLURM_NTASKS', '2'), ('SLURM_LOCALID', '0'), ('SLURM_NODELIST',
+                                                                                              'node[1-2]')):
         monkeypatch.setenv(key, value)
     for key in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'MASTER_ADDR', 'MASTER_PORT'):
         monkeypatch.delenv(key, raising=False)  # restored by monkeypatch after start_distributed sets them
     compat.start_distributed({'num_gpu': 0, 'dist_params': {'port': 23456}}, 'slurm')
     assert cuda.calls['init']['backend'] == 'gloo'
-    assert [os.environ[k] for k in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'MASTER_ADDR', 'MASTER_PORT')] == [
-        '1', '2', '0', '127.0.0.1', '23456'
-    ]
+    assert [os.environ[k] for k in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'MASTER_ADDR', 'MASTER_PORT')
+            ] == ['1', '2', '0', '127.0.0.1', '23456']
 
 
 def test_ddp_options_and_buffers():
@@ -161,6 +160,20 @@ def test_ddp_wrapper_of_a_frozen_backbone_broadcasts_nothing(monkeypatch):
         D.end_process_group()
     assert not dist.is_initialized()
     D.end_process_group()  # nothing to destroy: no error
+
+
+@pytest.mark.parametrize('launcher', ['train', 'test'])
+def test_launchers_destroy_the_process_group_even_after_an_error(monkeypatch, launcher):
+    module = __import__(f'tola_plugin.{launcher}', fromlist=['run'])
+
+    def pipeline(root):
+        dist.init_process_group('gloo', store=dist.HashStore(), rank=0, world_size=1)
+        raise ValueError('a bad option')
+
+    monkeypatch.setattr(module, f'{launcher}_pipeline', pipeline)
+    with pytest.raises(ValueError, match='a bad option'):
+        module.run()
+    assert not dist.is_initialized()
 
 
 def test_data_parallel_refused_for_frozen_backbones():

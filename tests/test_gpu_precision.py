@@ -21,8 +21,8 @@ pytestmark = pytest.mark.usefixtures('one_thread')
 
 def simulate_gpu(monkeypatch, native_bf16):
     """A GPU whose bf16 is native (Ampere and newer) or emulated only (T4, V100: torch counts emulation)."""
-    monkeypatch.setattr(torch.cuda, 'is_bf16_supported', lambda including_emulation=True: native_bf16 or
-                        including_emulation)
+    monkeypatch.setattr(torch.cuda, 'is_bf16_supported',
+                        lambda including_emulation=True: native_bf16 or including_emulation)
 
 
 @pytest.mark.parametrize('native_bf16', [True, False], ids=['ampere', 'turing'])

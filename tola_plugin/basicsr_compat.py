@@ -152,8 +152,9 @@ def model_to_device(self, net):
     if self.opt['dist']:
         index = torch.cuda.current_device() if self.device.type == 'cuda' else None
         net = DistributedDataParallel(
-            net, **distributed.ddp_options(self.device.type, index, self.opt.get('find_unused_parameters', False),
-                                           distributed.buffers_change(net)))
+            net,
+            **distributed.ddp_options(self.device.type, index, self.opt.get('find_unused_parameters', False),
+                                      distributed.buffers_change(net)))
     elif self.opt['num_gpu'] > 1:
         distributed.check_data_parallel(net, self.opt['num_gpu'])
         net = DataParallel(net)

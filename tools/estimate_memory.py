@@ -20,8 +20,8 @@ from tola_plugin.utils.option_checks import check_typed_block
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split('\n\n')[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('-opt', required=True, help='training option file (network_g and train are read)')
     parser.add_argument('--size', type=int, nargs=2, default=(128, 512), metavar=('H', 'W'),
                         help='training / inference image size (default: 128 512, the paper)')

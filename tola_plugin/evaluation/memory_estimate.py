@@ -125,9 +125,8 @@ def meta_network(net_opt: Mapping) -> TOLANet:
         net = TOLANet(**opt)
 
     def given_prior(lq, gt_tokens=None):  # see the module docstring: the prior is data-dependent and keeps nothing
-        batch = lq.shape[0]
-        return (torch.zeros(batch, IDM_MAX_LEN, dtype=torch.long, device=lq.device),
-                torch.ones(batch, IDM_MAX_LEN, device=lq.device), None)
+        tokens = torch.zeros(lq.shape[0], IDM_MAX_LEN, dtype=torch.long, device=lq.device)
+        return tokens, torch.ones(tokens.shape, device=lq.device), None
 
     net.predict_text_prior = given_prior
     return net
@@ -274,8 +273,8 @@ def estimate(opt: Mapping, size: Sequence[int] = (128, 512), capacities: Sequenc
         per_sample, fixed = two - one, weights + optimizer + 2 * one - two
         result['training'].append({
             'gradient_checkpointing': list(choice), 'peak_batch1_bytes': one, 'peak_batch2_bytes': two,
-            'per_sample_bytes': per_sample, 'largest_batch': [largest_batch(fixed, per_sample, c, reserve)
-                                                              for c in capacities]
+            'per_sample_bytes': per_sample,
+            'largest_batch': [largest_batch(fixed, per_sample, c, reserve) for c in capacities]
         })
     net.prepare_for_inference()  # LoRA merged, MoM image branch dropped: what tola-infer runs
     inference_weights = weight_bytes(net)

@@ -148,7 +148,8 @@ class TOLAModel(SRModel):
         for i in range(k):
             part = slice(i * size, (i + 1) * size)
             last = i == k - 1
-            sync = self.net_g.no_sync() if isinstance(self.net_g, DistributedDataParallel) and not last else nullcontext()
+            ddp = isinstance(self.net_g, DistributedDataParallel)
+            sync = self.net_g.no_sync() if ddp and not last else nullcontext()
             with sync:
                 output = self.net_g(self.lq[part], gt_tokens=None if self.idm_tokens is None else self.idm_tokens[part])
                 losses = self._losses(output, part, share=size / batch, ocr_tokens=ocr_tokens)

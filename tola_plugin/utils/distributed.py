@@ -22,7 +22,6 @@ each branch on a CPU with CUDA simulated. ``basicsr_compat`` wires them into Bas
 """
 import datetime
 import inspect
-import os
 import re
 import subprocess
 from typing import Dict, Mapping, Optional
