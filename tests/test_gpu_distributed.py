@@ -91,6 +91,8 @@ class CudaSimulated:
         monkeypatch.setattr(torch.cuda, 'device_count', lambda: count)
         monkeypatch.setattr(torch.cuda, 'set_device', lambda i: self.calls.setdefault('set_device', i))
         monkeypatch.setattr(dist, 'init_process_group', lambda **kw: self.calls.setdefault('init', kw))
+        # the launcher sets the start method once per process, as upstream: not this test process's
+        monkeypatch.setattr(torch.multiprocessing, 'get_start_method', lambda allow_none=False: 'fork')
 
 
 @pytest.mark.parametrize('num_gpu', [0, 4])

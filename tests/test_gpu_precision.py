@@ -94,8 +94,7 @@ def test_algorithm1_stays_fp32_under_autocast(tiny_net, monkeypatch, precision):
 
 
 def test_tf32_and_deterministic_options(monkeypatch):
-    backends = (torch.backends.cuda.matmul, torch.backends.cudnn, torch.backends.cudnn.conv, torch.backends.cudnn.rnn)
-    saved = [b.fp32_precision for b in backends] if hasattr(torch.backends.cudnn, 'fp32_precision') else None
+    tf32 = cuda_math.tf32_allowed()
     benchmark, deterministic = torch.backends.cudnn.benchmark, torch.are_deterministic_algorithms_enabled()
     monkeypatch.delenv('CUBLAS_WORKSPACE_CONFIG', raising=False)
     try:
@@ -110,9 +109,9 @@ def test_tf32_and_deterministic_options(monkeypatch):
         assert compat.load_resume_state(opt) is None
         assert not torch.backends.cudnn.benchmark and torch.are_deterministic_algorithms_enabled()
         assert os.environ['CUBLAS_WORKSPACE_CONFIG'] == ':4096:8'
+        with torch.backends.cudnn.flags(enabled=True):  # torch's own readers of the flags still work
+            pass
     finally:
-        if saved is not None:
-            for b, value in zip(backends, saved):
-                b.fp32_precision = value
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32['matmul'], tf32['conv']
         torch.backends.cudnn.benchmark = benchmark
         torch.use_deterministic_algorithms(deterministic)

@@ -19,23 +19,15 @@ CUBLAS_WORKSPACE = ':4096:8'
 
 
 def set_tf32(allow: bool) -> None:
-    """TF32 (True) or IEEE fp32 (False) for CUDA's fp32 matmuls and cuDNN convolutions."""
-    mode = 'tf32' if allow else 'ieee'
-    if hasattr(torch.backends.cudnn, 'fp32_precision'):  # torch >= 2.9: mixing in the legacy flags is an error
-        torch.backends.cuda.matmul.fp32_precision = mode
-        torch.backends.cudnn.fp32_precision = mode
-    else:
-        torch.backends.cuda.matmul.allow_tf32 = bool(allow)
-        torch.backends.cudnn.allow_tf32 = bool(allow)
+    """TF32 (True) or IEEE fp32 (False) for CUDA's fp32 matmuls and cuDNN convolutions and RNNs. Through the
+    ``allow_tf32`` flags: torch 2.14's ``fp32_precision`` settings make its own ``cudnn.flags()`` (which libraries
+    and torch use) raise once set to 'ieee', while these flags keep both readers working."""
+    torch.backends.cuda.matmul.allow_tf32 = bool(allow)
+    torch.backends.cudnn.allow_tf32 = bool(allow)
 
 
 def tf32_allowed() -> dict:
     """{'matmul': bool, 'conv': bool}: whether CUDA matmuls / cuDNN convolutions may use TF32 now."""
-    if hasattr(torch.backends.cudnn, 'fp32_precision'):
-        return {
-            'matmul': torch.backends.cuda.matmul.fp32_precision == 'tf32',
-            'conv': torch.backends.cudnn.conv.fp32_precision == 'tf32'
-        }
     return {'matmul': torch.backends.cuda.matmul.allow_tf32, 'conv': torch.backends.cudnn.allow_tf32}
 
 
