@@ -110,6 +110,18 @@ def test_start_distributed_under_torchrun(monkeypatch, num_gpu):
         assert init['backend'] == 'gloo' and init['device_id'] is None and 'set_device' not in cuda.calls
 
 
+def test_upstream_parse_options_still_gets_a_process_group(monkeypatch):
+    """``python basicsr/train.py`` runs upstream's parse_options, which calls init_dist before reading options: the
+    group starts there, for the devices present (here a GPU machine)."""
+    cuda = CudaSimulated(monkeypatch, count=2)
+    for key, value in (('RANK', '1'), ('LOCAL_RANK', '1'), ('LOCAL_WORLD_SIZE', '2')):
+        monkeypatch.setenv(key, value)
+    compat.init_dist('pytorch')
+    assert cuda.calls['init']['backend'] == 'nccl' and cuda.calls['set_device'] == 1
+    with pytest.raises(ValueError, match='Invalid launcher'):
+        compat.init_dist('mpi')
+
+
 def test_start_distributed_refuses_more_ranks_than_gpus(monkeypatch):
     cuda = CudaSimulated(monkeypatch, count=2)
     for key, value in (('RANK', '3'), ('LOCAL_RANK', '3'), ('LOCAL_WORLD_SIZE', '4')):

@@ -90,17 +90,22 @@ def _warn_early(message: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- 1-3: CPU/DDP
-_LAUNCH = {}  # the launcher upstream's parse_options asked init_dist for, until the options are known
+_LAUNCH = {}  # inside our parse_options: the launcher upstream's asked init_dist for, until the options are known
 
 
 def init_dist(launcher, backend=None, **kwargs):
     """Upstream starts the process group here, before the option file is read: ``rank % torch.cuda.device_count()``
     (ZeroDivisionError on CPU, two ranks on one GPU when there are more ranks than GPUs), nccl always, no timeout.
-    Here the request is recorded; ``parse_options`` starts the group (``start_distributed``) once ``num_gpu`` and
-    ``dist_params`` are known."""
+    Called by our ``parse_options`` (the launchers), the request is recorded and the group started once ``num_gpu``
+    and ``dist_params`` are known; called by upstream's own (``python basicsr/train.py``), it starts the group now
+    for the devices present (``kwargs``: slurm's ``dist_params``)."""
     if launcher not in ('pytorch', 'slurm'):
         raise ValueError(f'Invalid launcher type: {launcher}')
-    _LAUNCH['launcher'] = launcher
+    if _LAUNCH.get('deferring'):
+        _LAUNCH['launcher'] = launcher
+        return
+    present = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    start_distributed({'num_gpu': present, 'dist_params': kwargs}, launcher)
 
 
 def start_distributed(opt, launcher):
@@ -245,17 +250,20 @@ def parse_options(root_path, is_train=True):
     the options are known: ``start_distributed``), the CUDA math options (utils/cuda_math.py) and the experiment
     lock (rank 0)."""
     _LAUNCH.clear()
+    _LAUNCH['deferring'] = True
     try:
         opt, args = _original_parse_options(root_path, is_train)
     except yaml.YAMLError as err:
         raise OptionError(f'the option file is not valid YAML: {err}') from None
+    finally:
+        _LAUNCH['deferring'] = False
     LOOP.reset()
     try:
         check_options(opt)
         check_cuda_usable(opt, args)
     except OptionError as err:
         raise OptionError(f'{args.opt}: {err}') from None
-    if _LAUNCH:
+    if 'launcher' in _LAUNCH:
         start_distributed(opt, _LAUNCH['launcher'])
         opt['rank'], opt['world_size'] = get_dist_info()
         set_random_seed(opt['manual_seed'] + opt['rank'])  # upstream seeded before the group existed: as rank 0
