@@ -15,6 +15,7 @@ plan the outputs, restore with ``TOLAPipeline``, write images, ``prior.csv`` (li
   or a symlink to an input is caught.
 - Problems with the run as a whole (no input, a missing model, clashing outputs) raise before anything is written.
 """
+import contextlib
 import glob
 import os
 import sys
@@ -226,6 +227,7 @@ def run(args) -> int:
     device = resolve_device(args.device)  # before minutes of loading
     inputs, scan = list_inputs(args.input, args.recursive, skip_dir=args.output)
     jobs = plan_outputs(inputs, args.input, args.output, args.suffix, args.ext, args.detect)
+    created = not os.path.isdir(args.output)
     os.makedirs(args.output, exist_ok=True)
     lock = run_lock.acquire(args.output, lambda m: _say(f'warning: {m}'), os.path.join(args.output, LOCK_FILE),
                             advice='Wait for it to finish, or choose another -o.')
@@ -233,6 +235,9 @@ def run(args) -> int:
         return _run_locked(args, device, jobs, scan)
     finally:
         run_lock.release(lock)
+        if created:  # a run that wrote nothing (e.g. no model) leaves no empty folder behind
+            with contextlib.suppress(OSError):
+                os.rmdir(args.output)
 
 
 def _run_locked(args, device, jobs: List[Job], scan: FolderScan) -> int:
@@ -246,11 +251,11 @@ def _run_locked(args, device, jobs: List[Job], scan: FolderScan) -> int:
             summary.skipped.append(job.output)
         else:
             todo.append(job)
-    start = loaded = time.perf_counter()
+    start = time.perf_counter()
+    pipe = load_pipeline(args, device) if todo else None  # a missing model is the run's error: no summary
+    loaded = time.perf_counter()
     try:
         if todo:
-            pipe = load_pipeline(args, device)
-            loaded = time.perf_counter()
             _restore_jobs(args, pipe, todo, prior, summary)
     except KeyboardInterrupt:
         summary.interrupted = True
