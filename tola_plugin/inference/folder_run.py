@@ -150,6 +150,34 @@ def write_image(path: str, rgb: np.ndarray) -> None:
     atomic_write(path, write)
 
 
+def resolve_device(name):
+    """torch.device of --device (default: cuda when available, else cpu); CUDA without a GPU is a ValueError."""
+    import torch
+    try:
+        device = torch.device(name or ('cuda' if torch.cuda.is_available() else 'cpu'))
+    except RuntimeError as err:
+        raise ValueError(f'--device {name!r}: {err}') from None
+    if device.type == 'cuda' and not torch.cuda.is_available():
+        raise ValueError(f'--device {name}: CUDA is not available on this machine (use --device cpu)')
+    return device
+
+
+def load_pipeline(args, device):
+    """TOLAPipeline from --model / -opt (default: the demo model) with --backend and --precision, on ``device``."""
+    from tola_plugin.inference.pipeline import TOLAPipeline
+    overrides = {k: v for k, v in (('timestep', args.timestep), ('noise', args.noise)) if v is not None}
+    options = dict(overlap=args.overlap, pad_mode=args.pad_mode, batch_size=args.batch_size,
+                   background=args.alpha_background, max_pixels=round(args.max_megapixels * 1e6),
+                   max_windows=args.max_windows, max_output_pixels=args.max_output_megapixels * 1e6)
+    if args.opt:
+        pipe = TOLAPipeline.from_options(args.opt, args.checkpoint, network_overrides=overrides, **options)
+    else:
+        pipe = TOLAPipeline.from_merged(args.model, network_overrides=overrides, backend=args.backend, **options)
+    if args.precision:
+        pipe.set_precision(args.precision)
+    return pipe.to(device)
+
+
 def _write_error(path: str, err: OSError) -> OSError:
     """An OSError (same errno) whose message names the file that could not be written and why."""
     named = OSError(f'could not write {path}: {err.strerror or err}')
@@ -178,34 +206,6 @@ class PriorFile:
             write_prior_csv(self.path, list(self.rows.values()))
         except OSError as err:
             raise _write_error(self.path, err) from None
-
-
-def resolve_device(name):
-    """torch.device of --device (default: cuda when available, else cpu); CUDA without a GPU is a ValueError."""
-    import torch
-    try:
-        device = torch.device(name or ('cuda' if torch.cuda.is_available() else 'cpu'))
-    except RuntimeError as err:
-        raise ValueError(f'--device {name!r}: {err}') from None
-    if device.type == 'cuda' and not torch.cuda.is_available():
-        raise ValueError(f'--device {name}: CUDA is not available on this machine (use --device cpu)')
-    return device
-
-
-def load_pipeline(args, device):
-    """TOLAPipeline from --model / -opt (default: the demo model) with --backend and --precision, on ``device``."""
-    from tola_plugin.inference.pipeline import TOLAPipeline
-    overrides = {k: v for k, v in (('timestep', args.timestep), ('noise', args.noise)) if v is not None}
-    options = dict(overlap=args.overlap, pad_mode=args.pad_mode, batch_size=args.batch_size,
-                   background=args.alpha_background, max_pixels=round(args.max_megapixels * 1e6),
-                   max_windows=args.max_windows, max_output_pixels=args.max_output_megapixels * 1e6)
-    if args.opt:
-        pipe = TOLAPipeline.from_options(args.opt, args.checkpoint, network_overrides=overrides, **options)
-    else:
-        pipe = TOLAPipeline.from_merged(args.model, network_overrides=overrides, backend=args.backend, **options)
-    if args.precision:
-        pipe.set_precision(args.precision)
-    return pipe.to(device)
 
 
 def _say(message: str, stream=None) -> None:
