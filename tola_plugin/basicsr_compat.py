@@ -21,7 +21,8 @@ imports this module before anything else, so no other module of the package need
      naming each skipped file.
 8.   Exact resume: the training state also holds the position inside the epoch and every RNG stream;
      ``resume_training`` arms them, the sampler skips the consumed samples, and validation leaves the RNG
-     streams untouched (utils/training_resume.py).
+     streams untouched (utils/training_resume.py). The option file's scheduler settings win over the saved
+     ones (a log line says which differed).
 9.   ``BaseModel.load_network`` reads weights-only (upstream's bare ``torch.load``).
 10.  ``MessageLogger``'s ETA: the mean over the timed iterations, never negative (upstream's last line reads
      "eta: -1 day, 23:59:59").
@@ -76,7 +77,8 @@ from basicsr.utils.logger import MessageLogger
 from tola_plugin.utils import run_lock
 from tola_plugin.utils.checkpoint_io import atomic_torch_save, weights_only_loads
 from tola_plugin.utils.option_checks import OptionError, check_options
-from tola_plugin.utils.training_resume import LOOP, find_resume_state, read_training_state, rng_preserved
+from tola_plugin.utils.training_resume import (LOOP, find_resume_state, keep_option_settings, read_training_state,
+                                               rng_preserved, scheduler_settings)
 
 
 def _warn_early(message: str) -> None:
@@ -258,12 +260,15 @@ _original_load_network = BaseModel.load_network
 
 
 def resume_training(self, resume_state):
-    """Upstream restores optimizers and schedulers; also arm the loop position and RNG streams."""
+    """Upstream restores optimizers and schedulers (the option file's scheduler settings are put back where the
+    saved ones differ, with a log line); also arm the loop position and RNG streams."""
+    configured = [scheduler_settings(s) for s in self.schedulers]
     _original_resume_training(self, resume_state)
     logger = get_root_logger()
     for note in LOOP.notes:  # warnings printed before the logger existed
         logger.warning(note)
     LOOP.notes.clear()
+    keep_option_settings(self.schedulers, configured, logger.warning)
     LOOP.resume(resume_state.get('loop'), self.opt['path'].get('resume_state') or 'the training state', logger.warning)
 
 
