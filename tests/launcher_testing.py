@@ -40,7 +40,7 @@ def make_checkout(root):
 
 def tiny_options(opt, total_iter=1):
     """One of our option files (dict) shrunk for a CPU test: tiny networks, ``total_iter`` iterations of batch 2,
-    validation and a checkpoint at the end, no tensorboard; the ImageNet-weighted parts (VGG19 perceptual loss of
+    validation and a checkpoint at the end; the ImageNet-weighted parts (VGG19 perceptual loss of
     ESRGAN, LPIPS trunks) without their files. Data paths, models, losses and everything else stay as the file says.
     """
     opt = copy.deepcopy(opt)
@@ -71,7 +71,7 @@ def tiny_options(opt, total_iter=1):
         elif perceptual:
             train['perceptual_opt'] = None  # BasicSR's PerceptualLoss would fetch vgg19-dcbb9e9d.pth
         opt['val']['val_freq'] = total_iter
-        opt['logger'].update(print_freq=1, save_checkpoint_freq=total_iter, use_tb_logger=False)
+        opt['logger'].update(print_freq=1, save_checkpoint_freq=total_iter)
     metrics = (opt.get('val') or {}).get('metrics') or {}
     for name in [n for n, m in metrics.items() if m.get('type') in WEIGHTED_METRICS]:
         del metrics[name]

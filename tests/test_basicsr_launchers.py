@@ -184,6 +184,11 @@ def test_own_data_doc_commands(tmp_path, monkeypatch, one_thread):  # noqa: F811
     ]
     assert sum(map(len, parts)) == 12 and len(set.union(*parts)) == 12  # disjoint, all lines
 
+    # BasicSR's `python -m` launchers run from site-packages: the plugin keeps every output in the current folder
+    assert (tmp_path / 'tb_logger' / 'TOLA_own').is_dir() and (tmp_path / 'experiments' / 'RRDBNet_own').is_dir()
+    site_packages = os.path.dirname(os.path.dirname(basicsr.__file__))
+    assert not any(os.path.exists(os.path.join(site_packages, d)) for d in ('experiments', 'tb_logger', 'results'))
+
     summary = json.loads((tmp_path / 'results' / 'eval_own' / 'summary.json').read_text(encoding='utf-8'))
     assert set(summary['summary']) == {'TOLA', 'RRDBNet'}
     assert summary['protocol']['name_suffixes'] == {'TOLA': 'TOLA_own_test', 'RRDBNet': 'RRDBNet_own_test'}
@@ -216,9 +221,15 @@ def test_install_regular_wheel_registers_hook(tmp_path):
     site = bench.site_packages(python)
     with open(os.path.join(site, 'tola_plugin_hook.pth'), encoding='utf-8') as f:
         assert f.read() == 'import tola_plugin_hook; tola_plugin_hook.install()\n'
-    seen = probe_hook(tmp_path, python)
-    assert seen['heavy_at_start'] == [] and seen['waiting'] and seen['registered'] == [True, True, True]
-    assert seen['plugin_from'].startswith(site)
+    # what `import basicsr` then does is the same code as in this editable environment (tested above): here, only
+    # that the hook waits at start and would import the installed copy
+    proc = subprocess.run([
+        python, '-c', 'import importlib.util, sys, tola_plugin_hook; print(tola_plugin_hook.installed(), '
+        '"torch" in sys.modules, tola_plugin_hook.__file__, importlib.util.find_spec("tola_plugin").origin)'
+    ], capture_output=True, text=True, timeout=300, cwd=tmp_path, check=True)
+    waiting, torch_imported, hook_file, plugin_file = proc.stdout.split()
+    assert waiting == 'True' and torch_imported == 'False'
+    assert hook_file.startswith(site) and plugin_file.startswith(site)
 
 
 @pytest.mark.parametrize('name', sorted(os.listdir(os.path.join(REPO, 'options', 'baselines'))))
