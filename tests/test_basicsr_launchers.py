@@ -35,16 +35,15 @@ print(json.dumps({
     'shim': 'torchvision.transforms.functional_tensor' in sys.modules,
     'loader': type(basicsr.__loader__).__name__,
     'parse_options': basicsr.utils.options.parse_options.__module__,
-    'plugin_from': sys.modules['tola_plugin'].__file__,
     'launchers': [sys.modules[m].parse_options.__module__ for m in ('basicsr.train', 'basicsr.test')],
 }))
 '''
 
 
-def probe_hook(cwd, python=sys.executable):
+def probe_hook(cwd):
     """Run HOOK_PROBE in a fresh interpreter in ``cwd`` (not the repository, whose packages it would import);
     returns its JSON."""
-    proc = subprocess.run([python, '-c', HOOK_PROBE], capture_output=True, text=True, timeout=300, cwd=cwd)
+    proc = subprocess.run([sys.executable, '-c', HOOK_PROBE], capture_output=True, text=True, timeout=300, cwd=cwd)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -70,6 +69,38 @@ def test_hook_switch_values(capsys):
     assert not hook_enabled({'TOLA_PLUGIN_HOOK': '0'}) and not hook_enabled({'TOLA_PLUGIN_HOOK': 'Off'})
     assert hook_enabled({'TOLA_PLUGIN_HOOK': 'maybe'})
     assert "ignoring TOLA_PLUGIN_HOOK='maybe'" in capsys.readouterr().err
+
+
+def test_hook_finder_answers_once_and_a_failing_plugin_is_named(monkeypatch):
+    """In process: the finder gives basicsr's own spec with the registering loader, once; when the plugin cannot be
+    imported, ``import basicsr`` fails with a message naming the plugin and the switch."""
+    import importlib.machinery
+    import types
+
+    import tola_plugin_hook
+    monkeypatch.setattr(sys, 'meta_path', list(sys.meta_path))
+    finder = tola_plugin_hook.BasicSRFinder()
+    sys.meta_path.insert(0, finder)
+    assert finder.find_spec('numpy') is None and tola_plugin_hook.installed()
+    spec = finder.find_spec('basicsr')
+    assert spec.origin == basicsr.__spec__.origin and isinstance(spec.loader, tola_plugin_hook._RegisteringLoader)
+    assert not tola_plugin_hook.installed()  # one shot: the plugin's own `import basicsr` finds basicsr plainly
+
+    class Loader:
+        executed = False
+
+        def create_module(self, spec):
+            return None
+
+        def exec_module(self, module):
+            Loader.executed = True
+
+    module = types.ModuleType('fake_basicsr')
+    module.__spec__ = importlib.machinery.ModuleSpec('fake_basicsr', tola_plugin_hook._RegisteringLoader(Loader()))
+    monkeypatch.setitem(sys.modules, 'tola_plugin', None)  # the plugin cannot be imported
+    with pytest.raises(ImportError, match='tola-plugin could not register itself.*TOLA_PLUGIN_HOOK=0'):
+        module.__spec__.loader.exec_module(module)
+    assert Loader.executed and isinstance(module.__loader__, Loader)  # basicsr's own loader ran, and stays
 
 
 def read_logs(folder, prefix):
