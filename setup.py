@@ -4,7 +4,6 @@ import re
 
 from setuptools import find_packages, setup
 from setuptools.command.build_py import build_py
-from setuptools.command.editable_wheel import editable_wheel
 
 # The import hook (tola_plugin_hook.py): this .pth file beside the installed packages makes every process of the
 # environment register the plugin into BasicSR on basicsr's first import (nothing is imported before that).
@@ -43,18 +42,36 @@ class _StrategyWithHook:
         return self.strategy.__exit__(*exc)
 
 
-class EditableWheelWithHook(editable_wheel):
-    """Editable installs (PEP 660, ``pip install -e .``): setuptools puts only its own path finder into the editable
-    wheel and ignores files that build steps write (its lenient mode), so the .pth file is added to the wheel here,
-    through the strategy hook of setuptools' ``editable_wheel`` (a private method: checked, see below)."""
+CMDCLASS = {'build_py': BuildPyWithHook}
+try:
+    from setuptools.command.editable_wheel import editable_wheel
+except ImportError:  # setuptools < 64 installs -e through its legacy `develop`, which would leave the hook out
+    from setuptools.command.develop import develop
 
-    def _select_strategy(self, *args, **kwargs):
-        return _StrategyWithHook(super()._select_strategy(*args, **kwargs))
+    class DevelopRefused(develop):
 
+        def run(self):
+            raise RuntimeError(f'editable installs need setuptools >= 64 (PEP 660) to install {HOOK_PTH}: upgrade '
+                               f'setuptools, or install without -e (pip install .)')
 
-if not callable(getattr(editable_wheel, '_select_strategy', None)):
-    raise RuntimeError(f'this setuptools has no editable_wheel._select_strategy, so an editable install would miss '
-                       f'{HOOK_PTH}: install without -e (pip install .)')
+    CMDCLASS['develop'] = DevelopRefused
+else:
+
+    class EditableWheelWithHook(editable_wheel):
+        """Editable installs (PEP 660, ``pip install -e .``): setuptools puts only its own path finder into the
+        editable wheel and ignores files that build steps write (its default, lenient mode), so the .pth file is
+        added to the wheel through setuptools' strategy of the editable wheel (a private method, hence checked)."""
+
+        def run(self):
+            if not callable(getattr(editable_wheel, '_select_strategy', None)):
+                raise RuntimeError(f'this setuptools has no editable_wheel._select_strategy, so an editable install '
+                                   f'would miss {HOOK_PTH}: install without -e (pip install .)')
+            super().run()
+
+        def _select_strategy(self, *args, **kwargs):
+            return _StrategyWithHook(super()._select_strategy(*args, **kwargs))
+
+    CMDCLASS['editable_wheel'] = EditableWheelWithHook
 
 
 def read_version():
@@ -70,7 +87,7 @@ setup(
     long_description_content_type='text/markdown',
     packages=find_packages(include=['tola_plugin', 'tola_plugin.*', 'tola_cli']),
     py_modules=['tola_plugin_hook'],
-    cmdclass={'build_py': BuildPyWithHook, 'editable_wheel': EditableWheelWithHook},
+    cmdclass=CMDCLASS,
     package_data={
         'tola_plugin.vocab': ['*.txt'],
         'tola_plugin.demo_backbone': ['*.safetensors', '*.json'],  # the demo model trained here
