@@ -1,10 +1,10 @@
 """Every change this plugin makes to BasicSR 1.4.2 and its environment, in one place: ``tola_plugin/__init__``
 imports this module before anything else, so no other module of the package needs to care.
 
-0.   The torchvision shim, run before any ``import basicsr``: basicsr 1.4.2 (the last PyPI release) imports
-     ``torchvision.transforms.functional_tensor``, which torchvision removed in 0.17 (fixed upstream after the
-     release, never published). The module is aliased to its private successor, or to a minimal stand-in
-     exposing the one function basicsr uses.
+0.   The torchvision shim, run before any ``import basicsr`` (``tola_plugin_hook.install_torchvision_shim``: the
+     import hook applies it before basicsr's own imports; here it covers a process without the hook): basicsr
+     1.4.2 (the last PyPI release) imports ``torchvision.transforms.functional_tensor``, which torchvision
+     removed in 0.17.
 
 1-3. The three functions that assume a GPU, replaced so CPU and gloo DDP work; each keeps upstream
      behaviour when CUDA is present (nccl, cuda devices).
@@ -26,30 +26,16 @@ imports this module before anything else, so no other module of the package need
 9.   ``BaseModel.load_network`` reads weights-only (upstream's bare ``torch.load``).
 10.  ``MessageLogger``'s ETA: the mean over the timed iterations, never negative (upstream's last line reads
      "eta: -1 day, 23:59:59").
+11.  BasicSR's own launchers: ``basicsr.train`` and ``basicsr.test`` get the plugin's ``parse_options`` and
+     ``load_resume_state``. Run as scripts (a checkout's ``basicsr/train.py``, ``python -m basicsr.train``,
+     torchrun), they execute in their own ``__main__`` namespace instead, so ``parse_options`` is also patched
+     where they import it from, and gives the calling script the same functions; run from an installed basicsr
+     (``python -m``), whose root would be site-packages, experiments/, tb_logger/ and results/ go under the
+     current directory instead.
 """
 import sys
-import types
 
-_OLD_TORCHVISION_MODULE = 'torchvision.transforms.functional_tensor'
-
-
-def install_torchvision_shim():
-    """Register ``torchvision.transforms.functional_tensor`` if torchvision no longer has it (0)."""
-    if _OLD_TORCHVISION_MODULE in sys.modules:
-        return
-    try:
-        import torchvision.transforms.functional_tensor  # noqa: F401  (old torchvision: nothing to do)
-        return
-    except ImportError:
-        pass
-    try:
-        from torchvision.transforms import _functional_tensor as module
-    except ImportError:
-        from torchvision.transforms.functional import rgb_to_grayscale
-        module = types.ModuleType(_OLD_TORCHVISION_MODULE)
-        module.rgb_to_grayscale = rgb_to_grayscale
-    sys.modules[_OLD_TORCHVISION_MODULE] = module
-
+from tola_plugin_hook import install_torchvision_shim
 
 install_torchvision_shim()
 
@@ -194,7 +180,9 @@ _original_parse_options = basicsr.utils.options.parse_options
 
 
 def parse_options(root_path, is_train=True):
-    """Upstream's parser, then the start-up checks and the experiment lock (rank 0)."""
+    """Upstream's parser, then the start-up checks and the experiment lock (rank 0). Called first by BasicSR's
+    pipelines, it also fits the calling launcher script to the plugin (11)."""
+    root_path = _adopt_launcher_script(sys._getframe(1).f_globals, root_path)
     try:
         opt, args = _original_parse_options(root_path, is_train)
     except yaml.YAMLError as err:
@@ -207,6 +195,47 @@ def parse_options(root_path, is_train=True):
     if opt['rank'] == 0:
         run_lock.acquire(opt['path']['experiments_root' if is_train else 'results_root'], _warn_early)
     return opt, args
+
+
+# ------------------------------------------------------------------------------ 11: BasicSR's launcher scripts
+def _installed_package_root(root_path: str) -> bool:
+    """Whether ``root_path`` (the parent of the launcher script's folder) is where packages are installed, i.e.
+    the script is the installed basicsr's own (``python -m basicsr.train``), not a checkout's."""
+    return os.path.basename(os.path.normpath(root_path)) in ('site-packages', 'dist-packages')
+
+
+def _give_launcher_our_functions(namespace: dict) -> None:
+    """The plugin's ``parse_options`` and ``load_resume_state`` in a launcher's namespace (module or script)."""
+    for name, function in (('parse_options', parse_options), ('load_resume_state', load_resume_state)):
+        if name in namespace:
+            namespace[name] = function
+
+
+def _adopt_launcher_script(namespace: dict, root_path: str) -> str:
+    """Give a BasicSR launcher run as a script (``namespace``: its globals) the plugin's ``load_resume_state``
+    and, when it runs from an installed package, the current directory as root; returns the root to use."""
+    if 'train_pipeline' not in namespace and 'test_pipeline' not in namespace:
+        return root_path  # not a launcher (e.g. a test calling parse_options)
+    _give_launcher_our_functions(namespace)
+    if not _installed_package_root(root_path):
+        return root_path
+    cwd = os.getcwd()
+    if 'init_tb_loggers' in namespace:  # train.py puts tb_logger/ under opt['root_path'] = its own root
+        script_init_tb_loggers, script_mkdir_and_rename = namespace['init_tb_loggers'], namespace['mkdir_and_rename']
+
+        def init_tb_loggers(opt):
+            return script_init_tb_loggers(dict(opt, root_path=cwd))
+
+        def mkdir_and_rename(path):
+            if os.path.commonpath([path, root_path]) == os.path.normpath(root_path):
+                path = os.path.join(cwd, os.path.relpath(path, root_path))
+            return script_mkdir_and_rename(path)
+
+        namespace['init_tb_loggers'], namespace['mkdir_and_rename'] = init_tb_loggers, mkdir_and_rename
+    print(
+        f'note: BasicSR\'s launcher runs from the installed package ({root_path}); its outputs go under the '
+        f'current directory {cwd}', file=sys.stderr, flush=True)
+    return cwd
 
 
 # ----------------------------------------------------------------------------------------- 6-9: save / load
@@ -285,9 +314,9 @@ def load_network(self, net, load_path, strict=True, param_key='params'):
 
 
 basicsr.utils.options.init_dist = init_dist  # parse_options calls the name imported into options
-basicsr.train.load_resume_state = load_resume_state
-basicsr.train.parse_options = parse_options
-basicsr.test.parse_options = parse_options
+basicsr.utils.options.parse_options = parse_options  # where launcher scripts import it from (11)
+_give_launcher_our_functions(vars(basicsr.train))  # basicsr/__init__ imported both modules before this
+_give_launcher_our_functions(vars(basicsr.test))
 BaseModel.model_to_device = model_to_device
 BaseModel.save_network = save_network
 BaseModel.save_training_state = save_training_state

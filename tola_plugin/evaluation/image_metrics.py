@@ -120,12 +120,14 @@ def stage_images(folder: str, names: Sequence[str], out_dir: str, background: Se
 def fid_between_dirs(restored_dir: str, reference_dir: str, device: str = 'cpu', batch_size: int = 8,
                      num_workers: int = 0, mode: str = 'clean', verbose: bool = False,
                      names: Optional[Sequence[str]] = None, background: Sequence[int] = WHITE,
+                     restored_names: Optional[Sequence[str]] = None,
                      max_pixels: Optional[int] = DEFAULT_MAX_PIXELS) -> float:
     """FID between two folders, computed once (pyiqa 'fid': InceptionV3 pool3, 2048-d features, clean-fid
     resizing, Frechet distance with scipy's matrix square root, ~1 min on a 2-core CPU).
 
-    ``names``: the images to compare (default: every image directly inside each folder). They are staged through
-    the package's image reader first (``stage_images``), so pyiqa sees exactly those files and pixels.
+    ``names``: the images to compare (default: every image directly inside each folder; ``restored_names``: other
+    names for the restored folder's files, e.g. BasicSR's suffixed ones). They are staged through the package's image
+    reader first (``stage_images``), so pyiqa sees exactly those files and pixels.
     """
     import pyiqa
     W.require_metric_weights('fid')
@@ -133,8 +135,9 @@ def fid_between_dirs(restored_dir: str, reference_dir: str, device: str = 'cpu',
         metric = pyiqa.create_metric('fid', device=device)
     with tempfile.TemporaryDirectory(prefix='tola_fid_') as tmp:
         dirs = []
-        for side, folder in (('restored', restored_dir), ('reference', reference_dir)):
-            listed = names if names is not None else list_image_files(folder)
+        for side, folder, side_names in (('restored', restored_dir, restored_names
+                                          or names), ('reference', reference_dir, names)):
+            listed = side_names if side_names is not None else list_image_files(folder)
             dirs.append(stage_images(folder, listed, os.path.join(tmp, side), background, max_pixels))
         return float(
             metric(dirs[0], dirs[1], mode=mode, batch_size=batch_size, num_workers=num_workers, verbose=verbose))

@@ -15,7 +15,8 @@ import csv
 import json
 import math
 import os
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence
+from collections import Counter
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from tola_plugin.data.image_io import IMAGE_EXTENSIONS, list_image_files
 from tola_plugin.data.text_labels import read_labels_tsv
@@ -72,6 +73,35 @@ def match_filenames(sets: Mapping[str, Sequence[str]]) -> List[str]:
     if problems:
         raise ValueError('filenames do not match exactly:\n  ' + '\n  '.join(problems))
     return sorted(union)
+
+
+def basicsr_output_names(names: Sequence[str], expected: Sequence[str]) -> Tuple[Dict[str, str], Optional[str]]:
+    """Match a folder written by BasicSR's test launcher to the expected (reference or labels) names.
+
+    BasicSR saves the restoration of ``<stem>.<ext>`` as ``<stem>_<suffix>.png`` (``suffix``: the option file's
+    ``val.suffix``, else its ``name``). When every image of the folder is named so, for one suffix and an expected
+    stem, returns ``({expected name: file name}, suffix)``; otherwise ``({name: name}, None)`` (exact names).
+    """
+    exact = {n: n for n in names}
+    stems = {os.path.splitext(n)[0]: n for n in expected}
+    if not stems or set(expected) <= set(names):
+        return exact, None
+    candidates = Counter()
+    for name in names:
+        base, ext = os.path.splitext(name)
+        if ext != '.png':
+            return exact, None
+        candidates.update({base[i + 1:] for i, c in enumerate(base) if c == '_' and base[:i] in stems})
+    if not candidates:
+        return exact, None
+    suffix = candidates.most_common(1)[0][0]
+    tail, files = f'_{suffix}.png', {}
+    for name in names:
+        stem = name[:-len(tail)] if name.endswith(tail) else None
+        if stem not in stems:
+            return exact, None
+        files[stems[stem]] = name
+    return files, suffix
 
 
 def read_labels(path: str) -> Dict[str, str]:
