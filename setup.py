@@ -1,7 +1,77 @@
 """tola-plugin: TOLA (one-step DiffTSR) as a BasicSR plugin."""
+import os
 import re
 
 from setuptools import find_packages, setup
+from setuptools.command.build_py import build_py
+
+# The import hook (tola_plugin_hook.py): this .pth file beside the installed packages makes every process of the
+# environment register the plugin into BasicSR on basicsr's first import (nothing is imported before that).
+HOOK_PTH = 'tola_plugin_hook.pth'
+HOOK_LINE = 'import tola_plugin_hook; tola_plugin_hook.install()\n'
+
+
+class BuildPyWithHook(build_py):
+    """Regular installs (wheel, ``pip install .``): the .pth file goes to the root of the wheel, i.e. site-packages."""
+
+    def run(self):
+        super().run()
+        os.makedirs(self.build_lib, exist_ok=True)
+        with open(os.path.join(self.build_lib, HOOK_PTH), 'w', encoding='utf-8') as f:
+            f.write(HOOK_LINE)
+
+    def get_outputs(self, include_bytecode=True):
+        return super().get_outputs(include_bytecode) + [os.path.join(self.build_lib, HOOK_PTH)]
+
+
+class _StrategyWithHook:
+    """Wraps setuptools' editable strategy: writes its files into the editable wheel, then the hook's .pth."""
+
+    def __init__(self, strategy):
+        self.strategy = strategy
+
+    def __call__(self, wheel, files, mapping):
+        self.strategy(wheel, files, mapping)
+        wheel.writestr(HOOK_PTH, HOOK_LINE.encode('utf-8'))
+
+    def __enter__(self):
+        self.strategy.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.strategy.__exit__(*exc)
+
+
+CMDCLASS = {'build_py': BuildPyWithHook}
+try:
+    from setuptools.command.editable_wheel import editable_wheel
+except ImportError:  # setuptools < 64 installs -e through its legacy `develop`, which would leave the hook out
+    from setuptools.command.develop import develop
+
+    class DevelopRefused(develop):
+
+        def run(self):
+            raise RuntimeError(f'editable installs need setuptools >= 64 (PEP 660) to install {HOOK_PTH}: upgrade '
+                               f'setuptools, or install without -e (pip install .)')
+
+    CMDCLASS['develop'] = DevelopRefused
+else:
+
+    class EditableWheelWithHook(editable_wheel):
+        """Editable installs (PEP 660, ``pip install -e .``): setuptools puts only its own path finder into the
+        editable wheel and ignores files that build steps write (its default, lenient mode), so the .pth file is
+        added to the wheel through setuptools' strategy of the editable wheel (a private method, hence checked)."""
+
+        def run(self):
+            if not callable(getattr(editable_wheel, '_select_strategy', None)):
+                raise RuntimeError(f'this setuptools has no editable_wheel._select_strategy, so an editable install '
+                                   f'would miss {HOOK_PTH}: install without -e (pip install .)')
+            super().run()
+
+        def _select_strategy(self, *args, **kwargs):
+            return _StrategyWithHook(super()._select_strategy(*args, **kwargs))
+
+    CMDCLASS['editable_wheel'] = EditableWheelWithHook
 
 
 def read_version():
@@ -16,6 +86,8 @@ setup(
     long_description=open('README.md', encoding='utf-8').read(),
     long_description_content_type='text/markdown',
     packages=find_packages(include=['tola_plugin', 'tola_plugin.*', 'tola_cli']),
+    py_modules=['tola_plugin_hook'],
+    cmdclass=CMDCLASS,
     package_data={
         'tola_plugin.vocab': ['*.txt'],
         'tola_plugin.demo_backbone': ['*.safetensors', '*.json'],  # the demo model trained here

@@ -51,6 +51,24 @@ def test_folder_pairs_item_contract(folders):
     assert ds[2]['ocr_target'][5] == TRANSOCR_END and (ds[2]['ocr_target'][6:] == -100).all()
 
 
+def test_native_lr_for_xs_networks(folders):
+    """lq_size: native: the LR at 128/s x 512/s for BasicSR's x s networks (a 32x128 file passes unchanged), the HR
+    on the canvas; without the option file's scale it is an error."""
+    lq, gt, labels = folders
+    ds = build_dataset(_opt(dataroot_lq=str(lq), dataroot_gt=str(gt), labels=str(labels), lq_size='native', scale=4))
+    item = ds[0]
+    assert item['lq'].shape == (3, 32, 128) and item['gt'].shape == (3, 128, 512)
+    file_rgb = cv2.imread(str(lq / 'a_01.png'))[:, :, ::-1].astype(np.float32) / 255.0
+    assert torch.equal(item['lq'], torch.from_numpy(np.ascontiguousarray(file_rgb.transpose(2, 0, 1))))
+    assert build_dataset(_opt(dataroot_lq=str(lq), labels=str(labels), lq_size='native',
+                              scale=2))[0]['lq'].shape == (3, 64, 256)
+    with pytest.raises(ValueError, match="needs the option file's scale"):
+        build_dataset(_opt(dataroot_lq=str(lq), labels=str(labels), lq_size='native'))
+    with pytest.raises(ValueError, match='expected 256x64'):
+        build_dataset(_opt(dataroot_lq=str(lq), labels=str(labels), lq_size='native', scale=2,
+                           resize_to_canvas=False))[0]
+
+
 def test_hr_is_optional(folders):
     lq, _, labels = folders
     item = build_dataset(_opt(dataroot_lq=str(lq), labels=str(labels)))[0]

@@ -259,6 +259,48 @@ def test_bad_options_are_rejected(lmdb_root):
         build_dataset(_opt(lmdb_root, io_backend={'type': 'disk'}))
 
 
+def test_native_lr_is_the_canvas_lr_before_its_resize(lmdb_root):
+    """lq_size: native (the baselines' x4 input) is the chain's 32x128 LR of the same random stream: resized with the
+    sample's planned interpolation it is, bit for bit, the 128x512 LR TOLA trains on."""
+    canvas = build_dataset(_opt(lmdb_root, scales=[4]))
+    native = build_dataset(_opt(lmdb_root, scales=[4], lq_size='native', scale=4))
+    for i in range(4):
+        a, b = canvas[i], native[i]
+        assert b['lq'].shape == (3, 32, 128) and torch.equal(a['gt'], b['gt'])
+        interpolation = canvas.plan(i)[2]
+        up = cv2.resize(b['lq'].numpy().transpose(1, 2, 0), (512, 128), interpolation=interpolation)
+        assert np.array_equal(np.clip(up, 0, 1), a['lq'].numpy().transpose(1, 2, 0))
+
+
+def test_gt_size_crops_one_region_of_both_without_changing_the_degradation(lmdb_root):
+    whole = build_dataset(_opt(lmdb_root, scales=[4], lq_size='native', scale=4))
+    crops = build_dataset(_opt(lmdb_root, scales=[4], lq_size='native', scale=4, gt_size=64))
+    positions = []
+    for i in range(len(LABELS)):
+        w, c = whole[i], crops[i]
+        assert c['gt'].shape == (3, 64, 64) and c['lq'].shape == (3, 16, 16)
+        found = {(top, left)
+                 for top in range(0, 128 - 64 + 1, 4)
+                 for left in range(0, 512 - 64 + 1, 4) if torch.equal(w['gt'][:, top:top + 64, left:left + 64], c['gt'])
+                 and torch.equal(w['lq'][:, top // 4:top // 4 + 16, left // 4:left // 4 + 16], c['lq'])}
+        assert found, f'sample {i}: the crops are not one aligned region of the uncropped pair'
+        positions.append(found)
+    assert len({frozenset(p) for p in positions}) > 1  # drawn per sample
+
+
+def test_native_and_crop_options_are_checked(lmdb_root):
+    with pytest.raises(ValueError, match='needs one scale'):
+        build_dataset(_opt(lmdb_root, lq_size='native'))  # scales [1, 2, 4]
+    with pytest.raises(ValueError, match="option file's scale is 2"):
+        build_dataset(_opt(lmdb_root, lq_size='native', scales=[4], scale=2))
+    with pytest.raises(ValueError, match='lq_size must be one of'):
+        build_dataset(_opt(lmdb_root, lq_size='small'))
+    with pytest.raises(ValueError, match=r'gt_size must be an integer in \[1, 128\] divisible by .* \(4\), got 30'):
+        build_dataset(_opt(lmdb_root, lq_size='native', scales=[4], gt_size=30))
+    with pytest.raises(ValueError, match='gt_size'):
+        build_dataset(_opt(lmdb_root, gt_size=256))
+
+
 def test_basicsr_dataloader_epochs_are_reproducible(lmdb_root):
     """BasicSR's own sampler + dataloader with 2 workers: set_epoch reaches the workers."""
     from basicsr.data import build_dataloader

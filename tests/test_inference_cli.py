@@ -81,8 +81,9 @@ def test_outputs_never_replace_inputs_or_existing_files(tiny_model, tmp_path):
         ['-i', single, '-o',
          str(out), '--model', tiny_model, '--suffix', '_x', '--ext', 'jpg', '-s', '2']) == 0
     assert cv2.imread(str(out / 'a_x.jpg')).shape == (48, 120, 3)
-    with pytest.raises(ValueError, match='already exist'):
-        infer.main(['-i', single, '-o', str(out), '--model', tiny_model, '--suffix', '_x', '--ext', 'jpg'])
+    # a rerun skips the existing output (never replaced without --overwrite)
+    assert infer.main(['-i', single, '-o', str(out), '--model', tiny_model, '--suffix', '_x', '--ext', 'jpg']) == 0
+    assert cv2.imread(str(out / 'a_x.jpg')).shape == (48, 120, 3)
     assert infer.main(
         ['-i', single, '-o',
          str(out), '--model', tiny_model, '--suffix', '_x', '--ext', 'jpg', '--overwrite']) == 0

@@ -1,11 +1,13 @@
-"""The demo option files through the real launchers: single-process train -> test, and 2-process gloo DDP
-(validation on rank 0 must not start a collective the other rank never joins)."""
+"""The demo option files through the real launchers: 2-process gloo DDP with BasicSR's own train.py under torchrun
+(the import hook in every rank; validation on rank 0 must not start a collective the other rank never joins), then
+our test launcher with the hook switched off."""
 import glob
 import os
 
 import torch
 
 from conftest import free_port, run_launcher, write_options
+from launcher_testing import make_checkout
 from tola_testing import REPO, load_yaml, tiny_backbone, tiny_demo_options
 
 
@@ -13,9 +15,10 @@ def test_two_process_gloo_ddp_train_validate_and_test(rendered_sets, tmp_path):
     opt = tiny_demo_options(rendered_sets, 'tola_ddp', total_iter=2, freq=2)
     opt_file = write_options(tmp_path / 'ddp.yml', opt)
     env = {'OMP_NUM_THREADS': '1'}
+    train_py = make_checkout(tmp_path)['train']  # BasicSR's own script, in a checkout-like folder: outputs there
     run_launcher([
-        '-m', 'torch.distributed.run', '--nproc_per_node=2', f'--master_port={free_port()}', '-m', 'tola_plugin.train',
-        '-opt', opt_file, '--launcher', 'pytorch'
+        '-m', 'torch.distributed.run', '--nproc_per_node=2', f'--master_port={free_port()}', train_py, '-opt', opt_file,
+        '--launcher', 'pytorch'
     ], cwd=tmp_path, env=env)
     exp = tmp_path / 'experiments' / 'tola_ddp'
     log = open(glob.glob(str(exp / 'train_*.log'))[0], encoding='utf-8').read()
@@ -29,6 +32,9 @@ def test_two_process_gloo_ddp_train_validate_and_test(rendered_sets, tmp_path):
     test['datasets']['test_1'].update(dataroot_gt=opt['datasets']['val']['dataroot_gt'],
                                       labels=opt['datasets']['val']['labels'])
     test['path']['pretrain_network_g'] = str(exp / 'models' / 'net_g_latest.pth')
-    run_launcher(['-m', 'tola_plugin.test', '-opt', write_options(tmp_path / 'test.yml', test)], cwd=tmp_path, env=env)
+    # our launcher imports the plugin itself: it needs no hook (docs/baselines.md)
+    run_launcher(
+        ['-m', 'tola_plugin.test', '-opt', write_options(tmp_path / 'test.yml', test)], cwd=tmp_path,
+        env=dict(env, TOLA_PLUGIN_HOOK='0'))
     images = glob.glob(str(tmp_path / 'results' / 'demo_TOLA_test' / 'visualization' / 'rendered_val' / '*.png'))
     assert len(images) == 2

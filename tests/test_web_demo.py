@@ -70,10 +70,11 @@ def test_draw_lines_outlines_each_detected_line():
 
 
 def test_cli_checks_arguments(capsys):
-    for argv, message in ((['--port', '70000'], '--port must be in [0, 65535]'),
-                          (['--max-megapixels',
-                            '0'], '--max-megapixels must be > 0'), (['--max-file-mb',
-                                                                     '-1'], '--max-file-mb must be > 0')):
+    for argv, message in ((['--port',
+                            '70000'], '--port must be in [0, 65535]'), (['--max-megapixels', '0'],
+                                                                        '--max-megapixels must be a finite number > 0'),
+                          (['--max-file-mb', '-1'], '--max-file-mb must be a finite number > 0'),
+                          (['--max-windows', '0'], '--max-windows must be a finite number > 0')):
         with pytest.raises(SystemExit):
             web_cli.parse_args(argv)
         assert message in capsys.readouterr().err

@@ -10,11 +10,23 @@ is 128 high (aspect kept), or --outscale times the input. With --detect, PP-OCRv
 each is rectified, restored and pasted back, and a JSON lists the lines (polygon, PP-OCRv4 text before and after,
 text prior and its mean confidence). Line mode writes prior.csv (the text prior of each output).
 
-Outputs: OUT/<name><suffix>.<ext> (subfolders kept with --recursive). Existing outputs are never replaced without
---overwrite, and an output may never replace an input. A file that cannot be read is reported and skipped; the
-run ends with a summary, exit status 1 if any file failed. docs/restore.md has the details.
+Outputs: OUT/<name><suffix>.<ext> (subfolders kept with --recursive), written atomically. An image whose output
+exists is skipped (a rerun continues an interrupted run) unless --overwrite; an output may never replace an input
+(same file, by device and inode); prior.csv gains this run's rows and keeps the others'. One run at a time per
+output folder (a second is refused with the first's PID). Bounds checked before any work, each an error naming the
+image, the limit and the option: --max-megapixels (read from the header, before decoding), --max-windows,
+--max-output-megapixels. A file that cannot be read or restored is reported and skipped, the others go on; the
+run ends with a summary (also of the files left out), exit status 1 if any file failed, 130 after Ctrl-C.
+docs/restore.md and docs/reliability.md have the details.
 """
 import argparse
+import math
+
+# The library's defaults (tola_plugin.data.image_io.DEFAULT_MAX_PIXELS, inference.work_bounds), repeated here so
+# that --help needs no import of the package; tests/test_reliability_bounds.py checks that they agree.
+DEFAULT_MAX_MEGAPIXELS = 64.0
+DEFAULT_MAX_WINDOWS = 256
+DEFAULT_MAX_OUTPUT_MEGAPIXELS = 100.0
 
 
 def _rgb(text: str):
@@ -66,6 +78,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--overwrite', action='store_true', help='replace existing outputs')
     parser.add_argument('--alpha-background', type=_rgb, default=(255, 255, 255), metavar='R,G,B',
                         help='colour under transparent pixels (255,255,255)')
+    parser.add_argument(
+        '--max-megapixels', type=float, default=DEFAULT_MAX_MEGAPIXELS,
+        help=f'image budget: larger inputs are refused from their header, before decoding '
+        f'({DEFAULT_MAX_MEGAPIXELS:g} million pixels)')
+    parser.add_argument(
+        '--max-windows', type=int, default=DEFAULT_MAX_WINDOWS,
+        help=f'128x512 windows (network calls) one image may need: a line, or all lines of a photo '
+        f'({DEFAULT_MAX_WINDOWS})')
+    parser.add_argument('--max-output-megapixels', type=float, default=DEFAULT_MAX_OUTPUT_MEGAPIXELS,
+                        help=f'pixels of one output image ({DEFAULT_MAX_OUTPUT_MEGAPIXELS:g} million)')
     parser.add_argument('--timestep', type=int,
                         help="inference control: the q-sample and IDM timestep (default: the model's)")
     parser.add_argument('--noise', choices=('gaussian', 'zero'), help='inference control: the noise mode')
@@ -84,8 +106,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error(f'--batch-size must be >= 1, got {args.batch_size}')
     if not 0 <= args.overlap < 512:
         parser.error(f'--overlap must be in [0, 511], got {args.overlap}')
-    if args.outscale is not None and not args.outscale > 0:
-        parser.error(f'--outscale must be > 0, got {args.outscale}')
+    if args.outscale is not None and not (math.isfinite(args.outscale) and args.outscale > 0):
+        parser.error(f'--outscale must be a finite number > 0, got {args.outscale}')
+    for flag, value in (('--max-megapixels', args.max_megapixels), ('--max-windows', args.max_windows),
+                        ('--max-output-megapixels', args.max_output_megapixels)):
+        if not (math.isfinite(value) and value > 0):
+            parser.error(f'{flag} must be a finite number > 0, got {value}')
     return args
 
 

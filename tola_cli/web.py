@@ -5,11 +5,15 @@
 
 The page shows the input and the restored output side by side (with --detect also the input with the detected lines
 outlined), the text prior TransOCR read and its mean confidence, PP-OCRv4's reading of each line before and after
-restoring, and the time taken. Bad uploads (not an image, more than --max-megapixels or --max-file-mb) get a
+restoring, and the time taken. Bad uploads (not an image, more than --max-megapixels, read from the header before
+decoding, or --max-file-mb; more windows or output pixels than --max-windows / --max-output-megapixels) get a
 message on the page; the server keeps running. It listens on 127.0.0.1 only, unless --host says otherwise, and
 nothing is fetched from the internet (docs/web.md). Needs the [web] extra (gradio).
 """
 import argparse
+import math
+
+from tola_cli.infer import DEFAULT_MAX_OUTPUT_MEGAPIXELS, DEFAULT_MAX_WINDOWS
 
 DEFAULT_PORT = 7860
 
@@ -30,6 +34,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help='larger images are refused with a message (4.0 million pixels)')
     parser.add_argument('--max-file-mb', type=float, default=20.0,
                         help='larger uploads are refused by the server (20 MB)')
+    parser.add_argument('--max-windows', type=int, default=DEFAULT_MAX_WINDOWS,
+                        help=f'128x512 windows (network calls) one image may need ({DEFAULT_MAX_WINDOWS})')
+    parser.add_argument('--max-output-megapixels', type=float, default=DEFAULT_MAX_OUTPUT_MEGAPIXELS,
+                        help=f'pixels of one output image ({DEFAULT_MAX_OUTPUT_MEGAPIXELS:g} million)')
     return parser
 
 
@@ -39,10 +47,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if not 0 <= args.port <= 65535:
         parser.error(f'--port must be in [0, 65535], got {args.port}')
-    if not args.max_megapixels > 0:
-        parser.error(f'--max-megapixels must be > 0, got {args.max_megapixels}')
-    if not args.max_file_mb > 0:
-        parser.error(f'--max-file-mb must be > 0, got {args.max_file_mb}')
+    for flag, value in (('--max-megapixels', args.max_megapixels), ('--max-file-mb', args.max_file_mb),
+                        ('--max-windows', args.max_windows), ('--max-output-megapixels', args.max_output_megapixels)):
+        if not (math.isfinite(value) and value > 0):
+            parser.error(f'{flag} must be a finite number > 0, got {value}')
     return args
 
 
@@ -71,7 +79,8 @@ def run(args: argparse.Namespace, block: bool = True):
         torch.device(device)
     except RuntimeError as err:
         raise ValueError(f'--device {device!r}: {err}') from None
-    pipeline = TOLAPipeline.from_merged(args.model).to(device)
+    pipeline = TOLAPipeline.from_merged(args.model, max_windows=args.max_windows,
+                                        max_output_pixels=args.max_output_megapixels * 1e6).to(device)
     web_app.warm_up(pipeline, args.detect)
     app = web_app.build_app(pipeline, detect=args.detect, demo_model=args.model is None,
                             max_megapixels=args.max_megapixels, model_name=args.model or DEMO_MODEL)

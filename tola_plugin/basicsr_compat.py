@@ -1,10 +1,10 @@
 """Every change this plugin makes to BasicSR 1.4.2 and its environment, in one place: ``tola_plugin/__init__``
 imports this module before anything else, so no other module of the package needs to care.
 
-0.   The torchvision shim, run before any ``import basicsr``: basicsr 1.4.2 (the last PyPI release) imports
-     ``torchvision.transforms.functional_tensor``, which torchvision removed in 0.17 (fixed upstream after the
-     release, never published). The module is aliased to its private successor, or to a minimal stand-in
-     exposing the one function basicsr uses.
+0.   The torchvision shim, run before any ``import basicsr`` (``tola_plugin_hook.install_torchvision_shim``: the
+     import hook applies it before basicsr's own imports; here it covers a process without the hook): basicsr
+     1.4.2 (the last PyPI release) imports ``torchvision.transforms.functional_tensor``, which torchvision
+     removed in 0.17.
 
 1-3. The three functions that assume a GPU, replaced so CPU and gloo DDP work: the process group starts once the
      options are known (backend by device, one GPU per process, timeout, device binding; torchrun and srun), DDP
@@ -24,34 +24,21 @@ imports this module before anything else, so no other module of the package need
      naming each skipped file.
 8.   Exact resume: the training state also holds the position inside the epoch and every RNG stream;
      ``resume_training`` arms them, the sampler skips the consumed samples, and validation leaves the RNG
-     streams untouched (utils/training_resume.py).
+     streams untouched (utils/training_resume.py). The option file's scheduler settings win over the saved
+     ones (a log line says which differed).
 9.   ``BaseModel.load_network`` reads weights-only (upstream's bare ``torch.load``).
 10.  ``MessageLogger``'s ETA: the mean over the timed iterations, never negative (upstream's last line reads
      "eta: -1 day, 23:59:59").
+11.  BasicSR's own launchers: ``basicsr.train`` and ``basicsr.test`` get the plugin's ``parse_options`` and
+     ``load_resume_state``. Run as scripts (a checkout's ``basicsr/train.py``, ``python -m basicsr.train``,
+     torchrun), they execute in their own ``__main__`` namespace instead, so ``parse_options`` is also patched
+     where they import it from, and gives the calling script the same functions; run from an installed basicsr
+     (``python -m``), whose root would be site-packages, experiments/, tb_logger/ and results/ go under the
+     current directory instead.
 """
 import sys
-import types
 
-_OLD_TORCHVISION_MODULE = 'torchvision.transforms.functional_tensor'
-
-
-def install_torchvision_shim():
-    """Register ``torchvision.transforms.functional_tensor`` if torchvision no longer has it (0)."""
-    if _OLD_TORCHVISION_MODULE in sys.modules:
-        return
-    try:
-        import torchvision.transforms.functional_tensor  # noqa: F401  (old torchvision: nothing to do)
-        return
-    except ImportError:
-        pass
-    try:
-        from torchvision.transforms import _functional_tensor as module
-    except ImportError:
-        from torchvision.transforms.functional import rgb_to_grayscale
-        module = types.ModuleType(_OLD_TORCHVISION_MODULE)
-        module.rgb_to_grayscale = rgb_to_grayscale
-    sys.modules[_OLD_TORCHVISION_MODULE] = module
-
+from tola_plugin_hook import install_torchvision_shim
 
 install_torchvision_shim()
 
@@ -80,7 +67,8 @@ from basicsr.utils.options import ordered_yaml
 from tola_plugin.utils import cuda_math, distributed, run_lock
 from tola_plugin.utils.checkpoint_io import atomic_torch_save, weights_only_loads
 from tola_plugin.utils.option_checks import OptionError, check_options
-from tola_plugin.utils.training_resume import LOOP, find_resume_state, read_training_state, rng_preserved
+from tola_plugin.utils.training_resume import (LOOP, find_resume_state, keep_option_settings, read_training_state,
+                                               rng_preserved, scheduler_settings)
 
 
 def _warn_early(message: str) -> None:
@@ -96,9 +84,10 @@ _LAUNCH = {}  # inside our parse_options: the launcher upstream's asked init_dis
 def init_dist(launcher, backend=None, **kwargs):
     """Upstream starts the process group here, before the option file is read: ``rank % torch.cuda.device_count()``
     (ZeroDivisionError on CPU, two ranks on one GPU when there are more ranks than GPUs), nccl always, no timeout.
-    Called by our ``parse_options`` (the launchers), the request is recorded and the group started once ``num_gpu``
-    and ``dist_params`` are known; called by upstream's own (``python basicsr/train.py``), it starts the group now
-    for the devices present (``kwargs``: slurm's ``dist_params``)."""
+    Called by our ``parse_options`` (every launcher, BasicSR's own too: 11), the request is recorded and the group
+    started once ``num_gpu`` and ``dist_params`` are known; called by upstream's parse_options (a script that
+    imported it before the plugin), it starts the group now for the devices present (``kwargs``: slurm's
+    ``dist_params``)."""
     if launcher not in ('pytorch', 'slurm'):
         raise ValueError(f'Invalid launcher type: {launcher}')
     if _LAUNCH.get('deferring'):
@@ -248,7 +237,9 @@ def check_cuda_usable(opt, args):
 def parse_options(root_path, is_train=True):
     """Upstream's parser, then the start-up checks, the process group of a distributed run (started here, once
     the options are known: ``start_distributed``), the CUDA math options (utils/cuda_math.py) and the experiment
-    lock (rank 0)."""
+    lock (rank 0). Called first by BasicSR's pipelines, it also fits the calling launcher script to the plugin
+    (11)."""
+    root_path = _adopt_launcher_script(sys._getframe(1).f_globals, root_path)
     _LAUNCH.clear()
     _LAUNCH['deferring'] = True
     try:
@@ -271,6 +262,47 @@ def parse_options(root_path, is_train=True):
     if opt['rank'] == 0:
         run_lock.acquire(opt['path']['experiments_root' if is_train else 'results_root'], _warn_early)
     return opt, args
+
+
+# ------------------------------------------------------------------------------ 11: BasicSR's launcher scripts
+def _installed_package_root(root_path: str) -> bool:
+    """Whether ``root_path`` (the parent of the launcher script's folder) is where packages are installed, i.e.
+    the script is the installed basicsr's own (``python -m basicsr.train``), not a checkout's."""
+    return os.path.basename(os.path.normpath(root_path)) in ('site-packages', 'dist-packages')
+
+
+def _give_launcher_our_functions(namespace: dict) -> None:
+    """The plugin's ``parse_options`` and ``load_resume_state`` in a launcher's namespace (module or script)."""
+    for name, function in (('parse_options', parse_options), ('load_resume_state', load_resume_state)):
+        if name in namespace:
+            namespace[name] = function
+
+
+def _adopt_launcher_script(namespace: dict, root_path: str) -> str:
+    """Give a BasicSR launcher run as a script (``namespace``: its globals) the plugin's ``load_resume_state``
+    and, when it runs from an installed package, the current directory as root; returns the root to use."""
+    if 'train_pipeline' not in namespace and 'test_pipeline' not in namespace:
+        return root_path  # not a launcher (e.g. a test calling parse_options)
+    _give_launcher_our_functions(namespace)
+    if not _installed_package_root(root_path):
+        return root_path
+    cwd = os.getcwd()
+    if 'init_tb_loggers' in namespace:  # train.py puts tb_logger/ under opt['root_path'] = its own root
+        script_init_tb_loggers, script_mkdir_and_rename = namespace['init_tb_loggers'], namespace['mkdir_and_rename']
+
+        def init_tb_loggers(opt):
+            return script_init_tb_loggers(dict(opt, root_path=cwd))
+
+        def mkdir_and_rename(path):
+            if os.path.commonpath([path, root_path]) == os.path.normpath(root_path):
+                path = os.path.join(cwd, os.path.relpath(path, root_path))
+            return script_mkdir_and_rename(path)
+
+        namespace['init_tb_loggers'], namespace['mkdir_and_rename'] = init_tb_loggers, mkdir_and_rename
+    print(
+        f'note: BasicSR\'s launcher runs from the installed package ({root_path}); its outputs go under the '
+        f'current directory {cwd}', file=sys.stderr, flush=True)
+    return cwd
 
 
 # ----------------------------------------------------------------------------------------- 6-9: save / load
@@ -324,12 +356,15 @@ _original_load_network = BaseModel.load_network
 
 
 def resume_training(self, resume_state):
-    """Upstream restores optimizers and schedulers; also arm the loop position and RNG streams."""
+    """Upstream restores optimizers and schedulers (the option file's scheduler settings are put back where the
+    saved ones differ, with a log line); also arm the loop position and RNG streams."""
+    configured = [scheduler_settings(s) for s in self.schedulers]
     _original_resume_training(self, resume_state)
     logger = get_root_logger()
     for note in LOOP.notes:  # warnings printed before the logger existed
         logger.warning(note)
     LOOP.notes.clear()
+    keep_option_settings(self.schedulers, configured, logger.warning)
     LOOP.resume(resume_state.get('loop'), self.opt['path'].get('resume_state') or 'the training state', logger.warning)
 
 
@@ -346,9 +381,9 @@ def load_network(self, net, load_path, strict=True, param_key='params'):
 
 
 basicsr.utils.options.init_dist = init_dist  # parse_options calls the name imported into options
-basicsr.train.load_resume_state = load_resume_state
-basicsr.train.parse_options = parse_options
-basicsr.test.parse_options = parse_options
+basicsr.utils.options.parse_options = parse_options  # where launcher scripts import it from (11)
+_give_launcher_our_functions(vars(basicsr.train))  # basicsr/__init__ imported both modules before this
+_give_launcher_our_functions(vars(basicsr.test))
 BaseModel.model_to_device = model_to_device
 BaseModel.save_network = save_network
 BaseModel.save_training_state = save_training_state

@@ -5,12 +5,15 @@ Example (two methods side by side, all nine metrics):
         --method TOLA=results/TOLA --method DiffTSR=results/DiffTSR \
         --transocr-checkpoint checkpoints/transocr.pth --out results/eval
 
-Writes <out>/per_image/<method>.csv, <out>/summary.json and <out>/summary.md. See docs/evaluation.md.
+Writes <out>/per_image/<method>.csv, <out>/summary.json and <out>/summary.md (atomically). An image over the
+image budget (--max-megapixels, read from its header before decoding) or one that cannot be decoded is an error
+naming it. See docs/evaluation.md.
 """
 import argparse
+import math
 import os
 
-from tola_plugin.data.image_io import WHITE
+from tola_plugin.data.image_io import DEFAULT_MAX_PIXELS, WHITE
 from tola_plugin.evaluation.image_metrics import DEFAULT_COLOR_SPACE, LUMA_COLOR_SPACES
 from tola_plugin.evaluation.runner import ALL_METRICS, evaluate_methods
 from tola_plugin.utils.cli_errors import UsageError, run_tool
@@ -66,6 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help='luminance for PSNR/SSIM (default ycbcr: BT.601 Y as BasicSR/MATLAB)')
     p.add_argument('--background', type=parse_rgb, default=WHITE, metavar='R,G,B',
                    help='colour under transparent pixels of RGBA/LA/palette images (default 255,255,255 = white)')
+    p.add_argument(
+        '--max-megapixels', type=float, default=DEFAULT_MAX_PIXELS / 1e6,
+        help=f'image budget: larger images are refused from their header, before decoding '
+        f'({DEFAULT_MAX_PIXELS / 1e6:g} million pixels)')
     p.add_argument('--device', default='cpu', help='torch device, e.g. cpu or cuda:0')
     p.add_argument('--batch-size', type=int, default=8)
     p.add_argument('--num-workers', type=int, default=0, help='data-loader workers of FID')
@@ -79,11 +86,14 @@ def main(argv=None) -> int:
     if len(methods) != len(args.method):
         raise UsageError('two --method entries have the same name')
     metrics = [m.strip() for m in args.metrics.split(',') if m.strip()] if args.metrics else None
+    if not (math.isfinite(args.max_megapixels) and args.max_megapixels > 0):
+        raise UsageError(f'--max-megapixels must be a finite number > 0, got {args.max_megapixels}')
     evaluate_methods(methods, args.out, reference_dir=args.reference, labels_path=args.labels, metrics=metrics,
                      device=args.device, color_space=args.color_space, lower=args.lower,
                      transocr_checkpoint=args.transocr_checkpoint, transocr_preprocess=args.transocr_preprocess,
                      batch_size=args.batch_size, num_workers=args.num_workers, progress=not args.no_progress,
-                     ppocr_lower=not args.ppocr_case_sensitive, background=args.background)
+                     ppocr_lower=not args.ppocr_case_sensitive, background=args.background,
+                     max_pixels=round(args.max_megapixels * 1e6))
     with open(os.path.join(args.out, 'summary.md'), encoding='utf-8') as f:
         print(f.read(), end='')
     return 0

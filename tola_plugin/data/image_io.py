@@ -1,49 +1,134 @@
 """The one image reader of the package: encoded bytes or a file -> BGR uint8 (H, W, 3), whatever the file holds;
-and the one image lister (``list_image_files``: which files of a folder are images).
+and the one image lister (``scan_image_folder`` / ``list_image_files``: which files of a folder are images, and
+what was left out).
 
 Datasets, inference, evaluation and the tools all read through ``decode_image`` / ``read_image_file``:
-- 8-bit, 16-bit (scaled to 8 bits) and float images (values in [0, 1]), grayscale or colour, palette images, CMYK
-  JPEGs (OpenCV converts them to BGR);
+- one image budget: the size the file declares is read from its header first (Pillow, without decoding the
+  pixels), and an image over ``max_pixels`` (DEFAULT_MAX_PIXELS, 64 megapixels) is refused by name before any
+  decoding (``ImageTooLargeError``); a decompression bomb costs a few kilobytes of reading;
+- 8-bit, 16-bit (scaled to 8 bits) and float images (values in [0, 1], checked), grayscale or colour, palette
+  images, CMYK JPEGs (OpenCV converts them to BGR); GIF and multi-page TIFF: the first frame;
 - an alpha channel is composited over ``background`` (white by default): a transparent background never turns
   black, and a half-transparent stroke keeps its shade;
 - the EXIF orientation is applied (as PIL's ``ImageOps.exif_transpose``), so a phone photo is read upright;
-- anything else (no bytes, truncated, not an image) is a ValueError naming the file.
+- anything else (no bytes, truncated, not an image, an error of any decoding library) is the one ValueError
+  "<file>: not a decodable image (...)".
 """
 import io
 import os
-from typing import List, Sequence
+import warnings
+from dataclasses import dataclass, field
+from typing import BinaryIO, List, Optional, Sequence, Tuple
 
 import cv2
 import numpy as np
-from PIL import Image
+from PIL import Image, TiffImagePlugin
 
-IMAGE_EXTENSIONS = ('.png', '.jpg', '.jpeg', '.bmp', '.webp', '.tif', '.tiff')  # lower case
+IMAGE_EXTENSIONS = ('.png', '.jpg', '.jpeg', '.bmp', '.webp', '.tif', '.tiff', '.gif')  # lower case
 WHITE = (255, 255, 255)
+DEFAULT_MAX_PIXELS = 64_000_000  # the image budget: 64 megapixels (a 48 MP phone photo fits; 192 MB as 8-bit BGR)
+CV_MAX_PIXELS = 1 << 30  # OpenCV's own ceiling (CV_IO_MAX_IMAGE_PIXELS), above which imdecode raises
+FLOAT_SLACK = 0.5 / 255  # floats this far outside [0, 1] still round to 0 or 255: accepted (and clipped)
 _EXIF_ORIENTATION = 0x0112
 
 
-def _to_uint8(img: np.ndarray, what: str) -> np.ndarray:
-    if img.dtype == np.uint8:
-        return img
-    if img.dtype == np.uint16:
-        return ((img.astype(np.uint32) + 128) // 257).astype(np.uint8)  # 65535 -> 255, rounded
-    if img.dtype in (np.float32, np.float64):
-        return (np.clip(img, 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
-    raise ValueError(f'{what}: unsupported pixel type {img.dtype} (expected 8-bit, 16-bit or float in [0, 1])')
+class ImageTooLargeError(ValueError):
+    """An image whose header declares more pixels than the budget (refused before decoding); ``width``, ``height``
+    and ``max_pixels`` say by how much (None when only Pillow's bomb check knows)."""
+
+    def __init__(self, message: str, width: Optional[int] = None, height: Optional[int] = None,
+                 max_pixels: Optional[int] = None):
+        super().__init__(message)
+        self.width, self.height, self.max_pixels = width, height, max_pixels
 
 
-def _composite(bgra: np.ndarray, background: Sequence[int]) -> np.ndarray:
-    """BGRA uint8 -> BGR uint8 over an RGB ``background`` colour."""
-    alpha = bgra[..., 3:4].astype(np.float32) / 255.0
-    back = np.array(background[::-1], np.float32).reshape(1, 1, 3)  # RGB option -> BGR
-    out = bgra[..., :3].astype(np.float32) * alpha + back * (1.0 - alpha)
-    return (out + 0.5).astype(np.uint8)
+def pixel_ceiling() -> int:
+    """The largest budget the reader can honour: Pillow's decompression-bomb error threshold (2 x
+    ``Image.MAX_IMAGE_PIXELS``, 178,956,970 pixels by default; it refuses to read larger headers) and OpenCV's
+    ``CV_IO_MAX_IMAGE_PIXELS`` (2^30), whichever is lower."""
+    pil = Image.MAX_IMAGE_PIXELS
+    return CV_MAX_PIXELS if pil is None else min(CV_MAX_PIXELS, 2 * int(pil))
+
+
+def check_max_pixels(max_pixels, what: str = 'max_pixels') -> Optional[int]:
+    """A validated image budget (pixels): a positive number up to ``pixel_ceiling()``; None: no budget of ours
+    (the libraries' ceilings still apply)."""
+    if max_pixels is None:
+        return None
+    if isinstance(max_pixels, bool) or not isinstance(max_pixels, (int, float, np.integer, np.floating)) \
+            or not 0 < max_pixels <= pixel_ceiling():
+        raise ValueError(f'{what} (the image budget; --max-megapixels x 1e6) must be a number of pixels in (0, '
+                         f'{pixel_ceiling():,}] (the ceiling is Pillow\'s own decompression-bomb limit), got '
+                         f'{max_pixels!r}')
+    return int(max_pixels)
+
+
+def megapixels(pixels: float) -> str:
+    return f'{pixels / 1e6:.3g} megapixels'
+
+
+def budget_error(what: str, width: int, height: int, max_pixels: int) -> ImageTooLargeError:
+    return ImageTooLargeError(
+        f'{what}: {width}x{height} pixels ({megapixels(width * height)}) is over the image budget of '
+        f'{megapixels(max_pixels)}; refused before decoding (raise the limit with --max-megapixels, or max_pixels= '
+        f'in Python)', width, height, max_pixels)
+
+
+def not_decodable(what: str, size: int, detail: str = '') -> ValueError:
+    """The one error of a file no library could decode."""
+    detail = f'; {detail}' if detail else ''
+    return ValueError(f'{what}: not a decodable image ({size} bytes; empty, truncated or not an image file{detail})')
+
+
+def _first_line(err: BaseException) -> str:
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return f'{type(err).__name__}: {lines[-1] if lines else ""}'.rstrip(': ')
+
+
+def _tiff_size(fp: BinaryIO) -> Optional[Tuple[int, int]]:
+    """(width, height) from the first directory of a TIFF whose pixel layout Pillow does not support (e.g. 3-channel
+    float, which OpenCV decodes), read with Pillow's own TIFF tag reader."""
+    fp.seek(0)
+    head = fp.read(16)
+    if head[:4] not in TiffImagePlugin.PREFIXES:
+        return None
+    try:
+        ifd = TiffImagePlugin.ImageFileDirectory_v2(head[:16] if 43 in head[2:4] else head[:8])  # BigTIFF: 16 bytes
+        fp.seek(ifd.next)
+        ifd.load(fp)
+        return int(ifd[256]), int(ifd[257])
+    except Exception:  # noqa: BLE001  Pillow raises many types for broken tag directories
+        return None
+
+
+def declared_size(fp: BinaryIO, what: str, size: int) -> Tuple[int, int]:
+    """(width, height) that the image in ``fp`` declares, read from its header without decoding the pixels
+    (Pillow's lazy open; TIFF tags when Pillow does not support the layout). A header no library understands is
+    "not a decodable image"; one beyond Pillow's bomb limit is an ImageTooLargeError."""
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')  # DecompressionBombWarning and format warnings: we judge the size ourselves
+        try:
+            fp.seek(0)
+            with Image.open(fp) as im:
+                return im.size
+        except Image.DecompressionBombError:
+            raise ImageTooLargeError(
+                f'{what}: its header declares more than {pixel_ceiling():,} pixels (Pillow\'s '
+                f'decompression-bomb limit, above any image budget); refused before decoding',
+                max_pixels=pixel_ceiling()) from None
+        except Exception as err:  # noqa: BLE001  UnidentifiedImageError, SyntaxError, OSError, struct.error, ...
+            found = _tiff_size(fp)
+            if found is None:
+                raise not_decodable(what, size, f'no image header: {_first_line(err)}') from None
+            return found
 
 
 def _exif_orientation(data: bytes) -> int:
     try:
-        with Image.open(io.BytesIO(data)) as im:
-            return int(im.getexif().get(_EXIF_ORIENTATION, 1))
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore')
+            with Image.open(io.BytesIO(data)) as im:
+                return int(im.getexif().get(_EXIF_ORIENTATION, 1))
     except Exception:  # no EXIF block or a format PIL does not parse: nothing to rotate
         return 1
 
@@ -57,20 +142,72 @@ def _orient(img: np.ndarray, orientation: int) -> np.ndarray:
     return np.ascontiguousarray(ops[orientation](img)) if orientation in ops else img
 
 
-def convert_array(img: np.ndarray, what: str, background: Sequence[int] = WHITE, order: str = 'BGR') -> np.ndarray:
+def _float_to_unit(img: np.ndarray, what: str, value_range) -> np.ndarray:
+    """A float image -> float in [0, 1]: NaN/inf refused; ``value_range`` (low, high) maps that range to [0, 1];
+    values outside [0, 1] by more than FLOAT_SLACK are an error (one that says so when they look like 0-255)."""
+    img = img.astype(np.float32, copy=False)
+    if value_range is not None:
+        low, high = (float(v) for v in value_range)
+        if not (np.isfinite(low) and np.isfinite(high) and high > low):
+            raise ValueError(f'value_range must be (low, high) with finite low < high, got {value_range!r}')
+        img = (img - np.float32(low)) * np.float32(1.0 / (high - low))
+    finite = np.isfinite(img)
+    if not finite.all():
+        raise ValueError(f'{what}: {int(finite.size - finite.sum())} NaN or infinite pixel value(s); float images '
+                         f'must hold finite values in [0, 1]')
+    low, high = float(img.min()), float(img.max())
+    if low >= -FLOAT_SLACK and high <= 1.0 + FLOAT_SLACK:
+        return img
+    if value_range is not None:
+        raise ValueError(f'{what}: float pixels in [{low:.4g}, {high:.4g}] after mapping value_range {value_range}; '
+                         f'the image holds values outside that range')
+    if low >= -FLOAT_SLACK and high <= 255.0 + FLOAT_SLACK:
+        raise ValueError(f'{what}: float pixels in [{low:.4g}, {high:.4g}] look like the 0-255 range; float images '
+                         f'must be in [0, 1] (divide by 255, or pass value_range=(0, 255))')
+    raise ValueError(f'{what}: float pixels in [{low:.4g}, {high:.4g}], outside [0, 1] (pass value_range=(low, high) '
+                     f'to map your range to [0, 1])')
+
+
+def _to_uint8(img: np.ndarray, what: str, value_range=None) -> np.ndarray:
+    if np.issubdtype(img.dtype, np.floating):
+        return (np.clip(_float_to_unit(img, what, value_range), 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
+    if value_range is not None:
+        raise ValueError(f'{what}: value_range applies to float images, got {img.dtype} pixels')
+    if img.dtype == np.uint8:
+        return img
+    if img.dtype == np.uint16:
+        return ((img.astype(np.uint32) + 128) // 257).astype(np.uint8)  # 65535 -> 255, rounded
+    raise ValueError(f'{what}: unsupported pixel type {img.dtype} (expected 8-bit, 16-bit or float in [0, 1])')
+
+
+def _composite(bgra: np.ndarray, background: Sequence[int]) -> np.ndarray:
+    """BGRA uint8 -> BGR uint8 over an RGB ``background`` colour."""
+    alpha = bgra[..., 3:4].astype(np.float32) / 255.0
+    back = np.array(background[::-1], np.float32).reshape(1, 1, 3)  # RGB option -> BGR
+    out = bgra[..., :3].astype(np.float32) * alpha + back * (1.0 - alpha)
+    return (out + 0.5).astype(np.uint8)
+
+
+def _check_background(background: Sequence[int]) -> None:
+    if len(background) != 3 or not all(0 <= int(c) <= 255 for c in background):
+        raise ValueError(f'background must be an RGB colour of three values in [0, 255], got {background!r}')
+
+
+def convert_array(img: np.ndarray, what: str, background: Sequence[int] = WHITE, order: str = 'BGR',
+                  value_range: Optional[Tuple[float, float]] = None) -> np.ndarray:
     """An in-memory image -> BGR uint8 (H, W, 3), by the rules of ``decode_image`` (no EXIF: arrays have none).
 
     img: (H, W) gray, (H, W, 2) gray + alpha, (H, W, 3) colour or (H, W, 4) colour + alpha; uint8, uint16 or float
-    in [0, 1]. order: 'BGR' (OpenCV's) or 'RGB' (PIL's, numpy users') channel order of ``img``.
+    in [0, 1] (NaN/inf and values outside [0, 1] are errors; ``value_range=(low, high)`` maps another float range,
+    e.g. (0, 255), to [0, 1]). order: 'BGR' (OpenCV's) or 'RGB' (PIL's, numpy users') channel order of ``img``.
     """
-    if len(background) != 3 or not all(0 <= int(c) <= 255 for c in background):
-        raise ValueError(f'background must be an RGB colour of three values in [0, 255], got {background!r}')
+    _check_background(background)
     if order not in ('BGR', 'RGB'):
         raise ValueError(f"channel order must be 'BGR' or 'RGB', got {order!r}")
     if not isinstance(img, np.ndarray) or img.ndim not in (2, 3) or img.size == 0:
         raise ValueError(f'{what}: expected an (H, W) or (H, W, C) image array, got {type(img).__name__} '
                          f'{getattr(img, "shape", "")}')
-    img = _to_uint8(img, what)
+    img = _to_uint8(img, what, value_range)
     if img.ndim == 3 and img.shape[2] in (3, 4) and order == 'RGB':
         img = img[..., [2, 1, 0] + ([3] if img.shape[2] == 4 else [])]
     if img.ndim == 2:
@@ -86,37 +223,97 @@ def convert_array(img: np.ndarray, what: str, background: Sequence[int] = WHITE,
     return np.ascontiguousarray(img)
 
 
-def decode_image(data: bytes, what: str, background: Sequence[int] = WHITE) -> np.ndarray:
-    """Encoded bytes -> BGR uint8 (H, W, 3). ``what`` names the source in errors; ``background``: RGB colour
-    under transparent pixels."""
-    if len(background) != 3 or not all(0 <= int(c) <= 255 for c in background):
-        raise ValueError(f'background must be an RGB colour of three values in [0, 255], got {background!r}')
-    img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED) if data else None
+def _decode(data: bytes, what: str, background: Sequence[int], max_pixels: Optional[int]) -> np.ndarray:
+    try:
+        img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
+    except cv2.error as err:  # OpenCV's own size ceiling, codec failures
+        raise not_decodable(what, len(data), f'OpenCV: {_first_line(err)}') from None
     if img is None or img.size == 0:
-        raise ValueError(f'{what}: not a decodable image ({len(data or b"")} bytes; empty, truncated or not an '
-                         f'image file)')
+        raise not_decodable(what, len(data))
+    if max_pixels is not None and img.shape[0] * img.shape[1] > max_pixels:  # a header that understated the size
+        raise budget_error(what, img.shape[1], img.shape[0], max_pixels)
     return _orient(convert_array(img, what, background), _exif_orientation(data))
 
 
-def read_image_file(path: str, background: Sequence[int] = WHITE) -> np.ndarray:
-    """BGR uint8 (H, W, 3) from a file (see ``decode_image``); a missing or unreadable file names its path."""
+def decode_image(data: bytes, what: str, background: Sequence[int] = WHITE,
+                 max_pixels: Optional[int] = DEFAULT_MAX_PIXELS) -> np.ndarray:
+    """Encoded bytes -> BGR uint8 (H, W, 3). ``what`` names the source in errors; ``background``: RGB colour
+    under transparent pixels; ``max_pixels``: the image budget, checked on the header before decoding (None: only
+    the libraries' own ceilings)."""
+    _check_background(background)
+    max_pixels = check_max_pixels(max_pixels)
+    if not data:
+        raise not_decodable(what, 0)
+    width, height = declared_size(io.BytesIO(data), what, len(data))
+    if max_pixels is not None and width * height > max_pixels:
+        raise budget_error(what, width, height, max_pixels)
+    return _decode(data, what, background, max_pixels)
+
+
+def read_image_file(path: str, background: Sequence[int] = WHITE,
+                    max_pixels: Optional[int] = DEFAULT_MAX_PIXELS) -> np.ndarray:
+    """BGR uint8 (H, W, 3) from a file (see ``decode_image``): the header is read first, so a file over the budget
+    is refused after reading a few kilobytes of it; a missing or unreadable file names its path."""
+    _check_background(background)
+    max_pixels = check_max_pixels(max_pixels)
     if not os.path.isfile(path):
         raise FileNotFoundError(f'image file not found: {path}')
     with open(path, 'rb') as f:
-        return decode_image(f.read(), path, background)
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            raise not_decodable(path, 0)
+        width, height = declared_size(f, path, size)
+        if max_pixels is not None and width * height > max_pixels:
+            raise budget_error(path, width, height, max_pixels)
+        f.seek(0)
+        data = f.read()
+    return _decode(data, path, background, max_pixels)
+
+
+@dataclass
+class FolderScan:
+    """What a folder holds: ``images`` (paths relative to the folder, sorted), ``unsupported`` (other files, not
+    hidden ones, relative paths, sorted) and ``unreadable`` (subfolders that could not be listed, with the reason)."""
+    images: List[str] = field(default_factory=list)
+    unsupported: List[str] = field(default_factory=list)
+    unreadable: List[str] = field(default_factory=list)
+
+
+def scan_image_folder(folder: str, recursive: bool = False, skip_dir: str = '') -> FolderScan:
+    """The files of ``folder`` with an image extension (``IMAGE_EXTENSIONS``, any case) directly in it, or with
+    ``recursive`` also in its subfolders (``skip_dir``, e.g. an output folder inside the input folder, is left
+    out), and what was left out: other files, and subfolders that cannot be listed. A missing folder is a
+    FileNotFoundError, one that cannot be listed a PermissionError (OSError) naming it."""
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f'image folder not found: {folder}')
+    try:
+        os.listdir(folder)
+    except OSError as err:
+        unlisted = type(err)(f'cannot list the image folder {folder}: {err.strerror}')
+        unlisted.errno = err.errno
+        raise unlisted from None
+    skip = os.path.realpath(skip_dir) if skip_dir else ''
+    scan = FolderScan()
+
+    def unreadable(err: OSError) -> None:
+        scan.unreadable.append(f'{err.filename}: {err.strerror}')
+
+    for root, dirs, files in os.walk(folder, onerror=unreadable):
+        dirs[:] = sorted(d for d in dirs if os.path.realpath(os.path.join(root, d)) != skip) if recursive else []
+        rel = os.path.relpath(root, folder)
+        for name in files:
+            path = name if rel == '.' else os.path.join(rel, name)
+            if name.lower().endswith(IMAGE_EXTENSIONS):
+                scan.images.append(path)
+            elif not name.startswith('.'):
+                scan.unsupported.append(path)
+    scan.images.sort()
+    scan.unsupported.sort()
+    scan.unreadable.sort()
+    return scan
 
 
 def list_image_files(folder: str, recursive: bool = False, skip_dir: str = '') -> List[str]:
-    """Sorted paths, relative to ``folder``, of the files with an image extension (``IMAGE_EXTENSIONS``, any case)
-    directly in ``folder``, or with ``recursive`` also in its subfolders (``skip_dir``, e.g. an output folder
-    inside the input folder, is left out). A missing folder is a FileNotFoundError; an empty list is the caller's
-    to judge."""
-    if not os.path.isdir(folder):
-        raise FileNotFoundError(f'image folder not found: {folder}')
-    skip = os.path.realpath(skip_dir) if skip_dir else ''
-    found = []
-    for root, dirs, files in os.walk(folder):
-        dirs[:] = sorted(d for d in dirs if os.path.realpath(os.path.join(root, d)) != skip) if recursive else []
-        rel = os.path.relpath(root, folder)
-        found.extend(n if rel == '.' else os.path.join(rel, n) for n in files if n.lower().endswith(IMAGE_EXTENSIONS))
-    return sorted(found)
+    """Sorted paths, relative to ``folder``, of its image files (``scan_image_folder``; what was left out is not
+    reported here). An empty list is the caller's to judge."""
+    return scan_image_folder(folder, recursive, skip_dir).images

@@ -4,7 +4,8 @@ Folder mode: LR and HR folders matched by exact filename, labels from a TSV mani
 (``filename<TAB>transcription``); every listed name must exist in each folder and, unless
 ``allow_unlisted_files``, every image in a folder must be listed. LMDB mode: FudanVI LMDBs matched by
 index (``image-%09d``), labels from the LR LMDB (an HR LMDB's labels must agree).
-Images not at 512x128 are resized to it (PIL bicubic, as DiffTSR's inference).
+Images not at 512x128 are resized to it (PIL bicubic, as DiffTSR's inference); with ``lq_size: native`` the LR
+goes to 512/s x 128/s instead (the input of BasicSR's x s networks, the baselines).
 """
 
 import numpy as np
@@ -31,16 +32,19 @@ class PairedTextDataset(data.Dataset):
     Options: dataroot_lq; dataroot_gt [None: no HR, e.g. RT50]; io_backend.type ['disk' | 'lmdb'];
     labels (disk: TSV, required); index_list (lmdb, 0-based) [None]; resize_to_canvas [True];
     allow_unlisted_files [False]; idm_text_norm ['lower']; skip_invalid_labels [False];
-    background [[255, 255, 255]]: RGB colour under transparent pixels (RGBA/LA/palette images).
+    background [[255, 255, 255]]: RGB colour under transparent pixels (RGBA/LA/palette images);
+    lq_size ['canvas' | 'native']: the LR on the canvas (TOLA) or at 128/s x 512/s, s = the option file's
+    ``scale`` (a x s network's input; the same resize).
     Any other key (besides BasicSR's loader keys) is an error (utils/option_checks.py).
 
-    Item: ``lq`` (3,128,512) float32 RGB [0,1]; ``gt`` and ``gt_path`` only with HR; ``lq_path`` (file
-    path or LMDB key); ``text``; ``idm_tokens`` (24,) int64; ``ocr_target`` (25,) int64.
+    Item: ``lq`` (3,128,512) float32 RGB [0,1] ((3,128/s,512/s) with ``lq_size: native``); ``gt`` (3,128,512)
+    and ``gt_path`` only with HR; ``lq_path`` (file path or LMDB key); ``text``; ``idm_tokens`` (24,) int64;
+    ``ocr_target`` (25,) int64.
     """
 
     option_keys = frozenset({
         'dataroot_lq', 'dataroot_gt', 'labels', 'index_list', 'resize_to_canvas', 'allow_unlisted_files',
-        'idm_text_norm', 'skip_invalid_labels', 'background'
+        'idm_text_norm', 'skip_invalid_labels', 'background', 'lq_size'
     })
 
     def __init__(self, opt: dict):
@@ -50,6 +54,7 @@ class PairedTextDataset(data.Dataset):
         if not opt.get('dataroot_lq'):
             raise KeyError('PairedTextDataset needs the "dataroot_lq" option')
         self.resize = bool(opt.get('resize_to_canvas', True))
+        self.lq_size = self._lq_size(opt)
         self.idm_text_norm = opt.get('idm_text_norm', 'lower')
         backend = opt.get('io_backend', {}).get('type', 'disk')
         if backend == 'disk':
@@ -99,12 +104,26 @@ class PairedTextDataset(data.Dataset):
                                  f'{opt["dataroot_gt"]}; first keys: {differ[:5]}')
         return lq, gt
 
-    def _canvas(self, source, pos) -> torch.Tensor:
+    @staticmethod
+    def _lq_size(opt) -> tuple:
+        """(height, width) of the LR items."""
+        lq_size = opt.get('lq_size', 'canvas')
+        if lq_size == 'canvas':
+            return CANVAS_H, CANVAS_W
+        if lq_size != 'native':
+            raise ValueError(f'lq_size must be "canvas" or "native", got {lq_size!r}')
+        scale = opt.get('scale')
+        if not isinstance(scale, int) or isinstance(scale, bool) or scale < 1 or CANVAS_H % scale or CANVAS_W % scale:
+            raise ValueError(f'lq_size: native needs the option file\'s scale, a divisor of {CANVAS_H} and {CANVAS_W}; '
+                             f'got scale {scale!r}')
+        return CANVAS_H // scale, CANVAS_W // scale
+
+    def _canvas(self, source, pos, size=(CANVAS_H, CANVAS_W)) -> torch.Tensor:
         img = source.read(pos)
-        if not self.resize and img.shape[:2] != (CANVAS_H, CANVAS_W):
+        if not self.resize and img.shape[:2] != size:
             raise ValueError(f'{source.key(pos)}: size {img.shape[1]}x{img.shape[0]}, expected '
-                             f'{CANVAS_W}x{CANVAS_H} (or set resize_to_canvas: true)')
-        return torch.from_numpy(np.ascontiguousarray(to_canvas(img, CANVAS_W, CANVAS_H).transpose(2, 0, 1)))
+                             f'{size[1]}x{size[0]} (or set resize_to_canvas: true)')
+        return torch.from_numpy(np.ascontiguousarray(to_canvas(img, size[1], size[0]).transpose(2, 0, 1)))
 
     def __len__(self) -> int:
         return len(self.records)
@@ -114,7 +133,7 @@ class PairedTextDataset(data.Dataset):
         label = self.lq.labels[pos]
         idm_tokens, ocr_target = text_targets(label, self.lq.key(pos), self.idm_text_norm)
         item = {
-            'lq': self._canvas(self.lq, pos),
+            'lq': self._canvas(self.lq, pos, self.lq_size),
             'lq_path': self.lq.key(pos),
             'text': label,
             'idm_tokens': idm_tokens,

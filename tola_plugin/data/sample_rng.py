@@ -30,6 +30,13 @@ def sample_generator(seed: int, epoch: int, index: int, attempt: int = 0) -> np.
     return np.random.Generator(np.random.PCG64(sample_seed_sequence(seed, epoch, index, attempt)))
 
 
+def sample_side_generator(seed: int, epoch: int, index: int, stream: int) -> np.random.Generator:
+    """Another numpy Generator of the same sample (``stream`` >= 1), independent of ``sample_generator``'s: draws
+    made from it (e.g. a crop position) leave the sample's degradation unchanged."""
+    entropy = sample_seed_sequence(seed, epoch, index).entropy
+    return np.random.Generator(np.random.PCG64(np.random.SeedSequence(entropy, spawn_key=(int(stream), ))))
+
+
 @contextmanager
 def seeded_global_rngs(rng: np.random.Generator) -> Iterator[None]:
     """Seed ``random``, ``np.random`` and torch's CPU RNG from ``rng``; restore their states on exit.

@@ -4,6 +4,8 @@ HR line -> bicubic 512x128 RGB in [0,1] -> one chain (Real-ESRGAN second order o
 drawn from {1,2,4} -> LR resized back to 512x128 with a random interpolation (linear, cubic,
 Lanczos-4). Every random choice of sample ``index`` in epoch ``e`` comes from
 SeedSequence([seed, e, index]), so pairs do not depend on the worker count or order.
+``lq_size: native`` keeps the chain's LR at 512/s x 128/s instead (BasicSR's x s networks, the baselines), and
+``gt_size`` crops aligned square patches; both leave the degradation itself unchanged.
 """
 import math
 
@@ -17,13 +19,15 @@ from basicsr.utils.registry import DATASET_REGISTRY
 
 from tola_plugin.data.bsrgan_degradation import BSRGANDegradation
 from tola_plugin.data.realesrgan_degradation import RealESRGANDegradation
-from tola_plugin.data.sample_rng import sample_generator
+from tola_plugin.data.sample_rng import sample_generator, sample_side_generator
 from tola_plugin.data.text_labels import text_targets, usable_positions
 from tola_plugin.data.text_line_source import CANVAS_H, CANVAS_W, build_line_source, to_canvas
 
 LQ_INTERPOLATIONS = {'linear': cv2.INTER_LINEAR, 'cubic': cv2.INTER_CUBIC, 'lanczos4': cv2.INTER_LANCZOS4}
 CHAINS = {'realesrgan': RealESRGANDegradation, 'bsrgan': BSRGANDegradation}
 ERROR_POLICIES = ('raise', 'retry', 'skip')
+LQ_SIZES = ('canvas', 'native')
+CROP_STREAM = 1  # sample_side_generator stream of the gt_size crop position
 
 
 class DegradationError(RuntimeError):
@@ -58,11 +62,15 @@ class TextDegradationDataset(data.Dataset):
         idm_text_norm ['lower' = DiffTSR]; skip_invalid_labels [False];
         on_degradation_error ['raise' | 'retry' | 'skip']; max_retries [3]; epoch [0] (the first epoch's
         degradations; BasicSR's sampler sets it afterwards); background [[255, 255, 255]]: RGB colour under
-        transparent pixels (RGBA/LA/palette images).
+        transparent pixels (RGBA/LA/palette images); lq_size ['canvas' | 'native']: the LR resized back to
+        the canvas (TOLA) or as the chain made it, 128/s x 512/s (needs one scale in ``scales``, equal to the
+        option file's ``scale``); gt_size [None]: a random square crop of that size (at most 128, divisible
+        by the LR's scale) from the pair, at the same place in LR and HR.
         Any other key (besides BasicSR's loader keys) is an error (utils/option_checks.py).
 
-    Item: ``lq``, ``gt`` (3,128,512) float32 RGB in [0,1]; ``lq_path`` = ``gt_path`` = LMDB key or file
-    path; ``text`` raw transcription; ``idm_tokens`` (24,) int64; ``ocr_target`` (25,) int64 (END, then -100).
+    Item: ``lq`` (3,128,512) float32 RGB in [0,1] ((3,128/s,512/s) with ``lq_size: native``), ``gt``
+    (3,128,512) (both cropped with ``gt_size``); ``lq_path`` = ``gt_path`` = LMDB key or file path; ``text`` raw
+    transcription; ``idm_tokens`` (24,) int64; ``ocr_target`` (25,) int64 (END, then -100).
 
     ``index`` may exceed ``len(self)`` (``EnlargedSampler`` visits, see tola_plugin/basicsr_compat.py): sample
     ``index % len`` is read and ``index`` itself seeds the degradation.
@@ -72,7 +80,7 @@ class TextDegradationDataset(data.Dataset):
     option_keys = frozenset({
         'dataroot_gt', 'labels', 'index_list', 'seed', 'epoch', 'chain_probs', 'scales', 'scale_probs',
         'lq_interpolations', 'realesrgan', 'bsrgan', 'idm_text_norm', 'skip_invalid_labels', 'on_degradation_error',
-        'max_retries', 'background'
+        'max_retries', 'background', 'lq_size', 'gt_size'
     })
 
     def __init__(self, opt: dict):
@@ -101,6 +109,8 @@ class TextDegradationDataset(data.Dataset):
         if not names or unknown:
             raise ValueError(f'lq_interpolations must be a non-empty subset of {list(LQ_INTERPOLATIONS)}, got {names}')
         self.lq_interpolations = [LQ_INTERPOLATIONS[n] for n in names]
+        self.native = self._lq_size_option(opt) == 'native'
+        self.gt_size = self._gt_size_option(opt)
 
         self.on_error = opt.get('on_degradation_error', 'raise')
         if self.on_error not in ERROR_POLICIES:
@@ -111,6 +121,30 @@ class TextDegradationDataset(data.Dataset):
         self.records = usable_positions(self.source.labels, self.source.key, self.idm_text_norm,
                                         bool(opt.get('skip_invalid_labels', False)), opt['dataroot_gt'],
                                         self.logger.warning)
+
+    def _lq_size_option(self, opt: dict) -> str:
+        lq_size = opt.get('lq_size', 'canvas')
+        if lq_size not in LQ_SIZES:
+            raise ValueError(f'lq_size must be one of {LQ_SIZES}, got {lq_size!r}')
+        if lq_size == 'native':
+            if len(self.scales) != 1:
+                raise ValueError(f'lq_size: native needs one scale (LR images of one size per batch), got scales '
+                                 f'{self.scales}; e.g. scales: [4] for a x4 network')
+            if opt.get('scale') is not None and int(opt['scale']) != self.scales[0]:
+                raise ValueError(f'lq_size: native makes x{self.scales[0]} pairs (scales: {self.scales}) but the '
+                                 f'option file\'s scale is {opt["scale"]}; make them equal')
+        return lq_size
+
+    def _gt_size_option(self, opt: dict):
+        gt_size = opt.get('gt_size')
+        if gt_size is None:
+            return None
+        step = self.scales[0] if self.native else 1
+        if (not isinstance(gt_size, int) or isinstance(gt_size, bool) or not 1 <= gt_size <= CANVAS_H
+                or gt_size % step):
+            raise ValueError(f'gt_size must be an integer in [1, {CANVAS_H}] divisible by the LR\'s scale ({step}), '
+                             f'got {gt_size!r}')
+        return gt_size
 
     def set_epoch(self, epoch: int):
         """Select the epoch whose degradations ``__getitem__`` reproduces."""
@@ -130,7 +164,8 @@ class TextDegradationDataset(data.Dataset):
         return self._draw_plan(sample_generator(self.seed, self.epoch, index, attempt))
 
     def degrade(self, hr: np.ndarray, index: int, attempt: int = 0) -> np.ndarray:
-        """HR RGB float32 (128,512,3) in [0,1] -> LR of the same shape, in [0,1]."""
+        """HR RGB float32 (128,512,3) in [0,1] -> LR of the same shape (``lq_size: native``: (128/s,512/s,3)),
+        in [0,1]."""
         rng = sample_generator(self.seed, self.epoch, index, attempt)
         chain, scale, interpolation = self._draw_plan(rng)
         lq = self.chains[chain](hr, scale, rng)
@@ -138,7 +173,8 @@ class TextDegradationDataset(data.Dataset):
         if lq.shape != expected or not np.isfinite(lq).all():
             raise DegradationError(f'{chain} x{scale} returned shape {lq.shape} (expected {expected}) '
                                    f'or non-finite values')
-        lq = cv2.resize(lq, (CANVAS_W, CANVAS_H), interpolation=interpolation)
+        if not self.native:
+            lq = cv2.resize(lq, (CANVAS_W, CANVAS_H), interpolation=interpolation)
         # cubic / Lanczos overshoot: clip to keep the [0,1] contract (DiffTSR leaves it unclipped)
         return np.clip(lq, 0.0, 1.0).astype(np.float32)
 
@@ -161,6 +197,8 @@ class TextDegradationDataset(data.Dataset):
         key, label = self.source.key(pos), self.source.labels[pos]
         hr = to_canvas(self.source.read(pos), CANVAS_W, CANVAS_H)
         lq = self._degrade_with_policy(hr, index, key)
+        if self.gt_size is not None:
+            hr, lq = self.crop(hr, lq, index)
         idm_tokens, ocr_target = text_targets(label, key, self.idm_text_norm)
         return {
             'lq': torch.from_numpy(np.ascontiguousarray(lq.transpose(2, 0, 1))),
@@ -171,6 +209,17 @@ class TextDegradationDataset(data.Dataset):
             'idm_tokens': idm_tokens,
             'ocr_target': ocr_target,
         }
+
+    def crop(self, hr: np.ndarray, lq: np.ndarray, index: int):
+        """The ``gt_size`` square of ``hr`` and the same region of ``lq`` (at 1/s with ``lq_size: native``), at a
+        position drawn from the sample's crop stream (so the degradation is the one of the uncropped pair)."""
+        step = CANVAS_H // lq.shape[0]
+        rng = sample_side_generator(self.seed, self.epoch, index, CROP_STREAM)
+        top = int(rng.integers((CANVAS_H - self.gt_size) // step + 1)) * step
+        left = int(rng.integers((CANVAS_W - self.gt_size) // step + 1)) * step
+        size = self.gt_size
+        return (hr[top:top + size, left:left + size], lq[top // step:(top + size) // step,
+                                                         left // step:(left + size) // step])
 
     def __getitem__(self, index: int) -> dict:
         if self.on_error != 'skip':

@@ -17,7 +17,7 @@ import cv2
 import numpy as np
 import torch
 
-from tola_plugin.data.image_io import WHITE, list_image_files, read_image_file
+from tola_plugin.data.image_io import DEFAULT_MAX_PIXELS, WHITE, list_image_files, read_image_file
 from tola_plugin.evaluation import weights as W
 
 LUMA_COLOR_SPACES = ('ycbcr', 'yiq')
@@ -103,14 +103,15 @@ class PairedImageMetrics:
         return out
 
 
-def stage_images(folder: str, names: Sequence[str], out_dir: str, background: Sequence[int] = WHITE) -> str:
+def stage_images(folder: str, names: Sequence[str], out_dir: str, background: Sequence[int] = WHITE,
+                 max_pixels: Optional[int] = DEFAULT_MAX_PIXELS) -> str:
     """Write ``names`` of ``folder`` into ``out_dir`` as 8-bit RGB PNGs read through the package's one image
     reader (``data/image_io.py``: transparency over ``background``, 16-bit, EXIF, CMYK), so that a metric that
     opens files itself (pyiqa's FID uses PIL's ``convert('RGB')``, which turns a transparent background black)
     sees exactly the pixels the other metrics see. Returns ``out_dir``."""
     os.makedirs(out_dir, exist_ok=True)
     for i, name in enumerate(names):
-        bgr = read_image_file(os.path.join(folder, name), background)
+        bgr = read_image_file(os.path.join(folder, name), background, max_pixels)
         if not cv2.imwrite(os.path.join(out_dir, f'{i:06d}.png'), bgr):
             raise OSError(f'could not write a staged copy of {os.path.join(folder, name)} into {out_dir}')
     return out_dir
@@ -118,12 +119,15 @@ def stage_images(folder: str, names: Sequence[str], out_dir: str, background: Se
 
 def fid_between_dirs(restored_dir: str, reference_dir: str, device: str = 'cpu', batch_size: int = 8,
                      num_workers: int = 0, mode: str = 'clean', verbose: bool = False,
-                     names: Optional[Sequence[str]] = None, background: Sequence[int] = WHITE) -> float:
+                     names: Optional[Sequence[str]] = None, background: Sequence[int] = WHITE,
+                     restored_names: Optional[Sequence[str]] = None,
+                     max_pixels: Optional[int] = DEFAULT_MAX_PIXELS) -> float:
     """FID between two folders, computed once (pyiqa 'fid': InceptionV3 pool3, 2048-d features, clean-fid
     resizing, Frechet distance with scipy's matrix square root, ~1 min on a 2-core CPU).
 
-    ``names``: the images to compare (default: every image directly inside each folder). They are staged through
-    the package's image reader first (``stage_images``), so pyiqa sees exactly those files and pixels.
+    ``names``: the images to compare (default: every image directly inside each folder; ``restored_names``: other
+    names for the restored folder's files, e.g. BasicSR's suffixed ones). They are staged through the package's image
+    reader first (``stage_images``), so pyiqa sees exactly those files and pixels.
     """
     import pyiqa
     W.require_metric_weights('fid')
@@ -131,9 +135,10 @@ def fid_between_dirs(restored_dir: str, reference_dir: str, device: str = 'cpu',
         metric = pyiqa.create_metric('fid', device=device)
     with tempfile.TemporaryDirectory(prefix='tola_fid_') as tmp:
         dirs = []
-        for side, folder in (('restored', restored_dir), ('reference', reference_dir)):
-            listed = names if names is not None else list_image_files(folder)
-            dirs.append(stage_images(folder, listed, os.path.join(tmp, side), background))
+        for side, folder, side_names in (('restored', restored_dir, restored_names
+                                          or names), ('reference', reference_dir, names)):
+            listed = side_names if side_names is not None else list_image_files(folder)
+            dirs.append(stage_images(folder, listed, os.path.join(tmp, side), background, max_pixels))
         return float(
             metric(dirs[0], dirs[1], mode=mode, batch_size=batch_size, num_workers=num_workers, verbose=verbose))
 

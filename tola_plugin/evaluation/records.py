@@ -7,15 +7,20 @@ Formats (docs/evaluation.md has the full description):
   ``prior_text``, ``prior_confidence``; optional ``prior_token_confidences`` (space-separated floats).
 - per-image CSV (written by tools/evaluate.py): one row per image, columns in ``PER_IMAGE_COLUMNS`` order
   (those the run computed).
+
+Every file is written atomically (a temporary file in the same folder, then renamed: ``atomic_write``), so a
+crash or a full disk never leaves a half-written CSV or JSON under its final name.
 """
 import csv
 import json
 import math
 import os
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence
+from collections import Counter
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from tola_plugin.data.image_io import IMAGE_EXTENSIONS, list_image_files
 from tola_plugin.data.text_labels import read_labels_tsv
+from tola_plugin.utils.checkpoint_io import atomic_write
 
 MAX_LISTED = 20  # names listed in a mismatch error
 
@@ -70,63 +75,113 @@ def match_filenames(sets: Mapping[str, Sequence[str]]) -> List[str]:
     return sorted(union)
 
 
+def basicsr_output_names(names: Sequence[str], expected: Sequence[str]) -> Tuple[Dict[str, str], Optional[str]]:
+    """Match a folder written by BasicSR's test launcher to the expected (reference or labels) names.
+
+    BasicSR saves the restoration of ``<stem>.<ext>`` as ``<stem>_<suffix>.png`` (``suffix``: the option file's
+    ``val.suffix``, else its ``name``). When every image of the folder is named so, for one suffix and an expected
+    stem, returns ``({expected name: file name}, suffix)``; otherwise ``({name: name}, None)`` (exact names).
+    """
+    exact = {n: n for n in names}
+    stems = {os.path.splitext(n)[0]: n for n in expected}
+    if not stems or set(expected) <= set(names):
+        return exact, None
+    candidates = Counter()
+    for name in names:
+        base, ext = os.path.splitext(name)
+        if ext != '.png':
+            return exact, None
+        candidates.update({base[i + 1:] for i, c in enumerate(base) if c == '_' and base[:i] in stems})
+    if not candidates:
+        return exact, None
+    suffix = candidates.most_common(1)[0][0]
+    tail, files = f'_{suffix}.png', {}
+    for name in names:
+        stem = name[:-len(tail)] if name.endswith(tail) else None
+        if stem not in stems:
+            return exact, None
+        files[stems[stem]] = name
+    return files, suffix
+
+
 def read_labels(path: str) -> Dict[str, str]:
     """Labels manifest -> {filename: transcription}; the project's one format and reader
     (``tola_plugin.data.text_labels.read_labels_tsv``: TSV filename<TAB>transcription, no header)."""
     return dict(read_labels_tsv(path))
 
 
-def read_prior_csv(path: str) -> Dict[str, Dict[str, object]]:
-    """Prior CSV -> {filename: {'prior_text': str, 'prior_confidence': float}} (confidence in [0,1])."""
+def read_prior_rows(path: str) -> List[Dict[str, object]]:
+    """Prior CSV -> its rows in file order: {'filename', 'prior_text', 'prior_confidence' (float in [0, 1]) and,
+    when the file has the column, 'prior_token_confidences' (list of floats)}. Errors name the file."""
     with open(path, encoding='utf-8', newline='') as f:
         reader = csv.DictReader(f)
         missing = [c for c in PRIOR_COLUMNS if c not in (reader.fieldnames or [])]
         if missing:
             raise ValueError(f'prior CSV {path!r} lacks column(s) {missing}; required: {list(PRIOR_COLUMNS)}')
-        out = {}
+        rows, seen = [], set()
         for row in reader:
             name = row['filename']
             try:
                 conf = float(row['prior_confidence'])
+                tokens = [float(c) for c in (row.get('prior_token_confidences') or '').split()]
             except ValueError:
-                raise ValueError(f'prior CSV {path!r}: prior_confidence {row["prior_confidence"]!r} of {name!r} '
-                                 f'is not a number') from None
+                raise ValueError(f'prior CSV {path!r}: a confidence of {name!r} is not a number') from None
             if not 0.0 <= conf <= 1.0:
                 raise ValueError(f'prior CSV {path!r}: prior_confidence {conf} of {name!r} is outside [0,1]')
-            if name in out:
+            if name in seen:
                 raise ValueError(f'prior CSV {path!r}: duplicate filename {name!r}')
-            out[name] = {'prior_text': row['prior_text'], 'prior_confidence': conf}
+            seen.add(name)
+            out = {'filename': name, 'prior_text': row['prior_text'], 'prior_confidence': conf}
+            if 'prior_token_confidences' in reader.fieldnames:
+                out['prior_token_confidences'] = tokens
+            rows.append(out)
+    return rows
+
+
+def read_prior_csv(path: str) -> Dict[str, Dict[str, object]]:
+    """Prior CSV -> {filename: {'prior_text': str, 'prior_confidence': float}} (confidence in [0,1])."""
+    out = {
+        r['filename']: {'prior_text': r['prior_text'], 'prior_confidence': r['prior_confidence']}
+        for r in read_prior_rows(path)
+    }
     if not out:
         raise ValueError(f'prior CSV {path!r} has no rows')
     return out
 
 
+def _write_csv(path: str, fields: Sequence[str], rows: Iterable[Mapping[str, object]]) -> None:
+    """UTF-8 CSV with a header, written atomically."""
+
+    def write(tmp):
+        with open(tmp, 'w', encoding='utf-8', newline='') as f:
+            writer = csv.DictWriter(f, fieldnames=list(fields))
+            writer.writeheader()
+            for row in rows:
+                writer.writerow(row)
+
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    atomic_write(path, write)
+
+
 def write_prior_csv(path: str, rows: Iterable[Mapping[str, object]]) -> None:
-    """Write a prior CSV (for the inference tool and tests). rows: dicts with the PRIOR_COLUMNS keys
+    """Write a prior CSV atomically (for the inference tool and tests). rows: dicts with the PRIOR_COLUMNS keys
     (and optionally 'prior_token_confidences', a sequence of floats)."""
     rows = list(rows)
     extra = any('prior_token_confidences' in r for r in rows)
     fields = list(PRIOR_COLUMNS) + (['prior_token_confidences'] if extra else [])
-    with open(path, 'w', encoding='utf-8', newline='') as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
-        writer.writeheader()
-        for r in rows:
-            row = {k: r[k] for k in PRIOR_COLUMNS}
-            if extra:
-                row['prior_token_confidences'] = ' '.join(f'{float(c):.6f}'
-                                                          for c in r.get('prior_token_confidences', ()))
-            writer.writerow(row)
+    out = []
+    for r in rows:
+        row = {k: r[k] for k in PRIOR_COLUMNS}
+        if extra:
+            row['prior_token_confidences'] = ' '.join(f'{float(c):.6f}' for c in r.get('prior_token_confidences', ()))
+        out.append(row)
+    _write_csv(path, fields, out)
 
 
 def write_per_image_csv(path: str, rows: Sequence[Mapping[str, object]]) -> None:
     """Per-image results in PER_IMAGE_COLUMNS order (only the columns present in the rows)."""
     present = [c for c in PER_IMAGE_COLUMNS if any(c in r for r in rows)]
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, 'w', encoding='utf-8', newline='') as f:
-        writer = csv.DictWriter(f, fieldnames=present)
-        writer.writeheader()
-        for r in rows:
-            writer.writerow({c: r.get(c, '') for c in present})
+    _write_csv(path, present, [{c: r.get(c, '') for c in present} for r in rows])
 
 
 def read_per_image_csv(path: str) -> Dict[str, Dict[str, object]]:
@@ -160,8 +215,17 @@ def summary_markdown(summary: Mapping[str, Mapping[str, float]], title: str = ''
     return '\n'.join(lines) + '\n'
 
 
-def write_json(path: str, obj) -> None:
+def write_text(path: str, text: str) -> None:
+    """A UTF-8 text file, written atomically (its folder made if needed)."""
+
+    def write(tmp):
+        with open(tmp, 'w', encoding='utf-8') as f:
+            f.write(text)
+
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, 'w', encoding='utf-8') as f:
-        json.dump(obj, f, ensure_ascii=False, indent=2)
-        f.write('\n')
+    atomic_write(path, write)
+
+
+def write_json(path: str, obj) -> None:
+    """JSON (UTF-8, indented), written atomically."""
+    write_text(path, json.dumps(obj, ensure_ascii=False, indent=2) + '\n')

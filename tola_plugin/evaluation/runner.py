@@ -10,7 +10,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from tola_plugin.data.image_io import WHITE, read_image_file
+from tola_plugin.data.image_io import DEFAULT_MAX_PIXELS, WHITE, check_max_pixels, read_image_file
 from tola_plugin.evaluation import records as R
 from tola_plugin.evaluation import weights as W
 from tola_plugin.evaluation.image_metrics import (DEFAULT_COLOR_SPACE, PAIRED_METRICS, PairedImageMetrics,
@@ -65,8 +65,8 @@ def evaluate_methods(methods: Mapping[str, str], out_dir: str, reference_dir: Op
                      color_space: str = DEFAULT_COLOR_SPACE, lower: bool = False,
                      transocr_checkpoint: Optional[str] = None, transocr_preprocess: str = 'difftsr',
                      transocr_model=None, batch_size: int = 8, num_workers: int = 0, progress: bool = True,
-                     ppocr_lower: bool = True, log=None,
-                     background: Sequence[int] = WHITE) -> Dict[str, Dict[str, float]]:
+                     ppocr_lower: bool = True, log=None, background: Sequence[int] = WHITE,
+                     max_pixels: Optional[int] = DEFAULT_MAX_PIXELS) -> Dict[str, Dict[str, float]]:
     """Evaluate every ``{method name: restored folder}``; returns {method: {metric: value}} (also written).
 
     Set-level values: mean of per-image PSNR/SSIM/LPIPS/DISTS, ACC (fraction of exact matches), NED (mean);
@@ -76,10 +76,13 @@ def evaluate_methods(methods: Mapping[str, str], out_dir: str, reference_dir: Op
     With ``metrics`` None, metrics whose weight files are absent are left out and ``log`` (default: stderr)
     says which and why; the summary records them under ``protocol.skipped``.
     Every image (restored and reference, FID included) is read through ``data/image_io.py``; transparent
-    pixels are composited over ``background`` (RGB, white by default).
+    pixels are composited over ``background`` (RGB, white by default); an image over the budget ``max_pixels``
+    (64 megapixels) or one no library can decode is an error naming it (an evaluation never leaves an image out).
+    Every output file is written atomically.
     """
     if not methods:
         raise ValueError('no method folders given')
+    max_pixels = check_max_pixels(max_pixels)
     labels = R.read_labels(labels_path) if labels_path else None
     chosen = resolve_metrics(metrics, reference_dir is not None, labels is not None, transocr_checkpoint is not None
                              or transocr_model is not None)
@@ -94,11 +97,20 @@ def evaluate_methods(methods: Mapping[str, str], out_dir: str, reference_dir: Op
     stems = [_safe(m) for m in methods]
     if len(set(stems)) != len(stems):
         raise ValueError(f'method names {list(methods)} collide as file names {stems}; rename them')
-    sets = {f'method {name!r} ({folder})': R.list_images(folder) for name, folder in methods.items()}
+    sets = {}
     if reference_dir is not None:
         sets[f'reference ({reference_dir})'] = R.list_images(reference_dir)
     if labels is not None:
         sets[f'labels ({labels_path})'] = list(labels)
+    expected = next(iter(sets.values()), [])
+    files, suffixes = {}, {}  # {method: {name: its file}}; BasicSR's test launchers add a suffix to every name
+    for name, folder in methods.items():
+        files[name], suffix = R.basicsr_output_names(R.list_images(folder), expected)
+        sets[f'method {name!r} ({folder})'] = list(files[name])
+        if suffix is not None:
+            suffixes[name] = suffix
+            (log or (lambda msg: print(msg, file=sys.stderr))
+             )(f'evaluate: {name}: BasicSR test-launcher names <name>_{suffix}.png matched to <name>')
     names = R.match_filenames(sets)
 
     paired = [m for m in chosen if m in PAIRED_METRICS]
@@ -116,15 +128,17 @@ def evaluate_methods(methods: Mapping[str, str], out_dir: str, reference_dir: Op
     for method, folder in methods.items():
         rows = score_folder(folder, names, reference_dir, labels, image_metrics, recognizers, lower, batch_size,
                             desc=f'evaluate {method}', progress=progress, ppocr_lower=ppocr_lower,
-                            background=background)
+                            background=background, files=files[method], max_pixels=max_pixels)
         csv_path = os.path.join(out_dir, 'per_image', f'{_safe(method)}.csv')
         R.write_per_image_csv(csv_path, rows)
         per_image_files[method] = os.path.relpath(csv_path, out_dir)
         values = {}
         for key, _, _ in R.SUMMARY_METRICS:  # paper order
             if key == 'fid' and 'fid' in chosen:
+                restored_names = [files[method][n] for n in names]
                 values['fid'] = fid_between_dirs(folder, reference_dir, device=device, num_workers=num_workers,
-                                                 names=names, background=background)
+                                                 names=names, background=background, restored_names=restored_names,
+                                                 max_pixels=max_pixels)
             elif key in rows[0]:
                 values[key] = float(np.mean([r[key] for r in rows]))
         summary[method] = values
@@ -133,36 +147,40 @@ def evaluate_methods(methods: Mapping[str, str], out_dir: str, reference_dir: Op
         'n_images': len(names), 'metrics': chosen, 'luma_color_space': color_space, 'border_crop': 0,
         'background': list(background), 'lpips_net': 'alex', 'lower_case': lower, 'ppocr_lower_case': lower
         or ppocr_lower, 'skipped': skipped, 'transocr_preprocess': transocr_preprocess, 'reference_dir': reference_dir,
-        'labels': labels_path, 'methods': dict(methods)
+        'labels': labels_path, 'methods': dict(methods), 'name_suffixes': suffixes
     }
     R.write_json(
         os.path.join(out_dir, 'summary.json'), {'protocol': protocol, 'summary': summary, 'per_image': per_image_files})
-    with open(os.path.join(out_dir, 'summary.md'), 'w', encoding='utf-8') as f:
-        f.write(R.summary_markdown(summary, f'Evaluation on {len(names)} images'))
-        if skipped:
-            f.write(f'\nNot computed (weight files absent, see summary.json protocol.skipped): '
-                    f'{", ".join(skipped)}\n')
+    markdown = R.summary_markdown(summary, f'Evaluation on {len(names)} images')
+    if skipped:
+        markdown += (f'\nNot computed (weight files absent, see summary.json protocol.skipped): '
+                     f'{", ".join(skipped)}\n')
+    R.write_text(os.path.join(out_dir, 'summary.md'), markdown)
     return summary
 
 
 def score_folder(folder: str, names: Sequence[str], reference_dir: Optional[str], labels: Optional[Mapping[str, str]],
                  image_metrics: Optional[PairedImageMetrics], recognizers: Mapping[str, object], lower: bool,
                  batch_size: int = 8, desc: str = 'evaluate', progress: bool = True, ppocr_lower: bool = True,
-                 background: Sequence[int] = WHITE) -> List[Dict[str, object]]:
+                 background: Sequence[int] = WHITE, files: Optional[Mapping[str, str]] = None,
+                 max_pixels: Optional[int] = DEFAULT_MAX_PIXELS) -> List[Dict[str, object]]:
     """Per-image rows (see records.PER_IMAGE_COLUMNS) of one restored folder, in ``names`` order (case: see
-    ``evaluate_methods``); transparent pixels over ``background`` (RGB)."""
+    ``evaluate_methods``); transparent pixels over ``background`` (RGB); ``files``: the folder's file of each name
+    (default: the name itself); images over ``max_pixels`` refused."""
     from tqdm import tqdm
     rows: List[Dict[str, object]] = []
     bar = tqdm(total=len(names), desc=desc, unit='img', disable=not progress, file=sys.stderr)
     for start in range(0, len(names), batch_size):
         batch = names[start:start + batch_size]
-        restored = [read_image_file(os.path.join(folder, n), background) for n in batch]
+        restored = [
+            read_image_file(os.path.join(folder, files[n] if files else n), background, max_pixels) for n in batch
+        ]
         batch_rows = [{'filename': n} for n in batch]
         if labels is not None:
             for row, n in zip(batch_rows, batch):
                 row['gt'] = labels[n]
         if image_metrics is not None:
-            reference = [read_image_file(os.path.join(reference_dir, n), background) for n in batch]
+            reference = [read_image_file(os.path.join(reference_dir, n), background, max_pixels) for n in batch]
             for n, x, y in zip(batch, restored, reference):
                 if x.shape != y.shape:
                     raise ValueError(f'{n}: restored image {x.shape[1]}x{x.shape[0]} and reference '

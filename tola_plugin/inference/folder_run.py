@@ -1,25 +1,41 @@
-"""The body of ``tola-infer`` (``tola_cli/infer.py`` parses the arguments): list the inputs, plan the outputs
-(refusing to replace inputs, or existing outputs without --overwrite), restore with ``TOLAPipeline``, write images,
-``prior.csv`` (line mode) or one JSON per photo (--detect), and end with a summary.
+"""The body of ``tola-infer`` (``tola_cli/infer.py`` parses the arguments): list the inputs, lock the output folder,
+plan the outputs, restore with ``TOLAPipeline``, write images, ``prior.csv`` (line mode) or one JSON per photo
+(--detect), and end with a summary (docs/reliability.md, "Folder runs").
 
-A file that cannot be read or restored is reported with its path and skipped; the rest go on, and the run returns
-1. Problems with the run as a whole (no input, a missing model, clashing outputs) raise before anything is written.
+- A file that cannot be read or restored (not decodable, over a bound, out of memory) is reported with its path
+  and skipped; the others go on, each as if restored alone, and the run returns 1.
+- Every file is written atomically (temporary file, then rename): a crash, Ctrl-C or a full disk never leaves a
+  half-written file under its final name. The record of an image (its ``prior.csv`` row or its JSON) is written
+  before the image, so an output image always has its record, and a rerun skips the images that exist (unless
+  --overwrite) and restores the rest: an interrupted run resumes. A write error names the file and the summary is
+  still printed.
+- ``prior.csv`` gains the run's rows and keeps the others' (merged under the lock), rewritten after every batch.
+- The output folder is locked while a run writes to it (``.tola-infer.lock`` inside it): a second run is refused
+  with the owner's PID. An output may never be an input: files are compared by device and inode, so a hard link
+  or a symlink to an input is caught.
+- Problems with the run as a whole (no input, a missing model, clashing outputs) raise before anything is written.
 """
+import contextlib
+import glob
 import os
 import sys
 import time
-from dataclasses import dataclass
-from typing import List
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
 
 import cv2
 import numpy as np
 
-from tola_plugin.data.image_io import IMAGE_EXTENSIONS, list_image_files, read_image_file
-from tola_plugin.evaluation.records import write_json, write_prior_csv
+from tola_plugin.data.image_io import IMAGE_EXTENSIONS, FolderScan, scan_image_folder
+from tola_plugin.evaluation.records import read_prior_rows, write_json, write_prior_csv
+from tola_plugin.utils import run_lock
+from tola_plugin.utils.checkpoint_io import atomic_write
 
 PRIOR_CSV = 'prior.csv'
+LOCK_FILE = '.tola-infer.lock'
 JPEG_QUALITY = 95
 MAX_LISTED = 5
+INTERRUPTED_STATUS = 130  # the shell's status for a run ended by Ctrl-C (128 + SIGINT)
 
 
 @dataclass
@@ -31,19 +47,32 @@ class Job:
     json: str
 
 
-def list_inputs(source: str, recursive: bool, skip_dir: str = '') -> List[str]:
-    """The image files of ``source``: itself if it is a file, else the images in the folder (sorted; subfolders
-    with ``recursive``, except ``skip_dir``, the output folder)."""
+@dataclass
+class Summary:
+    """What a run did, for the summary lines."""
+    total: int
+    done: int = 0
+    skipped: List[str] = field(default_factory=list)
+    failures: List[str] = field(default_factory=list)
+    interrupted: bool = False
+
+
+def list_inputs(source: str, recursive: bool, skip_dir: str = '') -> Tuple[List[str], FolderScan]:
+    """The image files of ``source`` (itself if it is a file, else the images in the folder, sorted; subfolders
+    with ``recursive``, except ``skip_dir``, the output folder), and the scan of the folder (what it left out)."""
     if os.path.isfile(source):
-        return [source]
+        return [source], FolderScan(images=[os.path.basename(source)])
     if not os.path.isdir(source):
         raise FileNotFoundError(f'input not found: {source} (expected an image file or a folder)')
-    found = [os.path.join(source, n) for n in list_image_files(source, recursive, skip_dir)]
+    scan = scan_image_folder(source, recursive, skip_dir)
+    found = [os.path.join(source, n) for n in scan.images]
     if not found:
         where = 'or its subfolders ' if recursive else ''
+        also = (f'; {len(scan.unsupported)} other file(s): {_listing(scan.unsupported)}' if scan.unsupported else '')
+        unread = f'; subfolder(s) that could not be read: {_listing(scan.unreadable)}' if scan.unreadable else ''
         raise ValueError(f'no images ({", ".join(IMAGE_EXTENSIONS)}) in {source} {where}'
-                         f'{"" if recursive else "(use --recursive for subfolders)"}'.rstrip())
-    return found
+                         f'{"" if recursive else "(use --recursive for subfolders)"}'.rstrip() + also + unread)
+    return found, scan
 
 
 def _listing(items: List[str]) -> str:
@@ -51,10 +80,19 @@ def _listing(items: List[str]) -> str:
     return shown + (f', ... ({len(items)} in all)' if len(items) > MAX_LISTED else '')
 
 
-def plan_outputs(inputs: List[str], source: str, out_dir: str, suffix: str, ext: str, overwrite: bool,
-                 detect: bool) -> List[Job]:
-    """Output paths of ``inputs``; raises ValueError when two inputs would share an output, an output would
-    replace an input, or (without ``overwrite``) outputs already exist."""
+def file_identity(path: str) -> Optional[Tuple[int, int]]:
+    """(device, inode) of the file ``path`` resolves to; None when there is none. Two paths with one identity are
+    one file (hard links, symlinks, bind mounts), whatever their names."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+def plan_outputs(inputs: List[str], source: str, out_dir: str, suffix: str, ext: str, detect: bool) -> List[Job]:
+    """Output paths of ``inputs``; raises ValueError when two inputs would share an output, or an output would
+    replace an input (the same file: compared by device and inode, not by name)."""
     root = source if os.path.isdir(source) else os.path.dirname(source)
     jobs, seen = [], {}
     for path in inputs:
@@ -72,27 +110,44 @@ def plan_outputs(inputs: List[str], source: str, out_dir: str, suffix: str, ext:
     written = [p for job in jobs for p in ((job.output, job.json) if detect else (job.output, ))]
     if not detect:
         written.append(os.path.join(out_dir, PRIOR_CSV))
-    sources = {os.path.realpath(p) for p in inputs}
-    on_inputs = [p for p in written if os.path.realpath(p) in sources]
+    sources = {file_identity(p) for p in inputs} - {None}
+    on_inputs = [p for p in written if file_identity(p) in sources]
     if on_inputs:
-        raise ValueError(f'outputs would replace inputs ({_listing(on_inputs)}); choose another -o or a --suffix')
-    existing = [p for p in written if os.path.exists(p)]
-    if existing and not overwrite:
-        raise ValueError(f'{len(existing)} output(s) already exist ({_listing(existing)}); pass --overwrite to '
-                         f'replace them or choose another -o')
+        raise ValueError(f'outputs would replace inputs ({_listing(on_inputs)}: the same files, by device and inode); '
+                         f'choose another -o or a --suffix')
     return jobs
 
 
+def remove_stale_temporaries(jobs: List[Job], out_dir: str) -> List[str]:
+    """Delete the temporary files that atomic writes of a killed run left (``.<name>.<random>.tmp`` beside each
+    planned output); returns their paths. Only names this run would write are touched."""
+    targets = {os.path.join(out_dir, PRIOR_CSV)} | {p for job in jobs for p in (job.output, job.json)}
+    removed = []
+    for target in sorted(targets):
+        folder, base = os.path.split(target)
+        for tmp in glob.glob(os.path.join(glob.escape(folder), f'.{glob.escape(base)}.*.tmp')):
+            try:
+                os.remove(tmp)
+                removed.append(tmp)
+            except FileNotFoundError:
+                pass
+    return removed
+
+
 def write_image(path: str, rgb: np.ndarray) -> None:
-    """uint8 RGB -> the file ``path`` (PNG, or JPEG quality 95 by extension); errors name the file."""
+    """uint8 RGB -> the file ``path`` (PNG, or JPEG quality 95 by extension), atomically; errors name the file."""
     ext = os.path.splitext(path)[1].lower()
     params = [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY] if ext in ('.jpg', '.jpeg') else []
     ok, data = cv2.imencode(ext, np.ascontiguousarray(rgb[..., ::-1]), params)
     if not ok:
         raise ValueError(f'{path}: could not encode the image as {ext}')
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, 'wb') as f:
-        f.write(data.tobytes())
+
+    def write(tmp):
+        with open(tmp, 'wb') as f:
+            f.write(data.tobytes())
+
+    atomic_write(path, write)
 
 
 def resolve_device(name, backend='torch'):
@@ -116,7 +171,8 @@ def load_pipeline(args, device):
     from tola_plugin.inference.pipeline import TOLAPipeline
     overrides = {k: v for k, v in (('timestep', args.timestep), ('noise', args.noise)) if v is not None}
     options = dict(overlap=args.overlap, pad_mode=args.pad_mode, batch_size=args.batch_size,
-                   background=args.alpha_background)
+                   background=args.alpha_background, max_pixels=round(args.max_megapixels * 1e6),
+                   max_windows=args.max_windows, max_output_pixels=args.max_output_megapixels * 1e6)
     if args.opt:
         pipe = TOLAPipeline.from_options(args.opt, args.checkpoint, network_overrides=overrides, **options)
     else:
@@ -129,63 +185,204 @@ def load_pipeline(args, device):
     return pipe.to(device)
 
 
-def run(args) -> int:
-    """Restore every input of ``args`` (see tola_cli/infer.py); 0 when all succeeded, 1 when some failed."""
-    from tqdm import tqdm
-    device = resolve_device(args.device, args.backend)  # before minutes of loading
-    inputs = list_inputs(args.input, args.recursive, skip_dir=args.output)
-    jobs = plan_outputs(inputs, args.input, args.output, args.suffix, args.ext, args.overwrite, args.detect)
-    start = time.perf_counter()
-    pipe = load_pipeline(args, device)
-    loaded = time.perf_counter()
-    failures, rows, done = [], [], 0
+def _write_error(path: str, err: OSError) -> OSError:
+    """An OSError (same errno) whose message names the file that could not be written and why."""
+    named = OSError(f'could not write {path}: {err.strerror or err}')
+    named.errno = err.errno
+    return named
 
-    def fail(job: Job, err: BaseException) -> None:
-        message = str(err) if job.input in str(err) else f'{job.input}: {err}'
-        failures.append(message)
-        tqdm.write(f'failed: {message}', file=sys.stderr)
+
+class PriorFile:
+    """``prior.csv`` of an output folder: the rows already there (other runs', kept) and this run's, written
+    atomically (``save``) after every batch."""
+
+    def __init__(self, path: str, overwrite: bool, warn):
+        self.path = path
+        self.rows: Dict[str, Dict] = {}
+        if os.path.exists(path):
+            try:
+                self.rows = {r['filename']: r for r in read_prior_rows(path)}
+            except (ValueError, OSError, UnicodeDecodeError) as err:
+                if not overwrite:
+                    raise ValueError(f'{path} exists but is not a prior CSV ({err}); move it away, or pass --overwrite '
+                                     f'to replace it') from None
+                warn(f'{path} is not a prior CSV ({err}); --overwrite: it is replaced')
+
+    def save(self) -> None:
+        try:
+            write_prior_csv(self.path, list(self.rows.values()))
+        except OSError as err:
+            raise _write_error(self.path, err) from None
+
+
+def _say(message: str, stream=None) -> None:
+    from tqdm import tqdm
+    tqdm.write(message, file=stream or sys.stderr)
+
+
+def describe(err: BaseException) -> str:
+    """An error's message, or its type when it has none (MemoryError())."""
+    text = str(err).strip()
+    if isinstance(err, MemoryError):
+        return f'out of memory{": " + text if text else ""}'
+    return text or type(err).__name__
+
+
+def run(args) -> int:
+    """Restore every input of ``args`` (see tola_cli/infer.py); 0 when all succeeded, 1 when some failed (or a
+    subfolder could not be read), 130 when interrupted (what was done is kept; a rerun continues)."""
+    device = resolve_device(args.device, args.backend)  # before minutes of loading
+    inputs, scan = list_inputs(args.input, args.recursive, skip_dir=args.output)
+    jobs = plan_outputs(inputs, args.input, args.output, args.suffix, args.ext, args.detect)
+    created = not os.path.isdir(args.output)
+    os.makedirs(args.output, exist_ok=True)
+    lock = run_lock.acquire(args.output, lambda m: _say(f'warning: {m}'), os.path.join(args.output, LOCK_FILE),
+                            advice='Wait for it to finish, or choose another -o.')
+    try:
+        return _run_locked(args, device, jobs, scan)
+    finally:
+        run_lock.release(lock)
+        if created:  # a run that wrote nothing (e.g. no model) leaves no empty folder behind
+            with contextlib.suppress(OSError):
+                os.rmdir(args.output)
+
+
+def _run_locked(args, device, jobs: List[Job], scan: FolderScan) -> int:
+    for tmp in remove_stale_temporaries(jobs, args.output):
+        _say(f'note: removed {tmp}, the temporary file of an interrupted write')
+    prior = None if args.detect else PriorFile(os.path.join(args.output, PRIOR_CSV), args.overwrite, _say)
+    summary = Summary(total=len(jobs))
+    todo = []
+    for job in jobs:
+        if os.path.exists(job.output) and not args.overwrite:
+            summary.skipped.append(job.output)
+        else:
+            todo.append(job)
+    start = time.perf_counter()
+    pipe = load_pipeline(args, device) if todo else None  # a missing model is the run's error: no summary
+    loaded = time.perf_counter()
+    try:
+        if todo:
+            _restore_jobs(args, pipe, todo, prior, summary)
+    except KeyboardInterrupt:
+        summary.interrupted = True
+    finally:
+        elapsed = time.perf_counter() - loaded
+        _print_summary(args, summary, scan, loaded - start, elapsed)
+    if summary.interrupted:
+        return INTERRUPTED_STATUS
+    return 1 if summary.failures or scan.unreadable else 0
+
+
+def _restore_jobs(args, pipe, todo: List[Job], prior: Optional[PriorFile], summary: Summary) -> None:
+    from tqdm import tqdm
+
+    def fail(job: Optional[Job], err: BaseException) -> None:
+        message = describe(err)
+        message = message if job is None or job.input in message else f'{job.input}: {message}'
+        summary.failures.append(message)
+        _say(f'failed: {message}')
 
     chunk = 1 if args.detect else args.batch_size  # photos batch their own lines
-    bar = tqdm(total=len(jobs), unit='img', desc='tola-infer', file=sys.stderr, disable=None)
-    for first in range(0, len(jobs), chunk):
-        ready = []
-        for job in jobs[first:first + chunk]:
-            try:
-                ready.append((job, read_image_file(job.input, args.alpha_background)[..., ::-1]))
-            except (ValueError, OSError) as err:
+    with tqdm(total=len(todo), unit='img', desc='tola-infer', file=sys.stderr, disable=None) as bar:
+        for first in range(0, len(todo), chunk):
+            batch = todo[first:first + chunk]
+            outcomes = pipe.restore_each([job.input for job in batch], detect=args.detect, outscale=args.outscale,
+                                         seed=args.seed)
+            restored = []
+            for job, outcome in zip(batch, outcomes):
+                if isinstance(outcome, BaseException):
+                    fail(job, outcome)
+                else:
+                    restored.append((job, outcome))
+            summary.done += _write_outputs(args, restored, prior, fail)
+            bar.update(len(batch))
+
+
+def _write_outputs(args, restored, prior: Optional[PriorFile], fail) -> int:
+    """Write each restored image after its record (its prior.csv row, or its JSON); returns how many were
+    written, reporting the others through ``fail``."""
+    if not restored:
+        return 0
+    if prior is not None:
+        for job, result in restored:
+            line = result.lines[0]
+            prior.rows[job.name] = dict(filename=job.name, prior_text=line.prior_text,
+                                        prior_confidence=line.prior_confidence,
+                                        prior_token_confidences=line.token_confidences)
+        try:
+            prior.save()
+        except OSError as err:
+            for job, _ in restored:
+                prior.rows.pop(job.name, None)
                 fail(job, err)
-        if ready:
+            return 0
+    written, unwritten = 0, []
+    for job, result in restored:
+        try:
+            if args.detect:
+                _write_or_name(
+                    job.json,
+                    lambda: write_json(job.json, dict(input=job.input, output=job.output, **result.to_dict())))
             try:
-                results = pipe([rgb for _, rgb in ready], detect=args.detect, outscale=args.outscale, seed=args.seed,
-                               names=[os.path.basename(job.input) for job, _ in ready])
-            except (ValueError, RuntimeError, MemoryError) as err:  # e.g. out of memory on one huge image
-                for job, _ in ready:
-                    fail(job, err)
-                results = []
-            for (job, _), result in zip(ready, results):
-                try:
-                    write_image(job.output, result.image)
-                    if args.detect:
-                        write_json(job.json, dict(input=job.input, output=job.output, **result.to_dict()))
-                        if not result.lines:
-                            tqdm.write(f'note: no text lines found in {job.input}', file=sys.stderr)
-                    else:
-                        line = result.lines[0]
-                        rows.append(
-                            dict(filename=job.name, prior_text=line.prior_text, prior_confidence=line.prior_confidence,
-                                 prior_token_confidences=line.token_confidences))
-                    done += 1
-                except (ValueError, OSError) as err:
-                    fail(job, err)
-        bar.update(len(jobs[first:first + chunk]))
-    bar.close()
-    if rows:
-        write_prior_csv(os.path.join(args.output, PRIOR_CSV), rows)
-    elapsed = time.perf_counter() - loaded
-    per_image = f', {elapsed / done:.2f} s per image' if done else ''
-    print(f'restored {done} of {len(jobs)} image(s) into {args.output} (model loaded in {loaded - start:.1f} s, '
-          f'restored in {elapsed:.1f} s{per_image})')
-    if failures:
-        print(f'{len(failures)} image(s) failed:\n  ' + '\n  '.join(failures), file=sys.stderr)
-        return 1
-    return 0
+                _write_or_name(job.output, lambda: write_image(job.output, result.image))
+            except (ValueError, OSError):
+                if args.detect:
+                    _remove(job.json)
+                raise
+        except (ValueError, OSError) as err:
+            unwritten.append(job)
+            fail(job, err)
+            continue
+        written += 1
+        if args.detect and not result.lines:
+            _say(f'note: no text lines found in {job.input}' + (f' ({result.note})' if result.note else ''))
+    if prior is not None and unwritten:  # their rows were written first: take them out again
+        for job in unwritten:
+            prior.rows.pop(job.name, None)
+        try:
+            prior.save()
+        except OSError as err:
+            fail(None, err)
+    return written
+
+
+def _write_or_name(path: str, write) -> None:
+    try:
+        write()
+    except OSError as err:
+        raise _write_error(path, err) from None
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+
+
+def _print_summary(args, summary: Summary, scan: FolderScan, load_seconds: float, seconds: float) -> None:
+    per_image = f', {seconds / summary.done:.2f} s per image' if summary.done else ''
+    timing = f' (model loaded in {load_seconds:.1f} s, restored in {seconds:.1f} s{per_image})' if summary.total > len(
+        summary.skipped) else ''
+    print(f'restored {summary.done} of {summary.total} image(s) into {args.output}{timing}', flush=True)
+    if summary.skipped:
+        print(
+            f'skipped {len(summary.skipped)} image(s) whose output already exists ({_listing(summary.skipped)}); '
+            f'--overwrite restores them again', flush=True)
+    if scan.unsupported:
+        print(
+            f'left out {len(scan.unsupported)} file(s) that are not images ({", ".join(IMAGE_EXTENSIONS)}): '
+            f'{_listing(scan.unsupported)}', file=sys.stderr, flush=True)
+    if scan.unreadable:
+        print(
+            f'could not read {len(scan.unreadable)} subfolder(s); their images were not restored: '
+            f'{_listing(scan.unreadable)}', file=sys.stderr, flush=True)
+    if summary.failures:
+        print(f'{len(summary.failures)} image(s) failed:\n  ' + '\n  '.join(summary.failures), file=sys.stderr,
+              flush=True)
+    if summary.interrupted:
+        left = summary.total - summary.done - len(summary.skipped) - len(summary.failures)
+        print(
+            f'interrupted: {left} image(s) not restored; run the same command again to continue (the images '
+            f'restored so far are kept and skipped)', file=sys.stderr, flush=True)

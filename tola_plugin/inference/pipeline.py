@@ -13,23 +13,33 @@ import os
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
+import cv2
 import numpy as np
 import torch
 from PIL import Image, ImageOps
 
 from tola_plugin.archs.tola_arch import image_noise_seed
-from tola_plugin.data.image_io import WHITE, convert_array, read_image_file
+from tola_plugin.data.image_io import (DEFAULT_MAX_PIXELS, WHITE, budget_error, check_max_pixels, convert_array,
+                                       not_decodable, read_image_file)
 from tola_plugin.data.text_line_source import CANVAS_H
-from tola_plugin.inference.line_geometry import (PAD_MODES, LineLayout, blend_tiles, cut_tiles, plan_line, resize_rgb,
-                                                 to_canvas_height, to_uint8)
+from tola_plugin.inference.line_geometry import (PAD_MODES, LineLayout, blend_tiles, cut_tiles, line_width, plan_line,
+                                                 resize_rgb, to_canvas_height, to_uint8)
 from tola_plugin.inference.photo_geometry import expand_quad, paste_strip, reading_quad, rectify, scale_quad
+from tola_plugin.inference.work_bounds import (DEFAULT_MAX_OUTPUT_PIXELS, DEFAULT_MAX_WINDOWS, capped_scale,
+                                               check_outscale, check_positive, check_positive_int, check_windows,
+                                               output_size)
 
 # The merged model that `make demo` exports (relative to the working directory, like the demo's experiments/).
 DEMO_MODEL = os.path.join('experiments', 'demo_TOLA', 'TOLA_demo_merged.safetensors')
 WINDOW_SEPARATOR = ' | '  # between the text priors of the windows of one wide line
 AUTO_OUTSCALE_RANGE = (1.0, 4.0)  # detect mode without outscale: lines to the canvas height, within this range
 
+# What one image's failure may raise (bad input, a bound, out of memory, a library refusing it): the image fails,
+# its neighbours go on (``restore_each``). Anything else is a bug and propagates.
+IMAGE_ERRORS = (ValueError, OSError, RuntimeError, MemoryError, cv2.error)
+
 ImageInput = Union[str, os.PathLike, np.ndarray, Image.Image]
+ImageInputs = Union[ImageInput, Sequence[ImageInput]]
 
 
 @dataclass
@@ -61,24 +71,28 @@ class LineResult:
 @dataclass
 class Restoration:
     """The restored image (RGB uint8, (H, W, 3)) and its lines; input_size = (H, W) of the input as read;
-    outscale = output size / input size (per axis up to rounding)."""
+    outscale = output size / input size (per axis up to rounding); note: why a photo has no lines when the detector
+    could not take it (e.g. too thin), else ''."""
     image: np.ndarray
     lines: List[LineResult]
     input_size: Tuple[int, int]
     outscale: float
     name: str = ''
     detected: bool = False
+    note: str = ''
 
     def to_dict(self) -> Dict:
-        """JSON-ready summary (no pixels): sizes, outscale and the lines."""
-        return dict(name=self.name, input_size=list(self.input_size), output_size=list(self.image.shape[:2]),
-                    outscale=self.outscale, detected=self.detected, lines=[line.to_dict() for line in self.lines])
+        """JSON-ready summary (no pixels): sizes, outscale, the lines (and the note, when there is one)."""
+        out = dict(name=self.name, input_size=list(self.input_size), output_size=list(self.image.shape[:2]),
+                   outscale=self.outscale, detected=self.detected, lines=[line.to_dict() for line in self.lines])
+        if self.note:
+            out['note'] = self.note
+        return out
 
 
 @dataclass
 class _Line:
     """A line being restored: its strip (uint8 RGB, native resolution), canvases and, after the network, priors."""
-    image_index: int
     strip: np.ndarray
     layout: LineLayout
     tiles: np.ndarray
@@ -92,8 +106,29 @@ class _Line:
     after: Optional[object] = None
 
 
-def _pil_to_bgr(image: Image.Image, what: str, background) -> np.ndarray:
-    """PIL image (any mode; EXIF orientation applied) -> BGR uint8 through ``convert_array``."""
+@dataclass
+class _Image:
+    """An image being restored: its pixels (uint8 RGB), name (noise seed), lines, output scale and size, decided
+    (and checked against the bounds) before the network runs; ``error``: why it failed, if it did."""
+    rgb: np.ndarray
+    name: str
+    lines: List[_Line]
+    scale: float
+    out_size: Tuple[int, int]
+    note: str = ''
+    error: Optional[BaseException] = None
+
+
+def _pil_to_bgr(image: Image.Image, what: str, background, value_range=None) -> np.ndarray:
+    """PIL image (any mode; EXIF orientation applied) -> BGR uint8 through ``convert_array``; pixels a lazy PIL image
+    cannot load (truncated, corrupt) are "not a decodable image"."""
+    try:
+        return _pil_pixels_to_bgr(image, what, background, value_range)
+    except (OSError, SyntaxError, Image.DecompressionBombError) as err:  # PIL's errors while loading pixels
+        raise not_decodable(what, 0, f'{type(err).__name__}: {err}') from None
+
+
+def _pil_pixels_to_bgr(image: Image.Image, what: str, background, value_range) -> np.ndarray:
     image = ImageOps.exif_transpose(image)
     if image.mode in ('P', 'PA'):
         image = image.convert('RGBA' if image.mode == 'PA' or 'transparency' in image.info else 'RGB')
@@ -108,7 +143,7 @@ def _pil_to_bgr(image: Image.Image, what: str, background) -> np.ndarray:
         if array.min() < 0 or array.max() > 65535:
             raise ValueError(f'{what}: 32-bit integer pixels outside the 16-bit range')
         array = array.astype(np.uint16)
-    return convert_array(array, what, background, order='RGB')
+    return convert_array(array, what, background, order='RGB', value_range=value_range)
 
 
 class TOLAPipeline:
@@ -125,11 +160,20 @@ class TOLAPipeline:
         restored (context, and room for the feathered border; 0.15).
     feather: detect mode: width of the feathered border of a pasted line, as a fraction of its height (0.1).
     background: RGB colour under transparent pixels of the inputs.
+    max_pixels: the image budget: an input with more pixels is refused (a file before decoding; DEFAULT_MAX_PIXELS,
+        64 megapixels; ``tola_plugin.data.image_io``).
+    max_windows: 128x512 windows (network calls) one image may need: a line's windows, or all detected lines' of a
+        photo (DEFAULT_MAX_WINDOWS, 256; ``work_bounds``).
+    max_output_pixels: pixels of one output image: an explicit ``outscale`` over it is refused, a photo's automatic
+        scale is lowered to fit (DEFAULT_MAX_OUTPUT_PIXELS, 100 megapixels).
+    Bounds are checked before any work on the image; an image over one is an error naming it, the limit and the
+    option that raises it.
     """
 
     def __init__(self, net: torch.nn.Module, overlap: int = 128, pad_mode: str = 'edge', batch_size: int = 1,
                  margin: float = 0.15, feather: float = 0.1, background: Sequence[int] = WHITE,
-                 precision: Optional[str] = None):
+                 precision: Optional[str] = None, max_pixels: Optional[int] = DEFAULT_MAX_PIXELS,
+                 max_windows: int = DEFAULT_MAX_WINDOWS, max_output_pixels: float = DEFAULT_MAX_OUTPUT_PIXELS):
         if pad_mode not in PAD_MODES:
             raise ValueError(f'pad_mode must be one of {PAD_MODES}, got {pad_mode!r}')
         plan_line(1, overlap)  # validates the overlap
@@ -143,6 +187,9 @@ class TOLAPipeline:
         self.net = net.eval().requires_grad_(False)
         self.overlap, self.pad_mode, self.batch_size = int(overlap), pad_mode, int(batch_size)
         self.margin, self.feather, self.background = float(margin), float(feather), tuple(int(c) for c in background)
+        self.max_pixels = check_max_pixels(max_pixels)
+        self.max_windows = check_positive_int(max_windows, 'max_windows')
+        self.max_output_pixels = check_positive(max_output_pixels, 'max_output_pixels')
         self.device = next(iter(net.parameters()), torch.zeros(0)).device
         self.detector = None  # PP-OCRv4 models, built on first use (rapidocr + onnxruntime)
         self.recognizer = None
@@ -201,67 +248,129 @@ class TOLAPipeline:
         return self
 
     # ------------------------------------------------------------------------------------------ running
-    def __call__(self, images: Union[ImageInput, Sequence[ImageInput]], detect: bool = False,
-                 outscale: Optional[float] = None, seed: int = 0, recognize: Optional[bool] = None,
-                 names: Optional[Sequence[str]] = None) -> Union[Restoration, List[Restoration]]:
-        """Restore one image (-> Restoration) or a list (-> list).
+    def __call__(self, images: ImageInputs, detect: bool = False, outscale: Optional[float] = None, seed: int = 0,
+                 recognize: Optional[bool] = None, names: Optional[Sequence[str]] = None,
+                 value_range: Optional[Tuple[float, float]] = None) -> Union[Restoration, List[Restoration]]:
+        """Restore one image (-> Restoration) or a list (-> list); the first image that fails raises its error.
 
         images: file paths (read with the package's reader: 8/16-bit, gray, alpha, CMYK, EXIF orientation), PIL
             images, or numpy arrays (H, W, 3) uint8 RGB (also gray, RGBA, 16-bit or float in [0, 1]).
         detect: find the text lines with PP-OCRv4 and restore each in place (a photo); else the image is one line.
-        outscale: output size relative to the input. Default: one line -> height 128 (the canvas), aspect kept;
-            detect -> the scale that brings the median line to 128 rows, within AUTO_OUTSCALE_RANGE.
+        outscale: output size relative to the input (a finite number > 0). Default: one line -> height 128 (the
+            canvas), aspect kept; detect -> the scale that brings the median line to 128 rows, within
+            AUTO_OUTSCALE_RANGE (lowered if the output would exceed ``max_output_pixels``).
         seed: base of the noise seeds; image i draws from ``image_noise_seed(name_i, seed)`` (name: the file's
             base name, ``names[i]`` or ''), its k-th canvas from that seed + k: results do not depend on batching.
         recognize: also read every line with PP-OCRv4 before and after (default: with detect).
+        value_range: (low, high) of float arrays and PIL 'F' images, mapped to [0, 1] (default: they must already be
+            in [0, 1]; a float image in [0, 255] is an error that says so). NaN and inf are refused.
         """
         single = isinstance(images, (str, os.PathLike, np.ndarray, Image.Image))
-        items = [images] if single else list(images)
+        outcomes = self.restore_each([images] if single else list(images), detect, outscale, seed, recognize, names,
+                                     value_range)
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        return outcomes[0] if single else outcomes
+
+    def restore_each(self, images: Sequence[ImageInput], detect: bool = False, outscale: Optional[float] = None,
+                     seed: int = 0, recognize: Optional[bool] = None, names: Optional[Sequence[str]] = None,
+                     value_range: Optional[Tuple[float, float]] = None) -> List[Union[Restoration, Exception]]:
+        """``__call__`` for a list, each image on its own: one Restoration per image, or in its place the error
+        (one of IMAGE_ERRORS) that image raised. A failing image never fails its neighbours: the images that had
+        windows in a batch that failed are run again, each alone (results do not depend on batching). Arguments
+        that are wrong for every image (names, outscale) raise."""
+        items = list(images)
         if names is not None and len(names) != len(items):
             raise ValueError(f'got {len(names)} names for {len(items)} images')
-        if outscale is not None and not float(outscale) > 0:
-            raise ValueError(f'outscale must be > 0, got {outscale}')
+        outscale = check_outscale(outscale)
         recognize = detect if recognize is None else bool(recognize)
-        loaded = [self._read(item, i) for i, item in enumerate(items)]
-        if names is not None:
-            loaded = [(rgb, name) for (rgb, _), name in zip(loaded, names)]
-        lines = []
-        for index, (rgb, name) in enumerate(loaded):
-            lines.extend(self._plan(index, rgb, image_noise_seed(name, seed), detect))
-        self._restore_lines(lines)
-        if recognize:
-            self._recognize(lines)
-        results = []
-        for index, (rgb, name) in enumerate(loaded):
-            own = [line for line in lines if line.image_index == index]
-            results.append(self._assemble(rgb, name, own, detect, outscale))
-        return results[0] if single else results
+        prepared: List[Union[_Image, Exception]] = []
+        for index, item in enumerate(items):
+            try:
+                prepared.append(
+                    self._prepare(item, index, None if names is None else names[index], seed, detect, outscale,
+                                  value_range))
+            except IMAGE_ERRORS as err:
+                prepared.append(err)
+        self._restore_isolated([p for p in prepared if isinstance(p, _Image)])
+        return [(p.error or self._finish(p, detect, recognize)) if isinstance(p, _Image) else p for p in prepared]
 
-    def _read(self, item: ImageInput, index: int) -> Tuple[np.ndarray, str]:
-        """-> (RGB uint8 (H, W, 3), name for the noise seed)."""
+    def _finish(self, image: _Image, detect: bool, recognize: bool) -> Union[Restoration, Exception]:
+        """PP-OCRv4's readings (``recognize``) and the output image of a restored image, or the error."""
+        try:
+            if recognize:
+                self._recognize(image.lines)
+            return self._assemble(image, detect)
+        except IMAGE_ERRORS as err:
+            return err
+
+    def _read(self, item: ImageInput, index: int, value_range) -> Tuple[np.ndarray, str]:
+        """-> (RGB uint8 (H, W, 3), name for the noise seed); the image budget applies to every kind of input."""
         if isinstance(item, (str, os.PathLike)):
             path = os.fspath(item)
-            return read_image_file(path, self.background)[..., ::-1].copy(), os.path.basename(path)
+            return read_image_file(path, self.background, self.max_pixels)[..., ::-1].copy(), os.path.basename(path)
+        what = f'image {index}'
         if isinstance(item, Image.Image):
-            return _pil_to_bgr(item, f'image {index}', self.background)[..., ::-1].copy(), ''
+            self._check_budget(what, item.size[1], item.size[0])  # before a lazy PIL image decodes its pixels
+            return _pil_to_bgr(item, what, self.background, value_range)[..., ::-1].copy(), ''
         if isinstance(item, np.ndarray):
-            return convert_array(item, f'image {index}', self.background, order='RGB')[..., ::-1].copy(), ''
-        raise ValueError(f'image {index}: expected a file path, a PIL image or a numpy array, got '
-                         f'{type(item).__name__}')
+            if item.ndim in (2, 3):
+                self._check_budget(what, item.shape[0], item.shape[1])
+            return convert_array(item, what, self.background, order='RGB',
+                                 value_range=value_range)[..., ::-1].copy(), ''
+        raise ValueError(f'{what}: expected a file path, a PIL image or a numpy array, got {type(item).__name__}')
 
-    def _plan(self, index: int, rgb: np.ndarray, base_seed: int, detect: bool) -> List[_Line]:
-        """The lines of one image (the whole image, or its detected lines rectified), cut into canvases."""
-        if detect:
-            if self.detector is None:
-                from tola_plugin.inference.text_detection import PPOCRv4Detector
-                self.detector = PPOCRv4Detector()
+    def _check_budget(self, what: str, height: int, width: int) -> None:
+        if self.max_pixels is not None and height * width > self.max_pixels:
+            raise budget_error(what, width, height, self.max_pixels)
+
+    def _prepare(self, item: ImageInput, index: int, name: Optional[str], seed: int, detect: bool,
+                 outscale: Optional[float], value_range) -> _Image:
+        """Read one image, check its bounds, find its lines and cut them into canvases: everything before the
+        network, so that an image over a bound costs nothing but its reading."""
+        rgb, own_name = self._read(item, index, value_range)
+        name = own_name if name is None else name
+        what = name or f'image {index}'
+        height, width = rgb.shape[:2]
+        base_seed = image_noise_seed(name, seed)
+        if not detect:
+            columns = line_width(height, width)
+            windows = plan_line(columns, self.overlap).num_tiles
+            check_windows(what, windows, self.max_windows, f'a {width}x{height} line ({columns} columns at height 128)')
+            scale = CANVAS_H / height if outscale is None else outscale  # default: the canvas height
+            size = output_size(what, height, width, scale, self.max_output_pixels)
+            return _Image(rgb, name, self._cut([(rgb, None, None)], base_seed), scale, size)
+        if outscale is not None:
+            output_size(what, height, width, outscale, self.max_output_pixels)  # before the detector runs
+        strips, note = self._detect(rgb)
+        windows = sum(plan_line(line_width(*strip.shape[:2]), self.overlap).num_tiles for strip, _, _ in strips)
+        check_windows(what, windows, self.max_windows, f'its {len(strips)} detected line(s)')
+        scale = outscale
+        if scale is None:  # the median line to the canvas height, within AUTO_OUTSCALE_RANGE and the output bound
+            median = float(np.median([strip.shape[0] for strip, _, _ in strips])) if strips else CANVAS_H
+            scale = capped_scale(height, width, float(np.clip(CANVAS_H / median, *AUTO_OUTSCALE_RANGE)),
+                                 self.max_output_pixels)
+        size = output_size(what, height, width, scale, self.max_output_pixels)
+        return _Image(rgb, name, self._cut(strips, base_seed), scale, size, note)
+
+    def _detect(self, rgb: np.ndarray) -> Tuple[List[Tuple[np.ndarray, np.ndarray, np.ndarray]], str]:
+        """The detected lines of a photo as (strip, quad, polygon), rectified and turned the right way up; and a
+        note when the detector cannot take the image (then no lines)."""
+        from tola_plugin.inference.text_detection import PPOCRv4Detector, UndetectableShape
+        if self.detector is None:
+            self.detector = PPOCRv4Detector()
+        try:
             polygons = self.detector(np.ascontiguousarray(rgb[..., ::-1]))
-            quads = [expand_quad(reading_quad(p), self.margin) for p in polygons]
-            flips = self.detector.upside_down([np.ascontiguousarray(rectify(rgb, q)[..., ::-1]) for q in quads])
-            quads = [np.roll(q, 2, axis=0) if flip else q for q, flip in zip(quads, flips)]  # read the right way up
-            strips = [(rectify(rgb, q), q, p) for q, p in zip(quads, polygons)]
-        else:
-            strips = [(rgb, None, None)]
+        except UndetectableShape as err:
+            return [], f'no lines: {err}'
+        quads = [expand_quad(reading_quad(p), self.margin) for p in polygons]
+        flips = self.detector.upside_down([np.ascontiguousarray(rectify(rgb, q)[..., ::-1]) for q in quads])
+        quads = [np.roll(q, 2, axis=0) if flip else q for q, flip in zip(quads, flips)]  # read the right way up
+        return [(rectify(rgb, q), q, p) for q, p in zip(quads, polygons)], ''
+
+    def _cut(self, strips, base_seed: int) -> List[_Line]:
+        """Lines (strip, quad, polygon) -> ``_Line``s with their canvases and noise seeds."""
         lines, tile_index = [], 0
         for strip, quad, polygon in strips:
             line = to_canvas_height(strip)
@@ -269,34 +378,65 @@ class TOLAPipeline:
             tiles = cut_tiles(line, layout, self.pad_mode).astype(np.float32) / 255.0
             seeds = [(base_seed + tile_index + k) % 2**63 for k in range(layout.num_tiles)]
             tile_index += layout.num_tiles
-            lines.append(_Line(index, strip, layout, tiles, seeds, quad, polygon))
+            lines.append(_Line(strip, layout, tiles, seeds, quad, polygon))
         return lines
 
-    def _restore_lines(self, lines: List[_Line]) -> None:
-        """Run the network on every canvas of ``lines`` in batches; fill each line's restored strip (uint8, canvas
-        height) and its windows' text priors."""
+    def _restore_isolated(self, images: List[_Image]) -> None:
+        """Restore the lines of all ``images`` together (batched across images); the images that had a canvas in a
+        batch that failed are restored again, each alone, so that only an image that fails on its own is marked
+        failed (``error``); the others keep their result (the same: noise seeds are per image)."""
+        failed = self._restore_lines([line for image in images for line in image.lines])
+        suspects = [image for image in images if any(id(line) in failed for line in image.lines)]
+        for image in suspects:  # one suspect: every failed batch held only its canvases, the failure is its own
+            errors = self._restore_lines(image.lines) if len(suspects) > 1 else failed
+            if errors:
+                image.error = next(iter(errors.values()))
+
+    def _run_windows(self, lq: np.ndarray, seeds: List[int]) -> Tuple[np.ndarray, List[str], List[List[float]]]:
+        """The one place the network runs: canvases (B, 128, 512, 3) float32 RGB in [0, 1] with their noise seeds
+        -> (restored (B, 128, 512, 3) float32, B text priors, B lists of per-character confidences)."""
+        # contiguous NCHW, as BasicSR's data loader delivers it (a channels-last view runs other conv kernels)
+        batch = torch.from_numpy(lq).permute(0, 3, 1, 2).contiguous()
+        with torch.inference_mode():
+            out = self.net(batch.to(self.device), noise_seeds=list(seeds), return_intermediates=True)
+        images = out['image'].float().permute(0, 2, 3, 1).cpu().numpy()
+        texts = out['prior_texts'] if out['prior_texts'] is not None else [''] * len(seeds)
+        conf = out['confidences']
+        confidences = [
+            conf[i, :len(text)].float().tolist() if conf is not None else [1.0] * len(text)
+            for i, text in enumerate(texts)
+        ]
+        return images, list(texts), confidences
+
+    def _restore_lines(self, lines: List[_Line]) -> Dict[int, BaseException]:
+        """Run the network on every canvas of ``lines`` in batches of ``batch_size``; fill each line's restored
+        strip (uint8, canvas height) and its windows' text priors. Returns {id(line): error} for the lines with a
+        canvas in a batch that failed (those are left unrestored)."""
         owners = [(line, k) for line in lines for k in range(line.layout.num_tiles)]
-        outputs, texts, confidences = [], [], []
+        outputs: List[Optional[np.ndarray]] = [None] * len(owners)
+        texts: List[str] = [''] * len(owners)
+        confidences: List[List[float]] = [[] for _ in owners]
+        failed: Dict[int, BaseException] = {}
         for start in range(0, len(owners), self.batch_size):
             batch = owners[start:start + self.batch_size]
-            # contiguous NCHW, as BasicSR's data loader delivers it (a channels-last view runs other conv kernels)
-            lq = torch.from_numpy(np.stack([line.tiles[k] for line, k in batch])).permute(0, 3, 1, 2).contiguous()
-            with torch.inference_mode():
-                out = self.net(
-                    lq.to(self.device), noise_seeds=[line.seeds[k] for line, k in batch], return_intermediates=True)
-            outputs.append(out['image'].float().permute(0, 2, 3, 1).cpu().numpy())
-            batch_texts = out['prior_texts'] if out['prior_texts'] is not None else [''] * len(batch)
-            conf = out['confidences']
-            for i, text in enumerate(batch_texts):
-                texts.append(text)
-                confidences.append(conf[i, :len(text)].float().tolist() if conf is not None else [1.0] * len(text))
-        restored = np.concatenate(outputs) if outputs else np.zeros((0, ))
+            try:
+                images, batch_texts, batch_conf = self._run_windows(
+                    np.stack([line.tiles[k] for line, k in batch]), [line.seeds[k] for line, k in batch])
+            except IMAGE_ERRORS as err:
+                failed.update((id(line), err) for line, _ in batch)
+                continue
+            outputs[start:start + len(batch)] = list(images)
+            texts[start:start + len(batch)] = batch_texts
+            confidences[start:start + len(batch)] = batch_conf
         position = 0
         for line in lines:
             count = line.layout.num_tiles
-            line.restored = to_uint8(blend_tiles(restored[position:position + count], line.layout))
-            line.texts, line.confidences = texts[position:position + count], confidences[position:position + count]
+            if id(line) not in failed:
+                line.restored = to_uint8(blend_tiles(np.stack(outputs[position:position + count]), line.layout))
+                line.texts = texts[position:position + count]
+                line.confidences = confidences[position:position + count]
             position += count
+        return failed
 
     def _recognize(self, lines: List[_Line]) -> None:
         """PP-OCRv4's reading of every line before (its strip) and after (its restored strip)."""
@@ -310,32 +450,21 @@ class TOLAPipeline:
         for i, line in enumerate(lines):
             line.before, line.after = readings[2 * i], readings[2 * i + 1]
 
-    def _assemble(self, rgb: np.ndarray, name: str, lines: List[_Line], detect: bool,
-                  outscale: Optional[float]) -> Restoration:
-        height, width = rgb.shape[:2]
+    def _assemble(self, image: _Image, detect: bool) -> Restoration:
+        height, width = image.rgb.shape[:2]
+        out_h, out_w = image.out_size
         if not detect:
-            restored = lines[0].restored
-            if outscale is None:
-                image, scale = restored, CANVAS_H / height
-            else:
-                scale = float(outscale)
-                image = resize_rgb(restored, max(1, round(height * scale)), max(1, round(width * scale)))
+            restored = image.lines[0].restored
+            output = restored if restored.shape[:2] == (out_h, out_w) else resize_rgb(restored, out_h, out_w)
         else:
-            if outscale is not None:
-                scale = float(outscale)
-            elif lines:
-                median = float(np.median([line.strip.shape[0] for line in lines]))
-                scale = float(np.clip(CANVAS_H / median, *AUTO_OUTSCALE_RANGE))
-            else:
-                scale = 1.0
-            out_h, out_w = max(1, round(height * scale)), max(1, round(width * scale))
-            image = resize_rgb(rgb, out_h, out_w).copy()
-            for line in lines:
+            output = resize_rgb(image.rgb, out_h, out_w).copy()
+            for line in image.lines:
                 quad = scale_quad(line.quad, (out_w / width, out_h / height))
                 feather = max(1.0, self.feather * line.strip.shape[0] * out_h / height)
-                paste_strip(image, line.restored, quad, feather)
-        return Restoration(image=image, lines=[self._line_result(line) for line in lines], input_size=(height, width),
-                           outscale=scale, name=name, detected=detect)
+                paste_strip(output, line.restored, quad, feather)
+        return Restoration(image=output, lines=[self._line_result(line) for line in image.lines],
+                           input_size=(height, width), outscale=image.scale, name=image.name, detected=detect,
+                           note=image.note)
 
     @staticmethod
     def _line_result(line: _Line) -> LineResult:

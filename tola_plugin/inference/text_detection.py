@@ -5,7 +5,9 @@ with its default settings: the photo's longer side reduced to at most 2000 and i
 0.5, unclip ratio 1.6, boxes mapped back to the photo and sorted in reading order.
 
 ``PPOCRv4Detector()(image_bgr)`` -> quadrilaterals (N, 4, 2) float32 in pixel coordinates of ``image_bgr``, each
-ordered top-left, top-right, bottom-right, bottom-left, in reading order (top to bottom, then left to right).
+ordered top-left, top-right, bottom-right, bottom-left, in reading order (top to bottom, then left to right). An
+image too thin for rapidocr's resizing (longer side over 2000 and shorter side under 16 pixels once the longer is
+brought to 2000: more than ~125:1) is an ``UndetectableShape`` error saying so (rapidocr raises ``ResizeImgError``).
 ``upside_down(strips)``: PaddleOCR's text-direction classifier (``ch_ppocr_mobile_v2.0_cls``, same wheel) on the
 rectified lines, as PaddleOCR's ``use_angle_cls``.
 """
@@ -15,6 +17,17 @@ from typing import List, Sequence
 import numpy as np
 
 from tola_plugin.evaluation.recognizers import rapidocr_model_config
+
+
+class UndetectableShape(ValueError):
+    """An image the detector cannot take at all (too thin); the message is the reason, for the caller's note."""
+
+
+def _resize_errors():
+    """rapidocr's two ``ResizeImgError`` classes (its preprocessing and its detector's own resize)."""
+    from rapidocr_onnxruntime.ch_ppocr_det.utils import ResizeImgError as DetResizeError
+    from rapidocr_onnxruntime.utils.process_img import ResizeImgError
+    return ResizeImgError, DetResizeError
 
 
 class PPOCRv4Detector:
@@ -38,7 +51,14 @@ class PPOCRv4Detector:
                 or image_bgr.shape[2] != 3:
             raise ValueError(f'detector input: expected an HxWx3 uint8 BGR array, got '
                              f'{getattr(image_bgr, "dtype", type(image_bgr))} {getattr(image_bgr, "shape", "")}')
-        quads, _ = self.engine(image_bgr, use_det=True, use_cls=False, use_rec=False)
+        try:
+            quads, _ = self.engine(image_bgr, use_det=True, use_cls=False, use_rec=False)
+        except _resize_errors():
+            height, width = image_bgr.shape[:2]
+            aspect = max(height, width) / min(height, width)
+            raise UndetectableShape(f'PP-OCRv4\'s detector cannot take a {width}x{height} image: too thin (aspect '
+                                    f'{aspect:.0f}:1; when the longer side is over 2000 pixels it is scaled to 2000, '
+                                    f'and the shorter side must keep at least 16)') from None
         if not quads:
             return np.zeros((0, 4, 2), np.float32)
         return np.asarray(quads, np.float32).reshape(-1, 4, 2)

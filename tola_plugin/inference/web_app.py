@@ -22,7 +22,7 @@ import cv2  # noqa: E402
 import gradio as gr  # noqa: E402
 import numpy as np  # noqa: E402
 
-from tola_plugin.data.image_io import read_image_file  # noqa: E402
+from tola_plugin.data.image_io import ImageTooLargeError, read_image_file  # noqa: E402
 from tola_plugin.inference.pipeline import Restoration, TOLAPipeline  # noqa: E402
 from tola_plugin.inference.web_examples import example_paths  # noqa: E402
 
@@ -81,19 +81,23 @@ def restore_upload(pipeline: TOLAPipeline, path: str, name: str = '', detect: bo
                    max_megapixels: float = DEFAULT_MAX_MEGAPIXELS) -> PageResult:
     """Restore the image file ``path`` for the page (``name``: the uploaded file's name, for messages and the noise
     seed, as tola-infer seeds by file name). Raises ValueError with a message for the page when the file is not an
-    image, or has more than ``max_megapixels`` million pixels."""
+    image, declares more than ``max_megapixels`` million pixels (read from its header: refused before decoding), or
+    exceeds the pipeline's bounds (windows, output pixels)."""
     name = name or os.path.basename(path)
     try:
-        rgb = read_image_file(path, pipeline.background)[..., ::-1].copy()
+        rgb = read_image_file(path, pipeline.background, max_pixels=round(max_megapixels * 1e6))[..., ::-1].copy()
+    except ImageTooLargeError as err:
+        size = f'{err.width}x{err.height} pixels = {err.width * err.height / 1e6:.1f} megapixels' if err.width else \
+            f'more than {err.max_pixels or 0:,} pixels'
+        raise ValueError(f'{name} is too large: {size}, the limit is {max_megapixels:g} (the --max-megapixels option '
+                         f'of tola-web); refused before decoding') from None
     except (ValueError, OSError) as err:
         detail = str(err).removeprefix(f'{path}: ').replace(path, name)
-        raise ValueError(f'{name} is not an image this demo can read: {detail}. Upload a PNG, JPEG, BMP, WebP or '
+        raise ValueError(f'{name} is not an image this demo can read: {detail}. Upload a PNG, JPEG, BMP, WebP, GIF or '
                          f'TIFF image.') from None
     height, width = rgb.shape[:2]
-    if height * width > max_megapixels * 1e6:
-        raise ValueError(f'{name} is too large: {width}x{height} pixels = {height * width / 1e6:.1f} megapixels, '
-                         f'the limit is {max_megapixels:g} (the --max-megapixels option of tola-web)')
     start = time.perf_counter()
+    # a bound of the work (windows, output pixels) is a ValueError naming the image, the limit and the option
     restoration = pipeline([rgb], detect=detect, recognize=True, names=[name])[0]
     seconds = time.perf_counter() - start
     out_h, out_w = restoration.image.shape[:2]

@@ -7,6 +7,9 @@
   are left open); datasets and models declare theirs (``option_keys`` / ``train_option_keys``) next to the
   code that reads them.
 - ``train.total_iter`` must be a positive integer; ``num_gpu`` may not exceed the CUDA devices present.
+- ``train.scheduler``: one of BasicSR's schedulers, with the keys its constructor takes and consistent lengths;
+  a schedule with an end (``CosineAnnealingRestartLR``: ``sum(periods)`` iterations) must cover ``total_iter``
+  (BasicSR steps it ``total_iter - 1`` times; one step past the end is a TypeError deep in the run).
 - The run-wide GPU options: ``allow_tf32`` and ``deterministic`` are booleans (utils/cuda_math.py); ``dist_params``
   holds only ``backend`` (nccl/gloo), ``port`` and ``timeout_minutes`` (utils/distributed.py).
 
@@ -120,6 +123,58 @@ def check_train(opt: Mapping) -> None:
     for key, value in train.items():
         if key.endswith('_opt') and isinstance(value, Mapping) and 'type' in value:
             check_typed_block(value, LOSS_REGISTRY, f'train.{key}')
+    check_scheduler(train)
+
+
+def _scheduler_classes() -> dict:
+    """The schedulers BasicSR 1.4.2 builds (``BaseModel.setup_schedulers``), by the ``type`` it accepts."""
+    from basicsr.models import lr_scheduler
+    return {
+        'MultiStepLR': lr_scheduler.MultiStepRestartLR, 'MultiStepRestartLR': lr_scheduler.MultiStepRestartLR,
+        'CosineAnnealingRestartLR': lr_scheduler.CosineAnnealingRestartLR
+    }
+
+
+def _int_list(value, where: str, positive: bool = False) -> list:
+    if not isinstance(value, (list, tuple)) or not all(
+            isinstance(v, int) and not isinstance(v, bool) and (v > 0 or not positive) for v in value):
+        raise OptionError(f'{where}: expected a list of {"positive " if positive else ""}whole numbers, got {value!r}')
+    return list(value)
+
+
+def check_scheduler(train: Mapping) -> None:
+    """``train.scheduler`` against BasicSR's schedulers and ``train.total_iter`` (after ``check_train``'s check of
+    total_iter)."""
+    options = train.get('scheduler')
+    if not isinstance(options, Mapping):
+        raise OptionError(f'train.scheduler: expected a mapping with a "type", got {options!r}')
+    classes = _scheduler_classes()
+    kind = options.get('type')
+    if kind not in classes:
+        raise OptionError(f'train.scheduler.type: {kind!r} is not a scheduler BasicSR builds{suggest(kind, classes)}; '
+                          f'known: {", ".join(classes)}')
+    known = signature_keys(classes[kind]) - {'optimizer', 'last_epoch'}
+    check_keys(options, known | {'type'}, 'train.scheduler', kind)
+    total = int(train['total_iter'])
+    if kind == 'CosineAnnealingRestartLR':
+        if 'periods' not in options:
+            raise OptionError('train.scheduler.periods: missing (CosineAnnealingRestartLR needs its cycle lengths)')
+        periods = _int_list(options['periods'], 'train.scheduler.periods', positive=True)
+        weights = options.get('restart_weights', [1])
+        if not isinstance(weights, (list, tuple)) or len(weights) != len(periods):
+            raise OptionError(f'train.scheduler.restart_weights: {weights!r} must have one weight per period '
+                              f'({len(periods)} periods)')
+        if sum(periods) < total - 1:
+            raise OptionError(f'train.total_iter: {total} iterations step the scheduler {total - 1} times, past the '
+                              f'end of CosineAnnealingRestartLR\'s periods {periods} (sum {sum(periods)}; it has no '
+                              f'learning rate after that); make sum(periods) at least {total - 1}, or lower total_iter')
+    else:
+        _int_list(options.get('milestones', []), 'train.scheduler.milestones')
+        restarts = _int_list(options.get('restarts', [0]), 'train.scheduler.restarts')
+        weights = options.get('restart_weights', [1])
+        if not isinstance(weights, (list, tuple)) or len(weights) != len(restarts):
+            raise OptionError(f'train.scheduler.restart_weights: {weights!r} must have one weight per restart '
+                              f'({len(restarts)} restarts)')
 
 
 def check_num_gpu(opt: Mapping) -> None:

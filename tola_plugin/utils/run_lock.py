@@ -1,10 +1,11 @@
-"""One run per experiment folder: a lock file next to the folder, holding the owner's PID.
+"""One run per folder: a lock file holding the owner's PID (experiments, results, tola-infer output folders).
 
 ``experiments/<name>.lock`` (``results/<name>.lock`` for the test launcher) is created atomically
 (``O_CREAT | O_EXCL``) before the folder is touched and removed when the process exits. A second run on the
 same folder is refused with the owner's PID and command. A lock whose process is gone (killed with
 SIGKILL, machine restarted) is stale: it is replaced, with a warning. It lives next to the folder rather than
-inside it because BasicSR renames an existing folder to ``*_archived_*`` when a fresh run starts.
+inside it because BasicSR renames an existing folder to ``*_archived_*`` when a fresh run starts; callers whose
+folder is never renamed (tola-infer) may keep it inside (``lock_file``).
 """
 import atexit
 import json
@@ -51,13 +52,15 @@ def lock_path(folder: str) -> str:
     return os.path.normpath(folder) + '.lock'
 
 
-def acquire(folder: str, warn: Callable[[str], None]) -> str:
-    """Lock ``folder`` for this process (released at exit); returns the lock file's path.
+def acquire(folder: str, warn: Callable[[str], None], lock_file: Optional[str] = None,
+            advice: str = 'Wait for it to finish, or change "name" in the option file.') -> str:
+    """Lock ``folder`` for this process (released at exit); returns the lock file's path (``lock_file``, default
+    ``lock_path(folder)``).
 
     Raises ExperimentInUseError naming the owner when a live process holds the lock (or when the lock was
-    written on another host, whose processes cannot be checked from here).
+    written on another host, whose processes cannot be checked from here); ``advice`` ends its message.
     """
-    path = lock_path(folder)
+    path = lock_file or lock_path(folder)
     os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
     me = {
         'pid': os.getpid(), 'host': socket.gethostname(), 'start_time': _start_time(os.getpid()),
@@ -79,7 +82,7 @@ def acquire(folder: str, warn: Callable[[str], None]) -> str:
             if owner is not None and _alive(owner):
                 raise ExperimentInUseError(
                     f'{folder} is in use by another run: PID {owner["pid"]} ({owner.get("command", "?")}), lock '
-                    f'file {path}. Wait for it to finish, or change "name" in the option file.') from None
+                    f'file {path}. {advice}') from None
             warn(f'removing the stale lock {path} of PID {owner.get("pid") if owner else "?"} '
                  f'(that process is gone)')
             try:

@@ -17,12 +17,20 @@ never changes the training's random numbers.
 
 ``find_resume_state`` validates the newest ``N.state`` (pickle-free, complete, with its ``net_*_N.pth``) and
 falls back to the newest complete one, naming each skipped file.
+
+Schedulers: a training state holds each scheduler's whole ``__dict__``, so BasicSR's resume would bring back the
+saved settings (``periods``, ``milestones``, ...) over the option file's: a finished run extended with longer
+periods crashes one step past the old end. ``scheduler_settings`` / ``keep_option_settings`` restore the option
+file's settings after the state is loaded (its position, ``last_epoch``, is kept) and say which differed.
 """
 import contextlib
+import copy
+import inspect
 import os
 import os.path as osp
 import random
 import re
+from collections import Counter
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
@@ -34,6 +42,41 @@ from tola_plugin.utils.checkpoint_io import UnsafeCheckpointError, check_weights
 LOOP_FORMAT = 1
 STATE_NAME = re.compile(r'^(\d+)\.state$')
 STATE_KEYS = ('epoch', 'iter', 'optimizers', 'schedulers')
+
+
+# ------------------------------------------------------------------------------------------------ schedulers
+def scheduler_settings(scheduler) -> Dict:
+    """The settings a scheduler was built with (its constructor's arguments but the optimizer and ``last_epoch``,
+    as the object holds them, plus what it derives from them, e.g. ``cumulative_period``): what resuming a saved
+    state would overwrite."""
+    names = [
+        n for n in inspect.signature(type(scheduler).__init__).parameters
+        if n not in ('self', 'optimizer', 'last_epoch', 'verbose')
+    ]
+    names += [n for n in ('cumulative_period', ) if hasattr(scheduler, n)]
+    return {n: copy.deepcopy(getattr(scheduler, n)) for n in names if hasattr(scheduler, n)}
+
+
+def _comparable(value):
+    """A setting in a form that compares and prints plainly (tuples as lists, milestone Counters as sorted lists)."""
+    if isinstance(value, Counter):
+        return sorted(value.elements())
+    return list(value) if isinstance(value, tuple) else value
+
+
+def keep_option_settings(schedulers: List, configured: List[Dict], log: Callable[[str], None]) -> None:
+    """Put back the option file's scheduler ``configured`` settings (``scheduler_settings`` taken before the state
+    was loaded) where the loaded state brought others, with one ``log`` line per scheduler that differed."""
+    for index, (scheduler, settings) in enumerate(zip(schedulers, configured)):
+        differ = [(k, getattr(scheduler, k, None), v) for k, v in settings.items()
+                  if k != 'cumulative_period' and _comparable(getattr(scheduler, k, None)) != _comparable(v)]
+        for key, value in settings.items():
+            setattr(scheduler, key, copy.deepcopy(value))
+        if differ:
+            said = '; '.join(f'{k}: {_comparable(saved)} saved, {_comparable(now)} in the option file'
+                             for k, saved, now in differ)
+            log(f'scheduler {index} ({type(scheduler).__name__}) of the resumed state differs from the option file '
+                f'({said}): the option file\'s settings are used from iteration {scheduler.last_epoch + 1} on')
 
 
 # ----------------------------------------------------------------------------------------------- RNG streams

@@ -1,0 +1,278 @@
+"""BasicSR's own launchers run TOLA and the baselines (docs/baselines.md): the import hook installed with the package,
+BasicSR's train.py/test.py as scripts of a checkout and as ``python -m``, the side-by-side comparison of the docs run
+command by command, and a regular (non-editable) install of the package."""
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import cv2
+import pytest
+
+import basicsr
+from basicsr.archs import build_network
+from basicsr.utils.registry import ARCH_REGISTRY
+
+from tola_plugin.evaluation.records import basicsr_output_names
+from tola_plugin.utils.option_checks import check_options
+from conftest import REPO, render_pairs, run_launcher, write_options
+from launcher_testing import doc_commands, make_checkout, run_doc_command, run_tool_in_process, tiny_options
+from tola_testing import load_yaml, one_thread, tiny_demo_options  # noqa: F401  (fixture)
+
+HOOK_PROBE = r'''
+import json, sys
+heavy = sorted(m for m in ('torch', 'torchvision', 'numpy', 'cv2', 'basicsr', 'tola_plugin') if m in sys.modules)
+import tola_plugin_hook
+waiting = tola_plugin_hook.installed()
+import basicsr
+import basicsr.utils.options
+from basicsr.utils.registry import ARCH_REGISTRY, DATASET_REGISTRY, MODEL_REGISTRY
+print(json.dumps({
+    'heavy_at_start': heavy, 'waiting': waiting, 'waiting_after': tola_plugin_hook.installed(),
+    'registered': ['TOLAModel' in MODEL_REGISTRY, 'TOLANet' in ARCH_REGISTRY,
+                   'TextDegradationDataset' in DATASET_REGISTRY],
+    'shim': 'torchvision.transforms.functional_tensor' in sys.modules,
+    'loader': type(basicsr.__loader__).__name__,
+    'parse_options': basicsr.utils.options.parse_options.__module__,
+    'launchers': [sys.modules[m].parse_options.__module__ for m in ('basicsr.train', 'basicsr.test')],
+}))
+'''
+
+
+def probe_hook(cwd):
+    """Run HOOK_PROBE in a fresh interpreter in ``cwd`` (not the repository, whose packages it would import);
+    returns its JSON."""
+    proc = subprocess.run([sys.executable, '-c', HOOK_PROBE], capture_output=True, text=True, timeout=300, cwd=cwd)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_hook_at_start_and_on_import_basicsr(tmp_path):
+    seen = probe_hook(tmp_path)
+    assert seen['heavy_at_start'] == [] and seen['waiting'] and not seen['waiting_after']
+    assert seen['registered'] == [True, True, True] and seen['shim']
+    assert seen['loader'] == 'SourceFileLoader'  # basicsr's own loader once imported
+    assert seen['parse_options'] == 'tola_plugin.basicsr_compat'
+    assert seen['launchers'] == ['tola_plugin.basicsr_compat'] * 2  # basicsr imported them before the plugin
+
+    off = subprocess.run(
+        [sys.executable, '-c', 'import tola_plugin_hook; assert not tola_plugin_hook.installed(); import basicsr'],
+        capture_output=True, text=True, timeout=300, env=dict(os.environ, TOLA_PLUGIN_HOOK='0'), cwd=tmp_path)
+    assert off.returncode == 1
+    assert "No module named 'torchvision.transforms.functional_tensor'" in off.stderr  # basicsr 1.4.2 as it is
+
+
+def test_hook_switch_values(capsys):
+    from tola_plugin_hook import hook_enabled
+    assert hook_enabled({}) and hook_enabled({'TOLA_PLUGIN_HOOK': 'on'}) and hook_enabled({'TOLA_PLUGIN_HOOK': '1'})
+    assert not hook_enabled({'TOLA_PLUGIN_HOOK': '0'}) and not hook_enabled({'TOLA_PLUGIN_HOOK': 'Off'})
+    assert hook_enabled({'TOLA_PLUGIN_HOOK': 'maybe'})
+    assert "ignoring TOLA_PLUGIN_HOOK='maybe'" in capsys.readouterr().err
+
+
+def test_hook_finder_answers_once_and_a_failing_plugin_is_named(monkeypatch):
+    """In process: the finder gives basicsr's own spec with the registering loader, once; when the plugin cannot be
+    imported, ``import basicsr`` fails with a message naming the plugin and the switch."""
+    import importlib.machinery
+    import types
+
+    import tola_plugin_hook
+    monkeypatch.setattr(sys, 'meta_path', list(sys.meta_path))
+    finder = tola_plugin_hook.BasicSRFinder()
+    sys.meta_path.insert(0, finder)
+    assert finder.find_spec('numpy') is None and tola_plugin_hook.installed()
+    spec = finder.find_spec('basicsr')
+    assert spec.origin == basicsr.__spec__.origin and isinstance(spec.loader, tola_plugin_hook._RegisteringLoader)
+    assert not tola_plugin_hook.installed()  # one shot: the plugin's own `import basicsr` finds basicsr plainly
+
+    class Loader:
+        executed = False
+
+        def create_module(self, spec):
+            return None
+
+        def exec_module(self, module):
+            Loader.executed = True
+
+    module = types.ModuleType('fake_basicsr')
+    module.__spec__ = importlib.machinery.ModuleSpec('fake_basicsr', tola_plugin_hook._RegisteringLoader(Loader()))
+    monkeypatch.setitem(sys.modules, 'tola_plugin', None)  # the plugin cannot be imported
+    with pytest.raises(ImportError, match='tola-plugin could not register itself.*TOLA_PLUGIN_HOOK=0'):
+        module.__spec__.loader.exec_module(module)
+    assert Loader.executed and isinstance(module.__loader__, Loader)  # basicsr's own loader ran, and stays
+
+
+def read_logs(folder, prefix):
+    return ''.join(open(p, encoding='utf-8').read() for p in sorted(glob.glob(os.path.join(folder, f'{prefix}_*.log'))))
+
+
+def test_checkout_train_py_then_python_m_resume_then_test_py(rendered_sets, tmp_path):
+    """A BasicSR checkout: its train.py trains TOLA, the installed package's ``python -m basicsr.train`` resumes the
+    same experiment (run from the checkout, its outputs go there), its test.py tests the result."""
+    checkout = tmp_path / 'BasicSR'
+    scripts = make_checkout(checkout)
+    opt = tiny_demo_options(rendered_sets, 'tola_bsr', total_iter=1, freq=1)
+    opt['val']['val_freq'] = 100  # BasicSR validates once more at the end of every run: enough
+    opt_file = write_options(tmp_path / 'train.yml', opt)
+    env = {'OMP_NUM_THREADS': '1'}
+    run_launcher([scripts['train'], '-opt', opt_file], cwd=checkout, env=env)
+    exp = checkout / 'experiments' / 'tola_bsr'
+    assert (exp / 'models' / 'net_g_1.pth').is_file() and (exp / 'training_states' / '1.state').is_file()
+    log = read_logs(exp, 'train')
+    assert 'Model [TOLAModel] is created.' in log and 'TransOCR ACC' in log  # validation of TOLAModel ran
+
+    proc = run_launcher(['-m', 'basicsr.train', '-opt', opt_file, '--auto_resume', '--force_yml', 'train:total_iter=2'],
+                        cwd=checkout, env=env)
+    assert 'its outputs go under the current directory' in proc.stderr
+    log = read_logs(exp, 'train')
+    assert 'Resuming training from epoch: 0, iter: 1.' in log and 'iter:       2,' in log  # the plugin's resume
+    site_packages = os.path.dirname(os.path.dirname(basicsr.__file__))
+    assert not os.path.exists(os.path.join(site_packages, 'experiments', 'tola_bsr'))
+
+    test = tiny_demo_options(rendered_sets, 'unused', total_iter=2, freq=2)
+    test = {
+        'name': 'tola_bsr_test', 'model_type': 'TOLAModel', 'scale': 1, 'num_gpu': 0, 'manual_seed': 0,
+        'datasets': {'test_1': dict(test['datasets']['val'],
+                                    name='rendered_val')}, 'network_g': test['network_g'], 'path': {
+                                        'pretrain_network_g': str(exp / 'models' / 'net_g_latest.pth'),
+                                        'param_key_g': 'params', 'strict_load_g': True
+                                    }, 'val': dict(test['val'], suffix=None)
+    }
+    test['val'].pop('val_freq')
+    run_launcher([scripts['test'], '-opt', write_options(tmp_path / 'test.yml', test)], cwd=checkout, env=env)
+    restored = glob.glob(str(checkout / 'results' / 'tola_bsr_test' / 'visualization' / 'rendered_val' / '*.png'))
+    assert len(restored) == 2 and cv2.imread(restored[0]).shape == (128, 512, 3)
+
+
+# --------------------------------------------------------------------------------------- docs, command by command
+def render_ctr_layout(root):
+    """The layout the option files expect under ``datasets/`` (docs/data.md), tiny: 6 rendered training lines in a
+    FudanVI LMDB with a 4/2 split, and 2 test pairs at x4."""
+    lmdb = os.path.join(root, 'datasets', 'CTR', 'scene_train.lmdb')
+    assert run_tool_in_process('render_text.py', ['--num', '6', '--seed', '0', '--lmdb', lmdb]) == 0
+    assert run_tool_in_process(
+        'split_dataset.py',
+        ['--lmdb', lmdb, '--val-fraction', '0.34', '--out-dir',
+         os.path.join(root, 'datasets', 'CTR', 'split')]) == 0
+    render_pairs(os.path.join(root, 'datasets', 'CTR-TSR-Test'), 2, seed=1)
+
+
+def test_side_by_side_doc_commands(tmp_path, monkeypatch, one_thread):  # noqa: F811
+    """docs/baselines.md, "One comparison": every command in order (TOLA and each baseline trained one iteration
+    of a tiny network and tested by BasicSR's launchers), then the evaluation table of all methods."""
+    render_ctr_layout(str(tmp_path))
+    monkeypatch.setenv('TORCH_HOME', str(tmp_path / 'no_weights'))  # LPIPS, DISTS, FID: skipped, said so
+    commands = doc_commands('docs/baselines.md')
+    assert [c[1] for c in commands[:2]] == ['basicsr.train', 'basicsr.test'] and commands[-1][0] == 'tools/evaluate.py'
+    evaluate = commands.pop()
+    for argv in commands:
+        run_doc_command(argv, str(tmp_path), monkeypatch)
+
+    methods = dict(a.split('=', 1) for a in evaluate if '=' in a and not a.startswith('--'))
+    assert set(methods) == {'TOLA', 'ESRGAN', 'RRDBNet', 'SwinIR', 'EDSR', 'RCAN'}
+    for folder in methods.values():
+        images = sorted(glob.glob(str(tmp_path / folder / '*.png')))
+        assert len(images) == 2 and all(cv2.imread(p).shape == (128, 512, 3) for p in images), folder
+    assert (tmp_path / 'experiments' / 'ESRGAN_x4_CTR' / 'models' / 'net_d_latest.pth').is_file()
+
+    # the official transocr.pth cannot be here: T-ACC/T-NED are tested with a tiny TransOCR in test_eval_tools.py
+    at = evaluate.index('--transocr-checkpoint')
+    del evaluate[at:at + 2]
+    run_doc_command(evaluate, str(tmp_path), monkeypatch)
+    out = tmp_path / evaluate[evaluate.index('--out') + 1]
+    summary = json.loads((out / 'summary.json').read_text(encoding='utf-8'))
+    assert set(summary['summary']) == set(methods)
+    assert summary['protocol']['name_suffixes'] == {
+        'TOLA': 'TOLA_CTR_test', 'ESRGAN': 'ESRGAN_x4_CTR_test', 'RRDBNet': 'RRDBNet_PSNR_x4_CTR_test',
+        'SwinIR': 'SwinIR_x4_CTR_test', 'EDSR': 'EDSR_x4_CTR_test', 'RCAN': 'RCAN_x4_CTR_test'
+    }
+    assert {'lpips', 'dists', 'fid'} <= set(summary['protocol']['skipped'])
+    for values in summary['summary'].values():
+        assert {'psnr', 'ssim'} <= set(values)
+    table = (out / 'summary.md').read_text(encoding='utf-8')
+    assert all(f'| {m} |' in table for m in methods)
+
+
+def test_own_data_doc_commands(tmp_path, monkeypatch, one_thread):  # noqa: F811
+    """docs/own_data.md: every command in order in an empty folder (12 rendered lines instead of 200)."""
+    monkeypatch.setenv('TORCH_HOME', str(tmp_path / 'no_weights'))
+    commands = doc_commands('docs/own_data.md')
+    assert commands[0][0] == 'tools/render_text.py'
+    commands[0][commands[0].index('--num') + 1] = '12'
+    for argv in commands:
+        run_doc_command(argv, str(tmp_path), monkeypatch)
+
+    test_set = tmp_path / 'datasets' / 'own' / 'test'
+    names = [line.split('\t')[0] for line in (test_set / 'labels.tsv').read_text(encoding='utf-8').splitlines()]
+    held_out = [int(v) for v in (tmp_path / 'datasets/own/holdout/val_index.txt').read_text().split()]
+    assert names == [f'image-{i + 1:09d}.png' for i in held_out]  # the held-out lines, by LMDB key
+    assert cv2.imread(str(test_set / 'lr_x4' / names[0])).shape == (32, 128, 3)
+    assert cv2.imread(str(test_set / 'hr' / names[0])).shape == (128, 512, 3)
+    parts = [
+        set(int(v) for v in (tmp_path / 'datasets/own' / f).read_text().split())
+        for f in ('holdout/val_index.txt', 'split/train_index.txt', 'split/val_index.txt')
+    ]
+    assert sum(map(len, parts)) == 12 and len(set.union(*parts)) == 12  # disjoint, all lines
+
+    # BasicSR's `python -m` launchers run from site-packages: the plugin keeps every output in the current folder
+    assert (tmp_path / 'tb_logger' / 'TOLA_own').is_dir() and (tmp_path / 'experiments' / 'RRDBNet_own').is_dir()
+    site_packages = os.path.dirname(os.path.dirname(basicsr.__file__))
+    assert not any(os.path.exists(os.path.join(site_packages, d)) for d in ('experiments', 'tb_logger', 'results'))
+
+    summary = json.loads((tmp_path / 'results' / 'eval_own' / 'summary.json').read_text(encoding='utf-8'))
+    assert set(summary['summary']) == {'TOLA', 'RRDBNet'}
+    assert summary['protocol']['name_suffixes'] == {'TOLA': 'TOLA_own_test', 'RRDBNet': 'RRDBNet_own_test'}
+    assert summary['protocol']['n_images'] == len(names)
+
+
+def test_basicsr_output_names():
+    """BasicSR's test-launcher names (<stem>_<suffix>.png) matched to the references; anything else stays exact."""
+    refs = ['a.jpg', 'b_1.png', 'c.png']
+    assert basicsr_output_names(['a_X_test.png', 'b_1_X_test.png', 'c_X_test.png'], refs) == ({
+        'a.jpg': 'a_X_test.png', 'b_1.png': 'b_1_X_test.png', 'c.png': 'c_X_test.png'
+    }, 'X_test')
+    assert basicsr_output_names(['a_X.png', 'c_X.png'], refs) == ({'a.jpg': 'a_X.png', 'c.png': 'c_X.png'}, 'X')
+    for names in (refs, ['a_X.png', 'b_1_Y.png', 'c_X.png'], ['a_X.png', 'zzz.png'], ['a_X.jpg']):
+        assert basicsr_output_names(names, refs) == ({n: n for n in names}, None)  # exact: the matcher names misses
+
+
+# ------------------------------------------------------------------------------------------- a regular install
+def test_install_regular_wheel_registers_hook(tmp_path):
+    """``pip install .`` (a wheel, not editable) into a fresh venv that sees this environment's dependencies but not
+    its editable install: the hook's .pth lands in site-packages and registers the installed copy of the plugin
+    (tools/benchmark_startup.py builds its venvs the same way)."""
+    sys.path.insert(0, os.path.join(REPO, 'tools'))
+    try:
+        import benchmark_startup as bench
+    finally:
+        sys.path.pop(0)
+    python = bench.make_venv(str(tmp_path / 'venv'))
+    bench.pip_install(python, bench.copy_sources(str(tmp_path / 'src')))
+    site = bench.site_packages(python)
+    with open(os.path.join(site, 'tola_plugin_hook.pth'), encoding='utf-8') as f:
+        assert f.read() == 'import tola_plugin_hook; tola_plugin_hook.install()\n'
+    # what `import basicsr` then does is the same code as in this editable environment (tested above): here, only
+    # that the hook waits at start and would import the installed copy
+    proc = subprocess.run([
+        python, '-c', 'import importlib.util, sys, tola_plugin_hook; print(tola_plugin_hook.installed(), '
+        '"torch" in sys.modules, tola_plugin_hook.__file__, importlib.util.find_spec("tola_plugin").origin)'
+    ], capture_output=True, text=True, timeout=300, cwd=tmp_path, check=True)
+    waiting, torch_imported, hook_file, plugin_file = proc.stdout.split()
+    assert waiting == 'True' and torch_imported == 'False'
+    assert hook_file.startswith(site) and plugin_file.startswith(site)
+
+
+@pytest.mark.parametrize('name', sorted(os.listdir(os.path.join(REPO, 'options', 'baselines'))))
+def test_baseline_files_are_stock_basicsr_with_our_data(name):
+    """Nothing of ours in a baseline file beyond the datasets (strictly checked), and its networks build (tiny)."""
+    opt = load_yaml(os.path.join(REPO, 'options', 'baselines', name))
+    assert opt['model_type'] in ('SRModel', 'ESRGANModel', 'SwinIRModel') and opt['scale'] == 4
+    for key in ('network_g', 'network_d'):
+        if key in opt:
+            assert ARCH_REGISTRY.get(opt[key]['type']).__module__.startswith('basicsr.archs.'), opt[key]['type']
+            assert build_network(dict(tiny_options(opt)[key])) is not None
+    for ds in opt['datasets'].values():
+        assert ds['type'] in ('TextDegradationDataset', 'PairedTextDataset') and ds['lq_size'] == 'native'
+    datasets = {k: dict(v, phase=k.split('_')[0], scale=4) for k, v in opt['datasets'].items()}
+    check_options(dict(opt, num_gpu=0, is_train='train' in opt, datasets=datasets))  # as parse_options would
