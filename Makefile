@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup demo demo-baseline restore-demo web lint test test-isa margins clean
+.PHONY: setup demo demo-baseline restore-demo web lint test test-cuda test-isa margins clean
 
 setup: $(VENV)/.installed
 
@@ -41,6 +41,12 @@ lint: setup
 # Two worker processes (pytest-xdist): the suite is CPU-bound and CI has 2 cores.
 test: setup
 	$(PY) -m pytest -q -n 2 tests
+
+# The tests that need a GPU (marked `cuda`; skipped with the reason on machines without one): training, 2-rank NCCL
+# DDP (with two GPUs), tola-infer and TOLAPipeline in each precision, exact resume, the 200-step route
+# (docs/testing.md). One worker: the GPU is shared.
+test-cuda: setup
+	$(PY) -m pytest -q -m cuda -rs tests
 
 # The tests marked `numerics` again with other CPU kernels forced: AVX2 (MKL and oneDNN too) and torch's generic
 # kernels. CI runs it after `make test` (docs/testing.md).

@@ -37,6 +37,18 @@ def pytest_runtest_teardown(item):
     numerics._ACTIVE['marked'] = False
 
 
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``cuda`` are skipped, with the reason, where torch sees no CUDA device (make test-cuda)."""
+    import torch
+    if torch.cuda.is_available():
+        return
+    reason = pytest.mark.skip(reason=f'needs a CUDA GPU; torch {torch.__version__} sees none here (make test-cuda on '
+                              'a GPU machine, docs/testing.md)')
+    for item in items:
+        if item.get_closest_marker('cuda') is not None:
+            item.add_marker(reason)
+
+
 def render_pairs(folder, num, seed, scale=4):
     """Render ``num`` lines into folder/{hr,lr_x<scale>} with folder/labels.tsv; returns the folder."""
     renderer = TextLineRenderer(seed=seed)

@@ -1,8 +1,9 @@
-"""Launchers: a stock BasicSR option file trains, validates, checkpoints, auto-resumes and tests on CPU,
-and runs under 2-process gloo DDP with torchrun."""
+"""Launchers: a stock BasicSR option file trains, validates, checkpoints, auto-resumes and tests on CPU, and runs
+under 2-process gloo DDP with multi-node torchrun and with BasicSR's slurm launcher."""
 import glob
 import os
 import re
+import subprocess
 import sys
 
 import yaml
@@ -70,17 +71,56 @@ def test_console_scripts_are_installed():
         assert os.access(os.path.join(bindir, script), os.X_OK), f'{script} missing from {bindir}'
 
 
-def test_two_process_gloo_ddp(rendered_sets, tmp_path):
-    opt = tiny_options(rendered_sets, 'tiny_rrdb_ddp', total_iter=4, freq=4)
-    opt_file = write_options(tmp_path / 'ddp.yml', opt)
-    proc = run_launcher([
-        '-m', 'torch.distributed.run', '--nproc_per_node=2', f'--master_port={free_port()}', '-m', 'tola_plugin.train',
-        '-opt', opt_file, '--launcher', 'pytorch'
-    ], cwd=tmp_path)
-    exp = tmp_path / 'experiments' / 'tiny_rrdb_ddp'
+def start_all(commands, cwd, env_per_process):
+    """Start ``python <args>`` processes together (the node groups or srun tasks of one job) and wait for all;
+    raises with the output of any that failed."""
+    procs = [
+        subprocess.Popen([sys.executable, *args], cwd=cwd, env=dict(os.environ, OMP_NUM_THREADS='1', **env),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for args, env in zip(commands, env_per_process)
+    ]
+    outputs = [p.communicate(timeout=600) for p in procs]
+    for p, (out, err) in zip(procs, outputs):
+        if p.returncode != 0:
+            raise AssertionError(f'{p.args} failed ({p.returncode}):\n{out[-3000:]}\n{err[-6000:]}')
+    return outputs
+
+
+def check_ddp_run(exp, outputs):
     log = read_log(exp)
-    assert 'World size (gpu number): 2' in log
-    assert 'DistributedDataParallel' in log
+    assert 'World size (gpu number): 2' in log and 'DistributedDataParallel' in log
     assert (exp / 'models' / 'net_g_latest.pth').is_file()  # rank 0 saved
     assert (exp / 'training_states' / '4.state').is_file()
-    assert 'End of training' in log, proc.stdout[-2000:]
+    assert 'End of training' in log, outputs[0][0][-2000:]
+
+
+def test_two_node_torchrun_gloo_ddp(rendered_sets, tmp_path):
+    """Multi-node torchrun (c10d rendezvous) as two node groups of one process each on 127.0.0.1."""
+    opt_file = write_options(tmp_path / 'ddp.yml', tiny_options(rendered_sets, 'tiny_rrdb_ddp', total_iter=4, freq=4))
+    endpoint = f'127.0.0.1:{free_port()}'
+    commands = [[
+        '-m', 'torch.distributed.run', '--nnodes=2', '--nproc_per_node=1', '--rdzv_backend=c10d',
+        f'--rdzv_endpoint={endpoint}', '--rdzv_id=tola_two_nodes', f'--rdzv_conf=is_host={int(node == 0)}', '-m',
+        'tola_plugin.train', '-opt', opt_file, '--launcher', 'pytorch'
+    ] for node in (0, 1)]
+    outputs = start_all(commands, tmp_path, [{}, {}])
+    check_ddp_run(tmp_path / 'experiments' / 'tiny_rrdb_ddp', outputs)
+
+
+def test_slurm_launcher_two_tasks(rendered_sets, tmp_path):
+    """BasicSR's --launcher slurm: two tasks as srun starts them on two nodes (SLURM_* variables, scontrol naming
+    the first host), on one machine, on the CPU."""
+    opt = tiny_options(rendered_sets, 'tiny_rrdb_slurm', total_iter=4, freq=4)
+    opt['dist_params'] = {'port': free_port()}
+    opt_file = write_options(tmp_path / 'slurm.yml', opt)
+    bin_dir = tmp_path / 'bin'
+    bin_dir.mkdir()
+    scontrol = bin_dir / 'scontrol'
+    scontrol.write_text('#!/bin/sh\n[ "$1 $2" = "show hostnames" ] && printf "127.0.0.1\\nlocalhost\\n"\n')
+    scontrol.chmod(0o755)
+    env = {'PATH': f'{bin_dir}{os.pathsep}{os.environ["PATH"]}', 'SLURM_NTASKS': '2', 'SLURM_NODELIST': 'node[1-2]'}
+    for key in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'MASTER_ADDR', 'MASTER_PORT'):
+        assert key not in os.environ  # srun sets none of these: the launcher derives them
+    outputs = start_all([['-m', 'tola_plugin.train', '-opt', opt_file, '--launcher', 'slurm']] * 2, tmp_path,
+                        [dict(env, SLURM_PROCID=str(task), SLURM_LOCALID='0') for task in (0, 1)])
+    check_ddp_run(tmp_path / 'experiments' / 'tiny_rrdb_slurm', outputs)

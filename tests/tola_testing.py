@@ -1,6 +1,11 @@
 """Shared helpers of the TOLA tests: the tiny random backbone and option-file rewriting."""
 import copy
+import logging
 import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 import torch
@@ -48,6 +53,66 @@ def tiny_demo_options(rendered, name, total_iter, freq):
     opt['train']['scheduler']['periods'] = [total_iter]
     opt['logger'].update(print_freq=1, save_checkpoint_freq=freq)
     return opt
+
+
+def resume_options(rendered, tmp_path):
+    """The exact-resume configuration: the demo file on the tiny backbone, 6 training lines, batch 2 (3 iterations
+    per epoch), one data-loader worker, 4 iterations, a state and a validation every 2."""
+    with open(os.path.join(rendered['train'], 'labels.tsv'), encoding='utf-8') as f:
+        lines = f.readlines()[:6]
+    labels = tmp_path / 'labels6.tsv'
+    labels.write_text(''.join(lines), encoding='utf-8')
+    opt = tiny_demo_options(rendered, 'resume', total_iter=4, freq=2)
+    opt['datasets']['train'].update(
+        labels=str(labels), num_worker_per_gpu=1, batch_size_per_gpu=2, dataset_enlarge_ratio=1)
+    opt['val'].update(val_freq=2, save_img=False)
+    return opt
+
+
+def start_training(folder, opt):
+    """``python -m tola_plugin.train`` on ``opt`` (written to folder/train.yml) in ``folder``, one thread, not waited
+    for (stderr piped)."""
+    with open(folder / 'train.yml', 'w', encoding='utf-8') as f:
+        yaml.safe_dump(opt, f, sort_keys=False, allow_unicode=True)
+    return subprocess.Popen([sys.executable, '-m', 'tola_plugin.train', '-opt',
+                             str(folder / 'train.yml')], cwd=folder, env=dict(os.environ, OMP_NUM_THREADS='1'),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def kill_then_resume(opt, tmp_path, monkeypatch, caplog):
+    """Train ``opt`` (4 iterations, a state every 2) in two subprocesses started together, SIGKILL one as soon as
+    its iteration-2 state exists, resume it with ``--auto_resume`` through the launcher's code in this process.
+    -> (the resumed run's log, the uninterrupted run's net_g_4 'params', the resumed run's)."""
+    name = opt['name']
+    ref_dir, cut_dir = tmp_path / 'uninterrupted', tmp_path / 'killed'
+    ref_dir.mkdir()
+    cut_dir.mkdir()
+    ref, cut = start_training(ref_dir, opt), start_training(cut_dir, opt)
+    states = cut_dir / 'experiments' / name / 'training_states'
+    deadline = time.time() + 120
+    while not (states / '2.state').exists():  # saves are atomic: the name appears complete
+        assert cut.poll() is None, cut.stderr.read()[-3000:]
+        assert time.time() < deadline, 'the run to kill never saved iteration 2'
+        time.sleep(0.02)
+    cut.send_signal(signal.SIGKILL)
+    cut.wait()
+    assert cut.returncode == -signal.SIGKILL
+    models = cut_dir / 'experiments' / name / 'models'
+    assert not (models / 'net_g_4.pth').exists()
+
+    from tola_plugin.train import run
+    monkeypatch.chdir(cut_dir)
+    monkeypatch.setattr(sys, 'argv', ['tola-train', '-opt', str(cut_dir / 'train.yml'), '--auto_resume'])
+    logger = logging.getLogger('basicsr')  # BasicSR's logger does not propagate to the root logger
+    logger.addHandler(caplog.handler)
+    try:
+        with caplog.at_level('INFO', logger='basicsr'):
+            run()
+    finally:
+        logger.removeHandler(caplog.handler)
+    assert ref.wait(timeout=300) == 0, ref.stderr.read()[-3000:]
+    expected = torch.load(ref_dir / 'experiments' / name / 'models' / 'net_g_4.pth', weights_only=True)['params']
+    return caplog.text, expected, torch.load(models / 'net_g_4.pth', weights_only=True)['params']
 
 
 def tiny_options(opt, rendered, tmp_dir):

@@ -6,14 +6,17 @@ imports this module before anything else, so no other module of the package need
      1.4.2 (the last PyPI release) imports ``torchvision.transforms.functional_tensor``, which torchvision
      removed in 0.17.
 
-1-3. The three functions that assume a GPU, replaced so CPU and gloo DDP work; each keeps upstream
-     behaviour when CUDA is present (nccl, cuda devices).
+1-3. The three functions that assume a GPU, replaced so CPU and gloo DDP work: the process group starts once the
+     options are known (backend by device, one GPU per process, timeout, device binding; torchrun and srun), DDP
+     broadcasts no frozen buffers, DataParallel is refused for frozen backbones (decisions: utils/distributed.py).
 4.   ``EnlargedSampler`` forwards the epoch (and each visit's unfolded index) to datasets that ask for
      it, so online degradation is reproducible per (seed, epoch, index); BasicSR's own datasets are
      unaffected.
 5.   Start-up checks (``parse_options``, train and test launchers): strict option keys, ``total_iter > 0``,
-     ``num_gpu`` no more than the devices present (utils/option_checks.py); and one run per experiment
-     (results) folder: a lock file with the PID, stale locks replaced (utils/run_lock.py).
+     ``num_gpu`` no more than the devices present (utils/option_checks.py), ``num_gpu: auto`` refused when a
+     driver is installed that this torch cannot use; the CUDA math options ``allow_tf32`` and ``deterministic``
+     (utils/cuda_math.py); and one run per experiment (results) folder: a lock file with the PID, stale locks
+     replaced (utils/run_lock.py).
 6.   Checkpoints and training states are written atomically (temporary file, fsync, rename); a save that
      keeps failing is an error instead of upstream's "Just ignore it".
 7.   ``load_resume_state``: reads states weights-only and, with ``--auto_resume``, skips an incomplete or
@@ -56,11 +59,12 @@ import basicsr.utils.options
 from basicsr.data.data_sampler import EnlargedSampler
 from basicsr.data.prefetch_dataloader import CPUPrefetcher, CUDAPrefetcher
 from basicsr.models.base_model import BaseModel
-from basicsr.utils import check_resume, get_root_logger
+from basicsr.utils import check_resume, get_root_logger, set_random_seed
 from basicsr.utils.dist_util import get_dist_info, master_only
 from basicsr.utils.logger import MessageLogger
+from basicsr.utils.options import ordered_yaml
 
-from tola_plugin.utils import run_lock
+from tola_plugin.utils import cuda_math, distributed, run_lock
 from tola_plugin.utils.checkpoint_io import atomic_torch_save, weights_only_loads
 from tola_plugin.utils.option_checks import OptionError, check_options
 from tola_plugin.utils.training_resume import (LOOP, find_resume_state, keep_option_settings, read_training_state,
@@ -74,26 +78,54 @@ def _warn_early(message: str) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- 1-3: CPU/DDP
+_LAUNCH = {}  # inside our parse_options: the launcher upstream's asked init_dist for, until the options are known
+
+
 def init_dist(launcher, backend=None, **kwargs):
-    """Upstream computes ``rank % torch.cuda.device_count()`` (ZeroDivisionError on CPU) and forces nccl."""
+    """Upstream starts the process group here, before the option file is read: ``rank % torch.cuda.device_count()``
+    (ZeroDivisionError on CPU, two ranks on one GPU when there are more ranks than GPUs), nccl always, no timeout.
+    Called by our ``parse_options`` (every launcher, BasicSR's own too: 11), the request is recorded and the group
+    started once ``num_gpu`` and ``dist_params`` are known; called by upstream's parse_options (a script that
+    imported it before the plugin), it starts the group now for the devices present (``kwargs``: slurm's
+    ``dist_params``)."""
+    if launcher not in ('pytorch', 'slurm'):
+        raise ValueError(f'Invalid launcher type: {launcher}')
+    if _LAUNCH.get('deferring'):
+        _LAUNCH['launcher'] = launcher
+        return
+    present = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    start_distributed({'num_gpu': present, 'dist_params': kwargs}, launcher)
+
+
+def start_distributed(opt, launcher):
+    """The process group of a torchrun (``pytorch``) or srun (``slurm``) run (utils/distributed.py): nccl for a
+    CUDA model, gloo for a CPU one (``dist_params.backend`` may say), one GPU per process (checked), bound to it
+    (``device_id``), with ``dist_params.timeout_minutes``."""
     import torch.multiprocessing as mp
     if mp.get_start_method(allow_none=True) is None:
         mp.set_start_method('spawn')
+    params = opt.get('dist_params') or {}
+    backend = distributed.process_group_backend(opt['num_gpu'], params.get('backend'))
     if launcher == 'slurm':
-        raise NotImplementedError('slurm launcher: use torchrun (--launcher pytorch)')
-    if launcher != 'pytorch':
-        raise ValueError(f'Invalid launcher type: {launcher}')
-    if backend is None:
-        backend = 'nccl' if torch.cuda.is_available() else 'gloo'
-    if torch.cuda.is_available():
-        torch.cuda.set_device(int(os.environ.get('LOCAL_RANK', os.environ['RANK'])) % torch.cuda.device_count())
-    dist.init_process_group(backend=backend, **kwargs)
+        os.environ.update(distributed.slurm_environment(os.environ, params.get('port')))
+    device = None
+    if opt['num_gpu'] > 0:
+        local_world = os.environ.get('LOCAL_WORLD_SIZE') if launcher == 'pytorch' else None
+        index = distributed.local_cuda_device(
+            int(os.environ.get('LOCAL_RANK', os.environ['RANK'])), torch.cuda.device_count(),
+            None if local_world is None else int(local_world))
+        torch.cuda.set_device(index)
+        device = torch.device('cuda', index)
+    dist.init_process_group(backend=backend, timeout=distributed.process_group_timeout(params),
+                            device_id=device if backend == 'nccl' else None)
 
 
 def load_resume_state(opt):
     """Upstream calls torch.cuda.current_device() (fails on CPU), looks CWD-relative for states, loads with
     pickles allowed and takes the newest file even when it is truncated. States are read on the CPU
-    (the optimizers move their state to the parameters' device when loading it)."""
+    (the optimizers move their state to the parameters' device when loading it). Called right after
+    ``train_pipeline`` set ``cudnn.benchmark = True``: the ``deterministic`` option is applied again first."""
+    cuda_math.apply_options(opt)
     if opt['auto_resume']:
         path, state = find_resume_state(opt, _warn_early)
         if path is None:
@@ -108,16 +140,17 @@ def load_resume_state(opt):
 
 
 def model_to_device(self, net):
-    """Upstream passes ``device_ids=[torch.cuda.current_device()]`` to DDP, which fails on CPU."""
+    """Upstream passes ``device_ids=[torch.cuda.current_device()]`` to DDP (fails on CPU), broadcasts every buffer
+    at every step and silently falls back to DataParallel without a launcher (utils/distributed.py)."""
     net = net.to(self.device)
     if self.opt['dist']:
-        find_unused = self.opt.get('find_unused_parameters', False)
-        if self.device.type == 'cuda':
-            net = DistributedDataParallel(net, device_ids=[torch.cuda.current_device()],
-                                          find_unused_parameters=find_unused)
-        else:
-            net = DistributedDataParallel(net, find_unused_parameters=find_unused)
+        index = torch.cuda.current_device() if self.device.type == 'cuda' else None
+        net = DistributedDataParallel(
+            net,
+            **distributed.ddp_options(self.device.type, index, self.opt.get('find_unused_parameters', False),
+                                      distributed.buffers_change(net)))
     elif self.opt['num_gpu'] > 1:
+        distributed.check_data_parallel(net, self.opt['num_gpu'])
         net = DataParallel(net)
     return net
 
@@ -179,19 +212,53 @@ def _prefetcher_hooks(cls):
 _original_parse_options = basicsr.utils.options.parse_options
 
 
+def _requested_num_gpu(args):
+    """``num_gpu`` as the option file and ``--force_yml`` say it, before upstream resolves 'auto'."""
+    with open(args.opt, encoding='utf-8') as f:
+        value = yaml.load(f, Loader=ordered_yaml()[0]).get('num_gpu')
+    for entry in args.force_yml or []:
+        key, _, raw = entry.partition('=')
+        if key.strip() == 'num_gpu':
+            value = raw.strip()
+    return value
+
+
+def check_cuda_usable(opt, args):
+    """``num_gpu: auto`` that found no GPU on a machine with an NVIDIA driver this torch cannot use (too old for
+    the wheel's CUDA build, or a CPU build) is an error, not a silent CPU run; ``num_gpu: 0`` is a choice."""
+    if opt['num_gpu'] != 0:
+        return
+    reason = distributed.cuda_unusable_reason(torch.cuda.is_available(), torch.version.cuda,
+                                              distributed.nvidia_driver_version())
+    if reason and str(_requested_num_gpu(args)).lower() == 'auto':
+        raise OptionError(f'num_gpu: auto found no usable GPU: {reason}. Set num_gpu: 0 to run on the CPU on purpose')
+
+
 def parse_options(root_path, is_train=True):
-    """Upstream's parser, then the start-up checks and the experiment lock (rank 0). Called first by BasicSR's
-    pipelines, it also fits the calling launcher script to the plugin (11)."""
+    """Upstream's parser, then the start-up checks, the process group of a distributed run (started here, once
+    the options are known: ``start_distributed``), the CUDA math options (utils/cuda_math.py) and the experiment
+    lock (rank 0). Called first by BasicSR's pipelines, it also fits the calling launcher script to the plugin
+    (11)."""
     root_path = _adopt_launcher_script(sys._getframe(1).f_globals, root_path)
+    _LAUNCH.clear()
+    _LAUNCH['deferring'] = True
     try:
         opt, args = _original_parse_options(root_path, is_train)
     except yaml.YAMLError as err:
         raise OptionError(f'the option file is not valid YAML: {err}') from None
+    finally:
+        _LAUNCH['deferring'] = False
     LOOP.reset()
     try:
         check_options(opt)
+        check_cuda_usable(opt, args)
     except OptionError as err:
         raise OptionError(f'{args.opt}: {err}') from None
+    if 'launcher' in _LAUNCH:
+        start_distributed(opt, _LAUNCH['launcher'])
+        opt['rank'], opt['world_size'] = get_dist_info()
+        set_random_seed(opt['manual_seed'] + opt['rank'])  # upstream seeded before the group existed: as rank 0
+    cuda_math.apply_options(opt)
     if opt['rank'] == 0:
         run_lock.acquire(opt['path']['experiments_root' if is_train else 'results_root'], _warn_early)
     return opt, args
@@ -272,7 +339,7 @@ def save_training_state(self, epoch, current_iter):
     rank ('loop'), written atomically by rank 0. Called on every rank (gathering the RNG is a collective)."""
     if current_iter == -1:
         return
-    loop = LOOP.record(epoch, self.opt['datasets']['train']['batch_size_per_gpu'])
+    loop = LOOP.record(epoch, distributed.loader_batch_size(self.opt))
     if get_dist_info()[0] != 0:
         return
     state = {

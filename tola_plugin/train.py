@@ -1,8 +1,8 @@
 """BasicSR's training pipeline with the plugin registered; ``experiments/`` goes under the CWD.
 
-Usage: ``python -m tola_plugin.train -opt FILE.yml [--auto_resume] [--launcher pytorch]``.
+Usage: ``python -m tola_plugin.train -opt FILE.yml [--auto_resume] [--launcher pytorch|slurm]``.
 Every ``torch.load`` of the run is weights-only; bad options or input end in one ``error: ...`` line and exit
-status 2 (``utils/cli_errors.py``).
+status 2 (``utils/cli_errors.py``); a distributed run destroys its process group at exit.
 """
 import os
 
@@ -12,6 +12,7 @@ import tola_plugin  # noqa: F401  (registers the plugin and the BasicSR override
 from tola_plugin.utils import run_lock
 from tola_plugin.utils.checkpoint_io import weights_only_loads
 from tola_plugin.utils.cli_errors import run_tool
+from tola_plugin.utils.distributed import end_process_group
 
 
 def run():
@@ -20,6 +21,7 @@ def run():
             train_pipeline(os.getcwd())
     finally:
         run_lock.release_all()
+        end_process_group()  # torchrun / srun runs: NCCL warns (and may leak) when a group is never destroyed
     return 0
 
 

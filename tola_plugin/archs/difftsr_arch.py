@@ -8,11 +8,12 @@ not run: with general=True they cannot change the result, and neither draws rand
 
 Random numbers are drawn in the official order and shapes (posterior noise, q_sample noise, one DDIM noise per
 step), so with a generator seeded S the result equals the official run after ``torch.manual_seed(S)`` (batch 1,
-CPU).
+CPU). A CPU generator gives the same draws on any device (``DiffTSRModel`` seeds one).
 """
 from typing import Optional
 
 import torch
+from diffusers.utils.torch_utils import randn_tensor
 from torch import nn
 
 from basicsr.utils.registry import ARCH_REGISTRY
@@ -42,7 +43,9 @@ def difftsr_sample(idm, vae, mom, lq: torch.Tensor, c_t: torch.Tensor, scheduler
         raise ValueError(f'posterior must be one of {POSTERIOR_MODES}, got {posterior!r}')
     dist = vae.encode(lq).latent_dist
     z_lr = dist.sample(generator) if posterior == 'sample' else dist.mode()  # unscaled
-    noise = torch.randn(z_lr.shape, generator=generator, device=z_lr.device, dtype=z_lr.dtype)
+    # diffusers' randn_tensor (as the posterior sample and the DDIM steps): a CPU generator draws on the CPU and the
+    # noise is moved to z_LR's device, so the same seed gives the same noise on a GPU (torch.randn would refuse)
+    noise = randn_tensor(z_lr.shape, generator=generator, device=z_lr.device, dtype=z_lr.dtype)
     start = torch.full((z_lr.shape[0], ), START_TIMESTEP, dtype=torch.long, device=z_lr.device)
     z = scheduler.add_noise(z_lr, noise, start)  # sampling starts from the noised LR latent, not pure noise
     c_cond = mom.encode_text(c_t)  # independent of t and z: once

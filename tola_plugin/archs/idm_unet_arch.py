@@ -5,7 +5,7 @@ cross-attention it down/up-samples with *time-conditioned* ResBlocks (avg-pool /
 ``CrossAttn{Down,Up}Block2D`` use plain convs called without ``temb``. No stock diffusers block combines the
 two, so those samplers are swapped for ``ResnetBlock2D(down|up=True)`` and the blocks get a forward that
 passes ``temb`` to them (docs/backbone.md, "IDM key layout"; equal to the official module: "Parity with the
-official code").
+official code"). The output convolution runs in fp32 under autocast (``FullPrecisionOutputConv2d``).
 """
 from typing import Sequence, Union
 
@@ -17,6 +17,8 @@ from diffusers.models.unets.unet_2d_blocks import CrossAttnDownBlock2D, CrossAtt
 from torch import nn
 
 from basicsr.utils.registry import ARCH_REGISTRY
+
+from tola_plugin.archs.precision import full_precision
 
 
 class CrossAttnResnetDownBlock2D(CrossAttnDownBlock2D):
@@ -57,6 +59,19 @@ class CrossAttnResnetUpBlock2D(CrossAttnUpBlock2D):
             for upsampler in self.upsamplers:
                 hidden_states = _run_resnet(self, upsampler, hidden_states, temb)
         return hidden_states
+
+
+class FullPrecisionOutputConv2d(nn.Conv2d):
+    """The IDM's output convolution, computed in fp32 even under autocast (same parameters and state-dict keys as
+    the ``nn.Conv2d`` it replaces): its output ε̂ reaches ẑ0 multiplied by sqrt(1 - ᾱ_t) / sqrt(ᾱ_t), 101.6 at
+    t = 999, where a bf16 rounding of ε̂ (2^-8 relative) would be a visible error."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        kind = x.device.type
+        if torch.amp.is_autocast_available(kind) and torch.is_autocast_enabled(kind):
+            with torch.autocast(device_type=kind, enabled=False):
+                return super().forward(full_precision(x))
+        return super().forward(x)
 
 
 def _run_resnet(block: nn.Module, resnet: nn.Module, hidden_states: torch.Tensor, temb: torch.Tensor):
@@ -122,6 +137,7 @@ class DiffTSRIDMUNet(UNet2DConditionModel):
                 block.upsamplers = nn.ModuleList(
                     [self._resnet_sampler(block.upsamplers[0].channels, temb_channels, up=True)])
                 block.__class__ = CrossAttnResnetUpBlock2D
+        self.conv_out.__class__ = FullPrecisionOutputConv2d  # ε̂ in fp32 under autocast (TOLA's t = 999)
 
     def _resnet_sampler(self, channels: int, temb_channels: int, up: bool = False, down: bool = False):
         return ResnetBlock2D(in_channels=channels, out_channels=channels, temb_channels=temb_channels,

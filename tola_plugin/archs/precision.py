@@ -10,9 +10,13 @@ choice is native ('bf16' needs a GPU with bf16, Ampere or newer). On a CPU the h
   Without AVX512-BF16 or AMX, bf16 is emulated and many times slower.
 - fp16 likewise needs AMX-FP16.
 
-So 'auto' is bf16 on CUDA (fp16 on GPUs without bf16) and on CPUs with AMX, and fp32 on every other CPU; an explicit
-low precision on a CPU that lacks the matching unit runs, with a warning that it will be slower than fp32.
-docs/inference.md lists the measured speed and deviation of each precision.
+So 'auto' is bf16 on CUDA (fp16 on GPUs without native bf16: before Ampere, e.g. T4, V100) and on CPUs with AMX,
+and fp32 on every other CPU; an explicit low precision on a CPU that lacks the matching unit runs, with a warning
+that it will be slower than fp32. docs/inference.md lists the measured speed and deviation of each precision.
+
+Safe at t = 999 (docs/training_gpus.md, "Precision"): TOLANet keeps Algorithm 1's arithmetic and the IDM's output
+convolution in fp32 under autocast, and ``decoder_autocast`` runs the VAE decoder in fp32 when the precision is
+fp16 (this VAE family overflows fp16). Training refuses fp16 (``check_training_precision``: no loss scaling).
 """
 import contextlib
 import warnings
@@ -38,6 +42,12 @@ def cpu_has_amx_fp16() -> bool:
     return bool(torch.cpu._is_amx_fp16_supported())
 
 
+def cuda_has_native_bf16() -> bool:
+    """Whether the current GPU computes bf16 natively (Ampere and newer). torch's default also counts emulation,
+    which is slower than fp16 on older GPUs."""
+    return bool(torch.cuda.is_bf16_supported(including_emulation=False))
+
+
 def _slow_on_cpu(dtype: torch.dtype) -> str:
     """Why ``dtype`` is slower than fp32 on this CPU ('' when it is not)."""
     if dtype == torch.bfloat16 and not cpu_has_amx_bf16():
@@ -58,7 +68,7 @@ def resolve_precision(precision: str, device) -> torch.dtype:
     kind = torch.device(device).type
     if precision == 'auto':
         if kind == 'cuda':
-            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+            return torch.bfloat16 if cuda_has_native_bf16() else torch.float16
         return torch.bfloat16 if kind == 'cpu' and cpu_has_amx_bf16() else torch.float32
     dtype = _DTYPES[precision]
     if dtype == torch.float32:
@@ -67,7 +77,7 @@ def resolve_precision(precision: str, device) -> torch.dtype:
         reason = _slow_on_cpu(dtype)
         if reason:
             warnings.warn(f'precision {precision!r}: {reason}; use fp32 or auto (docs/inference.md)', stacklevel=2)
-    elif kind == 'cuda' and dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported():
+    elif kind == 'cuda' and dtype == torch.bfloat16 and not cuda_has_native_bf16():
         warnings.warn("precision 'bf16': this GPU has no native bf16; use fp16 or auto", stacklevel=2)
     return dtype
 
@@ -77,3 +87,25 @@ def autocast(dtype: torch.dtype, device) -> contextlib.AbstractContextManager:
     if dtype == torch.float32:
         return contextlib.nullcontext()
     return torch.autocast(device_type=torch.device(device).type, dtype=dtype)
+
+
+def full_precision(x: torch.Tensor) -> torch.Tensor:
+    """``x`` in at least fp32 (bf16/fp16 -> fp32; fp32 and fp64 kept): for arithmetic that autocast must not round."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
+
+
+def decoder_autocast(dtype: torch.dtype, device) -> contextlib.AbstractContextManager:
+    """The VAE decoder's context inside the forward's autocast: fp32 (autocast off) when ``dtype`` is fp16, since
+    this VAE family overflows fp16 in its decoder (diffusers' ``force_upcast``); bf16 has fp32's range and stays."""
+    if dtype == torch.float16:
+        return torch.autocast(device_type=torch.device(device).type, enabled=False)
+    return contextlib.nullcontext()
+
+
+def check_training_precision(dtype: torch.dtype) -> None:
+    """Training computes in fp32 or bf16: fp16 gradients underflow without loss scaling, which TOLA's training
+    does not do."""
+    if dtype == torch.float16:
+        raise ValueError('network_g.precision: training in fp16 needs loss scaling, which TOLA does not do; use fp32 '
+                         '(the paper) or bf16 (GPUs with native bf16: Ampere and newer). precision auto picks fp16 '
+                         'on GPUs without bf16: set fp32 there')

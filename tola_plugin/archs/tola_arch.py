@@ -26,7 +26,7 @@ from tola_plugin.archs.lora import (IDM_LORA_TARGETS, VAE_ENCODER_LORA_TARGETS, 
                                     count_lora_parameters, load_lora_state_dict, lora_settings, lora_state_dict,
                                     merge_lora)
 from tola_plugin.archs.mom_arch import DiffTSRMoM
-from tola_plugin.archs.precision import PRECISIONS, autocast, resolve_precision
+from tola_plugin.archs.precision import PRECISIONS, autocast, decoder_autocast, full_precision, resolve_precision
 from tola_plugin.archs.transocr_arch import TransOCR
 from tola_plugin.archs.vae_arch import LATENT_SCALE, DiffTSRVAE
 from tola_plugin.text.alphabets import IDM_MAX_LEN, IDM_PAD, decode_idm
@@ -39,6 +39,7 @@ LATENT_MODES = ('mode', 'sample')
 NOISE_MODES = ('gaussian', 'zero')
 BACKBONE_INITS = ('checkpoint', 'random', 'demo')
 TEXT_DECODINGS = ('incremental', 'full_prefix')
+CHECKPOINTABLE = ('idm', 'vae_encoder', 'vae_decoder')  # gradient checkpointing: parts with large activations
 BACKENDS = ('torch', 'onnxruntime')  # of the tensor stages of an inference network (load_for_inference)
 TEXT_STEPS = 24  # greedy TransOCR steps, as DiffTSR's Text_Prediction (the 'full_prefix' reference route)
 POSTERIOR_SEED_OFFSET = 0x9E3779B9  # per-image seed of the posterior sample = ε's seed + this
@@ -83,6 +84,10 @@ class TOLANet(nn.Module):
         lrc: BasicSR network option dict of the correction branch ({type: LatentResidualCorrection, ...},
             {type: PlainResidualCorrection}) or None (no correction: ẑ0corr = ẑ0).
         clamp_output: clamp the decoded image to [0, 1] (True; the output image range).
+    Training memory:
+        gradient_checkpointing: parts whose activations are recomputed in the backward pass instead of kept, any
+            subset of ('idm', 'vae_encoder', 'vae_decoder'); none by default (the paper). Same gradients, less
+            memory, about one more forward of those parts (tools/estimate_memory.py, docs/training_gpus.md).
     Inference:
         precision: 'fp32' (default), 'bf16', 'fp16' or 'auto': the compute dtype of the VAE, MoM, IDM and LRC
             (autocast; the output stays fp32; the TransOCR text prior always runs in fp32). 'auto' = bf16 on CUDA
@@ -98,7 +103,7 @@ class TOLANet(nn.Module):
                  transocr_config=None, timestep=999, latent='mode', noise='gaussian', text_prior='predicted',
                  confidence='predicted', context_route='mom', lora_rank=4, lora_alpha=None, idm_lora=True,
                  vae_lora=True, vae_lora_active=True, lrc=None, clamp_output=True, random_seed=0, precision='fp32',
-                 text_decoding='incremental'):
+                 text_decoding='incremental', gradient_checkpointing=None):
         options = {k: v for k, v in locals().items() if k not in ('self', '__class__')}
         super().__init__()
         for name, value, allowed in (('backbone_init', backbone_init,
@@ -134,6 +139,7 @@ class TOLANet(nn.Module):
         self.mom = mom
         self.transocr = transocr  # also the OCR-loss recognizer (TOLAModel shares it; one copy in memory)
         self.lrc = build_network(dict(lrc)) if lrc else None
+        self.set_gradient_checkpointing(gradient_checkpointing or ())
         self.train(True)
 
     # ----------------------------------------------------------------------------------- construction
@@ -170,6 +176,29 @@ class TOLANet(nn.Module):
             raise ValueError(f"TOLANet: the onnxruntime backend runs fp32 only (precision {precision!r} needs "
                              "backend 'torch')")
         self.precision = precision
+
+    def set_gradient_checkpointing(self, parts: Sequence[str], checkpoint_fn=None) -> None:
+        """Recompute the activations of ``parts`` (a subset of ``CHECKPOINTABLE``) in the backward pass instead of
+        keeping them; the others keep theirs. Uses the diffusers blocks' own checkpointing (each ResNet/attention
+        block of the IDM, each down/mid/up block of the VAE), switched per part (diffusers switches a whole model).
+        ``checkpoint_fn(module, *args)``: the recomputation function (default: non-reentrant
+        ``torch.utils.checkpoint``, as diffusers); with autograd off (validation, inference) nothing changes."""
+        if isinstance(parts, str) or any(p not in CHECKPOINTABLE for p in parts) or len(set(parts)) != len(parts):
+            raise ValueError(f'TOLANet: gradient_checkpointing must be a list of distinct parts of {CHECKPOINTABLE}, '
+                             f'got {parts!r}')
+        if checkpoint_fn is None:
+
+            def checkpoint_fn(module, *args):
+                return torch.utils.checkpoint.checkpoint(module.__call__, *args, use_reentrant=False)
+
+        vae = self.vae.get_base_model() if isinstance(self.vae, PeftModel) else self.vae
+        idm = self.idm.get_base_model() if isinstance(self.idm, PeftModel) else self.idm
+        for name, module in (('idm', idm), ('vae_encoder', vae.encoder), ('vae_decoder', vae.decoder)):
+            for block in module.modules():
+                if hasattr(block, 'gradient_checkpointing'):
+                    block.gradient_checkpointing = name in parts
+                    block._gradient_checkpointing_func = checkpoint_fn
+        self.checkpointed_parts = tuple(p for p in CHECKPOINTABLE if p in parts)
 
     def train(self, mode: bool = True):
         """Only the correction branch follows ``mode``: every frozen module (TransOCR's BatchNorm and dropout
@@ -208,29 +237,34 @@ class TOLANet(nn.Module):
             # are weight-bound matrix-vector products that casting the weights would only slow down.
             tokens, confidences, prior_texts = self.predict_text_prior(lq, gt_tokens)
             with autocast(dtype, lq.device):  # the precision switch (a no-op for fp32)
-                # 1. LoRA-adapted VAE encoder -> unscaled z_LR (3, H/4, W/4).
+                # 1. LoRA-adapted VAE encoder -> unscaled z_LR (3, H/4, W/4). Algorithm 1's own arithmetic (z_t, ẑ0,
+                # the residuals) stays in fp32 under autocast: ẑ0 carries ε̂'s error times 101.6 at t = 999.
                 posterior = self.vae.encode(lq).latent_dist
                 z_lr = posterior.mode() if self.latent == 'mode' else self.sample_posterior(posterior, noise_seeds)
+                z_lr = full_precision(z_lr)
                 # 3. q-sample at the fixed t with one ε per input.
                 eps = self.draw_noise(z_lr, noise_seeds)
                 z_t = self.sqrt_alpha_bar * z_lr + self.sqrt_one_minus_alpha_bar * eps
                 # 4. MoM once: C_cond from confidence-scaled token embeddings (I_cond feeds only the TDM: skipped).
                 context = self.text_context(tokens, confidences, batch=lq.shape[0], like=z_lr)
-                # 5. LoRA-adapted IDM once on [z_t, z_LR] (z_t first, both unscaled, as DiffTSR).
+                # 5. LoRA-adapted IDM once on [z_t, z_LR] (z_t first, both unscaled, as DiffTSR); its output
+                # convolution computes ε̂ in fp32 (idm_unet_arch.FullPrecisionOutputConv2d).
                 t = torch.full((lq.shape[0], ), self.timestep, dtype=torch.long, device=lq.device)
-                eps_hat = self.idm(torch.cat([z_t, z_lr], 1), t, context)
+                eps_hat = full_precision(self.idm(torch.cat([z_t, z_lr], 1), t, context))
                 # 6. ε-prediction -> clean latent; no reverse update follows.
                 z0 = (z_t - self.sqrt_one_minus_alpha_bar * eps_hat) / self.sqrt_alpha_bar
                 # 7. Latent residual correction of r = z_LR - ẑ0.
                 if self.lrc is not None:
                     r = z_lr - z0
-                    delta_r = self.lrc(torch.cat([z_lr, r], 1))
+                    delta_r = full_precision(self.lrc(torch.cat([z_lr, r], 1)))
                     z0_corr = z_lr - (r + delta_r)
                 else:
                     r, delta_r, z0_corr = None, None, z0
-                # 8. Frozen VAE decoder of ẑ0corr / s (the official code multiplies by 1/s; same here, to the bit).
-                image = self.vae.decode((1.0 / LATENT_SCALE) * z0_corr).sample
-        image = image.to(torch.promote_types(image.dtype, torch.float32))  # bf16/fp16 -> fp32; fp32/fp64 kept
+                # 8. Frozen VAE decoder of ẑ0corr / s (the official code multiplies by 1/s; same here, to the bit);
+                # in fp32 when the precision is fp16 (this VAE family overflows fp16).
+                with decoder_autocast(dtype, lq.device):
+                    image = self.vae.decode((1.0 / LATENT_SCALE) * z0_corr).sample
+        image = full_precision(image)  # bf16/fp16 -> fp32; fp32/fp64 kept
         if self.clamp_output:
             image = image.clamp(0.0, 1.0)
         if not return_intermediates:
@@ -383,7 +417,7 @@ class TOLANet(nn.Module):
             raise ValueError('TOLANet: a network prepared for inference has no MoM image branch and cannot be '
                              'exported; export the trained network (tools/export_merged.py)')
         opts = dict(self.options, backbone_init='random', idm_lora=False, vae_lora=False, vae_lora_active=True)
-        for key in ('difftsr_checkpoint', 'transocr_checkpoint'):
+        for key in ('difftsr_checkpoint', 'transocr_checkpoint', 'gradient_checkpointing'):  # not architecture
             opts.pop(key, None)
         for name, module in (('idm', self.idm), ('vae', self.vae), ('mom', self.mom)):
             accepted = inspect.signature(type(module).__init__).parameters

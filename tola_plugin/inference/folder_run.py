@@ -150,15 +150,19 @@ def write_image(path: str, rgb: np.ndarray) -> None:
     atomic_write(path, write)
 
 
-def resolve_device(name):
-    """torch.device of --device (default: cuda when available, else cpu); CUDA without a GPU is a ValueError."""
+def resolve_device(name, backend='torch'):
+    """torch.device of --device (default: cuda when available, else cpu; always cpu for the onnxruntime backend,
+    whose stages run on the CPU); CUDA without a GPU, or with onnxruntime, is a ValueError."""
     import torch
+    default = 'cuda' if torch.cuda.is_available() and backend == 'torch' else 'cpu'
     try:
-        device = torch.device(name or ('cuda' if torch.cuda.is_available() else 'cpu'))
+        device = torch.device(name or default)
     except RuntimeError as err:
         raise ValueError(f'--device {name!r}: {err}') from None
     if device.type == 'cuda' and not torch.cuda.is_available():
         raise ValueError(f'--device {name}: CUDA is not available on this machine (use --device cpu)')
+    if device.type != 'cpu' and backend != 'torch':
+        raise ValueError(f'--device {name}: the {backend} backend runs on the CPU (use --backend torch on a GPU)')
     return device
 
 
@@ -175,6 +179,9 @@ def load_pipeline(args, device):
         pipe = TOLAPipeline.from_merged(args.model, network_overrides=overrides, backend=args.backend, **options)
     if args.precision:
         pipe.set_precision(args.precision)
+    if device.type == 'cuda':
+        from tola_plugin.utils.cuda_math import set_tf32
+        set_tf32(False)  # fp32 is IEEE fp32 on GPUs too, as the launchers' default (docs/training_gpus.md)
     return pipe.to(device)
 
 
@@ -224,7 +231,7 @@ def describe(err: BaseException) -> str:
 def run(args) -> int:
     """Restore every input of ``args`` (see tola_cli/infer.py); 0 when all succeeded, 1 when some failed (or a
     subfolder could not be read), 130 when interrupted (what was done is kept; a rerun continues)."""
-    device = resolve_device(args.device)  # before minutes of loading
+    device = resolve_device(args.device, args.backend)  # before minutes of loading
     inputs, scan = list_inputs(args.input, args.recursive, skip_dir=args.output)
     jobs = plan_outputs(inputs, args.input, args.output, args.suffix, args.ext, args.detect)
     created = not os.path.isdir(args.output)

@@ -5,6 +5,8 @@ own weights stay frozen. The recognizer is not owned by the loss: it is passed t
 conditioning recognizer inside ``TOLANet`` and this loss share one copy in memory (the paper uses two
 frozen instances of the same checkpoint; with frozen weights and eval mode they are the same function).
 """
+from typing import Optional
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -26,9 +28,13 @@ class OCRCELoss(nn.Module):
         super().__init__()
         self.loss_weight = loss_weight
 
-    def forward(self, pred: torch.Tensor, targets: torch.Tensor, recognizer: nn.Module) -> torch.Tensor:
+    def forward(self, pred: torch.Tensor, targets: torch.Tensor, recognizer: nn.Module,
+                num_tokens: Optional[int] = None) -> torch.Tensor:
         """pred: (B, 3, H, W) restored RGB in [0, 1]; targets: (B, L) native TransOCR class ids ending with END,
-        padded with -100; recognizer: a TransOCR whose ``forward(images, targets)`` gives logits (B, L, C)."""
+        padded with -100; recognizer: a TransOCR whose ``forward(images, targets)`` gives logits (B, L, C).
+        num_tokens: when ``pred`` is a micro-batch of a larger batch (gradient accumulation), the number of target
+        tokens of the whole batch: the sum over this micro-batch's tokens is divided by it, so the micro-batches'
+        losses add up to the batch's mean. None: the mean over this batch's tokens."""
         if targets.dim() != 2 or targets.shape[0] != pred.shape[0]:
             raise ValueError(f'OCRCELoss: targets must be (B, L) with B={pred.shape[0]}, got {tuple(targets.shape)}')
         if recognizer.training:
@@ -36,5 +42,5 @@ class OCRCELoss(nn.Module):
         logits = recognizer(pred, targets)
         loss = F.cross_entropy(
             logits.reshape(-1, logits.shape[-1]),
-            targets.reshape(-1).long(), ignore_index=IGNORE_INDEX)
-        return self.loss_weight * loss
+            targets.reshape(-1).long(), ignore_index=IGNORE_INDEX, reduction='mean' if num_tokens is None else 'sum')
+        return self.loss_weight * (loss if num_tokens is None else loss / num_tokens)

@@ -66,7 +66,8 @@ class DiffTSRModel(SRModel):
     def test(self):
         """Restore ``lq``: ``output`` and ``text_prior`` (the bare network: validation runs on rank 0 only)."""
         seed = self.sampler_opt['seed']
-        generator = None if seed is None else torch.Generator(device=self.device).manual_seed(int(seed))
+        # a CPU generator: the same noise on every device (diffusers' randn_tensor draws on the CPU, then moves it)
+        generator = None if seed is None else torch.Generator().manual_seed(int(seed))
         self.output, self.text_prior = self.bare_net(self.lq, generator=generator, return_text_prior=True)
 
     def model_to_device(self, net):

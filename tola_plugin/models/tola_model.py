@@ -4,6 +4,10 @@
   1.4.2's Adam-only ``get_optimizer``.
 - Objective: L1 + LPIPS-VGG + 0.02 · OCR CE (any term may be left out by omitting its option block).
 - Gradient clipping (``train.grad_clip_norm``, 1.0) after the backward pass.
+- Gradient accumulation (``train.accumulate_grad_batches``, 1): each iteration's batch is run as k micro-batches
+  whose gradients add up to the whole batch's, then one optimizer step: the same samples, iterations, schedule
+  and exact resume as without it, with the activation memory of batch / k (docs/training_gpus.md).
+- Precision: fp32 (the paper) or bf16; fp16 is refused (no loss scaling).
 - Checkpoints (``models/net_g_*.pth``) hold only the adaptation state (peft LoRA state + LRC) and the settings
   it was trained with (LoRA rank, alpha, targets, LRC options), written atomically; loading one checks those
   settings against the network and restores the state into a freshly built TOLANet. Optimizer/scheduler
@@ -14,8 +18,10 @@
 """
 import os
 from collections import OrderedDict
+from contextlib import nullcontext
 
 import torch
+from torch.nn.parallel import DistributedDataParallel
 
 from basicsr.losses import build_loss
 from basicsr.models.sr_model import SRModel
@@ -23,8 +29,10 @@ from basicsr.utils import get_root_logger
 from basicsr.utils.dist_util import master_only
 from basicsr.utils.registry import MODEL_REGISTRY
 
+from tola_plugin.archs.precision import check_training_precision, resolve_precision
 from tola_plugin.archs.tola_arch import image_noise_seed
 from tola_plugin.checkpoints.tola import ADAPTATION_META_KEY, load_adaptation_checkpoint
+from tola_plugin.losses.ocr_ce_loss import IGNORE_INDEX
 from tola_plugin.metrics.tola_iqa_metric import require_validation_weights
 from tola_plugin.utils.checkpoint_io import atomic_torch_save
 
@@ -41,8 +49,10 @@ class TOLAModel(SRModel):
     ocr_records = None
 
     # every key the ``train`` block may hold (BasicSR's pipeline adds total_iter and warmup_iter)
-    train_option_keys = frozenset(
-        {'ema_decay', 'optim_g', 'scheduler', 'pixel_opt', 'perceptual_opt', 'ocr_opt', 'grad_clip_norm'})
+    train_option_keys = frozenset({
+        'ema_decay', 'optim_g', 'scheduler', 'pixel_opt', 'perceptual_opt', 'ocr_opt', 'grad_clip_norm',
+        'accumulate_grad_batches'
+    })
 
     # ------------------------------------------------------------------------------ training setup
     def init_training_settings(self):
@@ -58,8 +68,18 @@ class TOLAModel(SRModel):
         if self.cri_pix is None and self.cri_perceptual is None and self.cri_ocr is None:
             raise ValueError('TOLAModel: train needs at least one of pixel_opt, perceptual_opt, ocr_opt')
         self.grad_clip_norm = train_opt.get('grad_clip_norm', 1.0)
+        self.accumulate_grad_batches = self._accumulation(train_opt.get('accumulate_grad_batches', 1))
+        check_training_precision(resolve_precision(self.bare_net.precision, self.device))
         self.setup_optimizers()
         self.setup_schedulers()
+
+    def _accumulation(self, k):
+        """``train.accumulate_grad_batches``: a positive integer dividing the training batch."""
+        batch = self.opt['datasets']['train']['batch_size_per_gpu']
+        if isinstance(k, bool) or not isinstance(k, int) or k < 1 or batch % k:
+            raise ValueError(f'train.accumulate_grad_batches: expected a positive integer dividing '
+                             f'datasets.train.batch_size_per_gpu ({batch}), got {k!r}')
+        return k
 
     def _build_optional_loss(self, key):
         """The loss of ``train[key]`` on the model's device, or None when absent or weighted 0 (not computed)."""
@@ -112,28 +132,50 @@ class TOLAModel(SRModel):
             del self.gt  # SRModel's visuals/metrics test hasattr(self, 'gt')
 
     def optimize_parameters(self, current_iter):
+        """One optimizer step on the batch: forward and backward per micro-batch (``accumulate_grad_batches``; each
+        micro-batch's loss weighted by its share of the batch, so the gradients add up to the whole batch's), then
+        clipping and the step. Under DDP only the last micro-batch's backward synchronises the gradients."""
         self.optimizer_g.zero_grad()
-        self.output = self.net_g(self.lq, gt_tokens=self.idm_tokens)
-
-        l_total = 0
-        loss_dict = OrderedDict()
-        if self.cri_pix is not None:
-            loss_dict['l_pix'] = self.cri_pix(self.output, self.gt)
-            l_total = l_total + loss_dict['l_pix']
-        if self.cri_perceptual is not None:
-            loss_dict['l_lpips'] = self.cri_perceptual(self.output, self.gt)
-            l_total = l_total + loss_dict['l_lpips']
-        if self.cri_ocr is not None:
-            if self.ocr_target is None:
-                raise KeyError("TOLAModel: ocr_opt needs the dataset's 'ocr_target'")
-            # the conditioning recognizer doubles as the (frozen, eval-mode) OCR-loss recognizer
-            loss_dict['l_ocr'] = self.cri_ocr(self.output, self.ocr_target, self.bare_net.transocr)
-            l_total = l_total + loss_dict['l_ocr']
-        l_total.backward()
+        batch = self.lq.shape[0]
+        k = self.accumulate_grad_batches
+        if batch % k:
+            raise ValueError(f'TOLAModel: a batch of {batch} cannot be split into accumulate_grad_batches = {k}')
+        if self.cri_ocr is not None and self.ocr_target is None:
+            raise KeyError("TOLAModel: ocr_opt needs the dataset's 'ocr_target'")
+        # the OCR CE averages over the batch's target tokens: every micro-batch divides by the whole batch's count
+        ocr_tokens = None if k == 1 or self.cri_ocr is None else int((self.ocr_target != IGNORE_INDEX).sum())
+        loss_dict, outputs, size = OrderedDict(), [], batch // k
+        for i in range(k):
+            part = slice(i * size, (i + 1) * size)
+            last = i == k - 1
+            ddp = isinstance(self.net_g, DistributedDataParallel)
+            sync = self.net_g.no_sync() if ddp and not last else nullcontext()
+            with sync:
+                output = self.net_g(self.lq[part], gt_tokens=None if self.idm_tokens is None else self.idm_tokens[part])
+                losses = self._losses(output, part, share=size / batch, ocr_tokens=ocr_tokens)
+                sum(losses.values()).backward()
+            for name, value in losses.items():
+                loss_dict[name] = loss_dict[name] + value.detach() if name in loss_dict else value.detach()
+            outputs.append(output.detach())
+        self.output = outputs[0] if k == 1 else torch.cat(outputs)
         if self.grad_clip_norm:
             torch.nn.utils.clip_grad_norm_(self.optimizer_g.param_groups[0]['params'], self.grad_clip_norm)
         self.optimizer_g.step()
         self.log_dict = self.reduce_loss_dict(loss_dict)
+
+    def _losses(self, output, part, share, ocr_tokens):
+        """The weighted loss terms of ``output``, the micro-batch ``part`` (``share`` of the batch): L1 and LPIPS are
+        means over the micro-batch scaled by its share (x 1.0, exact, without accumulation); the OCR CE sums its
+        tokens and divides by the batch's ``ocr_tokens`` (None: the loss's own mean over this micro-batch)."""
+        losses = OrderedDict()
+        if self.cri_pix is not None:
+            losses['l_pix'] = self.cri_pix(output, self.gt[part]) * share
+        if self.cri_perceptual is not None:
+            losses['l_lpips'] = self.cri_perceptual(output, self.gt[part]) * share
+        if self.cri_ocr is not None:
+            # the conditioning recognizer doubles as the (frozen, eval-mode) OCR-loss recognizer
+            losses['l_ocr'] = self.cri_ocr(output, self.ocr_target[part], self.bare_net.transocr, num_tokens=ocr_tokens)
+        return losses
 
     def test(self):
         """Restore ``self.lq`` with per-image seeded ε (same noise for the same file in every run/variant); while

@@ -10,6 +10,8 @@
 - ``train.scheduler``: one of BasicSR's schedulers, with the keys its constructor takes and consistent lengths;
   a schedule with an end (``CosineAnnealingRestartLR``: ``sum(periods)`` iterations) must cover ``total_iter``
   (BasicSR steps it ``total_iter - 1`` times; one step past the end is a TypeError deep in the run).
+- The run-wide GPU options: ``allow_tf32`` and ``deterministic`` are booleans (utils/cuda_math.py); ``dist_params``
+  holds only ``backend`` (nccl/gloo), ``port`` and ``timeout_minutes`` (utils/distributed.py).
 
 Every error is an ``OptionError`` (a ValueError) whose message starts with the option's path in the file.
 """
@@ -20,6 +22,8 @@ from typing import Iterable, Mapping, Optional
 import torch
 
 from basicsr.utils.registry import ARCH_REGISTRY, DATASET_REGISTRY, LOSS_REGISTRY, MODEL_REGISTRY
+
+from tola_plugin.utils.distributed import BACKENDS, DIST_PARAMS_KEYS, process_group_timeout
 
 # Dataset keys that BasicSR's pipelines and ``build_dataloader`` read (basicsr 1.4.2), valid for every dataset.
 BASICSR_DATASET_KEYS = frozenset({
@@ -184,9 +188,33 @@ def check_num_gpu(opt: Mapping) -> None:
                           f'num_gpu: auto (all present, 0 = CPU) or at most {present}')
 
 
+def check_run_options(opt: Mapping) -> None:
+    """The top-level options of this plugin: ``allow_tf32``, ``deterministic`` (booleans) and ``dist_params``."""
+    for key in ('allow_tf32', 'deterministic'):
+        if key in opt and not isinstance(opt[key], bool):
+            raise OptionError(f'{key}: expected true or false, got {opt[key]!r}')
+    params = opt.get('dist_params')
+    if params is None:
+        return
+    if not isinstance(params, Mapping):
+        raise OptionError(f'dist_params: expected a mapping, got {type(params).__name__}')
+    check_keys(params, DIST_PARAMS_KEYS, 'dist_params', 'the process group')
+    if params.get('backend') is not None and params['backend'] not in BACKENDS:
+        raise OptionError(f'dist_params.backend: expected one of {BACKENDS} (or leave it out: nccl on CUDA, gloo on '
+                          f'the CPU), got {params["backend"]!r}')
+    port = params.get('port')
+    if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536):
+        raise OptionError(f'dist_params.port: expected a TCP port number, got {port!r}')
+    try:
+        process_group_timeout(params)
+    except ValueError as err:
+        raise OptionError(str(err)) from None
+
+
 def check_options(opt: Mapping) -> None:
     """Every start-up check of a parsed BasicSR option dict (train or test)."""
     check_num_gpu(opt)
+    check_run_options(opt)
     for key, value in opt.items():
         if key.startswith('network_') and value is not None:
             check_typed_block(value, ARCH_REGISTRY, key)

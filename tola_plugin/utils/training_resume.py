@@ -8,7 +8,7 @@ epoch's first batches twice, never sees the rest, and draws different noise. Her
 - the position inside the epoch (batches already taken from the training loader), so the sampler skips
   exactly those samples (``EnlargedSampler`` is told through ``resume_skip``);
 - every RNG stream the data path and the model draw from (Python ``random``, NumPy's global RNG, torch CPU
-  and CUDA), per rank, at the moment of saving;
+  and the CUDA device the rank computes on), per rank, at the moment of saving;
 - the same streams at the start of the epoch, before the DataLoader drew its base seed, so the resumed
   loader gives its workers the seeds the interrupted one gave them.
 
@@ -82,26 +82,37 @@ def keep_option_settings(schedulers: List, configured: List[Dict], log: Callable
 # ----------------------------------------------------------------------------------------------- RNG streams
 def capture_rng() -> Dict:
     """Every global RNG stream of this process, in a form ``weights_only`` loading accepts (tensors, ints,
-    tuples, lists; NumPy's key array as a tensor)."""
+    tuples, lists; NumPy's key array as a tensor). Of CUDA only the current device's stream (``'cuda'``: a
+    tensor, or None before CUDA is used): the one this rank draws from, so a state resumes on another GPU
+    layout (all visible devices' streams would not fit a machine with fewer GPUs)."""
     kind, keys, pos, has_gauss, gauss = np.random.get_state()
     state = {
         'python': random.getstate(), 'numpy': (kind, torch.from_numpy(keys.astype(np.int64)), int(pos), int(has_gauss),
-                                               float(gauss)), 'torch': torch.get_rng_state(), 'cuda': []
+                                               float(gauss)), 'torch': torch.get_rng_state(), 'cuda': None
     }
     if torch.cuda.is_available() and torch.cuda.is_initialized():
-        state['cuda'] = torch.cuda.get_rng_state_all()
+        state['cuda'] = torch.cuda.get_rng_state(torch.cuda.current_device())
     return state
 
 
 def restore_rng(state: Dict) -> None:
-    """Inverse of ``capture_rng``."""
+    """Inverse of ``capture_rng``. A CUDA stream goes to the current device; states of tola-plugin before this
+    format hold a list of every device's stream, of which the current device's is used."""
     version, internal, gauss = state['python']
     random.setstate((version, tuple(internal), gauss))
     kind, keys, pos, has_gauss, cached = state['numpy']
     np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
     torch.set_rng_state(state['torch'])
-    if state.get('cuda') and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state['cuda'])
+    cuda = state.get('cuda')
+    if cuda is None or not torch.cuda.is_available() or (isinstance(cuda, (list, tuple)) and not cuda):
+        return
+    device = torch.cuda.current_device()
+    if isinstance(cuda, (list, tuple)):
+        if device >= len(cuda):
+            raise ValueError(f'the training state holds the CUDA RNG streams of {len(cuda)} device(s); this process '
+                             f'computes on device {device}')
+        cuda = cuda[device]
+    torch.cuda.set_rng_state(cuda, device)
 
 
 @contextlib.contextmanager
@@ -240,6 +251,18 @@ def read_training_state(path: str, opt: Dict) -> Dict:
     return state
 
 
+def remove_interrupted_saves(folder: str, names: List[str], warn: Callable[[str], None]) -> None:
+    """Delete the temporary files of saves that were interrupted (atomic writes: never complete); a file that is
+    already gone (removed by another process) is fine."""
+    for name in names:
+        if name.startswith('.') and name.endswith('.tmp'):
+            try:
+                os.remove(osp.join(folder, name))
+            except FileNotFoundError:
+                continue
+            warn(f'removed {osp.join(folder, name)}, the temporary file of an interrupted save')
+
+
 def find_resume_state(opt: Dict, warn: Callable[[str], None]) -> Tuple[Optional[str], Optional[Dict]]:
     """(path, state) of the newest usable ``N.state`` of the experiment, or (None, None) when it has none.
 
@@ -250,10 +273,8 @@ def find_resume_state(opt: Dict, warn: Callable[[str], None]) -> Tuple[Optional[
     if not osp.isdir(folder):
         return None, None
     names = os.listdir(folder)
-    for name in names:  # temporary files of saves that were interrupted (atomic writes): never complete
-        if name.startswith('.') and name.endswith('.tmp'):
-            os.remove(osp.join(folder, name))
-            warn(f'removed {osp.join(folder, name)}, the temporary file of an interrupted save')
+    if opt.get('rank', 0) == 0:  # under torchrun every rank looks; only rank 0 (the one that saves) cleans up
+        remove_interrupted_saves(folder, names, warn)
     iters = sorted((int(m.group(1)) for m in map(STATE_NAME.match, names) if m), reverse=True)
     problems = []
     for it in iters:

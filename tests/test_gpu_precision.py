@@ -1,0 +1,117 @@
+"""Precision that is safe at t = 999, tested on a CPU (CUDA simulated where the decision depends on the GPU):
+'auto' picks fp16 on GPUs without native bf16, Algorithm 1's arithmetic and the IDM's output convolution stay
+fp32 under autocast, the VAE decoder runs in fp32 under fp16, training refuses fp16, and the launchers apply
+``allow_tf32`` and ``deterministic`` (utils/cuda_math.py)."""
+import os
+import warnings
+
+import pytest
+import torch
+
+from basicsr.models import build_model
+
+import tola_plugin.basicsr_compat as compat
+from tola_plugin.archs import precision as P
+from tola_plugin.archs.tola_arch import TOLANet
+from tola_plugin.utils import cuda_math
+from tola_testing import REPO, load_yaml, one_thread, tiny_net_opt, tiny_options  # noqa: F401
+
+pytestmark = pytest.mark.usefixtures('one_thread')
+
+
+def simulate_gpu(monkeypatch, native_bf16):
+    """A GPU whose bf16 is native (Ampere and newer) or emulated only (T4, V100: torch counts emulation)."""
+    monkeypatch.setattr(torch.cuda, 'is_bf16_supported',
+                        lambda including_emulation=True: native_bf16 or including_emulation)
+
+
+@pytest.mark.parametrize('native_bf16', [True, False], ids=['ampere', 'turing'])
+def test_auto_on_cuda_uses_native_bf16_only(monkeypatch, native_bf16):
+    simulate_gpu(monkeypatch, native_bf16)
+    assert P.resolve_precision('auto', 'cuda') == (torch.bfloat16 if native_bf16 else torch.float16)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        assert P.resolve_precision('bf16', 'cuda') == torch.bfloat16
+    assert len(caught) == (0 if native_bf16 else 1)
+
+
+def test_training_refuses_fp16(tmp_path, rendered_sets):
+    P.check_training_precision(torch.float32)
+    P.check_training_precision(torch.bfloat16)
+    with pytest.raises(ValueError, match='fp16 needs loss scaling'):
+        P.check_training_precision(torch.float16)
+    opt = tiny_options(load_yaml(os.path.join(REPO, 'options/train/train_TOLA.yml')), rendered_sets, tmp_path)
+    opt['train'].pop('perceptual_opt')
+    opt['network_g']['precision'] = 'fp16'
+    with pytest.raises(ValueError, match='network_g.precision: training in fp16'), warnings.catch_warnings():
+        warnings.simplefilter('ignore')  # fp16 on a CPU without AMX-FP16 also warns that it is slow
+        build_model(opt)
+
+
+def autocast_dtype():
+    return torch.get_autocast_dtype('cpu') if torch.is_autocast_enabled('cpu') else torch.float32
+
+
+@pytest.fixture(scope='module')
+def tiny_net():
+    torch.manual_seed(0)
+    return TOLANet(**tiny_net_opt()).eval()
+
+
+@pytest.mark.parametrize('precision', ['bf16', 'fp16'])
+def test_algorithm1_stays_fp32_under_autocast(tiny_net, monkeypatch, precision):
+    """Low precision computes the networks' layers; z_t, ε̂, ẑ0 and the residuals are fp32 (ẑ0 carries ε̂'s error
+    x 101.6 at t = 999), the IDM's output convolution runs with autocast off, and under fp16 the VAE decoder too."""
+    net = tiny_net
+    seen = {}
+
+    def spy(name, fn):
+
+        def run(*args, **kwargs):
+            seen[name] = autocast_dtype()
+            out = fn(*args, **kwargs)
+            seen[name + ' output'] = (out[0] if isinstance(out, tuple) else getattr(out, 'sample', out)).dtype
+            return out
+
+        return run
+
+    monkeypatch.setattr(net.idm.conv_out, 'forward', spy('idm conv_out', net.idm.conv_out.forward))
+    monkeypatch.setattr(net.idm.conv_in, 'forward', spy('idm conv_in', net.idm.conv_in.forward))
+    monkeypatch.setattr(net.vae, 'decode', spy('decoder', net.vae.decode))
+    net.set_precision(precision)
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter('ignore')  # low precision on a CPU without AMX warns; only the dtypes count here
+            out = net(torch.rand(1, 3, 32, 128), noise_seeds=[5], return_intermediates=True)
+    finally:
+        net.set_precision('fp32')
+    low = torch.bfloat16 if precision == 'bf16' else torch.float16
+    assert seen['idm conv_in'] == low and seen['idm conv_in output'] == low  # the IDM itself runs low
+    assert seen['idm conv_out'] == low and seen['idm conv_out output'] == torch.float32  # ...its output conv not
+    assert seen['decoder'] == (low if precision == 'bf16' else torch.float32)
+    for key in ('z_lr', 'eps', 'z_t', 'eps_hat', 'z0', 'r', 'delta_r', 'z0_corr', 'image'):
+        assert out[key].dtype == torch.float32, key
+
+
+def test_tf32_and_deterministic_options(monkeypatch):
+    tf32 = cuda_math.tf32_allowed()
+    benchmark, deterministic = torch.backends.cudnn.benchmark, torch.are_deterministic_algorithms_enabled()
+    monkeypatch.delenv('CUBLAS_WORKSPACE_CONFIG', raising=False)
+    try:
+        cuda_math.apply_options({'allow_tf32': True})
+        assert cuda_math.tf32_allowed() == {'matmul': True, 'conv': True}
+        assert not torch.are_deterministic_algorithms_enabled()
+        cuda_math.apply_options({})  # the default: IEEE fp32 (PyTorch's own default has TF32 convolutions)
+        assert cuda_math.tf32_allowed() == {'matmul': False, 'conv': False}
+        # BasicSR's train_pipeline sets cudnn.benchmark after parse_options; load_resume_state applies it again
+        torch.backends.cudnn.benchmark = True
+        opt = {'deterministic': True, 'auto_resume': False, 'path': {}}
+        assert compat.load_resume_state(opt) is None
+        assert not torch.backends.cudnn.benchmark and torch.are_deterministic_algorithms_enabled()
+        assert os.environ['CUBLAS_WORKSPACE_CONFIG'] == ':4096:8'
+        with torch.backends.cudnn.flags(enabled=True):  # torch's own readers of the flags still work
+            pass
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32['matmul'], tf32['conv']
+        torch.backends.cudnn.benchmark = benchmark
+        torch.use_deterministic_algorithms(deterministic)
