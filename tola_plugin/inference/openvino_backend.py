@@ -21,7 +21,9 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 import time
+import warnings
 from typing import Dict, Optional, Sequence
 
 import numpy as np
@@ -183,30 +185,50 @@ class StageCache:
         return True
 
     def build(self, idm, vae, context_dim: int) -> None:
-        """Convert the three stages from the torch modules and write the entry (replacing whatever was there)."""
+        """Convert the three stages from the torch modules and write the entry, replacing an invalid one. Built in
+        a private folder beside it and renamed into place when complete: two processes converting the same model
+        at once (two test workers, two servers) never see each other's half-written files; the later one keeps the
+        entry that is already there."""
         import openvino as ov
-        shutil.rmtree(self.folder, ignore_errors=True)
-        os.makedirs(self.folder, exist_ok=True)
-        core, stages = ov.Core(), {}
-        start = time.perf_counter()
-        _say(f'converting the IDM and VAE for OpenVINO once for this model (about a minute at full size); cached in '
-             f'{self.folder}')
-        for stage, (module, example, shapes) in _conversion_jobs(idm, vae, context_dim).items():
-            with torch.no_grad():
-                model = ov.convert_model(module.eval(), example_input=example, input=shapes)
-            compiled = core.compile_model(model, 'CPU', {'INFERENCE_PRECISION_HINT': 'f32'})
-            del model
-            blob = compiled.export_model()
-            del compiled
-            path = self.path(stage)
-            atomic_write(path, lambda tmp: _write_bytes(tmp, blob))
-            del blob
-            stat = os.stat(path)
-            stages[stage] = {'bytes': stat.st_size, 'mtime_ns': stat.st_mtime_ns, 'sha256': _sha256(path)}
-        manifest = {'format': FORMAT, 'key': self.key, 'openvino': self.version, 'torch': torch.__version__,
-                    'stages': stages, 'seconds': round(time.perf_counter() - start, 1)}
-        atomic_write(os.path.join(self.folder, MANIFEST), lambda tmp: _write_json(tmp, manifest))
-        _say(f'OpenVINO stages converted in {manifest["seconds"]:.0f} s')
+        parent = os.path.dirname(self.folder)
+        os.makedirs(parent, exist_ok=True)
+        staging = tempfile.mkdtemp(prefix=os.path.basename(self.folder) + '.building-', dir=parent)
+        try:
+            core, stages = ov.Core(), {}
+            start = time.perf_counter()
+            _say(f'converting the IDM and VAE for OpenVINO once for this model (about a minute at full size); '
+                 f'cached in {self.folder}')
+            for stage, (module, example, shapes) in _conversion_jobs(idm, vae, context_dim).items():
+                with torch.no_grad(), warnings.catch_warnings():
+                    # the trace's TracerWarnings name diffusers' shape checks (asserts, the >= 64 batch branch of a
+                    # .contiguous() call): the same values either way; shapes stay dynamic (``input``)
+                    warnings.simplefilter('ignore', torch.jit.TracerWarning)
+                    warnings.simplefilter('ignore', FutureWarning)  # torch.jit.trace's deprecation, OpenVINO's call
+                    model = ov.convert_model(module.eval(), example_input=example, input=shapes)
+                compiled = core.compile_model(model, 'CPU', {'INFERENCE_PRECISION_HINT': 'f32'})
+                del model
+                path = os.path.join(staging, os.path.basename(self.path(stage)))
+                _write_bytes(path, compiled.export_model())
+                del compiled
+                stat = os.stat(path)
+                stages[stage] = {'bytes': stat.st_size, 'mtime_ns': stat.st_mtime_ns, 'sha256': _sha256(path)}
+            manifest = {'format': FORMAT, 'key': self.key, 'openvino': self.version, 'torch': torch.__version__,
+                        'stages': stages, 'seconds': round(time.perf_counter() - start, 1)}
+            _write_json(os.path.join(staging, MANIFEST), manifest)
+            if self.valid():  # another process finished first: keep its entry
+                return
+            if os.path.lexists(self.folder):  # invalid (stale, corrupt, other version): out of the way first
+                aside = tempfile.mkdtemp(prefix=os.path.basename(self.folder) + '.stale-', dir=parent)
+                os.replace(self.folder, os.path.join(aside, 'entry'))
+                shutil.rmtree(aside, ignore_errors=True)
+            try:
+                os.rename(staging, self.folder)
+            except OSError:
+                if not self.valid():  # not a faster twin's valid entry: a real failure
+                    raise
+            _say(f'OpenVINO stages converted in {manifest["seconds"]:.0f} s')
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
 
 
 def _write_bytes(path: str, stream) -> None:
