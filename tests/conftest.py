@@ -3,6 +3,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 
 import cv2
 import pytest
@@ -13,6 +14,9 @@ from tola_plugin.data.text_render import TextLineRenderer
 import numerics
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Tests never write the user's cache folder (bf16 decision, OpenVINO stages): one folder per user for all test runs
+# and workers (entries are keyed by content, so reusing them across runs is what users get too).
+os.environ['XDG_CACHE_HOME'] = os.path.join(tempfile.gettempdir(), f'tola-plugin-tests-{os.getuid()}')
 
 
 def pytest_report_header(config):

@@ -9,12 +9,13 @@ network's ``precision``), so ``set_precision`` works as with torch. Measured on 
 
 The stages are converted from the torch modules (``ov.convert_model``, batch and image size dynamic) once per
 model and cached on disk (``utils/user_cache.py``: ``openvino/<key>/``), ``key`` being the SHA-256 of the merged file
-(or of the stage tensors for a network built from an option file) and the OpenVINO version. A cache entry is one
-exported model per stage plus a manifest with each file's size and SHA-256; the export holds the converted graph
-and its fp32 weights, and the precision is applied when it is loaded (``INFERENCE_PRECISION_HINT``; measured: the
-same file loaded for f32 or bf16 gives bit for bit what compiling for that precision gives), so one entry serves
-every precision. An entry that is incomplete, of another format or version, or whose files fail their size or
-hash check, is converted again and rewritten (atomically). Loading an entry memory-maps it: about a second.
+(or of the stage tensors for a network built from an option file) and the OpenVINO version. A cache entry holds
+each stage as OpenVINO IR (``<stage>.xml`` + ``.bin``, fp32 weights: portable across CPUs) plus a manifest with
+each file's size and SHA-256. An entry that is incomplete, of another format or version, or whose files fail their
+size or hash check, is converted again (in a private folder, renamed into place when complete). Compiling an IR for
+this CPU and a precision (``INFERENCE_PRECISION_HINT``) is cached by OpenVINO itself (its ``CACHE_DIR``,
+``openvino/compiled/``: keyed by the model, the settings, the CPU's instruction set and the OpenVINO version, loaded
+memory-mapped), so one entry serves every precision and every machine that shares the folder.
 """
 import hashlib
 import json
@@ -35,7 +36,7 @@ from torch import nn
 from tola_plugin.utils.checkpoint_io import atomic_write
 from tola_plugin.utils.user_cache import cache_path, cache_root
 
-FORMAT = 'tola_plugin.openvino_stages/1'
+FORMAT = 'tola_plugin.openvino_stages/2'
 MANIFEST = 'manifest.json'
 HASHES = 'file_hashes.json'  # merged file -> SHA-256, reused while its size, mtime and inode are unchanged
 STAGES = ('vae_encoder', 'vae_decoder', 'idm')  # conversion order: the largest last (peak memory)
@@ -151,13 +152,20 @@ def _conversion_jobs(idm, vae, context_dim: int) -> Dict:
     }
 
 
+def compiled_cache_dir() -> str:
+    """OpenVINO's own cache of compiled models (``CACHE_DIR``), inside ours."""
+    path = os.path.join(cache_root(), 'openvino', 'compiled')
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
 def _say(message: str) -> None:
     print(f'tola-plugin: {message}', file=sys.stderr, flush=True)
 
 
 class StageCache:
-    """The cache entry of one model: ``<cache>/openvino/<key>/`` with ``<stage>.ov`` (OpenVINO's export of the
-    converted stage) and ``manifest.json`` (format, key, OpenVINO version, per stage its file's size and SHA-256)."""
+    """The cache entry of one model: ``<cache>/openvino/<key>/`` with ``<stage>.xml`` / ``.bin`` (OpenVINO IR of
+    the converted stage) and ``manifest.json`` (format, key, OpenVINO version, each file's size and SHA-256)."""
 
     def __init__(self, key: str):
         import openvino as ov
@@ -165,16 +173,21 @@ class StageCache:
         self.folder = os.path.join(cache_root(), 'openvino', key[:32])
 
     def path(self, stage: str) -> str:
-        return os.path.join(self.folder, f'{stage}.ov')
+        """The IR of ``stage`` (its weights beside it, same name with .bin)."""
+        return os.path.join(self.folder, f'{stage}.xml')
+
+    @staticmethod
+    def files() -> Sequence[str]:
+        return [f'{stage}.{ext}' for stage in STAGES for ext in ('xml', 'bin')]
 
     def valid(self) -> bool:
         """Whether the entry is complete and intact (sizes checked; hashes when a file's mtime changed)."""
         manifest = _read_json(os.path.join(self.folder, MANIFEST))
         if not manifest or manifest.get('format') != FORMAT or manifest.get('key') != self.key \
-                or manifest.get('openvino') != self.version or not isinstance(manifest.get('stages'), dict):
+                or manifest.get('openvino') != self.version or not isinstance(manifest.get('files'), dict):
             return False
-        for stage in STAGES:
-            entry, path = manifest['stages'].get(stage), self.path(stage)
+        for name in self.files():
+            entry, path = manifest['files'].get(name), os.path.join(self.folder, name)
             if not isinstance(entry, dict) or not os.path.isfile(path):
                 return False
             stat = os.stat(path)
@@ -194,7 +207,6 @@ class StageCache:
         os.makedirs(parent, exist_ok=True)
         staging = tempfile.mkdtemp(prefix=os.path.basename(self.folder) + '.building-', dir=parent)
         try:
-            core, stages = ov.Core(), {}
             start = time.perf_counter()
             _say(f'converting the IDM and VAE for OpenVINO once for this model (about a minute at full size); '
                  f'cached in {self.folder}')
@@ -205,15 +217,16 @@ class StageCache:
                     warnings.simplefilter('ignore', torch.jit.TracerWarning)
                     warnings.simplefilter('ignore', FutureWarning)  # torch.jit.trace's deprecation, OpenVINO's call
                     model = ov.convert_model(module.eval(), example_input=example, input=shapes)
-                compiled = core.compile_model(model, 'CPU', {'INFERENCE_PRECISION_HINT': 'f32'})
+                # fp32 weights as converted: the precision is chosen when the IR is compiled
+                ov.save_model(model, os.path.join(staging, f'{stage}.xml'), compress_to_fp16=False)
                 del model
-                path = os.path.join(staging, os.path.basename(self.path(stage)))
-                _write_bytes(path, compiled.export_model())
-                del compiled
+            files = {}
+            for name in self.files():
+                path = os.path.join(staging, name)
                 stat = os.stat(path)
-                stages[stage] = {'bytes': stat.st_size, 'mtime_ns': stat.st_mtime_ns, 'sha256': _sha256(path)}
+                files[name] = {'bytes': stat.st_size, 'mtime_ns': stat.st_mtime_ns, 'sha256': _sha256(path)}
             manifest = {'format': FORMAT, 'key': self.key, 'openvino': self.version, 'torch': torch.__version__,
-                        'stages': stages, 'seconds': round(time.perf_counter() - start, 1)}
+                        'files': files, 'seconds': round(time.perf_counter() - start, 1)}
             _write_json(os.path.join(staging, MANIFEST), manifest)
             if self.valid():  # another process finished first: keep its entry
                 return
@@ -231,36 +244,30 @@ class StageCache:
             shutil.rmtree(staging, ignore_errors=True)
 
 
-def _write_bytes(path: str, stream) -> None:
-    with open(path, 'wb') as f:
-        f.write(stream.getbuffer())
-
-
 class OpenVINOStage:
-    """One stage: its cached export, loaded per precision on first use (memory-mapped, ``threads`` threads, one
-    stream, latency hint), run on CPU tensors."""
+    """One stage: its cached IR, compiled per precision on first use (``threads`` threads, one stream, latency
+    hint; the compiled model cached by OpenVINO in ``openvino/compiled/``), run on CPU tensors."""
 
     def __init__(self, cache: StageCache, stage: str, threads: int):
         self.cache, self.stage, self.threads = cache, stage, threads
         self.compiled: Dict[str, object] = {}
         self.requests: Dict[str, object] = {}
-        self._mapped = None  # the memory-mapped export: must outlive the compiled models that read it
 
     def load(self, dtype: torch.dtype):
-        """The infer request of this stage compiled for ``dtype`` (loaded once per dtype)."""
+        """The infer request of this stage compiled for ``dtype`` (compiled, or read from OpenVINO's cache, once
+        per dtype)."""
         hint = HINTS.get(dtype)
         if hint is None:
             raise ValueError(f'the OpenVINO backend runs fp32, bf16 or fp16, got {dtype}')
         if hint not in self.requests:
             import openvino as ov
-            if self._mapped is None:
-                # copy-on-write mapping: OpenVINO wants a writable buffer; nothing is written, nothing copied
-                self._mapped = np.memmap(self.cache.path(self.stage), np.uint8, 'c')
+            core = ov.Core()
+            core.set_property({'CACHE_DIR': compiled_cache_dir()})
             config = {
                 'INFERENCE_PRECISION_HINT': hint, 'INFERENCE_NUM_THREADS': self.threads, 'NUM_STREAMS': 1,
                 'PERFORMANCE_HINT': 'LATENCY'
             }
-            compiled = ov.Core().import_model(ov.Tensor(self._mapped, shared_memory=True), 'CPU', config)
+            compiled = core.compile_model(self.cache.path(self.stage), 'CPU', config)
             self.compiled[hint], self.requests[hint] = compiled, compiled.create_infer_request()
         return self.requests[hint]
 
