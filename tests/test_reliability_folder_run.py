@@ -207,7 +207,7 @@ def test_ctrl_c_keeps_what_was_done_and_the_same_command_continues(tmp_path, sta
         return real(self, images, **kwargs)
 
     monkeypatch.setattr(TOLAPipeline, 'restore_each', interrupted)
-    assert infer.main(['-i', str(folder), '-o', str(out)]) == folder_run.INTERRUPTED_STATUS
+    assert infer.main(['-i', str(folder), '-o', str(out), '--batch-size', '1']) == folder_run.INTERRUPTED_STATUS
     assert 'interrupted: 3 image(s) not restored; run the same command again' in capsys.readouterr().err
     assert outputs(out) == ['a.png', 'b.png', 'prior.csv']
     assert set(read_prior_csv(str(out / 'prior.csv'))) == {'a.png', 'b.png'}  # written as images completed

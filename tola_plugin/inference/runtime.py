@@ -80,9 +80,14 @@ MAX_AUTO_BATCH = 8  # beyond it a CPU gains nothing measurable (docs/inference.m
 MEMORY_SHARE = 0.5  # of the memory free now: the rest stays for the system and other programs
 
 
+FULL_SIZE_CHANNELS = 128  # block_out_channels[0] of DiffTSR's VAE: assumed for a network that has no such VAE
+
+
 def window_bytes(net, height: int = 128, width: int = 512) -> int:
-    """Estimated working memory of one (height, width) window in ``net``'s forward (bytes)."""
-    channels = int(net.vae.config.block_out_channels[0])
+    """Estimated working memory of one (height, width) window in ``net``'s forward (bytes); a network without a
+    diffusers VAE (any module with TOLANet's inference contract) is assumed full size."""
+    config = getattr(getattr(net, 'vae', None), 'config', None)
+    channels = int(getattr(config, 'block_out_channels', (FULL_SIZE_CHANNELS, ))[0])
     return WINDOW_ACTIVATIONS * channels * height * width * 4
 
 
