@@ -3,11 +3,11 @@ import numpy as np
 import pytest
 import torch
 
-from inference_testing import StandInRestorer
-from numerics import equivalent
 from tola_plugin.inference.color_fix import (ADAIN_EPS, COLOR_FIXES, adain_color_fix, apply_color_fix,
                                              wavelet_color_fix, wavelet_low_frequency)
 from tola_plugin.inference.pipeline import TOLAPipeline
+from inference_testing import StandInRestorer
+from numerics import equivalent
 
 REACH = 1 + 2 + 4 + 8 + 16  # pixels the 5-level wavelet's low band reaches on each side
 
@@ -26,8 +26,9 @@ def test_adain_takes_the_inputs_channel_statistics_and_keeps_the_outputs_shape()
     dims = (2, 3)
     var_r, var_ref = restored.var(dims, keepdim=True), reference.var(dims, keepdim=True)
     equivalent(fixed.mean(dims), reference.mean(dims), 'adain: channel means are the input\'s')
-    equivalent(fixed.var(dims, keepdim=True), var_r / (var_r + ADAIN_EPS) * (var_ref + ADAIN_EPS),
-               'adain: channel spreads are the input\'s (up to eps)')
+    equivalent(
+        fixed.var(dims, keepdim=True), var_r / (var_r + ADAIN_EPS) * (var_ref + ADAIN_EPS),
+        'adain: channel spreads are the input\'s (up to eps)')
     equivalent((fixed - reference.mean(dims, keepdim=True)) / (var_ref + ADAIN_EPS).sqrt(),
                (restored - restored.mean(dims, keepdim=True)) / (var_r + ADAIN_EPS).sqrt(),
                'adain: the standardised output is unchanged')

@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from inference_testing import write_tiny_merged
-from numerics import within
 from tola_plugin.archs.tola_arch import TOLANet
 from tola_plugin.inference import openvino_backend as OV
 from tola_plugin.inference import runtime
 from tola_plugin.inference.pipeline import TOLAPipeline
+from inference_testing import write_tiny_merged
+from numerics import within
 from tola_testing import one_thread  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures('one_thread')

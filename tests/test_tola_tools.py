@@ -98,10 +98,11 @@ def test_infer_writes_images_and_prior_csv(trained, tmp_path):
         ['--model', str(merged), '-i', trained['lr'], '-o',
          str(out_a), '--batch-size', '2', '--ext', 'png']) == 0
     assert infer_tola.main(['-opt', trained['opt'], '-i', trained['lr'], '-o', str(out_b), '--ext', 'png']) == 0
-    assert infer_tola.main(
-        ['--model',
-         str(merged), '-i', trained['lr'], '-o',
-         str(out_c), '--ext', 'png', '--backend', 'torch', '--batch-size', '1']) == 0
+    assert infer_tola.main([
+        '--model',
+        str(merged), '-i', trained['lr'], '-o',
+        str(out_c), '--ext', 'png', '--backend', 'torch', '--batch-size', '1'
+    ]) == 0
     for name in ('a.png', 'b.png'):
         img_a, img_b, img_c = (cv2.imread(str(out / name)) for out in (out_a, out_b, out_c))
         assert img_a.shape == (128, 480, 3)  # 40x150 at height 128, aspect kept

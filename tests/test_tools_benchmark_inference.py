@@ -31,8 +31,8 @@ def result(tmp_path_factory):
     quality_model = write_tiny_merged(folder / 'trained.safetensors')  # stands in for the demo model
     render_pairs(str(folder / 'lines'), 3, seed=5)
     test = yaml.safe_load(open(os.path.join(REPO, 'options', 'demo', 'test_TOLA_demo.yml'), encoding='utf-8'))
-    test['datasets']['test_1'].update(dataroot_gt=str(folder / 'lines' / 'hr'),
-                                      labels=str(folder / 'lines' / 'labels.tsv'))
+    test['datasets']['test_1'].update(
+        dataroot_gt=str(folder / 'lines' / 'hr'), labels=str(folder / 'lines' / 'labels.tsv'))
     quality_opt = folder / 'test.yml'
     quality_opt.write_text(yaml.safe_dump(test), encoding='utf-8')
     out = folder / 'inference.json'
@@ -66,11 +66,15 @@ def test_benchmark_reports_every_route_precision_and_target(result):
     assert data['route_gmac'] > 0 and set(data['macs']) >= {'IDM', 'VAE encoder', 'VAE decoder', 'LRC'}
     assert data['ceiling_gflops']['fp32'] > 0 and data['ceiling_gflops']['bf16'] > 0
     assert data['photo']['lines'] == 2 and data['photo']['speedup'] > 0
-    assert set(data['targets']) >= {'default_vs_reference', 'openvino_fp32_vs_reference', 'default_vs_bf16_ceiling',
-                                    'photo_batch_speedup', 'bf16_psnr_drop_db (torch)', 'bf16_psnr_drop_db (openvino)'}
+    assert set(data['targets']) >= {
+        'default_vs_reference', 'openvino_fp32_vs_reference', 'default_vs_bf16_ceiling', 'photo_batch_speedup',
+        'bf16_psnr_drop_db (torch)', 'bf16_psnr_drop_db (openvino)'
+    }
     quality = data['quality']
-    assert quality['lines'] == 3 and set(quality['rows']) == {f'{b} {p}' for b in ('torch', 'openvino')
-                                                              for p in ('fp32', 'bf16')}
+    assert quality['lines'] == 3 and set(
+        quality['rows']) == {f'{b} {p}'
+                             for b in ('torch', 'openvino')
+                             for p in ('fp32', 'bf16')}
     assert quality['rows']['torch fp32']['same_text_prior'] == 1.0 and quality['rows']['torch fp32'][
         'psnr_vs_fp32_db'] == float('inf')
     assert data['machine']['torch'] == torch.__version__

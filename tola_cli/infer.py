@@ -75,9 +75,10 @@ def build_parser() -> argparse.ArgumentParser:
         '--backend', choices=('auto', 'openvino', 'torch'), default='auto',
         help='runtime of the IDM and VAE (auto: OpenVINO on the CPU when installed, else torch; on a GPU torch; '
         'docs/inference.md)')
-    parser.add_argument('--color-fix', choices=('none', 'wavelet', 'adain'), default='none',
-                        help="match the output's colours to the input's (none: the network's own, as the paper; "
-                        'docs/restore.md)')
+    parser.add_argument(
+        '--color-fix', choices=('none', 'wavelet', 'adain'), default='none',
+        help="match the output's colours to the input's (none: the network's own, as the paper; "
+        'docs/restore.md)')
     parser.add_argument('--seed', type=int, default=0,
                         help='base of the per-image noise seeds (0; the same file name gets the same noise)')
     parser.add_argument('--recursive', action='store_true', help='also images in subfolders of a folder input')

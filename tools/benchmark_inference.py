@@ -18,8 +18,8 @@ import json
 import os
 import sys
 
-DEFAULT_OPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'options', 'test',
-                           'test_TOLA.yml')
+DEFAULT_OPT = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'options', 'test', 'test_TOLA.yml')
 DEMO_TEST_OPT = os.path.join('options', 'demo', 'test_TOLA_demo.yml')
 
 
@@ -41,9 +41,10 @@ def parse_args(argv=None):
     p.add_argument('--quality-opt', default=DEMO_TEST_OPT,
                    help='test option file whose held-out lines the quality table restores (default: %(default)s)')
     p.add_argument('--quality-lines', type=int, help='use only the first N held-out lines')
-    p.add_argument('--train-iteration', metavar='TRAIN_OPT',
-                   help='instead: time one training iteration of this training option file (batch 1), before and '
-                   'after the fast text-prior decoding')
+    p.add_argument(
+        '--train-iteration', metavar='TRAIN_OPT',
+        help='instead: time one training iteration of this training option file (batch 1), before and '
+        'after the fast text-prior decoding')
     p.add_argument('--workdir', help='folder for the exported merged file (default: a temporary folder, removed)')
     p.add_argument('--out', help='write the results as JSON here (and the table as .md next to it)')
     args = p.parse_args(argv)

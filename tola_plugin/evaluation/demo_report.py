@@ -75,6 +75,7 @@ def color_fix_psnr(results_root: str, names: Sequence[str]) -> Dict[str, float]:
     import cv2
     import numpy as np
     import torch
+
     from basicsr.metrics.psnr_ssim import calculate_psnr
 
     from tola_plugin.inference.color_fix import COLOR_FIXES, apply_color_fix

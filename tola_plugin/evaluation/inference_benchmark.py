@@ -95,8 +95,8 @@ def load_route(route: str, merged: str, device):
     from tola_plugin.archs.tola_arch import TOLANet
     from tola_plugin.inference.runtime import place_network
     backend = {'torch': 'torch', 'openvino': 'openvino', 'default': 'auto'}[route]
-    net, _, _ = place_network(TOLANet.load_for_inference(merged), device, backend, 'auto' if route == 'default' else
-                              None, source=merged)
+    net, _, _ = place_network(
+        TOLANet.load_for_inference(merged), device, backend, 'auto' if route == 'default' else None, source=merged)
     return net
 
 
@@ -342,8 +342,9 @@ def check_targets(result: Dict) -> Dict[str, Dict]:
 
     def add(name, value, higher_is_better=True):
         goal = TARGETS[name]
-        checks[name] = {'value': value, 'target': goal, 'met': bool(value >= goal if higher_is_better else
-                                                                    value <= goal)}
+        checks[name] = {
+            'value': value, 'target': goal, 'met': bool(value >= goal if higher_is_better else value <= goal)
+        }
 
     ref = t.get('reference batch 1', {}).get('per_image_s')
     if ref and 'default batch 1' in t:
@@ -357,8 +358,9 @@ def check_targets(result: Dict) -> Dict[str, Dict]:
         add('photo_batch_speedup', result['photo']['speedup'])
     memory = result.get('memory', {}).get('default')
     if memory:
-        add('peak_rss_over_weights', (memory['peak_rss_bytes'] - memory['import_rss_bytes']) /
-            result['weight_bytes']['default'], higher_is_better=False)
+        add('peak_rss_over_weights',
+            (memory['peak_rss_bytes'] - memory['import_rss_bytes']) / result['weight_bytes']['default'],
+            higher_is_better=False)
     rows = result.get('quality', {}).get('rows', {})
     for backend in ('torch', 'openvino'):
         if f'{backend} bf16' in rows:
@@ -383,8 +385,8 @@ def markdown(result: Dict) -> str:
                      f"{rate:.1f} | {share:.0%} |")
     lines.append('')
     if result.get('route_gmac'):
-        lines.append(f"route: {result['route_gmac']:.1f} GMAC per 128x512 line (tensor stages); matmul ceiling "
-                     + ', '.join(f'{k} {v:.0f} GFLOP/s' for k, v in ceiling.items()))
+        lines.append(f"route: {result['route_gmac']:.1f} GMAC per 128x512 line (tensor stages); matmul ceiling " +
+                     ', '.join(f'{k} {v:.0f} GFLOP/s' for k, v in ceiling.items()))
     if 'photo' in result:
         p = result['photo']
         lines.append(f"photo path ({p['lines']} lines, default route): one batch {p['batched_s']:.2f} s, "
@@ -398,8 +400,8 @@ def markdown(result: Dict) -> str:
     q = result.get('quality')
     if q:
         lines += [
-            '', f"Quality on trained weights ({q['lines']} held-out lines of {q['test_opt']}, model {q['model']}):",
-            '', '| backend precision | PSNR vs HR (dB) | PSNR vs fp32 (dB) | same text prior |', '|---|---:|---:|---:|'
+            '', f"Quality on trained weights ({q['lines']} held-out lines of {q['test_opt']}, model {q['model']}):", '',
+            '| backend precision | PSNR vs HR (dB) | PSNR vs fp32 (dB) | same text prior |', '|---|---:|---:|---:|'
         ]
         for name, row in q['rows'].items():
             lines.append(f"| {name} | {row['psnr_vs_hr_db']:.3f} | {row['psnr_vs_fp32_db']:.1f} | "
@@ -438,8 +440,8 @@ def _say(message: str) -> None:
 # ----------------------------------------------------------------------------------------------------- run
 def run_benchmark(opt_path: str, checkpoint=None, random_weights: bool = False, precisions=('fp32', 'bf16'),
                   repeats: int = 3, photo_lines: int = 8, memory: bool = True, quality_model: Optional[str] = None,
-                  quality_opt: Optional[str] = None, quality_limit: Optional[int] = None,
-                  workdir: Optional[str] = None, command: str = '') -> Dict:
+                  quality_opt: Optional[str] = None, quality_limit: Optional[int] = None, workdir: Optional[str] = None,
+                  command: str = '') -> Dict:
     """The whole benchmark (module docstring) on the CPU -> the result dict (JSON-ready, with 'targets')."""
     from tola_plugin.archs.precision import resolve_precision
     from tola_plugin.inference.openvino_backend import openvino_missing
@@ -478,8 +480,11 @@ def run_benchmark(opt_path: str, checkpoint=None, random_weights: bool = False, 
         timers = {route: StageTimer(nets[route]) for route in ['reference'] + backends}
         timers['default'] = timers[result['default_backend']]
         variants = [('reference', 'fp32')] + [(b, p) for b in backends for p in precisions] + [('default', 'auto')]
-        dtypes = {'fp32': 'fp32', 'bf16': 'bf16', 'fp16': 'fp16', 'auto': result['default_dtype'].replace(
-            'float32', 'fp32').replace('bfloat16', 'bf16').replace('float16', 'fp16')}
+        dtypes = {
+            'fp32': 'fp32', 'bf16': 'bf16', 'fp16': 'fp16',
+            'auto': result['default_dtype'].replace('float32', 'fp32').replace('bfloat16',
+                                                                               'bf16').replace('float16', 'fp16')
+        }
         runs, outputs = defaultdict(list), {}
         lq = lines[:1]
         for repeat in range(repeats + 1):  # interleaved: each variant's runs spread over the whole benchmark

@@ -148,7 +148,8 @@ def _conversion_jobs(idm, vae, context_dim: int) -> Dict:
         'vae_decoder': (_DecoderStage(vae), (z, ), [dynamic([-1, latent, -1, -1])]),
         'idm': (idm, (sample, timestep, context),
                 [dynamic([-1, int(idm.config.in_channels), -1, -1]),
-                 dynamic([-1]), dynamic([-1, -1, context_dim])])
+                 dynamic([-1]),
+                 dynamic([-1, -1, context_dim])])
     }
 
 
@@ -225,8 +226,10 @@ class StageCache:
                 path = os.path.join(staging, name)
                 stat = os.stat(path)
                 files[name] = {'bytes': stat.st_size, 'mtime_ns': stat.st_mtime_ns, 'sha256': _sha256(path)}
-            manifest = {'format': FORMAT, 'key': self.key, 'openvino': self.version, 'torch': torch.__version__,
-                        'files': files, 'seconds': round(time.perf_counter() - start, 1)}
+            manifest = {
+                'format': FORMAT, 'key': self.key, 'openvino': self.version, 'torch': torch.__version__, 'files': files,
+                'seconds': round(time.perf_counter() - start, 1)
+            }
             _write_json(os.path.join(staging, MANIFEST), manifest)
             if self.valid():  # another process finished first: keep its entry
                 return

@@ -46,14 +46,15 @@ def resolve_backend(backend: str, device: torch.device) -> str:
     if missing:
         if backend == 'openvino':
             raise ValueError(f'backend openvino: {missing}')
-        print(f'tola-plugin: note: running the IDM and VAE on torch: {missing} (about 2x faster on the CPU; '
-              'docs/inference.md)', file=sys.stderr, flush=True)
+        print(
+            f'tola-plugin: note: running the IDM and VAE on torch: {missing} (about 2x faster on the CPU; '
+            'docs/inference.md)', file=sys.stderr, flush=True)
         return 'torch'
     return 'openvino'
 
 
-def place_network(net, device=None, backend: str = 'auto', precision: Optional[str] = None,
-                  allow_tf32: bool = False, source: Optional[str] = None):
+def place_network(net, device=None, backend: str = 'auto', precision: Optional[str] = None, allow_tf32: bool = False,
+                  source: Optional[str] = None):
     """Run the inference TOLANet ``net`` on ``device`` with ``backend`` and ``precision`` (module docstring), in
     place; returns (net, device, backend as resolved). ``source``: the merged file ``net`` was loaded from (the
     OpenVINO cache key; None: a hash of the tensors)."""
@@ -78,7 +79,6 @@ def place_network(net, device=None, backend: str = 'auto', precision: Optional[s
 WINDOW_ACTIVATIONS = 16
 MAX_AUTO_BATCH = 8  # beyond it a CPU gains nothing measurable (docs/inference.md, "Batches")
 MEMORY_SHARE = 0.5  # of the memory free now: the rest stays for the system and other programs
-
 
 FULL_SIZE_CHANNELS = 128  # block_out_channels[0] of DiffTSR's VAE: assumed for a network that has no such VAE
 

@@ -162,9 +162,10 @@ def build_app(pipeline: TOLAPipeline, detect: bool = False, demo_model: bool = F
                               sources=['upload', 'clipboard'], elem_id='tola-upload')
             with gr.Column():
                 button = gr.Button('Restore', variant='primary', elem_id='tola-restore')
-                color_fix = gr.Radio(list(COLOR_FIXES), value=pipeline.color_fix, elem_id='tola-color-fix',
-                                     label="Colour fix (none: the network's own colours; wavelet / adain: the "
-                                     "input's)")
+                color_fix = gr.Radio(
+                    list(COLOR_FIXES), value=pipeline.color_fix, elem_id='tola-color-fix',
+                    label="Colour fix (none: the network's own colours; wavelet / adain: the "
+                    "input's)")
                 status = gr.Markdown('Upload or paste an image, or pick an example, then press **Restore**.',
                                      elem_id='tola-status')
         with gr.Row():
