@@ -18,6 +18,9 @@ import benchmark_inference  # noqa: E402
 import plot_results  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures('one_thread')
+# with oneDNN forced below the CPU's bf16 instructions (make test-isa) OpenVINO cannot compile bf16
+# (docs/inference.md, "Backends"): the forced-ISA runs check the fp32 routes' parity only
+PRECISIONS = ('fp32', ) if os.environ.get('ONEDNN_MAX_CPU_ISA') else ('fp32', 'bf16')
 
 
 @pytest.fixture(scope='module')
@@ -38,8 +41,8 @@ def result(tmp_path_factory):
     out = folder / 'inference.json'
     assert benchmark_inference.main([
         '-opt',
-        str(opt), '--random-weights', '--repeats', '1', '--precision', 'fp32', 'bf16', '--photo-lines', '2',
-        '--no-memory', '--quality-model', quality_model, '--quality-opt',
+        str(opt), '--random-weights', '--repeats', '1', '--precision', *PRECISIONS, '--photo-lines', '2', '--no-memory',
+        '--quality-model', quality_model, '--quality-opt',
         str(quality_opt), '--workdir',
         str(folder / 'work'), '--out',
         str(out)
@@ -50,31 +53,30 @@ def result(tmp_path_factory):
 @pytest.mark.numerics
 def test_benchmark_reports_every_route_precision_and_target(result):
     data, folder = result
-    names = ('reference', 'torch fp32', 'torch bf16', 'openvino fp32', 'openvino bf16', 'default')
+    names = ('reference', 'default') + tuple(f'{b} {p}' for b in ('torch', 'openvino') for p in PRECISIONS)
     assert set(data['timings']) == {f'{n} batch 1' for n in names} | {'default batch 2'}
     for row in data['timings'].values():
         assert set(row['stages_s']) == set(benchmark_inference_module().STAGES) and row['total_s'] > 0
         assert row['per_image_s'] == pytest.approx(row['total_s'] / row['batch'])
         if row['batch'] == 1:  # the stages are parts of the forward (the rest: noise, q-sample, ẑ0 formulas)
             assert 0 < sum(row['stages_s'].values()) <= row['total_s']
-    assert data['timings']['openvino bf16 batch 1']['dtype'] == 'bf16'
+    assert data['timings'][f'openvino {PRECISIONS[-1]} batch 1']['dtype'] == PRECISIONS[-1]
     assert data['default_backend'] == 'openvino' and data['timings']['default batch 1']['dtype'] in ('fp32', 'bf16')
     for name in ('torch fp32', 'openvino fp32'):  # the same function as the reference route, in float32: measured
-        # 1.4e-6 (torch) and 1.1e-5 (OpenVINO's kernels) relative, tolerance 2e-3 (180x)
+        # 1.6e-6 relative (torch and OpenVINO, all three kernel sets), tolerance 2e-3 (1290x)
         assert data['parity'][name]['same_tokens']
         within(data['parity'][name]['image_rel_diff'], 2e-3, f'benchmark parity, {name} vs reference route')
     assert data['route_gmac'] > 0 and set(data['macs']) >= {'IDM', 'VAE encoder', 'VAE decoder', 'LRC'}
     assert data['ceiling_gflops']['fp32'] > 0 and data['ceiling_gflops']['bf16'] > 0
     assert data['photo']['lines'] == 2 and data['photo']['speedup'] > 0
     assert set(data['targets']) >= {
-        'default_vs_reference', 'openvino_fp32_vs_reference', 'default_vs_bf16_ceiling', 'photo_batch_speedup',
-        'bf16_psnr_drop_db (torch)', 'bf16_psnr_drop_db (openvino)'
+        'default_vs_reference', 'openvino_fp32_vs_reference', 'default_vs_bf16_ceiling', 'photo_batch_speedup'
     }
+    if 'bf16' in PRECISIONS:
+        assert {'bf16_psnr_drop_db (torch)', 'bf16_psnr_drop_db (openvino)'} <= set(data['targets'])
     quality = data['quality']
-    assert quality['lines'] == 3 and set(
-        quality['rows']) == {f'{b} {p}'
-                             for b in ('torch', 'openvino')
-                             for p in ('fp32', 'bf16')}
+    rows = {f'{b} {p}' for b in ('torch', 'openvino') for p in PRECISIONS}
+    assert quality['lines'] == 3 and set(quality['rows']) == rows
     assert quality['rows']['torch fp32']['same_text_prior'] == 1.0 and quality['rows']['torch fp32'][
         'psnr_vs_fp32_db'] == float('inf')
     assert data['machine']['torch'] == torch.__version__

@@ -11,6 +11,7 @@ The result is cached per CPU model (name, family, model, stepping) and torch ver
 parsed is measured again and rewritten.
 """
 import json
+import os
 import platform
 import statistics
 import time
@@ -29,6 +30,7 @@ FORMAT = 'tola_plugin.bf16_speed/1'
 #: at 32x128, 64x256 and 128x512, and the IDM's at 16x64 and 4x16 (the last one weight-bound); 34 GMAC in all
 SHAPES = ((512, 32, 128), (256, 64, 256), (128, 128, 512), (640, 16, 64), (1280, 4, 16))
 ROUNDS = 3  # timed rounds (median) after a warm-up round
+ABANDON = 4.0  # bf16 taking this many times the fp32 time in the warm-up: emulated, not measured further
 
 _measured: Dict[str, Dict] = {}  # per process: the cache entry of this CPU, once read or measured
 
@@ -52,18 +54,25 @@ def cpu_model() -> str:
 
 
 def cache_key() -> str:
-    """The cache's key of this machine: the CPU model and the torch version (its kernels decide the speed)."""
-    return f'{cpu_model()} | torch {torch.__version__}'
+    """The cache's key of this machine: the CPU model, the torch version and the kernels it runs (its CPU capability
+    and oneDNN's forced instruction set, if any: forcing them below bf16 makes bf16 emulated)."""
+    forced = os.environ.get('ONEDNN_MAX_CPU_ISA', '')
+    return (f'{cpu_model()} | torch {torch.__version__} {torch.backends.cpu.get_cpu_capability()}'
+            f'{" oneDNN " + forced if forced else ""}')
 
 
 def measure_bf16_speedup(shapes=SHAPES, rounds: int = ROUNDS) -> Dict:
     """Time one 3x3 convolution per shape of ``shapes`` (batch 1, fp32 weights) in fp32 and under bf16 autocast,
     interleaved, median of ``rounds`` after a warm-up. -> {'speedup': fp32 seconds / bf16 seconds (sum over the
-    shapes), 'fp32_s', 'bf16_s', 'threads'}."""
+    shapes), 'fp32_s', 'bf16_s', 'threads'}. Where bf16 turns out far slower (its kernels emulated, e.g. with
+    oneDNN forced below the CPU's bf16 instructions) the warm-up stops once bf16 has taken ``ABANDON`` times the
+    fp32 time, and the speedup is the bound measured so far (the decision is fp32 either way)."""
     gen = torch.Generator().manual_seed(0)
+    # cheapest first: an emulated bf16 is caught on a convolution of seconds, not minutes
     cases = [(torch.randn(1, c, h, w, generator=gen), torch.randn(c, c, 3, 3, generator=gen) * 0.02)
-             for c, h, w in shapes]
+             for c, h, w in sorted(shapes, key=lambda s: s[0]**2 * s[1] * s[2])]
     seconds = {'fp32': [], 'bf16': []}
+    warm_fp32 = None
     with torch.inference_mode():
         for round_index in range(rounds + 1):
             for name in ('fp32', 'bf16'):
@@ -71,9 +80,16 @@ def measure_bf16_speedup(shapes=SHAPES, rounds: int = ROUNDS) -> Dict:
                     start = time.perf_counter()
                     for x, weight in cases:
                         F.conv2d(x, weight, padding=1)
+                        if name == 'bf16' and round_index == 0 and \
+                                time.perf_counter() - start > ABANDON * warm_fp32:
+                            elapsed = time.perf_counter() - start
+                            return {'speedup': warm_fp32 / elapsed, 'fp32_s': warm_fp32, 'bf16_s': elapsed,
+                                    'threads': torch.get_num_threads(), 'abandoned': True}
                     elapsed = time.perf_counter() - start
                 if round_index:
                     seconds[name].append(elapsed)
+                elif name == 'fp32':
+                    warm_fp32 = elapsed
     fp32, bf16 = statistics.median(seconds['fp32']), statistics.median(seconds['bf16'])
     return {'speedup': fp32 / bf16, 'fp32_s': fp32, 'bf16_s': bf16, 'threads': torch.get_num_threads()}
 

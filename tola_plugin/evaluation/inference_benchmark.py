@@ -139,19 +139,27 @@ def route_macs(net, lq) -> Dict[str, int]:
     return macs
 
 
-def matmul_ceiling(size: int = 2048, repeats: int = 5) -> Dict[str, float]:
-    """This machine's torch matmul rate (GFLOP/s, 2 per multiply-add) of a size x size product in fp32 and in
-    bf16, median of ``repeats`` after a warm-up."""
+def matmul_ceiling(size: int = 2048, repeats: int = 5, min_seconds: float = 0.2) -> Dict[str, float]:
+    """This machine's torch matmul rate (GFLOP/s, 2 per multiply-add) of a square product in fp32 and in bf16,
+    median of ``repeats`` after a warm-up. The size doubles from 256 up to ``size`` while one product takes less
+    than ``min_seconds``: where bf16 is emulated (or the kernels are forced below it) a 2048 product would take
+    minutes, and a smaller one measures the same rate."""
     rates = {}
     for name, dtype in (('fp32', torch.float32), ('bf16', torch.bfloat16)):
-        a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
-        torch.mm(a, b)
+        n = 256
+        while True:
+            a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+            start = time.perf_counter()
+            torch.mm(a, b)  # warm-up, and the size probe
+            if n >= size or time.perf_counter() - start >= min_seconds:
+                break
+            n *= 2
         times = []
         for _ in range(repeats):
             start = time.perf_counter()
             torch.mm(a, b)
             times.append(time.perf_counter() - start)
-        rates[name] = 2 * size**3 / statistics.median(times) / 1e9
+        rates[name] = 2 * n**3 / statistics.median(times) / 1e9
     return rates
 
 
