@@ -83,8 +83,10 @@ def measure_bf16_speedup(shapes=SHAPES, rounds: int = ROUNDS) -> Dict:
                         if name == 'bf16' and round_index == 0 and \
                                 time.perf_counter() - start > ABANDON * warm_fp32:
                             elapsed = time.perf_counter() - start
-                            return {'speedup': warm_fp32 / elapsed, 'fp32_s': warm_fp32, 'bf16_s': elapsed,
-                                    'threads': torch.get_num_threads(), 'abandoned': True}
+                            return {
+                                'speedup': warm_fp32 / elapsed, 'fp32_s': warm_fp32, 'bf16_s': elapsed,
+                                'threads': torch.get_num_threads(), 'abandoned': True
+                            }
                     elapsed = time.perf_counter() - start
                 if round_index:
                     seconds[name].append(elapsed)
