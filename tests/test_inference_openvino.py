@@ -16,7 +16,7 @@ from inference_testing import write_tiny_merged
 from numerics import within
 from tola_testing import one_thread  # noqa: F401
 
-pytestmark = pytest.mark.usefixtures('one_thread')
+pytestmark = [pytest.mark.usefixtures('one_thread'), pytest.mark.openvino]
 
 
 @pytest.fixture(scope='module')

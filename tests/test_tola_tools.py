@@ -106,9 +106,9 @@ def test_infer_writes_images_and_prior_csv(trained, tmp_path):
     for name in ('a.png', 'b.png'):
         img_a, img_b, img_c = (cv2.imread(str(out / name)) for out in (out_a, out_b, out_c))
         assert img_a.shape == (128, 480, 3)  # 40x150 at height 128, aspect kept
-        # same per-image noise, batch 2 vs 1, merged vs merged-on-load, OpenVINO (the CPU default) vs torch kernels:
-        # float32 noise far below a grey level (test_inference_openvino.py's bound), which may still cross one
-        # rounding boundary
+        # same per-image noise, batch 2 vs 1, merged vs merged-on-load (backend auto is torch outside the openvino
+        # session, tests/conftest.py; OpenVINO's parity: test_inference_openvino.py): float32 noise far below a
+        # grey level, which may still cross one rounding boundary
         assert abs(img_a.astype(int) - img_b.astype(int)).max() <= 1
         assert abs(img_a.astype(int) - img_c.astype(int)).max() <= 1
     prior = read_prior_csv(str(out_a / 'prior.csv'))

@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.join(REPO, 'tools'))
 import benchmark_inference  # noqa: E402
 import plot_results  # noqa: E402
 
-pytestmark = pytest.mark.usefixtures('one_thread')
+pytestmark = [pytest.mark.usefixtures('one_thread'), pytest.mark.openvino]
 # with oneDNN forced below the CPU's bf16 instructions (make test-isa) OpenVINO cannot compile bf16
 # (docs/inference.md, "Backends"): the forced-ISA runs check the fp32 routes' parity only
 PRECISIONS = ('fp32', ) if os.environ.get('ONEDNN_MAX_CPU_ISA') else ('fp32', 'bf16')
