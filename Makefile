@@ -40,7 +40,8 @@ lint: setup
 
 # Two worker processes (pytest-xdist): the suite is CPU-bound and CI has 2 cores.
 test: setup
-	$(PY) -m pytest -q -n 2 tests
+	$(PY) -m pytest -q -n 2 -m 'not openvino' tests
+	$(PY) -m pytest -q -n 2 -m openvino tests
 
 # The tests that need a GPU (marked `cuda`; skipped with the reason on machines without one): training, 2-rank NCCL
 # DDP (with two GPUs), tola-infer and TOLAPipeline in each precision, exact resume, the 200-step route

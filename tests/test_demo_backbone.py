@@ -162,6 +162,8 @@ def test_demo_report_writes_images_metrics_and_grid(rendered_sets, tmp_path, one
     assert {'psnr', 'ssim', 'p_acc', 't_acc'} <= set(report['LR'])
     saved = json.loads((results / 'metrics.json').read_text(encoding='utf-8'))
     assert saved['TOLA'] == report['TOLA']
+    assert set(saved['color_fix_psnr']) == {'none', 'wavelet', 'adain'}  # each colour fix measured on the lines
+    assert all(10 < v < 100 for v in saved['color_fix_psnr'].values())
     for sub in ('lr', 'tola', 'hr'):
         assert sorted(os.listdir(results / sub)) == ['000001.png', '000002.png']
     assert (results / 'grid.png').stat().st_size > 10_000

@@ -1,23 +1,11 @@
-"""Inference on GPU machines, tested on a CPU with CUDA simulated: tola-infer's default device with the ONNX
-Runtime backend, and the 200-step route drawing its noise from a CPU generator for tensors on another device."""
-import pytest
+"""Inference on GPU machines, tested on a CPU with CUDA simulated: the 200-step route drawing its noise from a CPU
+generator for tensors on another device (the entry points' device, backend and TF32: test_inference_openvino.py)."""
 import torch
 
 from tola_plugin.archs.difftsr_arch import difftsr_sample
 from tola_plugin.archs.diffusion_schedule import make_ldm_scheduler
 from tola_plugin.archs.tola_arch import TOLANet
-from tola_plugin.inference.folder_run import resolve_device
 from tola_testing import tiny_net_opt
-
-
-def test_onnxruntime_backend_runs_on_the_cpu_of_a_gpu_machine(monkeypatch):
-    monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
-    assert resolve_device(None, 'torch') == torch.device('cuda')
-    assert resolve_device(None, 'onnxruntime') == torch.device('cpu')  # its stages refuse CUDA tensors
-    with pytest.raises(ValueError, match='the onnxruntime backend runs on the CPU'):
-        resolve_device('cuda:0', 'onnxruntime')
-    monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
-    assert resolve_device(None, 'torch') == torch.device('cpu')
 
 
 def test_200_step_route_draws_from_a_cpu_generator_on_another_device(monkeypatch):

@@ -43,7 +43,7 @@ def folder_of(root, names, seed=0):
 def stand_in(monkeypatch):
     """tola-infer with the identity stand-in restorer (its options, e.g. --batch-size, as given); returns the net."""
     net = StandInRestorer()
-    monkeypatch.setattr(folder_run, 'load_pipeline', lambda args, device: TOLAPipeline(net, batch_size=args.batch_size))
+    monkeypatch.setattr(folder_run, 'load_pipeline', lambda args: TOLAPipeline(net, batch_size=args.batch_size))
     return net
 
 
@@ -81,7 +81,7 @@ class OneBad(StandInRestorer):
 def test_one_bad_image_in_a_batch_fails_alone(tmp_path, monkeypatch, capsys):
     folder = folder_of(tmp_path / 'in', ['a.png', 'b.png', 'd.png'])
     cv2.imwrite(str(folder / 'c.png'), np.zeros((32, 96, 3), np.uint8))
-    monkeypatch.setattr(folder_run, 'load_pipeline', lambda args, device: TOLAPipeline(OneBad(), batch_size=4))
+    monkeypatch.setattr(folder_run, 'load_pipeline', lambda args: TOLAPipeline(OneBad(), batch_size=4))
     assert infer.main(['-i', str(folder), '-o', str(tmp_path / 'out'), '--batch-size', '4']) == 1
     err = capsys.readouterr().err
     assert '1 image(s) failed' in err and f'{folder / "c.png"}: DefaultCPUAllocator: not enough memory' in err
@@ -207,7 +207,7 @@ def test_ctrl_c_keeps_what_was_done_and_the_same_command_continues(tmp_path, sta
         return real(self, images, **kwargs)
 
     monkeypatch.setattr(TOLAPipeline, 'restore_each', interrupted)
-    assert infer.main(['-i', str(folder), '-o', str(out)]) == folder_run.INTERRUPTED_STATUS
+    assert infer.main(['-i', str(folder), '-o', str(out), '--batch-size', '1']) == folder_run.INTERRUPTED_STATUS
     assert 'interrupted: 3 image(s) not restored; run the same command again' in capsys.readouterr().err
     assert outputs(out) == ['a.png', 'b.png', 'prior.csv']
     assert set(read_prior_csv(str(out / 'prior.csv'))) == {'a.png', 'b.png'}  # written as images completed

@@ -1,12 +1,16 @@
 """The precision switch: what each setting resolves to per device and CPU, and that TOLANet honours it."""
+import json
+import os
 import warnings
 
 import pytest
 import torch
 
 import tola_plugin  # noqa: F401
+from tola_plugin.archs import bf16_speed
 from tola_plugin.archs import precision as P
 from tola_plugin.archs.tola_arch import TOLANet
+from tola_plugin.utils import user_cache
 from tola_testing import one_thread, tiny_net_opt  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures('one_thread')
@@ -20,25 +24,90 @@ def resolve(precision):
     return dtype, [str(w.message) for w in caught]
 
 
-# CPUs: none (emulated bf16), AVX512-BF16 only, AMX (bf16 tiles), AMX with FP16
-@pytest.mark.parametrize('native_bf16, amx_bf16, amx_fp16', [(False, False, False), (True, False, False),
-                                                             (True, True, False), (True, True, True)])
-def test_resolution_on_cpu(monkeypatch, native_bf16, amx_bf16, amx_fp16):
+# CPUs: none (emulated bf16), bf16 instructions measured slower (a Xeon without AMX), measured faster (AMD EPYC, AMX)
+@pytest.mark.parametrize('native_bf16, speedup, amx_fp16', [(False, None, False), (True, 0.55, False),
+                                                            (True, 2.4, False), (True, 2.4, True)])
+def test_resolution_on_cpu(monkeypatch, native_bf16, speedup, amx_fp16):
+    measured = []
     monkeypatch.setattr(P, 'cpu_has_native_bf16', lambda: native_bf16)
-    monkeypatch.setattr(P, 'cpu_has_amx_bf16', lambda: amx_bf16)
     monkeypatch.setattr(P, 'cpu_has_amx_fp16', lambda: amx_fp16)
+    monkeypatch.setattr(bf16_speed, 'bf16_speedup', lambda: measured.append(1) or {'speedup': speedup})
+    faster = native_bf16 and speedup >= bf16_speed.AUTO_BF16_MIN_SPEEDUP
     assert resolve('fp32') == (torch.float32, [])
-    assert resolve('auto') == (torch.bfloat16 if amx_bf16 else torch.float32, [])  # never a slow choice
+    assert resolve('auto') == (torch.bfloat16 if faster else torch.float32, [])  # never a slow choice
+    assert measured == ([1] if native_bf16 else [])  # where bf16 is emulated nothing is measured
     dtype, messages = resolve('bf16')
     assert dtype == torch.bfloat16
-    if amx_bf16:
+    if native_bf16:
         assert messages == []
     else:
-        assert len(messages) == 1 and ('about half the speed' if native_bf16 else 'emulated') in messages[0]
+        assert len(messages) == 1 and 'emulated' in messages[0]
     dtype, messages = resolve('fp16')
     assert dtype == torch.float16 and len(messages) == (0 if amx_fp16 else 1)
     with pytest.raises(ValueError, match='precision'):
         P.resolve_precision('int8', 'cpu')
+
+
+def test_auto_on_cuda_never_measures_the_cpu(monkeypatch):
+    """CUDA simulated: auto is bf16 on GPUs with native bf16, fp16 on older ones, without the CPU measurement."""
+    monkeypatch.setattr(bf16_speed, 'bf16_speedup', lambda: pytest.fail('measured the CPU for a GPU'))
+    for native, expected in ((True, torch.bfloat16), (False, torch.float16)):
+        monkeypatch.setattr(P, 'cuda_has_native_bf16', lambda: native)
+        assert P.resolve_precision('auto', 'cuda:0') == expected
+
+
+@pytest.fixture
+def cache_home(tmp_path, monkeypatch):
+    """An empty user cache folder, and no decision remembered by this process."""
+    monkeypatch.setenv('XDG_CACHE_HOME', str(tmp_path))
+    bf16_speed.forget()
+    yield tmp_path / 'tola-plugin' / bf16_speed.CACHE_FILE
+    bf16_speed.forget()
+
+
+def test_bf16_decision_is_measured_once_and_cached(cache_home):
+    runs = []
+
+    def measure():
+        runs.append(1)
+        return {'speedup': 2.0, 'fp32_s': 0.2, 'bf16_s': 0.1, 'threads': 1}
+
+    first = bf16_speed.bf16_speedup(measure)
+    assert first['source'] == 'measured' and first['speedup'] == 2.0 and runs == [1]
+    entries = json.loads(cache_home.read_text())['entries']
+    assert list(entries) == [bf16_speed.cache_key()] and entries[bf16_speed.cache_key()]['speedup'] == 2.0
+    assert 'torch ' + torch.__version__ in bf16_speed.cache_key()  # per CPU model and torch version
+    assert bf16_speed.bf16_speedup(measure)['speedup'] == 2.0 and runs == [1]  # this process remembers
+    bf16_speed.forget()  # a new process reads the file
+    again = bf16_speed.bf16_speedup(measure)
+    assert again['source'] == 'cache' and again['speedup'] == 2.0 and runs == [1]
+    assert not [p for p in os.listdir(cache_home.parent) if p.endswith('.tmp')]  # written atomically
+
+
+@pytest.mark.parametrize('corrupt', ['{"format": "tola_plugin.bf16_speed/1", "entr', '[]', '', 'KEY'])
+def test_corrupt_bf16_cache_is_measured_again(cache_home, corrupt):
+    cache_home.parent.mkdir(parents=True)
+    if corrupt == 'KEY':  # our format, but this CPU's entry broken
+        corrupt = json.dumps({'format': bf16_speed.FORMAT, 'entries': {bf16_speed.cache_key(): {'speedup': -1}}})
+    cache_home.write_text(corrupt)
+    entry = bf16_speed.bf16_speedup(lambda: {'speedup': 0.5, 'fp32_s': 0.1, 'bf16_s': 0.2, 'threads': 1})
+    assert entry['source'] == 'measured' and entry['speedup'] == 0.5
+    assert json.loads(cache_home.read_text())['entries'][bf16_speed.cache_key()]['speedup'] == 0.5  # rewritten
+
+
+def test_bf16_measurement_times_both_precisions(cache_home):
+    """The real micro-benchmark on two small shapes: both sides timed, the ratio is theirs."""
+    result = bf16_speed.measure_bf16_speedup(shapes=((8, 8, 16), (16, 4, 8)), rounds=1)
+    assert result['fp32_s'] > 0 and result['bf16_s'] > 0
+    assert result['speedup'] == pytest.approx(result['fp32_s'] / result['bf16_s'])
+
+
+def test_cache_folder_follows_xdg(monkeypatch, tmp_path):
+    monkeypatch.setenv('XDG_CACHE_HOME', str(tmp_path))
+    assert user_cache.cache_root() == os.path.join(str(tmp_path), 'tola-plugin')
+    monkeypatch.setenv('XDG_CACHE_HOME', 'relative/path')  # ignored, as the specification asks
+    monkeypatch.setenv('HOME', str(tmp_path / 'home'))
+    assert user_cache.cache_root() == os.path.join(str(tmp_path), 'home', '.cache', 'tola-plugin')
 
 
 def test_tolanet_runs_in_the_chosen_precision(monkeypatch):

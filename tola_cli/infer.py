@@ -64,14 +64,21 @@ def build_parser() -> argparse.ArgumentParser:
                         help='columns shared by neighbouring 128x512 windows of a wide line (128; 0-511)')
     parser.add_argument('--pad-mode', choices=('edge', 'reflect'), default='edge',
                         help='padding of a line narrower than 512 (edge)')
-    parser.add_argument('--batch-size', type=int, default=1, help='128x512 canvases per network call (1)')
+    parser.add_argument(
+        '--batch-size', type=int,
+        help='128x512 windows per network call, across the lines of a photo and the images of a '
+        'folder (default: as many as fit in half the free memory, 1-8)')
     parser.add_argument('--device', help='cpu, cuda, cuda:1, ... (default: cuda when available, else cpu)')
     parser.add_argument('--precision', choices=('fp32', 'bf16', 'fp16', 'auto'),
-                        help="compute precision (default: the model's, fp32)")
+                        help="compute precision (default: the model's, fp32; auto: bf16 where measured faster)")
     parser.add_argument(
-        '--backend', choices=('torch', 'onnxruntime'), default='torch',
-        help='run the IDM and VAE on ONNX Runtime (CPU, fp32; needs --model exported with '
-        'tools/export_merged.py --onnx; docs/inference.md)')
+        '--backend', choices=('auto', 'openvino', 'torch'), default='auto',
+        help='runtime of the IDM and VAE (auto: OpenVINO on the CPU when installed, else torch; on a GPU torch; '
+        'docs/inference.md)')
+    parser.add_argument(
+        '--color-fix', choices=('none', 'wavelet', 'adain'), default='none',
+        help="match the output's colours to the input's (none: the network's own, as the paper; "
+        'docs/restore.md)')
     parser.add_argument('--seed', type=int, default=0,
                         help='base of the per-image noise seeds (0; the same file name gets the same noise)')
     parser.add_argument('--recursive', action='store_true', help='also images in subfolders of a folder input')
@@ -100,9 +107,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.checkpoint and not args.opt:
         parser.error('--checkpoint goes with -opt (a merged --model already holds its adaptation)')
-    if args.backend != 'torch' and args.opt:
-        parser.error('--backend onnxruntime needs --model (tools/export_merged.py --onnx writes its ONNX stages)')
-    if args.batch_size < 1:
+    if args.batch_size is not None and args.batch_size < 1:
         parser.error(f'--batch-size must be >= 1, got {args.batch_size}')
     if not 0 <= args.overlap < 512:
         parser.error(f'--overlap must be in [0, 511], got {args.overlap}')

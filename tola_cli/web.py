@@ -27,6 +27,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--detect', action='store_true',
                         help='whole photos: PP-OCRv4 finds the text lines, each is restored in place')
     parser.add_argument('--device', help='cpu, cuda, cuda:1, ... (default: cuda when available, else cpu)')
+    parser.add_argument('--precision', choices=('fp32', 'bf16', 'fp16', 'auto'),
+                        help="compute precision (default: the model's, fp32; auto: bf16 where measured faster)")
+    parser.add_argument(
+        '--backend', choices=('auto', 'openvino', 'torch'), default='auto',
+        help='runtime of the IDM and VAE (auto: OpenVINO on the CPU when installed, else torch; on a GPU torch)')
+    parser.add_argument('--color-fix', choices=('none', 'wavelet', 'adain'), default='none',
+                        help="the page's initial colour fix (none: the network's own colours)")
     parser.add_argument('--host', default='127.0.0.1',
                         help='address to listen on (127.0.0.1: this machine only; 0.0.0.0 for the network)')
     parser.add_argument('--port', type=int, default=DEFAULT_PORT, help=f'port ({DEFAULT_PORT}); 0: any free port')
@@ -71,16 +78,10 @@ def run(args: argparse.Namespace, block: bool = True):
             raise
         raise OSError('tola-web needs gradio: pip install "tola-plugin[web]" (or pip install -r '
                       'requirements.txt)') from err
-    import torch
-
     from tola_plugin.inference.pipeline import DEMO_MODEL, TOLAPipeline
-    device = args.device or ('cuda' if torch.cuda.is_available() else 'cpu')
-    try:
-        torch.device(device)
-    except RuntimeError as err:
-        raise ValueError(f'--device {device!r}: {err}') from None
-    pipeline = TOLAPipeline.from_merged(args.model, max_windows=args.max_windows,
-                                        max_output_pixels=args.max_output_megapixels * 1e6).to(device)
+    pipeline = TOLAPipeline.from_merged(args.model, device=args.device, backend=args.backend, precision=args.precision,
+                                        color_fix=args.color_fix, max_windows=args.max_windows,
+                                        max_output_pixels=args.max_output_megapixels * 1e6)
     web_app.warm_up(pipeline, args.detect)
     app = web_app.build_app(pipeline, detect=args.detect, demo_model=args.model is None,
                             max_megapixels=args.max_megapixels, model_name=args.model or DEMO_MODEL)

@@ -1,18 +1,19 @@
 """Inference precision: 'fp32' | 'bf16' | 'fp16' | 'auto' -> the dtype a forward runs its matmuls and convolutions in.
 
 Low precision runs through ``torch.autocast`` (weights stay fp32; the output is returned as fp32). On CUDA every
-choice is native ('bf16' needs a GPU with bf16, Ampere or newer). On a CPU the hardware is detected at run time:
+choice is native ('bf16' needs a GPU with bf16, Ampere or newer). On a CPU:
 
-- bf16 is faster than fp32 only with AMX tiles (Intel Sapphire Rapids and newer with AMX enabled), where oneDNN
-  runs bf16 convolutions and matmuls on the tile unit. AVX512-BF16 alone does not make it faster: one bf16 dot
-  product instruction does the work of two fp32 FMAs but issues at half their rate, and the casts come on top
-  (measured on an AVX512-BF16 CPU without AMX: bf16 convolutions and matmuls at 0.55x the speed of fp32).
-  Without AVX512-BF16 or AMX, bf16 is emulated and many times slower.
-- fp16 likewise needs AMX-FP16.
+- 'auto' is decided by measurement where the CPU has bf16 instructions (AVX512-BF16 or AMX): bf16 where the route's
+  dominant convolutions measured at least 1.3x faster in bf16 than in fp32 (``bf16_speed.py``: timed once, about a
+  second, cached per CPU model and torch version), fp32 elsewhere. Flags alone do not tell: on an AVX512-BF16 Xeon
+  without AMX bf16 ran at 0.55x the fp32 speed, on AMD EPYC (Zen 4 and 5, also without AMX) at about 2x. Without
+  bf16 instructions bf16 is emulated and many times slower, and 'auto' is fp32 without measuring. 'auto' never
+  picks fp16 on a CPU.
+- an explicit 'bf16' on a CPU without bf16 instructions, or 'fp16' without AMX-FP16, runs with a warning that it
+  will be slower than fp32.
 
-So 'auto' is bf16 on CUDA (fp16 on GPUs without native bf16: before Ampere, e.g. T4, V100) and on CPUs with AMX,
-and fp32 on every other CPU; an explicit low precision on a CPU that lacks the matching unit runs, with a warning
-that it will be slower than fp32. docs/inference.md lists the measured speed and deviation of each precision.
+So 'auto' is bf16 on CUDA (fp16 on GPUs without native bf16: before Ampere, e.g. T4, V100) and on CPUs where bf16
+measured faster, fp32 on every other CPU. docs/inference.md lists the measured speed and deviation of each precision.
 
 Safe at t = 999 (docs/training_gpus.md, "Precision"): TOLANet keeps Algorithm 1's arithmetic and the IDM's output
 convolution in fp32 under autocast, and ``decoder_autocast`` runs the VAE decoder in fp32 when the precision is
@@ -32,11 +33,6 @@ def cpu_has_native_bf16() -> bool:
     return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
 
 
-def cpu_has_amx_bf16() -> bool:
-    """Whether this CPU has AMX tiles (every AMX CPU has AMX-BF16): the unit that makes bf16 faster than fp32."""
-    return bool(torch.cpu._is_amx_tile_supported())
-
-
 def cpu_has_amx_fp16() -> bool:
     """Whether this CPU has AMX-FP16, the unit that makes fp16 faster than fp32."""
     return bool(torch.cpu._is_amx_fp16_supported())
@@ -48,12 +44,18 @@ def cuda_has_native_bf16() -> bool:
     return bool(torch.cuda.is_bf16_supported(including_emulation=False))
 
 
+def cpu_bf16_is_faster() -> bool:
+    """Whether bf16 measured at least ``AUTO_BF16_MIN_SPEEDUP`` times faster than fp32 on this CPU (measured once,
+    cached: ``bf16_speed.bf16_speedup``); False without bf16 instructions (emulated), without measuring."""
+    if not cpu_has_native_bf16():
+        return False
+    from tola_plugin.archs.bf16_speed import AUTO_BF16_MIN_SPEEDUP, bf16_speedup
+    return bf16_speedup()['speedup'] >= AUTO_BF16_MIN_SPEEDUP
+
+
 def _slow_on_cpu(dtype: torch.dtype) -> str:
-    """Why ``dtype`` is slower than fp32 on this CPU ('' when it is not)."""
-    if dtype == torch.bfloat16 and not cpu_has_amx_bf16():
-        if cpu_has_native_bf16():
-            return ('this CPU has AVX512-BF16 but no AMX, where bf16 convolutions and matmuls run at about half '
-                    'the speed of fp32')
+    """Why ``dtype`` is slower than fp32 on this CPU ('' when it need not be)."""
+    if dtype == torch.bfloat16 and not cpu_has_native_bf16():
         return 'this CPU has no bf16 instructions (AVX512-BF16/AMX): bf16 is emulated, many times slower than fp32'
     if dtype == torch.float16 and not cpu_has_amx_fp16():
         return 'this CPU has no AMX-FP16: fp16 convolutions and matmuls are slower than fp32'
@@ -61,15 +63,16 @@ def _slow_on_cpu(dtype: torch.dtype) -> str:
 
 
 def resolve_precision(precision: str, device) -> torch.dtype:
-    """The compute dtype of ``precision`` on ``device`` (a torch.device or its name). Warns (UserWarning) when an
-    explicit low precision will be slower than fp32 on this hardware."""
+    """The compute dtype of ``precision`` on ``device`` (a torch.device or its name). 'auto' on a CPU with bf16
+    instructions reads (or, once per machine, takes) the bf16 measurement. Warns (UserWarning) when an explicit
+    low precision will be slower than fp32 on this hardware."""
     if precision not in PRECISIONS:
         raise ValueError(f'precision must be one of {PRECISIONS}, got {precision!r}')
     kind = torch.device(device).type
     if precision == 'auto':
         if kind == 'cuda':
             return torch.bfloat16 if cuda_has_native_bf16() else torch.float16
-        return torch.bfloat16 if kind == 'cpu' and cpu_has_amx_bf16() else torch.float32
+        return torch.bfloat16 if kind == 'cpu' and cpu_bf16_is_faster() else torch.float32
     dtype = _DTYPES[precision]
     if dtype == torch.float32:
         return dtype

@@ -8,7 +8,6 @@ Every paper variant/control is a constructor switch (see docs/tola.md for the ta
 """
 import contextlib
 import inspect
-import uuid
 import zlib
 from typing import Dict, List, Optional, Sequence
 
@@ -40,7 +39,6 @@ NOISE_MODES = ('gaussian', 'zero')
 BACKBONE_INITS = ('checkpoint', 'random', 'demo')
 TEXT_DECODINGS = ('incremental', 'full_prefix')
 CHECKPOINTABLE = ('idm', 'vae_encoder', 'vae_decoder')  # gradient checkpointing: parts with large activations
-BACKENDS = ('torch', 'onnxruntime')  # of the tensor stages of an inference network (load_for_inference)
 TEXT_STEPS = 24  # greedy TransOCR steps, as DiffTSR's Text_Prediction (the 'full_prefix' reference route)
 POSTERIOR_SEED_OFFSET = 0x9E3779B9  # per-image seed of the posterior sample = ε's seed + this
 
@@ -117,7 +115,6 @@ class TOLANet(nn.Module):
             raise ValueError("TOLANet: context_route 'direct' needs a text prior (text_prior 'none' removes it)")
         check_lora_settings(lora_rank, lora_alpha, idm_lora, vae_lora, vae_lora_active)
         self.options = options  # constructor arguments, for the merged export
-        self.backend = 'torch'  # load_for_inference may run the tensor stages on ONNX Runtime
         self.set_timestep(timestep)
         self.set_precision(precision)
         self.latent, self.noise, self.text_prior = latent, noise, text_prior
@@ -172,9 +169,6 @@ class TOLANet(nn.Module):
         """Compute precision of the forward: 'fp32', 'bf16', 'fp16' or 'auto' (resolved per input device)."""
         if precision not in PRECISIONS:
             raise ValueError(f'TOLANet: precision must be one of {PRECISIONS}, got {precision!r}')
-        if self.backend == 'onnxruntime' and precision not in ('fp32', 'auto'):
-            raise ValueError(f"TOLANet: the onnxruntime backend runs fp32 only (precision {precision!r} needs "
-                             "backend 'torch')")
         self.precision = precision
 
     def set_gradient_checkpointing(self, parts: Sequence[str], checkpoint_fn=None) -> None:
@@ -229,7 +223,7 @@ class TOLANet(nn.Module):
             paper), 'tokens' (B, 24), 'confidences' (B, 24) (None when unweighted), 'prior_texts' (B strings: the
             text the tokens encode; None without a text branch).
         """
-        dtype = torch.float32 if self.backend == 'onnxruntime' else resolve_precision(self.precision, lq.device)
+        dtype = resolve_precision(self.precision, lq.device)
         # inference-only networks run without autograd bookkeeping
         with torch.inference_mode() if self.inference_only else contextlib.nullcontext():
             # 1-2. Text prior: frozen TransOCR -> tokens + confidences, normalised and mapped to IDM indices. Always
@@ -428,19 +422,12 @@ class TOLANet(nn.Module):
         opts['transocr_config'] = dict(self.transocr.arch_options)  # e.g. the demo file's own architecture
         return opts
 
-    def save_merged(self, path: str, onnx_size: Optional[Sequence[int]] = None) -> None:
+    def save_merged(self, path: str) -> None:
         """Merge LoRA (if not yet) and write every tensor of the network to one pickle-free safetensors file,
-        with the rebuild options in its metadata (``TOLANet.from_merged`` reads it back). ``onnx_size`` (H, W):
-        also export the tensor stages for ONNX Runtime to ``onnx_folder(path)``, for (B, 3, H, W) images
-        (``load_for_inference(path, backend='onnxruntime')``; docs/inference.md)."""
-        from tola_plugin.checkpoints.tola import onnx_folder, write_merged
+        with the rebuild options in its metadata (``TOLANet.from_merged`` reads it back)."""
+        from tola_plugin.checkpoints.tola import write_merged
         self.merge_lora()
-        onnx_tag = None
-        if onnx_size is not None:
-            from tola_plugin.archs.onnx_stages import export_onnx_stages
-            onnx_tag = uuid.uuid4().hex  # pairs the ONNX folder with this very file
-            export_onnx_stages(self, onnx_folder(path), *onnx_size, tag=onnx_tag)
-        write_merged(path, self.state_dict(), self.merged_options(), onnx_tag)
+        write_merged(path, self.state_dict(), self.merged_options())
 
     @classmethod
     def from_merged(cls, path: str, **overrides) -> 'TOLANet':
@@ -457,35 +444,20 @@ class TOLANet(nn.Module):
         return net.eval()
 
     @classmethod
-    def load_for_inference(cls, path: str, backend: str = 'torch', **overrides) -> 'TOLANet':
+    def load_for_inference(cls, path: str, **overrides) -> 'TOLANet':
         """The inference network of ``save_merged``'s file: ``prepare_for_inference`` applied, the weights
         memory-mapped from the file and assigned in place (read once, never copied on the CPU; ``.to(device)``
         copies them to a GPU), the MoM image branch never read. Strict: every tensor it runs must be in the file.
-
-        backend: 'torch' (default) or 'onnxruntime': the IDM and the VAE run on ONNX Runtime (CPU, fp32) from the
-            ONNX stages written next to the file (``tools/export_merged.py --onnx``; ``onnx_folder(path)``), and
-            their tensors in ``path`` are never read (docs/inference.md).
-        overrides: inference switches (precision, text_decoding, timestep, noise, ...).
+        overrides: inference switches (precision, text_decoding, timestep, noise, ...). Where and on which runtime
+        it runs is the inference entry points' business (``tola_plugin/inference/runtime.py``).
         """
         from safetensors.torch import load_file
 
-        from tola_plugin.checkpoints.tola import onnx_folder, read_merged_metadata, read_merged_options
-        if backend not in BACKENDS:
-            raise ValueError(f'TOLANet: backend must be one of {BACKENDS}, got {backend!r}')
+        from tola_plugin.checkpoints.tola import read_merged_options
         with torch.device('meta'):
             net = cls(**read_merged_options(path, overrides))
         net.mom.drop_image_branch()
         unused = tuple(f'mom.{prefix}' for prefix in DiffTSRMoM.IMAGE_BRANCH)
-        if backend == 'onnxruntime':
-            from tola_plugin.archs.onnx_stages import load_onnx_stages
-            folder, tag = onnx_folder(path), read_merged_metadata(path).get('onnx_tag')
-            net.idm, net.vae, manifest = load_onnx_stages(folder)
-            if manifest['tag'] != tag:
-                raise ValueError(f'the ONNX stages at {folder!r} were not exported with {path!r} (another export); '
-                                 'write both again with tools/export_merged.py --onnx')
-            net.backend = backend
-            net.set_precision(net.precision)  # fp32 only on this backend
-            unused += ('idm.', 'vae.')
         state = load_file(path)  # memory-mapped: a tensor's bytes are read when first used
         state = {k: v for k, v in state.items() if not k.startswith(unused)}
         net.load_state_dict(state, strict=True, assign=True)

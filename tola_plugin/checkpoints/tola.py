@@ -6,7 +6,6 @@ building a trained TOLANet from an option file outside BasicSR's pipelines (tool
 lives here (docs/tola.md, "Merged model").
 """
 import json
-import os
 from typing import Dict, Mapping, Optional
 
 import torch
@@ -99,19 +98,12 @@ def build_tola_from_options(opt_path: str, checkpoint: Optional[str] = None):
 
 
 # --------------------------------------------------------------------------------------------- merged files
-def onnx_folder(merged_path: str) -> str:
-    """Where ``TOLANet.save_merged`` writes the ONNX stages of a merged file: ``x.safetensors`` -> ``x.onnx/``."""
-    return os.path.splitext(merged_path)[0] + '.onnx'
-
-
-def write_merged(path: str, state: Mapping[str, torch.Tensor], options: Dict, onnx_tag: Optional[str] = None) -> str:
+def write_merged(path: str, state: Mapping[str, torch.Tensor], options: Dict) -> str:
     """Write a merged TOLA file atomically: every tensor of ``state`` (CPU, contiguous) in one pickle-free
-    safetensors file, metadata ``format`` (MERGED_FORMAT), ``options`` (the constructor options as JSON,
-    ``TOLANet.merged_options``) and, with ONNX stages beside it, ``onnx_tag`` (pairs the two exports)."""
+    safetensors file, metadata ``format`` (MERGED_FORMAT) and ``options`` (the constructor options as JSON,
+    ``TOLANet.merged_options``)."""
     from safetensors.torch import save_file
     metadata = {'format': MERGED_FORMAT, 'options': json.dumps(options)}
-    if onnx_tag is not None:
-        metadata['onnx_tag'] = onnx_tag
     tensors = {k: v.detach().contiguous().cpu() for k, v in state.items()}
     return atomic_write(path, lambda tmp: save_file(tensors, tmp, metadata=metadata))
 

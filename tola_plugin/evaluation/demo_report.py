@@ -68,6 +68,33 @@ def export_pairs(opt: Dict, opt_path: str, results_root: str) -> List[str]:
     return names
 
 
+def color_fix_psnr(results_root: str, names: Sequence[str]) -> Dict[str, float]:
+    """Mean PSNR (Y, dB) against HR of the restored lines after each colour fix of ``--color-fix`` (the LR canvas
+    as the colour reference, as TOLAPipeline applies it): what keeping the input's colours does on the held-out
+    lines (docs/restore.md)."""
+    import cv2
+    import numpy as np
+    import torch
+
+    from basicsr.metrics.psnr_ssim import calculate_psnr
+
+    from tola_plugin.inference.color_fix import COLOR_FIXES, apply_color_fix
+
+    def read(method, name):  # BGR uint8 -> (1, 3, H, W) RGB in [0, 1]
+        bgr = cv2.imread(os.path.join(results_root, method, name), cv2.IMREAD_COLOR)
+        return torch.from_numpy(bgr[..., ::-1].copy()).permute(2, 0, 1)[None].float() / 255.0
+
+    scores = {fix: [] for fix in COLOR_FIXES}
+    for name in names:
+        restored, lr = read('tola', name), read('lr', name)
+        hr = cv2.imread(os.path.join(results_root, 'hr', name), cv2.IMREAD_COLOR)
+        for fix in COLOR_FIXES:
+            fixed = apply_color_fix(fix, restored, lr)[0].permute(1, 2, 0).numpy()[..., ::-1]
+            fixed = np.clip(fixed * 255.0 + 0.5, 0, 255).astype(np.uint8)
+            scores[fix].append(calculate_psnr(fixed, hr, crop_border=0, test_y_channel=True))
+    return {fix: float(np.mean(values)) for fix, values in scores.items()}
+
+
 def write_grid(results_root: str, names: Sequence[str], rows_by_method: Dict[str, Dict], prefix: str, out_stem: str,
                dpi: int = 200):
     """LR | TOLA | HR for ``names`` (one row each), each cell captioned with what recognizer ``prefix`` read
@@ -132,6 +159,7 @@ def make_report(opt_path: str, grid_samples: int = 6, results_dir: Optional[str]
         },
         'per_image_csv': {m: os.path.join('eval', evaluated['per_image'][m])
                           for m in METHODS},
+        'color_fix_psnr': color_fix_psnr(results_root, names),
     }
     with open(os.path.join(results_root, 'metrics.json'), 'w', encoding='utf-8') as f:
         json.dump(report, f, indent=1, ensure_ascii=False)
@@ -155,4 +183,8 @@ def report_table(report: Dict) -> str:
     for m in METHODS:
         lines.append(f'| {m} | ' + ' | '.join(f'{report[m][k]:.4f}' for k in keys) + ' |')
     lines.append('| TOLA - LR | ' + ' | '.join(f'{report["TOLA_minus_LR"][k]:+.4f}' for k in keys) + ' |')
+    if 'color_fix_psnr' in report:
+        lines.append('')
+        lines.append('colour fix, PSNR (dB) vs HR: ' + ', '.join(f'{fix} {value:.4f}'
+                                                                 for fix, value in report['color_fix_psnr'].items()))
     return '\n'.join(lines)

@@ -150,39 +150,18 @@ def write_image(path: str, rgb: np.ndarray) -> None:
     atomic_write(path, write)
 
 
-def resolve_device(name, backend='torch'):
-    """torch.device of --device (default: cuda when available, else cpu; always cpu for the onnxruntime backend,
-    whose stages run on the CPU); CUDA without a GPU, or with onnxruntime, is a ValueError."""
-    import torch
-    default = 'cuda' if torch.cuda.is_available() and backend == 'torch' else 'cpu'
-    try:
-        device = torch.device(name or default)
-    except RuntimeError as err:
-        raise ValueError(f'--device {name!r}: {err}') from None
-    if device.type == 'cuda' and not torch.cuda.is_available():
-        raise ValueError(f'--device {name}: CUDA is not available on this machine (use --device cpu)')
-    if device.type != 'cpu' and backend != 'torch':
-        raise ValueError(f'--device {name}: the {backend} backend runs on the CPU (use --backend torch on a GPU)')
-    return device
-
-
-def load_pipeline(args, device):
-    """TOLAPipeline from --model / -opt (default: the demo model) with --backend and --precision, on ``device``."""
+def load_pipeline(args):
+    """TOLAPipeline from --model / -opt (default: the demo model) placed by --device, --backend and --precision
+    (``runtime.place_network``)."""
     from tola_plugin.inference.pipeline import TOLAPipeline
     overrides = {k: v for k, v in (('timestep', args.timestep), ('noise', args.noise)) if v is not None}
     options = dict(overlap=args.overlap, pad_mode=args.pad_mode, batch_size=args.batch_size,
                    background=args.alpha_background, max_pixels=round(args.max_megapixels * 1e6),
-                   max_windows=args.max_windows, max_output_pixels=args.max_output_megapixels * 1e6)
+                   max_windows=args.max_windows, max_output_pixels=args.max_output_megapixels * 1e6,
+                   color_fix=args.color_fix, device=args.device, backend=args.backend, precision=args.precision)
     if args.opt:
-        pipe = TOLAPipeline.from_options(args.opt, args.checkpoint, network_overrides=overrides, **options)
-    else:
-        pipe = TOLAPipeline.from_merged(args.model, network_overrides=overrides, backend=args.backend, **options)
-    if args.precision:
-        pipe.set_precision(args.precision)
-    if device.type == 'cuda':
-        from tola_plugin.utils.cuda_math import set_tf32
-        set_tf32(False)  # fp32 is IEEE fp32 on GPUs too, as the launchers' default (docs/training_gpus.md)
-    return pipe.to(device)
+        return TOLAPipeline.from_options(args.opt, args.checkpoint, network_overrides=overrides, **options)
+    return TOLAPipeline.from_merged(args.model, network_overrides=overrides, **options)
 
 
 def _write_error(path: str, err: OSError) -> OSError:
@@ -231,7 +210,10 @@ def describe(err: BaseException) -> str:
 def run(args) -> int:
     """Restore every input of ``args`` (see tola_cli/infer.py); 0 when all succeeded, 1 when some failed (or a
     subfolder could not be read), 130 when interrupted (what was done is kept; a rerun continues)."""
-    device = resolve_device(args.device, args.backend)  # before minutes of loading
+    from tola_plugin.inference.runtime import resolve_device
+    device = resolve_device(args.device)  # a bad device is an error before minutes of loading
+    if args.backend == 'openvino' and device.type != 'cpu':
+        raise ValueError(f'--backend openvino runs on the CPU, --device is {device} (use --backend auto or torch)')
     inputs, scan = list_inputs(args.input, args.recursive, skip_dir=args.output)
     jobs = plan_outputs(inputs, args.input, args.output, args.suffix, args.ext, args.detect)
     created = not os.path.isdir(args.output)
@@ -239,7 +221,7 @@ def run(args) -> int:
     lock = run_lock.acquire(args.output, lambda m: _say(f'warning: {m}'), os.path.join(args.output, LOCK_FILE),
                             advice='Wait for it to finish, or choose another -o.')
     try:
-        return _run_locked(args, device, jobs, scan)
+        return _run_locked(args, jobs, scan)
     finally:
         run_lock.release(lock)
         if created:  # a run that wrote nothing (e.g. no model) leaves no empty folder behind
@@ -247,7 +229,7 @@ def run(args) -> int:
                 os.rmdir(args.output)
 
 
-def _run_locked(args, device, jobs: List[Job], scan: FolderScan) -> int:
+def _run_locked(args, jobs: List[Job], scan: FolderScan) -> int:
     for tmp in remove_stale_temporaries(jobs, args.output):
         _say(f'note: removed {tmp}, the temporary file of an interrupted write')
     prior = None if args.detect else PriorFile(os.path.join(args.output, PRIOR_CSV), args.overwrite, _say)
@@ -259,7 +241,7 @@ def _run_locked(args, device, jobs: List[Job], scan: FolderScan) -> int:
         else:
             todo.append(job)
     start = time.perf_counter()
-    pipe = load_pipeline(args, device) if todo else None  # a missing model is the run's error: no summary
+    pipe = load_pipeline(args) if todo else None  # a missing model is the run's error: no summary
     loaded = time.perf_counter()
     try:
         if todo:
@@ -283,7 +265,7 @@ def _restore_jobs(args, pipe, todo: List[Job], prior: Optional[PriorFile], summa
         summary.failures.append(message)
         _say(f'failed: {message}')
 
-    chunk = 1 if args.detect else args.batch_size  # photos batch their own lines
+    chunk = 1 if args.detect else pipe.batch_size  # photos batch their own lines
     with tqdm(total=len(todo), unit='img', desc='tola-infer', file=sys.stderr, disable=None) as bar:
         for first in range(0, len(todo), chunk):
             batch = todo[first:first + chunk]

@@ -22,8 +22,10 @@ from tola_plugin.archs.tola_arch import image_noise_seed
 from tola_plugin.data.image_io import (DEFAULT_MAX_PIXELS, WHITE, budget_error, check_max_pixels, convert_array,
                                        not_decodable, read_image_file)
 from tola_plugin.data.text_line_source import CANVAS_H
+from tola_plugin.inference.color_fix import apply_color_fix, check_color_fix
 from tola_plugin.inference.line_geometry import (PAD_MODES, LineLayout, blend_tiles, cut_tiles, line_width, plan_line,
                                                  resize_rgb, to_canvas_height, to_uint8)
+from tola_plugin.inference.openvino_backend import uses_openvino
 from tola_plugin.inference.photo_geometry import expand_quad, paste_strip, reading_quad, rectify, scale_quad
 from tola_plugin.inference.work_bounds import (DEFAULT_MAX_OUTPUT_PIXELS, DEFAULT_MAX_WINDOWS, capped_scale,
                                                check_outscale, check_positive, check_positive_int, check_windows,
@@ -155,7 +157,11 @@ class TOLAPipeline:
         ``from_options`` to load one.
     overlap: minimum columns (at canvas height) shared by neighbouring windows of a wide line (0-511; 128).
     pad_mode: 'edge' or 'reflect', how a narrow line is padded to the canvas width.
-    batch_size: canvases per network call.
+    batch_size: canvases per network call: the windows of all lines (a photo's detected lines, a list of images)
+        go through the network in batches of this size. None (default): ``runtime.auto_batch_size``, from the
+        memory free on the device (1 to 8).
+    color_fix: 'none' (default: the network's own colours, as the paper), 'wavelet' or 'adain': match the restored
+        canvases' low frequencies / channel statistics to the input's (``color_fix.py``, docs/restore.md).
     margin: detect mode: each detected line is grown by this fraction of its height on every side before it is
         restored (context, and room for the feathered border; 0.15).
     feather: detect mode: width of the feathered border of a pasted line, as a fraction of its height (0.1).
@@ -170,54 +176,78 @@ class TOLAPipeline:
     option that raises it.
     """
 
-    def __init__(self, net: torch.nn.Module, overlap: int = 128, pad_mode: str = 'edge', batch_size: int = 1,
-                 margin: float = 0.15, feather: float = 0.1, background: Sequence[int] = WHITE,
-                 precision: Optional[str] = None, max_pixels: Optional[int] = DEFAULT_MAX_PIXELS,
-                 max_windows: int = DEFAULT_MAX_WINDOWS, max_output_pixels: float = DEFAULT_MAX_OUTPUT_PIXELS):
+    def __init__(self, net: torch.nn.Module, overlap: int = 128, pad_mode: str = 'edge',
+                 batch_size: Optional[int] = None, margin: float = 0.15, feather: float = 0.1,
+                 background: Sequence[int] = WHITE, precision: Optional[str] = None,
+                 max_pixels: Optional[int] = DEFAULT_MAX_PIXELS, max_windows: int = DEFAULT_MAX_WINDOWS,
+                 max_output_pixels: float = DEFAULT_MAX_OUTPUT_PIXELS, color_fix: str = 'none'):
         if pad_mode not in PAD_MODES:
             raise ValueError(f'pad_mode must be one of {PAD_MODES}, got {pad_mode!r}')
         plan_line(1, overlap)  # validates the overlap
-        if int(batch_size) < 1:
-            raise ValueError(f'batch_size must be >= 1, got {batch_size}')
+        if batch_size is not None and (isinstance(batch_size, bool) or int(batch_size) < 1):
+            raise ValueError(f'batch_size must be >= 1 (or None: from the free memory), got {batch_size}')
+        self.color_fix = check_color_fix(color_fix)
         if not 0.0 <= float(margin) <= 1.0:
             raise ValueError(f'margin must be a fraction of the line height in [0, 1], got {margin}')
         if not 0.0 <= float(feather) <= 0.5:
             raise ValueError(f'feather must be a fraction of the line height in [0, 0.5], got {feather}')
         convert_array(np.zeros((1, 1, 3), np.uint8), 'background check', background)  # validates the colour
         self.net = net.eval().requires_grad_(False)
-        self.overlap, self.pad_mode, self.batch_size = int(overlap), pad_mode, int(batch_size)
+        self.overlap, self.pad_mode = int(overlap), pad_mode
+        self._batch_size = None if batch_size is None else int(batch_size)
         self.margin, self.feather, self.background = float(margin), float(feather), tuple(int(c) for c in background)
         self.max_pixels = check_max_pixels(max_pixels)
         self.max_windows = check_positive_int(max_windows, 'max_windows')
         self.max_output_pixels = check_positive(max_output_pixels, 'max_output_pixels')
         self.device = next(iter(net.parameters()), torch.zeros(0)).device
+        self.backend = 'openvino' if uses_openvino(net) else 'torch'
         self.detector = None  # PP-OCRv4 models, built on first use (rapidocr + onnxruntime)
         self.recognizer = None
         if precision is not None:
             self.set_precision(precision)
 
+    @property
+    def batch_size(self) -> int:
+        """Canvases per network call: the given one, else chosen from the memory free now on the device."""
+        if self._batch_size is not None:
+            return self._batch_size
+        from tola_plugin.inference.runtime import auto_batch_size
+        return auto_batch_size(self.net, self.device)
+
     # ------------------------------------------------------------------------------------------ loading
     @classmethod
-    def from_merged(cls, path: Optional[str] = None, network_overrides: Optional[Dict] = None, backend: str = 'torch',
+    def from_merged(cls, path: Optional[str] = None, network_overrides: Optional[Dict] = None, device=None,
+                    backend: str = 'auto', precision: Optional[str] = None, allow_tf32: bool = False,
                     **options) -> 'TOLAPipeline':
         """From a merged model (``tools/export_merged.py``) through ``TOLANet.load_for_inference`` (memory-mapped,
         inference-only); ``path`` None: the demo model (DEMO_MODEL, written by ``make demo``). network_overrides:
-        TOLANet inference switches (timestep, noise, ...). backend: 'torch' or 'onnxruntime' (IDM and VAE on ONNX
-        Runtime; needs ``export_merged.py --onnx``, docs/inference.md). options: see the class."""
+        TOLANet inference switches (timestep, noise, ...). device, backend ('auto', 'openvino', 'torch'),
+        precision, allow_tf32: where and how it runs (``runtime.place_network``: by default CUDA when available,
+        else the CPU with the IDM and VAE on OpenVINO when installed). options: see the class."""
         from tola_plugin.archs.tola_arch import TOLANet
         if path is None:
             if not os.path.isfile(DEMO_MODEL):
                 raise FileNotFoundError(f'no model given and the demo model {DEMO_MODEL} does not exist (relative to '
                                         f'{os.getcwd()}); run `make demo` first, or give a merged model')
             path = DEMO_MODEL
-        return cls(TOLANet.load_for_inference(path, backend=backend, **dict(network_overrides or {})), **options)
+        net = TOLANet.load_for_inference(path, **dict(network_overrides or {}))
+        return cls._placed(net, device, backend, precision, allow_tf32, path, options)
+
+    @classmethod
+    def _placed(cls, net, device, backend, precision, allow_tf32, source, options) -> 'TOLAPipeline':
+        from tola_plugin.inference.runtime import place_network
+        net, device, backend = place_network(net, device, backend, precision, allow_tf32, source)
+        pipe = cls(net, **options)
+        pipe.device, pipe.backend = device, backend
+        return pipe
 
     @classmethod
     def from_options(cls, option_file: str, checkpoint: Optional[str] = None, network_overrides: Optional[Dict] = None,
+                     device=None, backend: str = 'auto', precision: Optional[str] = None, allow_tf32: bool = False,
                      **options) -> 'TOLAPipeline':
         """From a TOLA option file (its ``network_g``) and adaptation checkpoint (default: its
         ``path.pretrain_network_g``), made inference-only (``TOLANet.prepare_for_inference``: LoRA merged, same
-        outputs, no adapter overhead)."""
+        outputs, no adapter overhead). device, backend, precision, allow_tf32: as ``from_merged``."""
         from tola_plugin.checkpoints.tola import build_tola_from_options
         net = build_tola_from_options(option_file, checkpoint)
         from tola_plugin.archs.tola_arch import LATENT_MODES, NOISE_MODES
@@ -231,15 +261,17 @@ class TOLAPipeline:
                 raise ValueError(f'TOLAPipeline.from_options: {name} must be one of {allowed}, got {value!r}')
             else:
                 setattr(net, name, value)
-        return cls(net.prepare_for_inference(), **options)
+        return cls._placed(net.prepare_for_inference(), device, backend, precision, allow_tf32, None, options)
 
-    def to(self, device) -> 'TOLAPipeline':
-        """Move the network to ``device`` ('cpu', 'cuda', 'cuda:1', ...); CUDA without a GPU is a ValueError."""
-        device = torch.device(device)
-        if device.type == 'cuda' and not torch.cuda.is_available():
-            raise ValueError(f'device {str(device)!r}: CUDA is not available on this machine (use cpu)')
-        self.net.to(device)
-        self.device = device
+    def to(self, device, allow_tf32: bool = False) -> 'TOLAPipeline':
+        """Move the network to ``device`` ('cpu', 'cuda', 'cuda:1', ...) as ``runtime.place_network`` does (TF32
+        off on CUDA unless ``allow_tf32``); CUDA without a GPU, or a GPU for a network on OpenVINO, is a ValueError."""
+        from tola_plugin.inference.openvino_backend import uses_openvino
+        from tola_plugin.inference.runtime import place_network, resolve_device
+        if uses_openvino(self.net) and resolve_device(str(device)).type != 'cpu':
+            raise ValueError(f'device {str(device)!r}: this pipeline runs its IDM and VAE on OpenVINO (CPU); load it '
+                             "with backend='torch' for a GPU")
+        _, self.device, _ = place_network(self.net, device, 'torch', None, allow_tf32)
         return self
 
     def set_precision(self, precision: str) -> 'TOLAPipeline':
@@ -398,8 +430,10 @@ class TOLAPipeline:
         # contiguous NCHW, as BasicSR's data loader delivers it (a channels-last view runs other conv kernels)
         batch = torch.from_numpy(lq).permute(0, 3, 1, 2).contiguous()
         with torch.inference_mode():
-            out = self.net(batch.to(self.device), noise_seeds=list(seeds), return_intermediates=True)
-        images = out['image'].float().permute(0, 2, 3, 1).cpu().numpy()
+            batch = batch.to(self.device)
+            out = self.net(batch, noise_seeds=list(seeds), return_intermediates=True)
+            restored = apply_color_fix(self.color_fix, out['image'].float(), batch)
+        images = restored.permute(0, 2, 3, 1).cpu().numpy()
         texts = out['prior_texts'] if out['prior_texts'] is not None else [''] * len(seeds)
         conf = out['confidences']
         confidences = [
@@ -417,8 +451,9 @@ class TOLAPipeline:
         texts: List[str] = [''] * len(owners)
         confidences: List[List[float]] = [[] for _ in owners]
         failed: Dict[int, BaseException] = {}
-        for start in range(0, len(owners), self.batch_size):
-            batch = owners[start:start + self.batch_size]
+        size = self.batch_size  # decided once per run of windows
+        for start in range(0, len(owners), size):
+            batch = owners[start:start + size]
             try:
                 images, batch_texts, batch_conf = self._run_windows(
                     np.stack([line.tiles[k] for line, k in batch]), [line.seeds[k] for line, k in batch])

@@ -23,6 +23,7 @@ import gradio as gr  # noqa: E402
 import numpy as np  # noqa: E402
 
 from tola_plugin.data.image_io import ImageTooLargeError, read_image_file  # noqa: E402
+from tola_plugin.inference.color_fix import COLOR_FIXES, check_color_fix  # noqa: E402
 from tola_plugin.inference.pipeline import Restoration, TOLAPipeline  # noqa: E402
 from tola_plugin.inference.web_examples import example_paths  # noqa: E402
 
@@ -78,9 +79,10 @@ def _rows(restoration: Restoration) -> List[List]:
 
 
 def restore_upload(pipeline: TOLAPipeline, path: str, name: str = '', detect: bool = False,
-                   max_megapixels: float = DEFAULT_MAX_MEGAPIXELS) -> PageResult:
+                   max_megapixels: float = DEFAULT_MAX_MEGAPIXELS, color_fix: Optional[str] = None) -> PageResult:
     """Restore the image file ``path`` for the page (``name``: the uploaded file's name, for messages and the noise
-    seed, as tola-infer seeds by file name). Raises ValueError with a message for the page when the file is not an
+    seed, as tola-infer seeds by file name; ``color_fix``: the page's choice, set on the pipeline, which serves one
+    request at a time; None keeps the pipeline's). Raises ValueError with a message for the page when the file is not an
     image, declares more than ``max_megapixels`` million pixels (read from its header: refused before decoding), or
     exceeds the pipeline's bounds (windows, output pixels)."""
     name = name or os.path.basename(path)
@@ -95,6 +97,8 @@ def restore_upload(pipeline: TOLAPipeline, path: str, name: str = '', detect: bo
         detail = str(err).removeprefix(f'{path}: ').replace(path, name)
         raise ValueError(f'{name} is not an image this demo can read: {detail}. Upload a PNG, JPEG, BMP, WebP, GIF or '
                          f'TIFF image.') from None
+    if color_fix is not None:
+        pipeline.color_fix = check_color_fix(color_fix)
     height, width = rgb.shape[:2]
     start = time.perf_counter()
     # a bound of the work (windows, output pixels) is a ValueError naming the image, the limit and the option
@@ -136,13 +140,13 @@ def build_app(pipeline: TOLAPipeline, detect: bool = False, demo_model: bool = F
     and a status line that also shows errors. demo_model: show DEMO_NOTE. model_name: shown in the header."""
     examples = example_paths() if examples is None else list(examples)
 
-    def run(payload):
+    def run(payload, color_fix):
         empty = (None, None, None, [])
         try:
             upload = _payload_path(payload)
             if upload is None:
                 return (*empty, 'Upload or paste an image, or pick an example, then press **Restore**.')
-            page = restore_upload(pipeline, upload['path'], upload['name'], detect, max_megapixels)
+            page = restore_upload(pipeline, upload['path'], upload['name'], detect, max_megapixels, color_fix)
         except ValueError as err:
             return (*empty, f'**Error:** {err}')
         return page.input, page.restored, page.overlay, page.rows, page.summary
@@ -158,6 +162,10 @@ def build_app(pipeline: TOLAPipeline, detect: bool = False, demo_model: bool = F
                               sources=['upload', 'clipboard'], elem_id='tola-upload')
             with gr.Column():
                 button = gr.Button('Restore', variant='primary', elem_id='tola-restore')
+                color_fix = gr.Radio(
+                    list(COLOR_FIXES), value=pipeline.color_fix, elem_id='tola-color-fix',
+                    label="Colour fix (none: the network's own colours; wavelet / adain: the "
+                    "input's)")
                 status = gr.Markdown('Upload or paste an image, or pick an example, then press **Restore**.',
                                      elem_id='tola-status')
         with gr.Row():
@@ -174,8 +182,8 @@ def build_app(pipeline: TOLAPipeline, detect: bool = False, demo_model: bool = F
             gr.Examples(examples=[[p] for p in examples], inputs=[upload], label='Examples (bundled samples)')
         # preprocess=False: the handler reads the uploaded file itself (the package's reader), so a file that is
         # not an image ends in a message on the page instead of an error inside Gradio's decoder.
-        button.click(run, inputs=[upload], outputs=[shown_input, restored, overlay, table, status], preprocess=False,
-                     concurrency_limit=1)
+        button.click(run, inputs=[upload, color_fix], outputs=[shown_input, restored, overlay, table, status],
+                     preprocess=False, concurrency_limit=1)
     return app
 
 
