@@ -18,6 +18,7 @@ import evaluate  # noqa: E402
 import plot_results  # noqa: E402
 from test_eval_recognizers import SOFTMAX_TOL, cjk_font, forced, render_line, tiny_transocr  # noqa: E402
 
+from figure_testing import annotations, capture_figures, grid_cells, scatter_points  # noqa: E402
 from numerics import within  # noqa: E402
 
 LINES = {'a.png': '文字识别', 'b.png': 'Hello 2024', 'c.png': '北京欢迎你'}
@@ -181,7 +182,8 @@ def evaluated(tmp_path):
 
 
 # diagnostics are float64 arithmetic on exact inputs: pytest.approx's default (1e-6 relative) is ~1e9x their rounding
-def test_diagnose_known_answers(evaluated):
+def test_diagnose_known_answers(evaluated, monkeypatch):
+    figures = capture_figures(monkeypatch)
     out = evaluated / 'diag'
     assert diagnose.main([
         '--eval-dir',
@@ -218,8 +220,20 @@ def test_diagnose_known_answers(evaluated):
     md = (out / 'diagnostics.md').read_text(encoding='utf-8')
     assert '| Statistic | Correct prior | Wrong prior |' in md and '| N | 3 | 3 |' in md
     assert '| A | 2 | 1 | 1 | 4 | 19.05 |' in md
-    assert (out / 'recognition_diagnostics.png').stat().st_size > 10_000
-    assert (out / 'recognition_diagnostics.pdf').exists()
+    (fig, stem), = figures  # the figure shows the numbers above
+    assert stem == str(out / 'recognition_diagnostics')
+    assert all((out / f'recognition_diagnostics.{ext}').exists() for ext in ('png', 'pdf'))
+    conf, cat, edit = fig.axes
+    assert [ax.get_title() for ax in fig.axes
+            ] == ['(a) ACC by prior confidence', '(b) ACC by text category', '(c) Character edits (21 GT chars)']
+    assert [t.get_text()
+            for t in conf.get_xticklabels()] == ['[0,.25)\nN=1', '[.25,.50)\nN=1', '[.50,.75)\nN=1', '[.75,1]\nN=3']
+    heights = {c.get_label(): [b.get_height() for b in c] for c in edit.containers}
+    assert heights == {
+        'A': [2, 1, 1], 'B': [edits['B']['substitutions'], edits['B']['deletions'], edits['B']['insertions']]
+    }
+    mixed = [t.get_text() for t in cat.get_xticklabels()].index('Mixed\nN=1')
+    assert [c[mixed].get_height() for c in cat.containers] == [1.0, 0.0]
 
 
 def test_prior_csv_schema_errors(tmp_path):
@@ -233,7 +247,8 @@ def test_prior_csv_schema_errors(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------- plots
-def test_plot_tool_latency_and_grid(dataset, tmp_path):
+def test_plot_tool_latency_and_grid(dataset, tmp_path, monkeypatch):
+    figures = capture_figures(monkeypatch)
     latency = tmp_path / 'latency.csv'
     latency.write_text(
         'method,seconds_per_image,psnr,t_acc\nDiffTSR,9.9548,23.9,0.4645\nTOLA,0.1319,24.81,0.5401\n'
@@ -243,15 +258,31 @@ def test_plot_tool_latency_and_grid(dataset, tmp_path):
         str(latency), '--highlight', 'TOLA', '--out',
         str(tmp_path / 'fig' / 'quality_latency')
     ]) == 0
-    assert (tmp_path / 'fig' / 'quality_latency.png').stat().st_size > 10_000
-    assert (tmp_path / 'fig' / 'quality_latency.pdf').exists()
+    (fig, _), = figures
+    psnr, acc = fig.axes
+    assert [ax.get_xscale() for ax in fig.axes] == ['log', 'log']
+    assert (psnr.get_ylabel(), acc.get_ylabel()) == ('PSNR (dB)', 'TransOCR ACC')
+    assert scatter_points(psnr) == [(9.9548, 23.9), (0.1319, 24.81), (0.0119, 21.5)]
+    assert scatter_points(acc) == [(9.9548, 0.4645), (0.1319, 0.5401), (0.0119, 0.41)]
+    assert annotations(psnr) == ['DiffTSR', 'TOLA', 'SRCNN']
+    assert [t.get_fontweight() for t in psnr.texts] == ['normal', 'bold', 'normal']  # --highlight TOLA
+    assert all((tmp_path / 'fig' / f'quality_latency.{ext}').exists() for ext in ('png', 'pdf'))
     assert plot_results.main([
         'grid', '--row', f'LR={dataset / "blur"}', '--row', f'Ours={dataset / "same"}', '--row', f'HR={dataset / "hr"}',
         '--samples', 'a.png,b.png,c.png', '--labels',
         str(dataset / 'labels.tsv'), '--out',
         str(tmp_path / 'fig' / 'grid')
     ]) == 0
-    assert (tmp_path / 'fig' / 'grid.png').stat().st_size > 10_000
+    rows = grid_cells(figures[1][0])
+    labels = R.read_labels(str(dataset / 'labels.tsv'))
+    assert [ax.get_title() for ax in figures[1][0].axes[:3]] == [labels[n] for n in ('a.png', 'b.png', 'c.png')]
+    assert [label for label, _ in rows] == ['LR', 'Ours', 'HR']
+    for (_, cells), folder in zip(rows, ('blur', 'same', 'hr')):  # each cell shows its file, RGB
+        assert all(
+            np.array_equal(cell,
+                           cv2.imread(str(dataset / folder / name))[:, :, ::-1])
+            for cell, name in zip(cells, ('a.png', 'b.png', 'c.png')))
+    assert (tmp_path / 'fig' / 'grid.png').exists()
     with pytest.raises(FileNotFoundError, match='missing.png'):
         plot_results.main([
             'grid', '--row', f'HR={dataset / "hr"}', '--samples', 'missing.png', '--out',

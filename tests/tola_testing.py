@@ -5,7 +5,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
@@ -14,6 +13,7 @@ import yaml
 from tola_plugin.metrics.tola_iqa_metric import WEIGHTED_METRICS
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TESTS = os.path.join(REPO, 'tests')
 TINY_BACKBONE = os.path.join(REPO, 'tests', 'data', 'tola', 'tiny_backbone.yml')
 
 
@@ -69,34 +69,32 @@ def resume_options(rendered, tmp_path):
     return opt
 
 
-def start_training(folder, opt):
+def start_training(folder, opt, kill_at=None):
     """``python -m tola_plugin.train`` on ``opt`` (written to folder/train.yml) in ``folder``, one thread, not waited
-    for (stderr piped)."""
+    for (stderr piped). ``kill_at``: the run SIGKILLs itself right after saving that iteration's training state
+    (tests/train_then_die.py)."""
     with open(folder / 'train.yml', 'w', encoding='utf-8') as f:
         yaml.safe_dump(opt, f, sort_keys=False, allow_unicode=True)
-    return subprocess.Popen([sys.executable, '-m', 'tola_plugin.train', '-opt',
-                             str(folder / 'train.yml')], cwd=folder, env=dict(os.environ, OMP_NUM_THREADS='1'),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    launcher = ['-m', 'tola_plugin.train'] if kill_at is None else [
+        os.path.join(TESTS, 'train_then_die.py'), str(kill_at)
+    ]
+    return subprocess.Popen(
+        [sys.executable, *launcher, '-opt', str(folder / 'train.yml')], cwd=folder,
+        env=dict(os.environ, OMP_NUM_THREADS='1'), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
 def kill_then_resume(opt, tmp_path, monkeypatch, caplog):
-    """Train ``opt`` (4 iterations, a state every 2) in two subprocesses started together, SIGKILL one as soon as
-    its iteration-2 state exists, resume it with ``--auto_resume`` through the launcher's code in this process.
+    """Train ``opt`` (4 iterations, a state every 2) in two subprocesses started together; one kills itself
+    right after saving its iteration-2 state (a point the test controls, not a race); resume it with
+    ``--auto_resume`` through the launcher's code in this process.
     -> (the resumed run's log, the uninterrupted run's net_g_4 'params', the resumed run's)."""
     name = opt['name']
     ref_dir, cut_dir = tmp_path / 'uninterrupted', tmp_path / 'killed'
     ref_dir.mkdir()
     cut_dir.mkdir()
-    ref, cut = start_training(ref_dir, opt), start_training(cut_dir, opt)
-    states = cut_dir / 'experiments' / name / 'training_states'
-    deadline = time.time() + 120
-    while not (states / '2.state').exists():  # saves are atomic: the name appears complete
-        assert cut.poll() is None, cut.stderr.read()[-3000:]
-        assert time.time() < deadline, 'the run to kill never saved iteration 2'
-        time.sleep(0.02)
-    cut.send_signal(signal.SIGKILL)
-    cut.wait()
-    assert cut.returncode == -signal.SIGKILL
+    ref, cut = start_training(ref_dir, opt), start_training(cut_dir, opt, kill_at=2)
+    assert cut.wait(timeout=300) == -signal.SIGKILL, cut.stderr.read()[-3000:]
+    assert (cut_dir / 'experiments' / name / 'training_states' / '2.state').exists()
     models = cut_dir / 'experiments' / name / 'models'
     assert not (models / 'net_g_4.pth').exists()
 

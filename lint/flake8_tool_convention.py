@@ -1,0 +1,49 @@
+"""flake8 plugin (setup.cfg ``[flake8:local-plugins]``): every command line follows the tool convention of
+docs/reliability.md, "Errors": argparse + ``main(argv)`` + ``run_tool`` (bad input -> one ``error:`` line and exit
+status 2), never a hand-written exit. Written by hand: no published flake8 plugin knows our ``run_tool``.
+
+Commands: ``tools/*.py``, ``tola_cli/infer.py``, ``tola_plugin/train.py``, ``tola_plugin/test.py``. A tool that
+only re-exports another command's ``main`` (``from tola_cli.infer import cli, main``) is that command.
+"""
+import ast
+import os
+
+COMMANDS = ('tola_cli/infer.py', 'tola_plugin/train.py', 'tola_plugin/test.py')
+TOL001 = 'TOL001 command line without run_tool(...) (docs/reliability.md, "Errors")'
+TOL002 = 'TOL002 command line without a main() function'
+TOL003 = 'TOL003 command line exits by hand ({}); raise, and let run_tool set the exit status'
+
+
+def is_command(filename: str) -> bool:
+    path = os.path.normpath(os.path.abspath(filename)).replace(os.sep, '/')
+    parent = os.path.basename(os.path.dirname(path))
+    return (parent == 'tools' and path.endswith('.py')) or any(path.endswith('/' + c) for c in COMMANDS)
+
+
+class ToolConvention:
+    name = 'tola-tool-convention'
+    version = '1'
+
+    def __init__(self, tree: ast.AST, filename: str):
+        self.tree = tree
+        self.filename = filename
+
+    def run(self):
+        if not is_command(self.filename):
+            return
+        functions = {n.name for n in ast.walk(self.tree) if isinstance(n, ast.FunctionDef)}
+        imported = {a.asname or a.name for n in ast.walk(self.tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+        if 'main' not in functions and 'main' in imported:
+            return  # an alias of another command, which is checked where it is written
+        calls = [n for n in ast.walk(self.tree) if isinstance(n, ast.Call)]
+        if 'run_tool' not in {c.func.id for c in calls if isinstance(c.func, ast.Name)}:
+            yield 1, 0, TOL001, type(self)
+        if 'main' not in functions:
+            yield 1, 0, TOL002, type(self)
+        for c in calls:
+            f = c.func
+            name = (
+                f.id if isinstance(f, ast.Name) else
+                f'{f.value.id}.{f.attr}' if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) else '')
+            if name in ('sys.exit', 'exit', 'quit', 'os._exit'):
+                yield c.lineno, c.col_offset, TOL003.format(f'{name}(...)'), type(self)
