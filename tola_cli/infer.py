@@ -22,22 +22,13 @@ docs/restore.md and docs/reliability.md have the details.
 import argparse
 import math
 
+from tola_cli.arguments import rgb_triple
+
 # The library's defaults (tola_plugin.data.image_io.DEFAULT_MAX_PIXELS, inference.work_bounds), repeated here so
 # that --help needs no import of the package; tests/test_reliability_bounds.py checks that they agree.
 DEFAULT_MAX_MEGAPIXELS = 64.0
 DEFAULT_MAX_WINDOWS = 256
 DEFAULT_MAX_OUTPUT_MEGAPIXELS = 100.0
-
-
-def _rgb(text: str):
-    parts = text.split(',')
-    try:
-        values = tuple(int(p) for p in parts)
-    except ValueError:
-        values = ()
-    if len(values) != 3 or not all(0 <= v <= 255 for v in values):
-        raise argparse.ArgumentTypeError(f'expected R,G,B with three integers in [0, 255], got {text!r}')
-    return values
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -83,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help='base of the per-image noise seeds (0; the same file name gets the same noise)')
     parser.add_argument('--recursive', action='store_true', help='also images in subfolders of a folder input')
     parser.add_argument('--overwrite', action='store_true', help='replace existing outputs')
-    parser.add_argument('--alpha-background', type=_rgb, default=(255, 255, 255), metavar='R,G,B',
+    parser.add_argument('--alpha-background', type=rgb_triple, default=(255, 255, 255), metavar='R,G,B',
                         help='colour under transparent pixels (255,255,255)')
     parser.add_argument(
         '--max-megapixels', type=float, default=DEFAULT_MAX_MEGAPIXELS,

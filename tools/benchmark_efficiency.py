@@ -33,6 +33,7 @@ from tola_plugin.evaluation.benchmarking import build_benchmark_tola, median_sec
 from tola_plugin.evaluation.complexity import count_macs, count_parameters
 from tola_plugin.text.alphabets import IDM_MAX_LEN
 from tola_plugin.utils.cli_errors import run_tool
+from tola_plugin.utils.devices import resolve_device
 
 
 class _Call(nn.Module):
@@ -147,8 +148,7 @@ def main(argv=None):
     p.add_argument('--device', default='auto', help="'auto' (CUDA if present), 'cpu', 'cuda:0', ...")
     p.add_argument('--out', help='write the results as JSON here (and a .md next to it)')
     args = p.parse_args(argv)
-    device = torch.device('cuda' if args.device == 'auto' and torch.cuda.is_available() else 'cpu' if args.device ==
-                          'auto' else args.device)
+    device = resolve_device(args.device)
     if args.repeats < 1:
         p.error('--repeats must be at least 1')
     net = build_benchmark_tola(args.opt, args.random_weights).to(device)

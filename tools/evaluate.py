@@ -13,6 +13,7 @@ import argparse
 import math
 import os
 
+from tola_cli.arguments import rgb_triple
 from tola_plugin.data.image_io import DEFAULT_MAX_PIXELS, WHITE
 from tola_plugin.evaluation.image_metrics import DEFAULT_COLOR_SPACE, LUMA_COLOR_SPACES
 from tola_plugin.evaluation.runner import ALL_METRICS, evaluate_methods
@@ -29,18 +30,6 @@ def parse_method(spec: str):
     if not name or not folder:
         raise argparse.ArgumentTypeError(f'--method expects NAME=FOLDER, got {spec!r}')
     return name, folder
-
-
-def parse_rgb(spec: str):
-    """'R,G,B' with three integers in [0, 255]."""
-    parts = spec.split(',')
-    try:
-        rgb = tuple(int(v) for v in parts)
-    except ValueError:
-        rgb = ()
-    if len(rgb) != 3 or not all(0 <= v <= 255 for v in rgb):
-        raise argparse.ArgumentTypeError(f'expected R,G,B with three integers in [0, 255], got {spec!r}')
-    return rgb
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -67,7 +56,7 @@ def build_parser() -> argparse.ArgumentParser:
         'case that TransOCR and the CTR labels do not have)')
     p.add_argument('--color-space', default=DEFAULT_COLOR_SPACE, choices=LUMA_COLOR_SPACES,
                    help='luminance for PSNR/SSIM (default ycbcr: BT.601 Y as BasicSR/MATLAB)')
-    p.add_argument('--background', type=parse_rgb, default=WHITE, metavar='R,G,B',
+    p.add_argument('--background', type=rgb_triple, default=WHITE, metavar='R,G,B',
                    help='colour under transparent pixels of RGBA/LA/palette images (default 255,255,255 = white)')
     p.add_argument(
         '--max-megapixels', type=float, default=DEFAULT_MAX_PIXELS / 1e6,

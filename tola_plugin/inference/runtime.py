@@ -16,18 +16,9 @@ from typing import Optional
 
 import torch
 
+from tola_plugin.utils.devices import resolve_device  # noqa: F401  (part of this module's API)
+
 BACKENDS = ('auto', 'openvino', 'torch')
-
-
-def resolve_device(name: Optional[str] = None) -> torch.device:
-    """torch.device of ``name`` (default: cuda when available, else cpu); CUDA without a GPU is a ValueError."""
-    try:
-        device = torch.device(name or ('cuda' if torch.cuda.is_available() else 'cpu'))
-    except RuntimeError as err:
-        raise ValueError(f'device {name!r}: {err}') from None
-    if device.type == 'cuda' and not torch.cuda.is_available():
-        raise ValueError(f'device {name!r}: CUDA is not available on this machine (use cpu)')
-    return device
 
 
 def resolve_backend(backend: str, device: torch.device) -> str:

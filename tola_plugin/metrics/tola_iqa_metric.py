@@ -19,6 +19,7 @@ from basicsr.utils.registry import METRIC_REGISTRY
 
 from tola_plugin.evaluation.image_metrics import DEFAULT_COLOR_SPACE, PairedImageMetrics, images_to_tensor
 from tola_plugin.evaluation.weights import require_metric_weights
+from tola_plugin.utils.devices import resolve_device
 
 # Registered metric -> the pyiqa metric whose local weight files it needs.
 WEIGHTED_METRICS = {'calculate_tola_lpips': 'lpips', 'calculate_tola_dists': 'dists'}
@@ -33,10 +34,7 @@ def require_validation_weights(val_opt: Optional[dict]) -> None:
 
 
 def _device(device: Optional[str]) -> str:
-    if device is not None:
-        return device
-    import torch
-    return 'cuda' if torch.cuda.is_available() else 'cpu'
+    return str(resolve_device(device))
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,0 +1,13 @@
+"""Argument types shared by the command lines (light: importing it loads nothing of the package, so --help is fast)."""
+import argparse
+
+
+def rgb_triple(text: str):
+    """'R,G,B' with three integers in [0, 255] -> (r, g, b); otherwise an argparse error saying what was expected."""
+    try:
+        values = tuple(int(p) for p in text.split(','))
+    except ValueError:
+        values = ()
+    if len(values) != 3 or not all(0 <= v <= 255 for v in values):
+        raise argparse.ArgumentTypeError(f'expected R,G,B with three integers in [0, 255], got {text!r}')
+    return values

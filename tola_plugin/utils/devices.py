@@ -1,0 +1,17 @@
+"""The one device resolver of the package: a name ('cpu', 'cuda', 'cuda:1', ...) or None -> a torch.device."""
+from typing import Optional
+
+import torch
+
+
+def resolve_device(name: Optional[str] = None) -> torch.device:
+    """torch.device of ``name`` (None or 'auto': cuda when available, else cpu); a bad name or CUDA without a GPU is
+    a ValueError naming it."""
+    auto = name is None or name == 'auto'
+    try:
+        device = torch.device(('cuda' if torch.cuda.is_available() else 'cpu') if auto else name)
+    except RuntimeError as err:
+        raise ValueError(f'device {name!r}: {err}') from None
+    if device.type == 'cuda' and not torch.cuda.is_available():
+        raise ValueError(f'device {name!r}: CUDA is not available on this machine (use cpu)')
+    return device
