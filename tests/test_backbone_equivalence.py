@@ -102,21 +102,21 @@ def test_whole_route_matches_official(setup):
 
 
 @torch.no_grad()
-def test_route_seed_and_posterior_modes(setup):
+def test_route_seed_and_latent_modes(setup):
     nets, a, _ = setup
     lq = torch.rand(1, 3, 32, 128, generator=torch.Generator().manual_seed(1))
     sched = make_ldm_scheduler('ddim', 3)
 
-    def run(seed, posterior='sample'):
+    def run(seed, latent='sample'):
         return difftsr_sample(nets['idm'], nets['vae'], nets['mom'], lq, a['route.tokens'], sched, 0.2,
-                              torch.Generator().manual_seed(seed), posterior)
+                              torch.Generator().manual_seed(seed), latent)
 
     first = run(0)
     assert first.shape == lq.shape and 0 <= first.min() and first.max() <= 1
     assert torch.equal(first, run(0))
     assert not torch.equal(first, run(1))
-    assert not torch.equal(run(0, 'mean'), first)
-    with pytest.raises(ValueError, match='posterior'):
+    assert not torch.equal(run(0, 'mode'), first)
+    with pytest.raises(ValueError, match='latent'):
         run(0, 'median')
 
 

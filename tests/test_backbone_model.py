@@ -101,7 +101,7 @@ def test_official_option_file_mirrors_official_inference():
     assert opt['model_type'] == 'DiffTSRModel'
     assert opt['network_g'] == {
         'type': 'DiffTSRNet', 'difftsr_checkpoint': 'checkpoints/DiffTSR.ckpt',
-        'transocr_checkpoint': 'checkpoints/transocr.pth', 'steps': 200, 'eta': 0.2, 'posterior': 'sample'
+        'transocr_checkpoint': 'checkpoints/transocr.pth', 'steps': 200, 'eta': 0.2, 'latent': 'sample'
     }
     assert opt['sampler'] == {'seed': 0, 'input_size': [128, 512]}
 
@@ -116,8 +116,8 @@ def test_option_and_input_errors(workdir, tmp_path):
         DiffTSRModel(base_opt(root, opt, is_train=True))
     with pytest.raises(ValueError, match=r"sampler: unknown option\(s\) \['stpes'\]"):
         DiffTSRModel(base_opt(root, opt, sampler={'stpes': 10}))
-    with pytest.raises(ValueError, match='DiffTSRNet: posterior'):
-        DiffTSRModel(base_opt(root, opt, network_g={'posterior': 'mode'}))
+    with pytest.raises(ValueError, match='DiffTSRNet: latent'):
+        DiffTSRModel(base_opt(root, opt, network_g={'latent': 'mean'}))
     with pytest.raises(ValueError, match='DiffTSRNet: eta'):
         DiffTSRModel(base_opt(root, opt, network_g={'eta': 1.5}))
     with pytest.raises(ValueError, match='network_g.type must be DiffTSRNet'):

@@ -19,15 +19,13 @@ from torch import nn
 from basicsr.utils.registry import ARCH_REGISTRY
 
 from tola_plugin.archs.diffusion_schedule import START_TIMESTEP, make_ldm_scheduler
-from tola_plugin.archs.vae_arch import LATENT_SCALE
+from tola_plugin.archs.vae_arch import LATENT_MODES, LATENT_SCALE
 from tola_plugin.text.text_prior import transocr_to_idm
-
-POSTERIOR_MODES = ('sample', 'mean')
 
 
 @torch.no_grad()
 def difftsr_sample(idm, vae, mom, lq: torch.Tensor, c_t: torch.Tensor, scheduler, eta: float = 0.2,
-                   generator: Optional[torch.Generator] = None, posterior: str = 'sample') -> torch.Tensor:
+                   generator: Optional[torch.Generator] = None, latent: str = 'sample') -> torch.Tensor:
     """DiffTSR's DDIM route from an LR image and its text prior.
 
     Args:
@@ -35,14 +33,14 @@ def difftsr_sample(idm, vae, mom, lq: torch.Tensor, c_t: torch.Tensor, scheduler
         c_t: (B,24) IDM-alphabet ids (pad/unknown 6735).
         scheduler: ``make_ldm_scheduler('ddim', steps)`` (timesteps already set).
         eta: DDIM eta (0.2). generator: torch.Generator or None (global RNG, as the official code).
-        posterior: 'sample' (official) or 'mean' (deterministic z_LR).
+        latent: 'sample' (official) or 'mode' (the posterior mean: deterministic z_LR).
     Returns:
         (B,3,H,W) restored image in [0,1].
     """
-    if posterior not in POSTERIOR_MODES:
-        raise ValueError(f'posterior must be one of {POSTERIOR_MODES}, got {posterior!r}')
+    if latent not in LATENT_MODES:
+        raise ValueError(f'latent must be one of {LATENT_MODES}, got {latent!r}')
     dist = vae.encode(lq).latent_dist
-    z_lr = dist.sample(generator) if posterior == 'sample' else dist.mode()  # unscaled
+    z_lr = dist.sample(generator) if latent == 'sample' else dist.mode()  # unscaled
     # diffusers' randn_tensor (as the posterior sample and the DDIM steps): a CPU generator draws on the CPU and the
     # noise is moved to z_LR's device, so the same seed gives the same noise on a GPU (torch.randn would refuse)
     noise = randn_tensor(z_lr.shape, generator=generator, device=z_lr.device, dtype=z_lr.dtype)
@@ -66,16 +64,16 @@ class DiffTSRNet(nn.Module):
         idm_config, vae_config, mom_config, transocr_config: constructor overrides of the modules (tiny test
             configs; absent = official sizes, or the converted file's own).
         steps: DDIM steps (200, official). eta: DDIM eta in [0, 1] (0.2, official).
-        posterior: 'sample' (z_LR = VAE posterior sample, official) or 'mean' (deterministic z_LR).
+        latent: 'sample' (z_LR = VAE posterior sample, official) or 'mode' (the posterior mean: deterministic z_LR).
     H and W must be multiples of ``stride`` (the VAE's and then the IDM's down-sampling).
     """
 
     def __init__(self, difftsr_checkpoint='checkpoints/DiffTSR.ckpt', transocr_checkpoint='checkpoints/transocr.pth',
                  idm_config=None, vae_config=None, mom_config=None, transocr_config=None, steps=200, eta=0.2,
-                 posterior='sample'):
+                 latent='sample'):
         super().__init__()
-        if posterior not in POSTERIOR_MODES:
-            raise ValueError(f'DiffTSRNet: posterior must be one of {POSTERIOR_MODES}, got {posterior!r}')
+        if latent not in LATENT_MODES:
+            raise ValueError(f'DiffTSRNet: latent must be one of {LATENT_MODES}, got {latent!r}')
         if not 0 <= float(eta) <= 1:
             raise ValueError(f'DiffTSRNet: eta must be in [0, 1], got {eta!r}')
         for name, value in (('difftsr_checkpoint', difftsr_checkpoint), ('transocr_checkpoint', transocr_checkpoint)):
@@ -90,7 +88,7 @@ class DiffTSRNet(nn.Module):
         self.transocr = load_transocr(transocr_checkpoint, **dict(transocr_config or {}))
         self.requires_grad_(False)
         self.eval()
-        self.eta, self.posterior = float(eta), posterior
+        self.eta, self.latent = float(eta), latent
         self.scheduler = make_ldm_scheduler('ddim', int(steps))
         self.stride = (2**(len(self.vae.config.block_out_channels) - 1) *
                        2**(len(self.idm.config.block_out_channels) - 1))
@@ -118,5 +116,5 @@ class DiffTSRNet(nn.Module):
                              f'got {tuple(lq.shape)}')
         c_t = self.text_prior(lq)
         out = difftsr_sample(self.idm, self.vae, self.mom, lq, c_t, self.scheduler, eta=self.eta, generator=generator,
-                             posterior=self.posterior)
+                             latent=self.latent)
         return (out, c_t) if return_text_prior else out

@@ -27,14 +27,13 @@ from tola_plugin.archs.lora import (IDM_LORA_TARGETS, VAE_ENCODER_LORA_TARGETS, 
 from tola_plugin.archs.mom_arch import DiffTSRMoM
 from tola_plugin.archs.precision import PRECISIONS, autocast, decoder_autocast, full_precision, resolve_precision
 from tola_plugin.archs.transocr_arch import TransOCR
-from tola_plugin.archs.vae_arch import LATENT_SCALE, DiffTSRVAE
+from tola_plugin.archs.vae_arch import LATENT_MODES, LATENT_SCALE, DiffTSRVAE
 from tola_plugin.text.alphabets import IDM_MAX_LEN, IDM_PAD, decode_idm
 from tola_plugin.text.text_prior import DIFFTSR_MAX_TOKENS, difftsr_prediction_text, transocr_to_idm
 
 TEXT_PRIORS = ('predicted', 'gt', 'null', 'none')
 CONFIDENCES = ('predicted', 'uniform')
 CONTEXT_ROUTES = ('mom', 'direct')
-LATENT_MODES = ('mode', 'sample')
 NOISE_MODES = ('gaussian', 'zero')
 BACKBONE_INITS = ('checkpoint', 'random', 'demo')
 TEXT_DECODINGS = ('incremental', 'full_prefix')

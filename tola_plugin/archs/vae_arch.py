@@ -16,6 +16,9 @@ from basicsr.utils.registry import ARCH_REGISTRY
 
 #: DiffTSR's scale_factor between the VAE latent and the IDM's diffusion variable.
 LATENT_SCALE = 0.18215
+# z_LR from the encoder's posterior: its mode (= mean, deterministic) or a sample (the official DiffTSR inference);
+# one name per choice in TOLANet and DiffTSRNet (option ``latent``)
+LATENT_MODES = ('mode', 'sample')
 
 
 @ARCH_REGISTRY.register()

@@ -250,7 +250,8 @@ class TOLAPipeline:
         outputs, no adapter overhead). device, backend, precision, allow_tf32: as ``from_merged``."""
         from tola_plugin.checkpoints.tola import build_tola_from_options
         net = build_tola_from_options(option_file, checkpoint)
-        from tola_plugin.archs.tola_arch import LATENT_MODES, NOISE_MODES
+        from tola_plugin.archs.tola_arch import NOISE_MODES
+        from tola_plugin.archs.vae_arch import LATENT_MODES
         for name, value in dict(network_overrides or {}).items():
             allowed = {'noise': NOISE_MODES, 'latent': LATENT_MODES}.get(name)
             if name == 'timestep':

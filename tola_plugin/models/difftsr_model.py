@@ -18,7 +18,7 @@ class DiffTSRModel(SRModel):
     """Test/validation-only BasicSR model running ``network_g`` (type ``DiffTSRNet``).
 
     Options:
-        network_g: ``{type: DiffTSRNet, difftsr_checkpoint, transocr_checkpoint, steps, eta, posterior, ...}``.
+        network_g: ``{type: DiffTSRNet, difftsr_checkpoint, transocr_checkpoint, steps, eta, latent, ...}``.
         sampler: {seed: null, input_size: [128, 512]}. ``seed`` re-seeds a generator for every batch (results
             independent of dataset order); null uses torch's global RNG. ``input_size`` is the required (H, W) of
             lq (the official canvas; the data pipeline resizes to it, as PairedTextDataset does); null accepts any
