@@ -88,7 +88,10 @@ def test_merged_export_of_the_demo_model_round_trips(demo_net, tmp_path):
         before = net(lq, noise_seeds=[3])
     path = str(tmp_path / 'merged.safetensors')
     net.save_merged(path)
+    assert net.merged_options()['backbone_init'] == 'empty'  # the rebuild says what it is: every weight loaded next
+    rng = torch.get_rng_state()
     merged = TOLANet.from_merged(path)
+    assert torch.equal(torch.get_rng_state(), rng)  # building the empty modules draws nothing from the global stream
     assert merged.transocr.arch_options == demo_net.transocr.arch_options
     with torch.no_grad():
         after = merged(lq, noise_seeds=[3])

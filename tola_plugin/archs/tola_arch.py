@@ -35,7 +35,7 @@ TEXT_PRIORS = ('predicted', 'gt', 'null', 'none')
 CONFIDENCES = ('predicted', 'uniform')
 CONTEXT_ROUTES = ('mom', 'direct')
 NOISE_MODES = ('gaussian', 'zero')
-BACKBONE_INITS = ('checkpoint', 'random', 'demo')
+BACKBONE_INITS = ('checkpoint', 'random', 'demo', 'empty')
 TEXT_DECODINGS = ('incremental', 'full_prefix')
 CHECKPOINTABLE = ('idm', 'vae_encoder', 'vae_decoder')  # gradient checkpointing: parts with large activations
 TEXT_STEPS = 24  # greedy TransOCR steps, as DiffTSR's Text_Prediction (the 'full_prefix' reference route)
@@ -55,8 +55,9 @@ class TOLANet(nn.Module):
     Backbone:
         backbone_init: 'checkpoint' (default; the official ``DiffTSR.ckpt`` / ``transocr.pth``, strict),
             'demo' (the small backbone trained here and shipped in ``tola_plugin/demo_backbone``, strict; the
-            checkpoint paths are not used) or 'random' (tests only: modules built from ``*_config`` with random
-            weights).
+            checkpoint paths are not used), 'random' (tests only: modules built from ``*_config`` with random
+            weights drawn from ``random_seed``) or 'empty' (modules built from ``*_config``, weights not drawn: every
+            weight is loaded next, as when a merged file is rebuilt).
         difftsr_checkpoint, transocr_checkpoint: file paths (official layout or the converted safetensors).
         idm_config, vae_config, mom_config, transocr_config: constructor overrides of the backbone modules
             (architecture); with 'checkpoint' they must match the file (strict loading).
@@ -155,7 +156,8 @@ class TOLANet(nn.Module):
             transocr = load_transocr(transocr_checkpoint, **dict(transocr_config or {}))
             return modules['idm'], modules['vae'], modules['mom'], transocr
         with torch.random.fork_rng(devices=[]):  # CPU init; the global RNG stream is left untouched
-            torch.manual_seed(int(random_seed))
+            if backbone_init == 'random':
+                torch.manual_seed(int(random_seed))
             return (DiffTSRIDMUNet(**configs['idm']), DiffTSRVAE(**configs['vae']), DiffTSRMoM(**configs['mom']),
                     TransOCR(**dict(transocr_config or {})))
 
@@ -409,7 +411,7 @@ class TOLANet(nn.Module):
         if self.inference_only:
             raise ValueError('TOLANet: a network prepared for inference has no MoM image branch and cannot be '
                              'exported; export the trained network (tools/export_merged.py)')
-        opts = dict(self.options, backbone_init='random', idm_lora=False, vae_lora=False, vae_lora_active=True)
+        opts = dict(self.options, backbone_init='empty', idm_lora=False, vae_lora=False, vae_lora_active=True)
         for key in ('difftsr_checkpoint', 'transocr_checkpoint', 'gradient_checkpointing'):  # not architecture
             opts.pop(key, None)
         for name, module in (('idm', self.idm), ('vae', self.vae), ('mom', self.mom)):
