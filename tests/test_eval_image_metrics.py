@@ -13,7 +13,7 @@ import tola_plugin  # noqa: F401  (registers the BasicSR metrics)
 from tola_plugin.evaluation import weights as W
 from tola_plugin.evaluation.image_metrics import (PairedImageMetrics, build_paired_metric, fid_between_dirs,
                                                   images_to_tensor)
-from tola_plugin.evaluation.testing import write_fake_metric_weights
+from metric_weight_fakes import write_fake_metric_weights
 from numerics import equivalent, rel_err, within
 
 EPS = 1e-8  # pyiqa's PSNR adds it to the MSE

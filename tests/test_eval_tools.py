@@ -88,7 +88,7 @@ def test_all_nine_metrics_end_to_end(dataset, tmp_path, monkeypatch):
     from pyiqa.archs import fid_arch
     from test_eval_image_metrics import low_rank_frechet
 
-    from tola_plugin.evaluation.testing import write_fake_metric_weights
+    from metric_weight_fakes import write_fake_metric_weights
     write_fake_metric_weights(str(tmp_path / 'home'))
     monkeypatch.setenv('TORCH_HOME', str(tmp_path / 'home'))
     seen = []

@@ -14,7 +14,7 @@ from basicsr.losses import build_loss
 
 import tola_plugin  # noqa: F401
 from tola_plugin.evaluation import weights as W
-from tola_plugin.evaluation.testing import write_fake_metric_weights
+from metric_weight_fakes import write_fake_metric_weights
 
 
 class Payload:

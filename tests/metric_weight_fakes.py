@@ -1,4 +1,4 @@
-"""Fake metric weights for offline tests and smoke runs: a TORCH_HOME whose files have the real names and
+"""Test fakes: metric weights for offline tests: a TORCH_HOME whose files have the real names and
 state-dict layouts but random values, so pyiqa/torchvision run their real loading code with no network.
 
 Each tensor is a strided view of a tiny random storage (``as_strided`` with unit strides), which torch.save
