@@ -6,8 +6,8 @@ import pickle
 import pytest
 import torch
 
-from tola_plugin.checkpoints import difftsr as difftsr_checkpoint
-from tola_plugin.checkpoints.difftsr import load_difftsr, read_official
+from tola_plugin.archs.backbone_builder import load_difftsr, save_converted
+from tola_plugin.checkpoints.difftsr import read_official
 from backbone_testing import OFFICIAL_KEYS, cheap_official, manifest, official_fixture, write_tiny_official_ckpt
 
 FULL = {'idm': 874_024_003, 'vae': 55_312_063, 'mom': 6_226_675}
@@ -167,7 +167,7 @@ def test_convert_tool_roundtrip(tmp_path, tiny):
     path, configs = tiny
     ref = load_difftsr(path, configs=configs)
     out = str(tmp_path / 'difftsr.safetensors')
-    difftsr_checkpoint.save_converted(ref, out)  # the tool's writer; the CLI itself needs full-size configs
+    save_converted(ref, out)  # the tool's writer; the CLI itself needs full-size configs
     again = load_difftsr(out)  # configs come from the file
     for comp in ('idm', 'vae', 'mom'):
         a, b = ref[comp].state_dict(), again[comp].state_dict()
@@ -235,7 +235,8 @@ def _plain(config):
 
 def test_configs_from_official_yaml():
     """The official YAML maps to our defaults; the fixture's tiny official configs map to the tiny configs."""
-    from tola_plugin.checkpoints.difftsr import CLASSES, configs_from_official
+    from tola_plugin.archs.backbone_builder import CLASSES
+    from tola_plugin.checkpoints.difftsr import configs_from_official
 
     configs = configs_from_official(OFFICIAL_YAML_PARAMS)
     for comp, cfg in configs.items():

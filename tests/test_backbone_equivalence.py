@@ -5,9 +5,9 @@ import copy
 import pytest
 import torch
 
+from tola_plugin.archs.backbone_builder import load_difftsr
 from tola_plugin.archs.difftsr_arch import difftsr_sample
 from tola_plugin.archs.diffusion_schedule import make_ldm_scheduler
-from tola_plugin.checkpoints.difftsr import load_difftsr
 from backbone_testing import official_fixture, single_thread, write_tiny_official_ckpt
 from numerics import abs_err, equivalent, rel_err, within
 

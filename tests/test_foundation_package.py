@@ -216,3 +216,13 @@ def test_the_tool_convention_is_a_lint_rule(tmp_path):
     flagged = sorted(line.split(': ', 1)[1].split(' ')[0] for line in out.stdout.splitlines())
     assert out.returncode == 1 and flagged == ['TOL001', 'TOL002', 'TOL003'], out.stdout + out.stderr
     assert all(line.startswith(str(bad)) for line in out.stdout.splitlines())
+
+
+def test_checkpoints_read_and_write_files_and_import_no_arch():
+    """checkpoints/ is file formats only (docs/architecture.md): no import of archs/, at module level or inside a
+    function; archs/backbone_builder.py builds and fills the modules."""
+    for path in sorted(glob.glob(os.path.join(PKG, 'checkpoints', '*.py'))):
+        tree = ast.parse(open(path, encoding='utf-8').read())
+        imported = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]
+        imported += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+        assert not [m for m in imported if m.startswith('tola_plugin.archs')], path

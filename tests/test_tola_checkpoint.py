@@ -5,12 +5,11 @@ import torch
 import yaml
 
 import tola_plugin  # noqa: F401
+from tola_plugin.archs.backbone_builder import load_difftsr, load_transocr
 from tola_plugin.archs.diffusion_schedule import schedule_constants
 from tola_plugin.archs.tola_arch import TOLANet
 from tola_plugin.archs.transocr_arch import TransOCR
 from tola_plugin.archs.vae_arch import LATENT_SCALE
-from tola_plugin.checkpoints.difftsr import load_difftsr
-from tola_plugin.checkpoints.transocr import load_transocr
 from tola_plugin.text.text_prior import transocr_to_idm
 from backbone_testing import DATA, official_fixture, write_tiny_official_ckpt
 from numerics import equivalent

@@ -6,8 +6,9 @@ import pytest
 import torch
 
 import tola_plugin  # noqa: F401
+from tola_plugin.archs.backbone_builder import load_transocr
 from tola_plugin.archs.transocr_arch import TransOCR
-from tola_plugin.checkpoints.transocr import load_transocr, transocr_state_dict
+from tola_plugin.checkpoints.transocr import transocr_state_dict
 
 DATA = os.path.join(os.path.dirname(__file__), 'data', 'transocr')
 MANIFEST = os.path.join(DATA, 'transocr_manifest.tsv')  # every key and shape of the official model (docs/transocr.md)

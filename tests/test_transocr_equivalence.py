@@ -14,8 +14,8 @@ import pytest
 import torch
 
 import tola_plugin  # noqa: F401
+from tola_plugin.archs.backbone_builder import load_transocr
 from tola_plugin.archs.transocr_arch import TransOCR
-from tola_plugin.checkpoints.transocr import load_transocr
 from tola_plugin.text.text_prior import transocr_to_idm
 from numerics import assert_clear_argmax, equivalent, rel_err, within
 

@@ -12,7 +12,8 @@ import sys
 
 import torch
 
-from tola_plugin.checkpoints.difftsr import COMPONENTS, load_difftsr, save_converted
+from tola_plugin.archs.backbone_builder import load_difftsr, save_converted
+from tola_plugin.checkpoints.difftsr import COMPONENTS
 from tola_plugin.utils.cli_errors import run_tool
 
 

@@ -130,6 +130,7 @@ def main(argv=None) -> int:
     started = time.time()
     log(f'train_demo_backbone: {args.opt} seed {seed} threads {opt["num_threads"]} work_dir {work}')
 
+    from tola_plugin.archs.backbone_builder import load_difftsr, load_transocr, save_converted
     from tola_plugin.archs.idm_unet_arch import DiffTSRIDMUNet
     from tola_plugin.archs.mom_arch import DiffTSRMoM
     from tola_plugin.archs.tola_arch import TOLANet
@@ -138,8 +139,7 @@ def main(argv=None) -> int:
     from tola_plugin.backbone_training import scores, stages
     from tola_plugin.backbone_training.latents import build_latent_cache
     from tola_plugin.backbone_training.pool import build_pool
-    from tola_plugin.checkpoints.difftsr import load_difftsr, save_converted
-    from tola_plugin.checkpoints.transocr import load_transocr, save_transocr
+    from tola_plugin.checkpoints.transocr import save_transocr
     from tola_plugin.demo_backbone import DIFFTSR_FILE, MANIFEST_FILE, TRANSOCR_FILE
 
     data = opt['data']

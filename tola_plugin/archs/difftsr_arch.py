@@ -18,6 +18,7 @@ from torch import nn
 
 from basicsr.utils.registry import ARCH_REGISTRY
 
+from tola_plugin.archs.backbone_builder import build_backbone
 from tola_plugin.archs.diffusion_schedule import START_TIMESTEP, make_ldm_scheduler
 from tola_plugin.archs.vae_arch import LATENT_MODES, LATENT_SCALE
 from tola_plugin.text.text_prior import transocr_to_idm
@@ -79,13 +80,9 @@ class DiffTSRNet(nn.Module):
         for name, value in (('difftsr_checkpoint', difftsr_checkpoint), ('transocr_checkpoint', transocr_checkpoint)):
             if not value:
                 raise ValueError(f'DiffTSRNet: {name} is required (the official DiffTSR.ckpt / transocr.pth)')
-        # the loaders build these archs (tola_plugin.checkpoints imports tola_plugin.archs): import when used
-        from tola_plugin.checkpoints.difftsr import load_difftsr
-        from tola_plugin.checkpoints.transocr import load_transocr
-        configs = {'idm': idm_config or {}, 'vae': vae_config or {}, 'mom': mom_config or {}}
-        nets = load_difftsr(difftsr_checkpoint, ('idm', 'vae', 'mom'), configs=configs)
-        self.idm, self.vae, self.mom = nets['idm'], nets['vae'], nets['mom']
-        self.transocr = load_transocr(transocr_checkpoint, **dict(transocr_config or {}))
+        self.idm, self.vae, self.mom, self.transocr = build_backbone('checkpoint', difftsr_checkpoint,
+                                                                     transocr_checkpoint, idm_config, vae_config,
+                                                                     mom_config, transocr_config)
         self.requires_grad_(False)
         self.eval()
         self.eta, self.latent = float(eta), latent

@@ -19,15 +19,14 @@ from torch import nn
 from basicsr.archs import build_network
 from basicsr.utils.registry import ARCH_REGISTRY
 
+from tola_plugin.archs.backbone_builder import BACKBONE_INITS, build_backbone
 from tola_plugin.archs.diffusion_schedule import schedule_constants
-from tola_plugin.archs.idm_unet_arch import DiffTSRIDMUNet
 from tola_plugin.archs.lora import (IDM_LORA_TARGETS, VAE_ENCODER_LORA_TARGETS, add_lora, check_lora_settings,
                                     count_lora_parameters, load_lora_state_dict, lora_settings, lora_state_dict,
                                     merge_lora)
 from tola_plugin.archs.mom_arch import DiffTSRMoM
 from tola_plugin.archs.precision import PRECISIONS, autocast, decoder_autocast, full_precision, resolve_precision
-from tola_plugin.archs.transocr_arch import TransOCR
-from tola_plugin.archs.vae_arch import LATENT_MODES, LATENT_SCALE, DiffTSRVAE
+from tola_plugin.archs.vae_arch import LATENT_MODES, LATENT_SCALE
 from tola_plugin.text.alphabets import IDM_MAX_LEN, IDM_PAD, decode_idm
 from tola_plugin.text.text_prior import DIFFTSR_MAX_TOKENS, difftsr_prediction_text, transocr_to_idm
 
@@ -35,7 +34,6 @@ TEXT_PRIORS = ('predicted', 'gt', 'null', 'none')
 CONFIDENCES = ('predicted', 'uniform')
 CONTEXT_ROUTES = ('mom', 'direct')
 NOISE_MODES = ('gaussian', 'zero')
-BACKBONE_INITS = ('checkpoint', 'random', 'demo', 'empty')
 TEXT_DECODINGS = ('incremental', 'full_prefix')
 CHECKPOINTABLE = ('idm', 'vae_encoder', 'vae_decoder')  # gradient checkpointing: parts with large activations
 TEXT_STEPS = 24  # greedy TransOCR steps, as DiffTSR's Text_Prediction (the 'full_prefix' reference route)
@@ -123,8 +121,8 @@ class TOLANet(nn.Module):
         self.inference_only = False  # set by prepare_for_inference
 
         # Frozen backbone (official weights, strict), then LoRA on top (peft freezes every base weight).
-        idm, vae, mom, transocr = self._build_backbone(backbone_init, difftsr_checkpoint, transocr_checkpoint,
-                                                       idm_config, vae_config, mom_config, transocr_config, random_seed)
+        idm, vae, mom, transocr = build_backbone(backbone_init, difftsr_checkpoint, transocr_checkpoint, idm_config,
+                                                 vae_config, mom_config, transocr_config, random_seed)
         for module in (idm, vae, mom, transocr):
             module.requires_grad_(False)
         self.context_dim = idm.config.cross_attention_dim
@@ -140,27 +138,6 @@ class TOLANet(nn.Module):
         self.train(True)
 
     # ----------------------------------------------------------------------------------- construction
-    @staticmethod
-    def _build_backbone(backbone_init, difftsr_checkpoint, transocr_checkpoint, idm_config, vae_config, mom_config,
-                        transocr_config, random_seed):
-        configs = dict(idm=dict(idm_config or {}), vae=dict(vae_config or {}), mom=dict(mom_config or {}))
-        if backbone_init == 'demo':  # the shipped demo backbone: our two files, architectures in their metadata
-            from tola_plugin.demo_backbone import demo_checkpoint_paths
-            difftsr_checkpoint, transocr_checkpoint = demo_checkpoint_paths()
-            backbone_init = 'checkpoint'
-        if backbone_init == 'checkpoint':
-            from tola_plugin.checkpoints.difftsr import load_difftsr  # loaders build these archs: import when used
-            from tola_plugin.checkpoints.transocr import load_transocr
-            given = {k: v for k, v in configs.items() if v}  # absent = official size / the converted file's own
-            modules = load_difftsr(difftsr_checkpoint, components=('idm', 'vae', 'mom'), configs=given or None)
-            transocr = load_transocr(transocr_checkpoint, **dict(transocr_config or {}))
-            return modules['idm'], modules['vae'], modules['mom'], transocr
-        with torch.random.fork_rng(devices=[]):  # CPU init; the global RNG stream is left untouched
-            if backbone_init == 'random':
-                torch.manual_seed(int(random_seed))
-            return (DiffTSRIDMUNet(**configs['idm']), DiffTSRVAE(**configs['vae']), DiffTSRMoM(**configs['mom']),
-                    TransOCR(**dict(transocr_config or {})))
-
     def set_timestep(self, timestep: int) -> None:
         """Fix the q-sample / IDM timestep t and its schedule constants (an inference switch, e.g. Table S11)."""
         self.timestep = int(timestep)

@@ -7,7 +7,7 @@ decoder layer (masked self-attention, cross-attention to the 32 image tokens, Re
 Linear(1024, 7937) generator. The token input is a 512-d embedding × √512 concatenated with a 512-d sinusoidal table
 (``pe.pe``). 83,904,779 parameters at default; the state dict (314 tensors, 87,520,435 numbers with the PE table and
 BatchNorm statistics) has the official key names, so the official ``transocr.pth`` loads strictly
-(``tola_plugin.checkpoints.transocr.load_transocr``).
+(``tola_plugin.archs.backbone_builder.load_transocr``).
 
 Hand-written because no library block has this key layout (``linears.0..3`` +
 ``compress_attention_linear`` attention, ``a_2``/``b_2`` LayerNorm dividing by unbiased std + 1e-6,

@@ -1,29 +1,24 @@
-"""Load DiffTSR's IDM, VAE and MoM from the official ``DiffTSR.ckpt`` (or our converted safetensors), strictly.
+"""DiffTSR's weight files (file formats only; builds no module): the official ``DiffTSR.ckpt`` and our converted
+safetensors -> state dicts in our diffusers names and the component configs. ``archs/backbone_builder.py`` builds
+the modules and fills them strictly (``load_difftsr``).
 
 Official layout (docs/backbone.md, "Checkpoint layout"): ``torch.load`` gives ``{'IDM_Unet': sd, 'TDM_Decoder': sd,
 'MoM_module': sd, 'VAE_model': sd}`` of plain LDM-named state dicts. We read it with ``weights_only=True`` (no pickled
 code runs) and ``mmap=True`` so the 211M-parameter ``TDM_Decoder`` entry is dropped before any of its bytes are read.
 Each wanted component is renamed to our diffusers layout, checked key by key and shape by shape (any missing,
-unexpected or mis-shaped key is an error naming the component and the key), and assigned into a module built on the
-meta device (no random init, no second copy of the IDM's 3.5 GB).
+unexpected or mis-shaped key is an error naming the component and the key, in the builder), and assigned into a
+module built on the meta device (no random init, no second copy of the IDM's 3.5 GB).
 
 Converted layout (``tools/convert_difftsr.py``): one safetensors file, keys ``idm.*``, ``vae.*``, ``mom.*`` in
 our names, metadata ``format`` and the component configs as JSON.
 """
-import inspect
 import json
 import logging
-import os
 import re
 from typing import Callable, Dict, Iterable, Mapping, Optional, Tuple
 
 import torch
-from torch import nn
 
-from tola_plugin.archs.idm_unet_arch import DiffTSRIDMUNet
-from tola_plugin.archs.mom_arch import DiffTSRMoM
-from tola_plugin.archs.vae_arch import DiffTSRVAE
-from tola_plugin.checkpoints.strict import load_state_dict_strict
 from tola_plugin.utils.checkpoint_io import atomic_write, open_safetensors, require_file
 
 logger = logging.getLogger(__name__)
@@ -36,7 +31,6 @@ COMPONENTS = ('idm', 'vae', 'mom')
 #: our component name -> top-level key of the official DiffTSR.ckpt
 OFFICIAL_KEYS = {'idm': 'IDM_Unet', 'vae': 'VAE_model', 'mom': 'MoM_module'}
 SKIPPED_OFFICIAL_KEYS = ('TDM_Decoder', )  # never run by DiffTSR's default route; dropped unread
-CLASSES = {'idm': DiffTSRIDMUNet, 'vae': DiffTSRVAE, 'mom': DiffTSRMoM}
 CONVERTED_FORMAT = 'tola_plugin.difftsr/1'
 
 StateDict = Dict[str, torch.Tensor]
@@ -191,7 +185,7 @@ def official_vae_to_ours(sd: Mapping[str, torch.Tensor], config: Mapping) -> Tup
     return out, origin
 
 
-_TO_OURS = {'idm': official_idm_to_ours, 'vae': official_vae_to_ours, 'mom': official_mom_to_ours}
+TO_OURS = {'idm': official_idm_to_ours, 'vae': official_vae_to_ours, 'mom': official_mom_to_ours}
 
 # ---------------------------------------------------------------------------------------------------------
 # official configs (model/DiffTSR_config.yaml) -> our constructor kwargs
@@ -263,21 +257,6 @@ def configs_from_official(model_params: Mapping) -> Dict[str, Dict]:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# building and strict assignment
-
-
-def build_component(name: str, config: Optional[Mapping] = None, device: str = 'meta') -> nn.Module:
-    """Build component ``name`` ('idm' | 'vae' | 'mom') with ``config`` overriding the official defaults."""
-    if name not in CLASSES:
-        raise ValueError(f'unknown DiffTSR component {name!r}; expected one of {COMPONENTS}')
-    try:
-        with torch.device(device):
-            return CLASSES[name](**dict(config or {}))
-    except TypeError as err:
-        raise TypeError(f'DiffTSR component {name!r}: bad config {dict(config or {})}: {err}') from err
-
-
-# ---------------------------------------------------------------------------------------------------------
 # reading files
 
 
@@ -318,70 +297,50 @@ def is_converted(path: str) -> bool:
     return path.endswith('.safetensors')
 
 
-def load_difftsr(path: str, components: Iterable[str] = COMPONENTS,
-                 configs: Optional[Mapping] = None) -> Dict[str, nn.Module]:
-    """Load DiffTSR components strictly from the official ``DiffTSR.ckpt`` or a converted ``.safetensors``.
-
-    Args:
-        path: checkpoint file; missing -> FileNotFoundError saying where the official release publishes it.
-        components: any of 'idm', 'vae', 'mom' (the TDM is never loaded).
-        configs: optional {component: constructor kwargs} for non-default sizes (tests); for converted files
-            the configs stored in the file are used unless given here.
-    Returns:
-        {component: module} in eval mode, float32, on CPU.
-    """
+def check_components(components: Iterable[str]) -> Tuple[str, ...]:
     components = tuple(components)
     bad = [c for c in components if c not in COMPONENTS]
     if bad:
         raise ValueError(f'load_difftsr: unknown component(s) {bad}; expected a subset of {COMPONENTS} '
                          f'(the TDM is never loaded)')
-    configs = dict(configs or {})
-    if is_converted(path):
-        return _load_converted(path, components, configs)
-    raw = read_official(path)
-    nets = {}
-    for comp in components:
-        key = OFFICIAL_KEYS[comp]
-        if key not in raw:
-            raise KeyError(f'DiffTSR checkpoint {path!r} has no {key!r} entry (found {sorted(raw)})')
-        sd = raw.pop(key)
-        if not isinstance(sd, Mapping):
-            raise ValueError(f'DiffTSR checkpoint {path!r}: {key!r} is a {type(sd).__name__}, expected a state dict')
-        module = build_component(comp, configs.get(comp))
-        ours, origin = _TO_OURS[comp](sd, module.config)
-        nets[comp] = load_state_dict_strict(module, ours, key, origin)
-        del sd, ours
-    return nets
+    return components
 
 
-def _load_converted(path: str, components: Tuple[str, ...], configs: Dict) -> Dict[str, nn.Module]:
+def official_state_dict(raw: Mapping, path: str, component: str) -> Tuple[Mapping[str, torch.Tensor], str]:
+    """The official state dict of ``component`` in ``read_official``'s output -> (state dict, its top-level key)."""
+    key = OFFICIAL_KEYS[component]
+    if key not in raw:
+        raise KeyError(f'DiffTSR checkpoint {path!r} has no {key!r} entry (found {sorted(raw)})')
+    sd = raw[key]
+    if not isinstance(sd, Mapping):
+        raise ValueError(f'DiffTSR checkpoint {path!r}: {key!r} is a {type(sd).__name__}, expected a state dict')
+    return sd, key
+
+
+def read_converted(path: str, components: Tuple[str, ...]) -> Tuple[Dict[str, StateDict], Dict[str, Dict]]:
+    """A converted file -> ({component: state dict in our names}, {component: stored constructor config})."""
     require_file(path, 'converted DiffTSR checkpoint', WHERE_DIFFTSR)
     with open_safetensors(path, 'converted DiffTSR checkpoint', CONVERTED_FORMAT,
                           'tools/convert_difftsr.py') as (f, meta):
         stored = json.loads(meta.get('configs', '{}'))
         keys = list(f.keys())
-        nets = {}
+        states = {}
         for comp in components:
             prefix = comp + '.'
             names = [k for k in keys if k.startswith(prefix)]
             if not names:
                 raise KeyError(f'converted DiffTSR checkpoint {path!r} holds no {comp!r} tensors')
-            module = build_component(comp, configs.get(comp, stored.get(comp)))
-            sd = {k[len(prefix):]: f.get_tensor(k) for k in names}
-            nets[comp] = load_state_dict_strict(module, sd, f'{os.path.basename(path)}[{comp}]')
-    return nets
+            states[comp] = {k[len(prefix):]: f.get_tensor(k) for k in names}
+    return states, stored
 
 
-def save_converted(nets: Mapping[str, nn.Module], path: str) -> None:
-    """Write ``{component: module}`` as one safetensors file in our layout (see tools/convert_difftsr.py)."""
+def write_converted(states: Mapping[str, Mapping[str, torch.Tensor]], configs: Mapping[str, Mapping],
+                    path: str) -> None:
+    """Write ``{component: state dict}`` and their constructor configs as one safetensors file in our layout
+    (tools/convert_difftsr.py), atomically."""
     from safetensors.torch import save_file
 
-    tensors, configs = {}, {}
-    for comp, module in nets.items():
-        own_args = inspect.signature(CLASSES[comp].__init__).parameters
-        configs[comp] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in module.config.items() if k in own_args}
-        for key, value in module.state_dict().items():
-            tensors[f'{comp}.{key}'] = value.contiguous()
+    tensors = {f'{comp}.{key}': value.contiguous() for comp, sd in states.items() for key, value in sd.items()}
     atomic_write(
         path,
         lambda tmp: save_file(tensors, tmp, metadata={'format': CONVERTED_FORMAT, 'configs': json.dumps(configs)}))

@@ -6,17 +6,16 @@ Layouts accepted (docs/transocr.md, "The official TransOCR"; DiffTSR's ``Text_Pr
   as the official loader does);
 - a bare state dict (what ``TransOCR().state_dict()`` saves);
 - our safetensors file (``save_transocr``, e.g. the demo backbone's): the state dict plus the architecture
-  (``TransOCR.arch_options``) in its metadata, which ``load_transocr`` uses unless options are given.
+  (``TransOCR.arch_options``) in its metadata, which ``archs.backbone_builder.load_transocr`` uses unless options
+  are given.
 The file is read with ``weights_only=True`` (never runs pickled code); any missing, unexpected or
 mis-shaped key is an error naming the key. Nothing is downloaded.
 """
 import json
-from typing import Dict, Mapping
+from typing import Dict, Mapping, Tuple
 
 import torch
 
-from tola_plugin.archs.transocr_arch import TransOCR
-from tola_plugin.checkpoints.strict import load_state_dict_strict
 from tola_plugin.utils.checkpoint_io import open_safetensors, require_file, safe_torch_load
 
 COMPONENT = 'TransOCR (transocr.pth)'
@@ -50,8 +49,8 @@ def transocr_state_dict(raw: Mapping, path: str = '<in memory>') -> Dict[str, to
 SAFETENSORS_FORMAT = 'tola_plugin.transocr/1'
 
 
-def save_transocr(model: TransOCR, path: str, metadata: Mapping[str, str] = None) -> None:
-    """Write ``model``'s state dict and architecture (``arch_options``) to a safetensors file."""
+def save_transocr(model, path: str, metadata: Mapping[str, str] = None) -> None:
+    """Write a TransOCR ``model``'s state dict and architecture (``arch_options``) to a safetensors file."""
     from safetensors.torch import save_file
     meta = {'format': SAFETENSORS_FORMAT, 'arch_options': json.dumps(model.arch_options), **dict(metadata or {})}
     save_file({k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}, path, metadata=meta)
@@ -63,19 +62,13 @@ def read_transocr_safetensors(path: str):
         return {k: f.get_tensor(k) for k in f.keys()}, json.loads(meta['arch_options'])
 
 
-def load_transocr(path: str, **arch_opts) -> TransOCR:
-    """Build ``TransOCR(**arch_opts)`` and load ``path`` strictly; returns the model in eval mode. A
-    ``.safetensors`` file (``save_transocr``) brings its own architecture; ``arch_opts`` override it.
+def read_transocr(path: str) -> Tuple[Dict[str, torch.Tensor], Dict]:
+    """(state dict in the bare model's keys, stored architecture options or {}) of any accepted layout.
 
-    Raises FileNotFoundError (missing file, says where the release publishes it), ValueError (unreadable,
-    truncated, pickle with code, wrong shape, non-tensor entries) or KeyError (missing/unexpected keys).
+    Raises FileNotFoundError (missing file, says where the release publishes it) or ValueError (unreadable,
+    truncated, pickle with code, non-tensor entries).
     """
     require_file(path, f'{COMPONENT} checkpoint', WHERE)
     if path.endswith('.safetensors'):
-        state, stored = read_transocr_safetensors(path)
-        arch_opts = {**stored, **arch_opts}
-    else:
-        state = transocr_state_dict(safe_torch_load(path, f'{COMPONENT} checkpoint'), path)
-    model = TransOCR(**arch_opts)
-    load_state_dict_strict(model, state, f'{COMPONENT} at {path!r}')
-    return model.eval()
+        return read_transocr_safetensors(path)
+    return transocr_state_dict(safe_torch_load(path, f'{COMPONENT} checkpoint'), path), {}

@@ -118,7 +118,7 @@ def write_grid(results_root: str, names: Sequence[str], rows_by_method: Dict[str
 
 def make_report(opt_path: str, grid_samples: int = 6, results_dir: Optional[str] = None, log=print) -> Dict:
     """Everything the module docstring lists; returns the metrics.json content."""
-    from tola_plugin.checkpoints.transocr import load_transocr
+    from tola_plugin.archs.backbone_builder import load_transocr
     with open(opt_path, encoding='utf-8') as f:
         opt = yaml.safe_load(f)
     results_root = results_dir or os.path.join('results', opt['name'])

@@ -49,7 +49,7 @@ class TransOCRRecognizer:
         if (checkpoint is None) == (model is None):
             raise ValueError('TransOCRRecognizer: give exactly one of checkpoint (path to transocr.pth) or model')
         if model is None:
-            from tola_plugin.checkpoints.transocr import load_transocr
+            from tola_plugin.archs.backbone_builder import load_transocr
             model = load_transocr(checkpoint, preprocess=preprocess)
         elif model.preprocess_mode != preprocess:
             raise ValueError(f'TransOCRRecognizer: the model preprocesses with {model.preprocess_mode!r}, '
