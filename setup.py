@@ -90,7 +90,7 @@ setup(
     cmdclass=CMDCLASS,
     package_data={
         'tola_plugin.vocab': ['*.txt'],
-        'tola_plugin.demo_backbone': ['*.safetensors', '*.json'],  # the demo model trained here
+        'tola_plugin.demo': ['backbone/*.safetensors', 'backbone/*.json'],  # the demo model trained here
         'tola_plugin.samples': ['*.png', '*.tsv', '*.md'],  # DiffTSR test LR images (Apache-2.0)
         'tola_plugin.rendered_samples': ['*.png', '*.tsv', '*.md']
     },  # examples of tola-web

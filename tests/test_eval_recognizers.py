@@ -9,8 +9,8 @@ import torch
 from PIL import Image, ImageDraw, ImageFont
 
 from tola_plugin.archs.transocr_arch import TransOCR
-from tola_plugin.evaluation.recognizers import PPOCRv4Recognizer, Recognition, TransOCRRecognizer, build_recognizer
-from tola_plugin.evaluation.text_metrics import normalize
+from tola_plugin.metrics.text_metrics import normalize
+from tola_plugin.ocr.recognizers import PPOCRv4Recognizer, Recognition, TransOCRRecognizer, build_recognizer
 from tola_plugin.text.alphabets import TRANSOCR_END, encode_transocr
 from numerics import within
 

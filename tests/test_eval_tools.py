@@ -10,7 +10,9 @@ import pytest
 
 from tola_plugin.evaluation import records as R
 from tola_plugin.evaluation.runner import evaluate_methods
-from tola_plugin.evaluation.text_metrics import ned
+from tola_plugin.inference.prior_csv import read_prior_csv, write_prior_csv
+from tola_plugin.metrics.text_metrics import ned
+from tola_plugin.utils.atomic_files import write_json
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', 'tools'))
 import diagnose  # noqa: E402
@@ -171,10 +173,10 @@ def evaluated(tmp_path):
         } for i, (n, g, p) in enumerate(zip(names, GT, preds))]
         R.write_per_image_csv(str(tmp_path / 'eval' / 'per_image' / f'{method}.csv'), rows)
         per_image[method] = f'per_image/{method}.csv'
-    R.write_json(
+    write_json(
         str(tmp_path / 'eval' / 'summary.json'),
         {'protocol': {'lower_case': False}, 'summary': {}, 'per_image': per_image})
-    R.write_prior_csv(
+    write_prior_csv(
         str(tmp_path / 'prior.csv'),
         [{'filename': n, 'prior_text': t, 'prior_confidence': c, 'prior_token_confidences': [c] * len(t)}
          for n, (t, c) in zip(names, PRIOR)])
@@ -240,10 +242,10 @@ def test_prior_csv_schema_errors(tmp_path):
     path = tmp_path / 'prior.csv'
     path.write_text('filename,prior_text\na.png,x\n', encoding='utf-8')
     with pytest.raises(ValueError, match='prior_confidence'):
-        R.read_prior_csv(str(path))
+        read_prior_csv(str(path))
     path.write_text('filename,prior_text,prior_confidence\na.png,x,1.5\n', encoding='utf-8')
     with pytest.raises(ValueError, match='outside'):
-        R.read_prior_csv(str(path))
+        read_prior_csv(str(path))
 
 
 # ------------------------------------------------------------------------------------------------- plots
@@ -293,12 +295,12 @@ def test_plot_tool_latency_and_grid(dataset, tmp_path, monkeypatch):
 def test_prior_csv_example_fixture_round_trips(tmp_path):
     """tests/data/eval/prior_example.csv is the documented schema (quoting, empty prior) the inference tool writes."""
     path = os.path.join(os.path.dirname(__file__), 'data', 'eval', 'prior_example.csv')
-    priors = R.read_prior_csv(path)
+    priors = read_prior_csv(path)
     assert priors['000002.png'] == {'prior_text': 'golden,s', 'prior_confidence': 0.6}
     assert priors['000003.png'] == {'prior_text': '', 'prior_confidence': 0.0}
     rows = [{'filename': n, **v} for n, v in priors.items()]
-    R.write_prior_csv(str(tmp_path / 'copy.csv'), rows)
-    assert R.read_prior_csv(str(tmp_path / 'copy.csv')) == priors
+    write_prior_csv(str(tmp_path / 'copy.csv'), rows)
+    assert read_prior_csv(str(tmp_path / 'copy.csv')) == priors
 
 
 # ------------------------------------------------------------------------------- offline runs (issue 10)
@@ -352,7 +354,7 @@ def test_diagnose_picks_the_recognizer_whose_columns_exist(tmp_path):
         } for n, g, p in zip(names, GT, preds)]
         R.write_per_image_csv(str(tmp_path / 'eval' / 'per_image' / f'{method}.csv'), rows)
         per_image[method] = f'per_image/{method}.csv'
-    R.write_json(
+    write_json(
         str(tmp_path / 'eval' / 'summary.json'),
         {'protocol': {'lower_case': False, 'ppocr_lower_case': True}, 'summary': {}, 'per_image': per_image})
     assert diagnose.main([

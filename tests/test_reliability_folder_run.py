@@ -18,9 +18,9 @@ import pytest
 from reliability_testing import SmallDisk, write_png_bomb
 
 from tola_cli import infer
-from tola_plugin.evaluation.records import read_prior_csv
 from tola_plugin.inference import folder_run
 from tola_plugin.inference.pipeline import TOLAPipeline
+from tola_plugin.inference.prior_csv import read_prior_csv
 from tola_plugin.utils.run_lock import ExperimentInUseError
 from inference_testing import StandInRestorer, write_tiny_merged
 from tola_testing import REPO, one_thread  # noqa: F401

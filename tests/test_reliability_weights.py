@@ -13,7 +13,7 @@ import torch
 from basicsr.losses import build_loss
 
 import tola_plugin  # noqa: F401
-from tola_plugin.evaluation import weights as W
+from tola_plugin.checkpoints import metric_weights as W
 from metric_weight_fakes import write_fake_metric_weights
 
 
@@ -56,12 +56,12 @@ def home(clean_home, tmp_path, monkeypatch):
 
 
 def build_metric(name):
-    from tola_plugin.evaluation.image_metrics import build_paired_metric
+    from tola_plugin.metrics.image_metrics import build_paired_metric
     return build_paired_metric(name)
 
 
 def fid(tmp_path):
-    from tola_plugin.evaluation.image_metrics import fid_between_dirs
+    from tola_plugin.metrics.image_metrics import fid_between_dirs
     return fid_between_dirs(str(tmp_path), str(tmp_path))
 
 

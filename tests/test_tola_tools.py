@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 import tola_plugin  # noqa: F401
 from tola_plugin.archs.tola_arch import TOLANet
 from tola_plugin.checkpoints.tola import MERGED_FORMAT, build_tola_from_options
-from tola_plugin.evaluation.records import read_prior_csv
+from tola_plugin.inference.prior_csv import read_prior_csv
 from inference_testing import tiny_adapted_net
 from tola_testing import REPO, one_thread, tiny_net_opt  # noqa: F401
 

@@ -19,7 +19,7 @@ def main(argv=None) -> int:
     parser.add_argument('--grid-samples', type=int, default=6, help='lines shown in the grid (default 6)')
     parser.add_argument('--results-dir', help='default: results/<name of the option file>')
     args = parser.parse_args(argv)
-    from tola_plugin.evaluation.demo_report import make_report, report_table
+    from tola_plugin.demo.report import make_report, report_table
     report = make_report(args.opt, args.grid_samples, args.results_dir)
     print(report_table(report))
     for key, met in report['targets_met'].items():

@@ -13,8 +13,10 @@ import os
 
 from tola_plugin.evaluation import records as R
 from tola_plugin.evaluation.diagnostics import diagnose, diagnostics_markdown
-from tola_plugin.evaluation.recognizers import PREFIX
 from tola_plugin.evaluation.statistics import N_RESAMPLES
+from tola_plugin.inference.prior_csv import read_prior_csv
+from tola_plugin.ocr.recognizers import PREFIX
+from tola_plugin.utils.atomic_files import write_json
 from tola_plugin.utils.cli_errors import UsageError, run_tool
 
 
@@ -86,11 +88,11 @@ def main(argv=None) -> int:
             labels[n] = a[n]['gt']
     if len(labels) != len(names):
         labels = {n: '' for n in names}  # image metrics only: no recognition diagnostics
-    priors = R.read_prior_csv(args.prior_csv) if args.prior_csv else None
+    priors = read_prior_csv(args.prior_csv) if args.prior_csv else None
     result = diagnose(a, b, names, labels, priors, (args.baseline, args.method), PREFIX[recognizer], lower,
                       args.resamples, args.seed)
     os.makedirs(args.out, exist_ok=True)
-    R.write_json(os.path.join(args.out, 'diagnostics.json'), result)
+    write_json(os.path.join(args.out, 'diagnostics.json'), result)
     text = diagnostics_markdown(result)
     with open(os.path.join(args.out, 'diagnostics.md'), 'w', encoding='utf-8') as f:
         f.write(text)

@@ -15,8 +15,8 @@ import os
 
 from tola_cli.arguments import rgb_triple
 from tola_plugin.data.image_io import DEFAULT_MAX_PIXELS, WHITE
-from tola_plugin.evaluation.image_metrics import DEFAULT_COLOR_SPACE, LUMA_COLOR_SPACES
 from tola_plugin.evaluation.runner import ALL_METRICS, evaluate_methods
+from tola_plugin.metrics.image_metrics import DEFAULT_COLOR_SPACE, LUMA_COLOR_SPACES
 from tola_plugin.utils.cli_errors import UsageError, run_tool
 
 

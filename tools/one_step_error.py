@@ -48,9 +48,8 @@ def main(argv=None) -> int:
     from basicsr.archs import build_network
 
     from tola_plugin.checkpoints.tola import build_tola_from_options, read_tola_options
-    from tola_plugin.data.text_degradation_dataset import TextDegradationDataset
-    from tola_plugin.evaluation.demo_report import held_out_dataset_opt
-    from tola_plugin.evaluation.one_step_error import mean_over_batches, one_step_error
+    from tola_plugin.data.text_degradation_dataset import TextDegradationDataset, held_out_dataset_opt
+    from tola_plugin.demo.one_step_error import mean_over_batches, one_step_error
     from tola_plugin.utils.checkpoint_io import atomic_write
 
     opt = read_tola_options(args.opt)

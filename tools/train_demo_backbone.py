@@ -7,14 +7,14 @@ Stages (docs/demo_backbone.md): line pool -> VAE -> TransOCR -> latent cache -> 
 is kept in ``work_dir`` (``<stage>.safetensors``) and reused when the tool is run again, so an interrupted run
 resumes at the stage it was in (delete a stage file to retrain it; a new VAE or TransOCR also retrains the
 IDM stage, which reads their latents and text priors). The result goes to ``output_dir`` (default: the package's
-``tola_plugin/demo_backbone``): ``difftsr_demo.safetensors``, ``transocr_demo.safetensors`` and ``manifest.json``
+``tola_plugin/demo/backbone``): ``difftsr_demo.safetensors``, ``transocr_demo.safetensors`` and ``manifest.json``
 (how they were made).
 Deterministic given ``seed`` and ``num_threads``.
 """
 import argparse
 import sys
 
-from tola_plugin.backbone_training.demo_run import train_demo_backbone
+from tola_plugin.demo.training import train_demo_backbone
 from tola_plugin.utils.cli_errors import run_tool
 
 

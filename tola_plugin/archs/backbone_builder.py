@@ -18,10 +18,10 @@ from tola_plugin.archs.mom_arch import DiffTSRMoM
 from tola_plugin.archs.transocr_arch import TransOCR
 from tola_plugin.archs.vae_arch import DiffTSRVAE
 from tola_plugin.checkpoints import difftsr as difftsr_files
+from tola_plugin.checkpoints.demo_backbone import demo_checkpoint_paths
 from tola_plugin.checkpoints.strict import load_state_dict_strict
 from tola_plugin.checkpoints.transocr import COMPONENT as TRANSOCR_COMPONENT
 from tola_plugin.checkpoints.transocr import read_transocr
-from tola_plugin.demo_backbone import demo_checkpoint_paths
 
 CLASSES = {'idm': DiffTSRIDMUNet, 'vae': DiffTSRVAE, 'mom': DiffTSRMoM}
 BACKBONE_INITS = ('checkpoint', 'random', 'demo', 'empty')
@@ -89,6 +89,14 @@ def load_transocr(path: str, **arch_opts) -> TransOCR:
     model = TransOCR(**{**stored, **arch_opts})
     load_state_dict_strict(model, state, f'{TRANSOCR_COMPONENT} at {path!r}')
     return model.eval()
+
+
+def transocr_checkpoint_of(network_opt: Mapping) -> str:
+    """The TransOCR file a TOLANet option block (``network_g``) loads: the demo backbone's, or its
+    ``transocr_checkpoint`` (default ``checkpoints/transocr.pth``)."""
+    if network_opt.get('backbone_init') == 'demo':
+        return demo_checkpoint_paths()[1]
+    return network_opt.get('transocr_checkpoint', 'checkpoints/transocr.pth')
 
 
 def build_backbone(backbone_init: str, difftsr_checkpoint: Optional[str] = None,

@@ -52,7 +52,7 @@ class TOLANet(nn.Module):
 
     Backbone:
         backbone_init: 'checkpoint' (default; the official ``DiffTSR.ckpt`` / ``transocr.pth``, strict),
-            'demo' (the small backbone trained here and shipped in ``tola_plugin/demo_backbone``, strict; the
+            'demo' (the small backbone trained here and shipped in ``tola_plugin/demo/backbone``, strict; the
             checkpoint paths are not used), 'random' (tests only: modules built from ``*_config`` with random
             weights drawn from ``random_seed``) or 'empty' (modules built from ``*_config``, weights not drawn: every
             weight is loaded next, as when a merged file is rebuilt).

@@ -8,6 +8,7 @@ SeedSequence([seed, e, index]), so pairs do not depend on the worker count or or
 ``gt_size`` crops aligned square patches; both leave the degradation itself unchanged.
 """
 import math
+from typing import Dict
 
 import cv2
 import numpy as np
@@ -236,3 +237,13 @@ class TextDegradationDataset(data.Dataset):
     def __repr__(self):
         return (f'{type(self).__name__}({self.opt.get("dataroot_gt")}, n={len(self)}, seed={self.seed}, '
                 f'epoch={self.epoch})')
+
+
+def held_out_dataset_opt(opt: Dict, path: str) -> Dict:
+    """The one test dataset of the option file ``opt`` (read from ``path``, named in errors): a
+    TextDegradationDataset with a fixed seed, as a val-phase dataset option; the held-out pairs that the test
+    launcher restored, rebuilt exactly (demo report, inference benchmark, tools/one_step_error.py)."""
+    datasets = [v for k, v in (opt.get('datasets') or {}).items() if k.startswith('test')]
+    if len(datasets) != 1 or datasets[0].get('type') != 'TextDegradationDataset':
+        raise ValueError(f'{path}: expected exactly one test dataset (datasets.test*) of type TextDegradationDataset')
+    return dict(datasets[0], phase='val', scale=opt.get('scale', 1))

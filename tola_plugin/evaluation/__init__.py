@@ -1,14 +1,16 @@
-"""The paper's evaluation protocol (Evaluation Protocol, supplementary Metric Implementations, Tables S9-S13).
+"""The paper's evaluation protocol (Evaluation Protocol, supplementary Metric Implementations, Tables S9-S13), and
+the measurements of the tools (benchmarks, MACs, memory). A consumer of the rest of the package, like ``tools/``:
+nothing below imports it (the demo report does, from above).
 
-Modules (imported lazily by the tools; none of them downloads anything):
+Modules (none of them downloads anything):
 
-- ``weights``: where each pretrained metric backbone must be on disk; checks before construction.
-- ``image_metrics``: PSNR/SSIM on luminance (no border crop), LPIPS-AlexNet, DISTS (per image) and FID
-  (once over two directories), all through pyiqa.
-- ``recognizers``: TransOCR and PP-OCRv4 (rapidocr-onnxruntime) behind one ``recognize`` interface.
-- ``text_metrics``: normalization, ACC (exact match), NED, character edit operations.
+- ``runner``: restored folders against references and labels: per-image metrics (``tola_plugin.metrics``) and
+  recognizers (``tola_plugin.ocr``), FID, per-image CSVs and summaries (tools/evaluate.py).
+- ``records``: labels manifests, exact filename matching, per-image CSVs and summaries.
 - ``statistics``: paired bootstrap intervals and the exact McNemar test.
 - ``diagnostics``: confidence bins, text categories, edit totals, prior-correctness strata.
-- ``records``: labels manifests, exact filename matching, per-image CSVs and summaries.
 - ``plots``: quality-latency scatter, recognition diagnostics, comparison grids.
+- ``complexity``, ``benchmarking``, ``inference_benchmark``, ``memory_estimate``: MACs and parameters, timing,
+  the inference benchmark, the meta-device training-memory estimate (the benchmark tools and
+  tools/estimate_memory.py).
 """

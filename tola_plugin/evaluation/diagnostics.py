@@ -22,7 +22,7 @@ import numpy as np
 
 from tola_plugin.evaluation.records import SUMMARY_METRICS
 from tola_plugin.evaluation.statistics import N_RESAMPLES, mcnemar_exact, paired_bootstrap
-from tola_plugin.evaluation.text_metrics import EditOps, edit_operations, normalize
+from tola_plugin.metrics.text_metrics import EditOps, edit_operations, normalize
 
 CATEGORIES = ('Chinese', 'English', 'Mixed', 'Num./Other')
 CONFIDENCE_EDGES = (0.0, 0.25, 0.5, 0.75, 1.0)

@@ -300,8 +300,7 @@ def quality(merged: str, test_opt: str, backends: Sequence[str], precisions: Seq
     from basicsr.metrics.psnr_ssim import calculate_psnr
     from basicsr.utils import tensor2img
 
-    from tola_plugin.data.text_degradation_dataset import TextDegradationDataset
-    from tola_plugin.evaluation.demo_report import held_out_dataset_opt
+    from tola_plugin.data.text_degradation_dataset import TextDegradationDataset, held_out_dataset_opt
     with open(test_opt, encoding='utf-8') as f:
         opt = yaml.safe_load(f)
     dataset = TextDegradationDataset(held_out_dataset_opt(opt, test_opt))

@@ -1,18 +1,16 @@
-"""Files of the evaluation: labels manifests, exact filename matching, prior CSVs, per-image CSVs, summaries.
+"""Files of the evaluation: labels manifests, exact filename matching, per-image CSVs, summaries.
 
 Formats (docs/evaluation.md has the full description):
 - labels manifest: UTF-8 TSV, one ``filename<TAB>transcription`` per line, no header (the dataset tools'
   format, read by ``tola_plugin.data.text_labels.read_labels_tsv``).
-- prior CSV (written by the TOLA inference tool): UTF-8 CSV with header; required columns ``filename``,
-  ``prior_text``, ``prior_confidence``; optional ``prior_token_confidences`` (space-separated floats).
+- prior CSV: written by the TOLA inference tool, read here through ``tola_plugin.inference.prior_csv``.
 - per-image CSV (written by tools/evaluate.py): one row per image, columns in ``PER_IMAGE_COLUMNS`` order
   (those the run computed).
 
-Every file is written atomically (a temporary file in the same folder, then renamed: ``atomic_write``), so a
-crash or a full disk never leaves a half-written CSV or JSON under its final name.
+Every file is written atomically (``tola_plugin.utils.atomic_files``), so a crash or a full disk never leaves a
+half-written CSV or JSON under its final name.
 """
 import csv
-import json
 import math
 import os
 from collections import Counter
@@ -20,11 +18,9 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from tola_plugin.data.image_io import IMAGE_EXTENSIONS, list_image_files
 from tola_plugin.data.text_labels import read_labels_tsv
-from tola_plugin.utils.checkpoint_io import atomic_write
+from tola_plugin.utils.atomic_files import write_csv
 
 MAX_LISTED = 20  # names listed in a mismatch error
-
-PRIOR_COLUMNS = ('filename', 'prior_text', 'prior_confidence')
 
 # Per-image columns. Recognizer columns are prefixed 't_' (TransOCR) and 'p_' (PP-OCRv4 / PaddleOCR):
 # <prefix>pred (raw recognizer output), <prefix>conf (recognizer confidence), <prefix>acc (0/1), <prefix>ned.
@@ -110,78 +106,10 @@ def read_labels(path: str) -> Dict[str, str]:
     return dict(read_labels_tsv(path))
 
 
-def read_prior_rows(path: str) -> List[Dict[str, object]]:
-    """Prior CSV -> its rows in file order: {'filename', 'prior_text', 'prior_confidence' (float in [0, 1]) and,
-    when the file has the column, 'prior_token_confidences' (list of floats)}. Errors name the file."""
-    with open(path, encoding='utf-8', newline='') as f:
-        reader = csv.DictReader(f)
-        missing = [c for c in PRIOR_COLUMNS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise ValueError(f'prior CSV {path!r} lacks column(s) {missing}; required: {list(PRIOR_COLUMNS)}')
-        rows, seen = [], set()
-        for row in reader:
-            name = row['filename']
-            try:
-                conf = float(row['prior_confidence'])
-                tokens = [float(c) for c in (row.get('prior_token_confidences') or '').split()]
-            except ValueError:
-                raise ValueError(f'prior CSV {path!r}: a confidence of {name!r} is not a number') from None
-            if not 0.0 <= conf <= 1.0:
-                raise ValueError(f'prior CSV {path!r}: prior_confidence {conf} of {name!r} is outside [0,1]')
-            if name in seen:
-                raise ValueError(f'prior CSV {path!r}: duplicate filename {name!r}')
-            seen.add(name)
-            out = {'filename': name, 'prior_text': row['prior_text'], 'prior_confidence': conf}
-            if 'prior_token_confidences' in reader.fieldnames:
-                out['prior_token_confidences'] = tokens
-            rows.append(out)
-    return rows
-
-
-def read_prior_csv(path: str) -> Dict[str, Dict[str, object]]:
-    """Prior CSV -> {filename: {'prior_text': str, 'prior_confidence': float}} (confidence in [0,1])."""
-    out = {
-        r['filename']: {'prior_text': r['prior_text'], 'prior_confidence': r['prior_confidence']}
-        for r in read_prior_rows(path)
-    }
-    if not out:
-        raise ValueError(f'prior CSV {path!r} has no rows')
-    return out
-
-
-def _write_csv(path: str, fields: Sequence[str], rows: Iterable[Mapping[str, object]]) -> None:
-    """UTF-8 CSV with a header, written atomically."""
-
-    def write(tmp):
-        with open(tmp, 'w', encoding='utf-8', newline='') as f:
-            writer = csv.DictWriter(f, fieldnames=list(fields))
-            writer.writeheader()
-            for row in rows:
-                writer.writerow(row)
-
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    atomic_write(path, write)
-
-
-def write_prior_csv(path: str, rows: Iterable[Mapping[str, object]]) -> None:
-    """Write a prior CSV atomically (for the inference tool and tests). rows: dicts with the PRIOR_COLUMNS keys
-    (and optionally 'prior_token_confidences', a sequence of floats)."""
-    rows = list(rows)
-    extra = any('prior_token_confidences' in r for r in rows)
-    fields = list(PRIOR_COLUMNS) + (['prior_token_confidences'] if extra else [])
-    out = []
-    for r in rows:
-        row = {k: r[k] for k in PRIOR_COLUMNS}
-        if extra:
-            row['prior_token_confidences'] = ' '.join(f'{float(c):.6f}' for c in r.get('prior_token_confidences', ()))
-        out.append(row)
-    _write_csv(path, fields, out)
-
-
 def write_per_image_csv(path: str, rows: Sequence[Mapping[str, object]]) -> None:
     """Per-image results in PER_IMAGE_COLUMNS order (only the columns present in the rows)."""
     present = [c for c in PER_IMAGE_COLUMNS if any(c in r for r in rows)]
-    _write_csv(path, present, [{c: r.get(c, '') for c in present} for r in rows])
+    write_csv(path, present, [{c: r.get(c, '') for c in present} for r in rows])
 
 
 def read_per_image_csv(path: str) -> Dict[str, Dict[str, object]]:
@@ -213,19 +141,3 @@ def summary_markdown(summary: Mapping[str, Mapping[str, float]], title: str = ''
     for method, metrics in summary.items():
         lines.append(f'| {method} | ' + ' | '.join(_fmt(metrics.get(k), k) for k, _, _ in keys) + ' |')
     return '\n'.join(lines) + '\n'
-
-
-def write_text(path: str, text: str) -> None:
-    """A UTF-8 text file, written atomically (its folder made if needed)."""
-
-    def write(tmp):
-        with open(tmp, 'w', encoding='utf-8') as f:
-            f.write(text)
-
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    atomic_write(path, write)
-
-
-def write_json(path: str, obj) -> None:
-    """JSON (UTF-8, indented), written atomically."""
-    write_text(path, json.dumps(obj, ensure_ascii=False, indent=2) + '\n')

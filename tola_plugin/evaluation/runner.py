@@ -10,13 +10,14 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
+from tola_plugin.checkpoints import metric_weights as W
 from tola_plugin.data.image_io import DEFAULT_MAX_PIXELS, WHITE, check_max_pixels, read_image_file
 from tola_plugin.evaluation import records as R
-from tola_plugin.evaluation import weights as W
-from tola_plugin.evaluation.image_metrics import (DEFAULT_COLOR_SPACE, PAIRED_METRICS, PairedImageMetrics,
-                                                  fid_between_dirs, images_to_tensor)
-from tola_plugin.evaluation.recognizers import PREFIX, RECOGNIZERS, build_recognizer, ppocrv4_unavailable
-from tola_plugin.evaluation.text_metrics import ned, normalize
+from tola_plugin.metrics.image_metrics import (DEFAULT_COLOR_SPACE, PAIRED_METRICS, PairedImageMetrics,
+                                               fid_between_dirs, images_to_tensor)
+from tola_plugin.metrics.text_metrics import ned, normalize
+from tola_plugin.ocr.recognizers import PREFIX, RECOGNIZERS, build_recognizer, ppocrv4_unavailable
+from tola_plugin.utils.atomic_files import write_json, write_text
 
 ALL_METRICS = PAIRED_METRICS + ('fid', ) + RECOGNIZERS
 
@@ -149,13 +150,13 @@ def evaluate_methods(methods: Mapping[str, str], out_dir: str, reference_dir: Op
         or ppocr_lower, 'skipped': skipped, 'transocr_preprocess': transocr_preprocess, 'reference_dir': reference_dir,
         'labels': labels_path, 'methods': dict(methods), 'name_suffixes': suffixes
     }
-    R.write_json(
+    write_json(
         os.path.join(out_dir, 'summary.json'), {'protocol': protocol, 'summary': summary, 'per_image': per_image_files})
     markdown = R.summary_markdown(summary, f'Evaluation on {len(names)} images')
     if skipped:
         markdown += (f'\nNot computed (weight files absent, see summary.json protocol.skipped): '
                      f'{", ".join(skipped)}\n')
-    R.write_text(os.path.join(out_dir, 'summary.md'), markdown)
+    write_text(os.path.join(out_dir, 'summary.md'), markdown)
     return summary
 
 

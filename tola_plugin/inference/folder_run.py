@@ -27,8 +27,9 @@ import cv2
 import numpy as np
 
 from tola_plugin.data.image_io import IMAGE_EXTENSIONS, FolderScan, scan_image_folder
-from tola_plugin.evaluation.records import read_prior_rows, write_json, write_prior_csv
+from tola_plugin.inference.prior_csv import read_prior_rows, write_prior_csv
 from tola_plugin.utils import run_lock
+from tola_plugin.utils.atomic_files import write_json
 from tola_plugin.utils.checkpoint_io import atomic_write
 
 PRIOR_CSV = 'prior.csv'

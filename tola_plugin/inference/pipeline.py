@@ -390,7 +390,7 @@ class TOLAPipeline:
     def _detect(self, rgb: np.ndarray) -> Tuple[List[Tuple[np.ndarray, np.ndarray, np.ndarray]], str]:
         """The detected lines of a photo as (strip, quad, polygon), rectified and turned the right way up; and a
         note when the detector cannot take the image (then no lines)."""
-        from tola_plugin.inference.text_detection import PPOCRv4Detector, UndetectableShape
+        from tola_plugin.ocr.ppocr_detection import PPOCRv4Detector, UndetectableShape
         if self.detector is None:
             self.detector = PPOCRv4Detector()
         try:
@@ -479,7 +479,7 @@ class TOLAPipeline:
         if not lines:
             return
         if self.recognizer is None:
-            from tola_plugin.evaluation.recognizers import PPOCRv4Recognizer
+            from tola_plugin.ocr.recognizers import PPOCRv4Recognizer
             self.recognizer = PPOCRv4Recognizer()
         bgr = [np.ascontiguousarray(img[..., ::-1]) for line in lines for img in (line.strip, line.restored)]
         readings = self.recognizer(bgr)

@@ -17,8 +17,8 @@ import numpy as np
 
 from basicsr.utils.registry import METRIC_REGISTRY
 
-from tola_plugin.evaluation.image_metrics import DEFAULT_COLOR_SPACE, PairedImageMetrics, images_to_tensor
-from tola_plugin.evaluation.weights import require_metric_weights
+from tola_plugin.checkpoints.metric_weights import require_metric_weights
+from tola_plugin.metrics.image_metrics import DEFAULT_COLOR_SPACE, PairedImageMetrics, images_to_tensor
 from tola_plugin.utils.devices import resolve_device
 
 # Registered metric -> the pyiqa metric whose local weight files it needs.

@@ -203,7 +203,7 @@ class TOLAModel(SRModel):
         try:
             super().nondist_validation(dataloader, current_iter, tb_logger, save_img)
             if self.ocr_records is not None and self.ocr_records[1]:
-                from tola_plugin.evaluation.text_metrics import recognition_scores
+                from tola_plugin.metrics.text_metrics import recognition_scores
                 preds, gts = self.ocr_records
                 scores = recognition_scores(preds, gts, lower=self.opt['val'].get('ocr_lower', False))
                 name = dataloader.dataset.opt['name']

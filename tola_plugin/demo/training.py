@@ -121,11 +121,11 @@ def train_demo_backbone(opt_path: str, work_dir: str = None, output_dir: str = N
     from tola_plugin.archs.tola_arch import TOLANet
     from tola_plugin.archs.transocr_arch import TransOCR
     from tola_plugin.archs.vae_arch import DiffTSRVAE
-    from tola_plugin.backbone_training import scores, stages
-    from tola_plugin.backbone_training.latents import build_latent_cache
-    from tola_plugin.backbone_training.pool import build_pool
+    from tola_plugin.checkpoints.demo_backbone import DIFFTSR_FILE, MANIFEST_FILE, TRANSOCR_FILE
     from tola_plugin.checkpoints.transocr import save_transocr
-    from tola_plugin.demo_backbone import DIFFTSR_FILE, MANIFEST_FILE, TRANSOCR_FILE
+    from tola_plugin.demo import scores, stages
+    from tola_plugin.demo.latents import build_latent_cache
+    from tola_plugin.demo.pool import build_pool
 
     data = opt['data']
     common = dict(

@@ -10,10 +10,10 @@ from typing import Dict, Sequence
 import numpy as np
 import torch
 
-from tola_plugin.backbone_training.pool import LinePool
-from tola_plugin.backbone_training.stages import images
-from tola_plugin.evaluation.image_metrics import mean_psnr_y8, to_bgr8
-from tola_plugin.evaluation.text_metrics import normalize
+from tola_plugin.demo.pool import LinePool
+from tola_plugin.demo.stages import images
+from tola_plugin.metrics.image_metrics import mean_psnr_y8, to_bgr8
+from tola_plugin.metrics.text_metrics import normalize
 from tola_plugin.text.alphabets import decode_transocr
 
 

@@ -15,7 +15,7 @@ from typing import Optional
 import numpy as np
 import torch
 
-from tola_plugin.backbone_training.pool import LinePool
+from tola_plugin.demo.pool import LinePool
 from tola_plugin.text.text_prior import transocr_to_idm
 
 TEXT_STEPS = 24  # TOLANet's greedy steps

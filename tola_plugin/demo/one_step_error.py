@@ -13,7 +13,7 @@ import torch
 from peft import PeftModel
 
 from tola_plugin.archs.vae_arch import LATENT_SCALE
-from tola_plugin.evaluation.image_metrics import mean_psnr_y8, to_bgr8
+from tola_plugin.metrics.image_metrics import mean_psnr_y8, to_bgr8
 
 #: Seed offset of the second noise draw (the first uses the image index).
 SECOND_DRAW = 1_000_000

@@ -1,4 +1,5 @@
-"""The small demo backbone trained here (tools/train_demo_backbone.py), shipped inside the package.
+"""Where the small demo backbone's weight files are: ``tola_plugin/demo/backbone/``, shipped inside the package
+(trained here by tools/train_demo_backbone.py, ``tola_plugin.demo.training``).
 
 Files (package data, so an installed package has them too):
 - ``difftsr_demo.safetensors``: IDM, VAE and MoM in our layout (``tools/convert_difftsr.py``'s format, read by
@@ -10,7 +11,6 @@ Option files select it with ``backbone_init: demo`` (TOLANet), which needs no pa
 """
 import json
 import os
-from importlib import resources
 from typing import Dict, Tuple
 
 DIFFTSR_FILE = 'difftsr_demo.safetensors'
@@ -19,8 +19,9 @@ MANIFEST_FILE = 'manifest.json'
 
 
 def demo_backbone_dir() -> str:
-    """The folder of this package (the files live next to this module)."""
-    return str(resources.files(__name__))
+    """The folder of the shipped files: ``tola_plugin/demo/backbone/`` (package data, found beside this package's
+    modules without importing the demo code)."""
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'demo', 'backbone')
 
 
 def demo_checkpoint_paths() -> Tuple[str, str]:

@@ -25,8 +25,8 @@ from diffusers.optimization import get_cosine_schedule_with_warmup
 
 from tola_plugin.archs.diffusion_schedule import NUM_TRAIN_TIMESTEPS, make_ldm_scheduler
 from tola_plugin.archs.vae_arch import LATENT_SCALE
-from tola_plugin.backbone_training.latents import LatentCache
-from tola_plugin.backbone_training.pool import LinePool
+from tola_plugin.demo.latents import LatentCache
+from tola_plugin.demo.pool import LinePool
 from tola_plugin.text.alphabets import IDM_MAX_LEN, IDM_PAD
 
 Log = Callable[[str], None]

@@ -1,5 +1,5 @@
 """Text-line detection in photos: PaddleOCR's PP-OCRv4 detector (DB) as shipped inside the rapidocr-onnxruntime
-1.4.4 wheel (offline; the package of ``tola_plugin.evaluation.recognizers``), run through rapidocr's own engine
+1.4.4 wheel (offline; the package of ``tola_plugin.ocr.recognizers``), run through rapidocr's own engine
 with its default settings: the photo's longer side reduced to at most 2000 and its shorter side raised to at least
 30 pixels, a letterbox for single-line strips, shorter side scaled to at least 736 for the network, box threshold
 0.5, unclip ratio 1.6, boxes mapped back to the photo and sorted in reading order.
@@ -16,7 +16,7 @@ from typing import List, Sequence
 
 import numpy as np
 
-from tola_plugin.evaluation.recognizers import rapidocr_model_config
+from tola_plugin.ocr.recognizers import rapidocr_model_config
 
 
 class UndetectableShape(ValueError):

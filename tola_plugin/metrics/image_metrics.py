@@ -17,8 +17,8 @@ import cv2
 import numpy as np
 import torch
 
+from tola_plugin.checkpoints import metric_weights as W
 from tola_plugin.data.image_io import DEFAULT_MAX_PIXELS, WHITE, list_image_files, read_image_file
-from tola_plugin.evaluation import weights as W
 
 LUMA_COLOR_SPACES = ('ycbcr', 'yiq')
 DEFAULT_COLOR_SPACE = 'ycbcr'

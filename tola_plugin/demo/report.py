@@ -12,38 +12,29 @@ import os
 import shutil
 from typing import Dict, List, Optional, Sequence
 
+import cv2
+import numpy as np
+import torch
 import yaml
 
+from basicsr.metrics.psnr_ssim import calculate_psnr
 from basicsr.utils import imwrite, tensor2img
 
+from tola_plugin.archs.backbone_builder import load_transocr, transocr_checkpoint_of
+from tola_plugin.data.text_degradation_dataset import TextDegradationDataset, held_out_dataset_opt
 from tola_plugin.evaluation import records as R
-from tola_plugin.evaluation.recognizers import ppocrv4_unavailable
+from tola_plugin.evaluation.plots import comparison_grid, load_grid_rows
 from tola_plugin.evaluation.runner import evaluate_methods
+from tola_plugin.inference.color_fix import COLOR_FIXES, apply_color_fix
+from tola_plugin.ocr.recognizers import ppocrv4_unavailable
 
 #: The issue's targets for the demo on the held-out lines: gains of TOLA over its LR input.
 TARGETS = {'psnr': 2.0, 'p_acc': 0.15}
 METHODS = ('LR', 'TOLA')
 
 
-def held_out_dataset_opt(opt: Dict, path: str) -> Dict:
-    """The option file's one test dataset (a TextDegradationDataset with a fixed seed) as a val-phase dataset option."""
-    datasets = [v for k, v in (opt.get('datasets') or {}).items() if k.startswith('test')]
-    if len(datasets) != 1 or datasets[0].get('type') != 'TextDegradationDataset':
-        raise ValueError(f'{path}: the demo report needs exactly one test dataset of type TextDegradationDataset')
-    return dict(datasets[0], phase='val', scale=opt.get('scale', 1))
-
-
-def transocr_checkpoint_of(network_opt: Dict) -> str:
-    """The TransOCR file TOLANet loads for these options (the demo backbone's or ``transocr_checkpoint``)."""
-    if network_opt.get('backbone_init') == 'demo':
-        from tola_plugin.demo_backbone import demo_checkpoint_paths
-        return demo_checkpoint_paths()[1]
-    return network_opt.get('transocr_checkpoint', 'checkpoints/transocr.pth')
-
-
 def export_pairs(opt: Dict, opt_path: str, results_root: str) -> List[str]:
     """Write ``lr/``, ``hr/``, ``tola/`` and ``labels.tsv`` under ``results_root``; returns the file names."""
-    from tola_plugin.data.text_degradation_dataset import TextDegradationDataset
     ds_opt = held_out_dataset_opt(opt, opt_path)
     dataset = TextDegradationDataset(ds_opt)
     suffix = (opt.get('val') or {}).get('suffix') or opt['name']
@@ -72,13 +63,6 @@ def color_fix_psnr(results_root: str, names: Sequence[str]) -> Dict[str, float]:
     """Mean PSNR (Y, dB) against HR of the restored lines after each colour fix of ``--color-fix`` (the LR canvas
     as the colour reference, as TOLAPipeline applies it): what keeping the input's colours does on the held-out
     lines (docs/restore.md)."""
-    import cv2
-    import numpy as np
-    import torch
-
-    from basicsr.metrics.psnr_ssim import calculate_psnr
-
-    from tola_plugin.inference.color_fix import COLOR_FIXES, apply_color_fix
 
     def read(method, name):  # BGR uint8 -> (1, 3, H, W) RGB in [0, 1]
         bgr = cv2.imread(os.path.join(results_root, method, name), cv2.IMREAD_COLOR)
@@ -99,7 +83,6 @@ def write_grid(results_root: str, names: Sequence[str], rows_by_method: Dict[str
                dpi: int = 200):
     """LR | TOLA | HR for ``names`` (one row each), each cell captioned with what recognizer ``prefix`` read
     (a tick when it equals the label under the evaluation's normalization)."""
-    from tola_plugin.evaluation.plots import comparison_grid, load_grid_rows
     images = load_grid_rows([(m, os.path.join(results_root, m.lower())) for m in (*METHODS, 'HR')], names)
     recognizer = {'p_': 'PP-OCRv4', 't_': 'TransOCR'}[prefix]
     rows, captions = [], []
@@ -118,7 +101,6 @@ def write_grid(results_root: str, names: Sequence[str], rows_by_method: Dict[str
 
 def make_report(opt_path: str, grid_samples: int = 6, results_dir: Optional[str] = None, log=print) -> Dict:
     """Everything the module docstring lists; returns the metrics.json content."""
-    from tola_plugin.archs.backbone_builder import load_transocr
     with open(opt_path, encoding='utf-8') as f:
         opt = yaml.safe_load(f)
     results_root = results_dir or os.path.join('results', opt['name'])
