@@ -23,7 +23,7 @@ from basicsr.models import build_model
 from tola_cli import infer
 from tola_plugin.archs.difftsr_arch import DiffTSRNet
 from tola_plugin.archs.precision import cuda_has_native_bf16
-from tola_plugin.archs.tola_arch import CHECKPOINTABLE
+from tola_plugin.archs.tola_adaptation import CHECKPOINTABLE
 from tola_plugin.archs.transocr_arch import TransOCR
 from tola_plugin.inference.pipeline import TOLAPipeline
 from tola_plugin.utils.cuda_math import tf32_allowed
@@ -135,7 +135,7 @@ def test_pipeline_and_tola_infer_in_each_precision(tiny_model, tmp_path, precisi
     if precision == 'bf16' and not cuda_has_native_bf16():
         pytest.skip('this GPU has no native bf16')
     path = line_image(str(tmp_path))
-    pipe = TOLAPipeline.from_merged(tiny_model).to('cuda').set_precision(precision)
+    pipe = TOLAPipeline.from_merged(tiny_model).to('cuda').set_switches(precision=precision)
     result = pipe(path)
     assert result.image.shape == (128, 512, 3) and result.image.dtype == np.uint8
     out = tmp_path / 'out'

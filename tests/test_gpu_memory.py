@@ -13,7 +13,8 @@ import yaml
 from basicsr.data import build_dataset
 from basicsr.models import build_model
 
-from tola_plugin.archs.tola_arch import CHECKPOINTABLE, TOLANet
+from tola_plugin.archs.tola_adaptation import CHECKPOINTABLE
+from tola_plugin.archs.tola_arch import TOLANet
 from tola_plugin.evaluation import memory_estimate as M
 from tola_plugin.utils.cli_errors import UsageError
 from numerics import equivalent

@@ -78,13 +78,13 @@ def test_algorithm1_stays_fp32_under_autocast(tiny_net, monkeypatch, precision):
     monkeypatch.setattr(net.idm.conv_out, 'forward', spy('idm conv_out', net.idm.conv_out.forward))
     monkeypatch.setattr(net.idm.conv_in, 'forward', spy('idm conv_in', net.idm.conv_in.forward))
     monkeypatch.setattr(net.vae, 'decode', spy('decoder', net.vae.decode))
-    net.set_precision(precision)
+    net.set_switches(precision=precision)
     try:
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter('ignore')  # low precision on a CPU without AMX warns; only the dtypes count here
             out = net(torch.rand(1, 3, 32, 128), noise_seeds=[5], return_intermediates=True)
     finally:
-        net.set_precision('fp32')
+        net.set_switches(precision='fp32')
     low = torch.bfloat16 if precision == 'bf16' else torch.float16
     assert seen['idm conv_in'] == low and seen['idm conv_in output'] == low  # the IDM itself runs low
     assert seen['idm conv_out'] == low and seen['idm conv_out output'] == torch.float32  # ...its output conv not

@@ -12,6 +12,7 @@ from tola_plugin.archs.tola_arch import TOLANet
 from tola_plugin.inference import openvino_backend as OV
 from tola_plugin.inference import runtime
 from tola_plugin.inference.pipeline import TOLAPipeline
+from tola_plugin.utils.devices import resolve_device
 from inference_testing import write_tiny_merged
 from numerics import within
 from tola_testing import one_thread  # noqa: F401
@@ -60,14 +61,14 @@ def test_openvino_runs_the_precision_of_the_forward(converted):
     """Under bf16 autocast (the network's precision bf16) each stage is compiled for bf16, once."""
     _, _, ov_net = converted
     lq = torch.rand(1, 3, 32, 128, generator=torch.Generator().manual_seed(0))
-    ov_net.set_precision('bf16')
+    ov_net.set_switches(precision='bf16')
     try:
         with warnings.catch_warnings():
             warnings.simplefilter('ignore')  # bf16 on a CPU without bf16 instructions warns; the plumbing counts
             out = ov_net(lq, noise_seeds=[0])
             again = ov_net(lq, noise_seeds=[0])
     finally:
-        ov_net.set_precision('fp32')
+        ov_net.set_switches(precision='fp32')
     assert out.dtype == torch.float32 and torch.isfinite(out).all() and torch.equal(out, again)
     assert 'bf16' in ov_net.idm.stage.requests and 'bf16' in ov_net.vae.decoder_stage.requests
     assert len(ov_net.idm.stage.compiled) == 2  # f32 and bf16, each compiled once
@@ -143,40 +144,36 @@ def test_backend_resolution(monkeypatch, capsys):
 
 
 class _Placed(torch.nn.Module):
-    """Stands in for a network on a simulated GPU: records .to() and set_precision."""
+    """Stands in for a network on a simulated GPU: records .to()."""
 
     def __init__(self):
         super().__init__()
-        self.moves, self.precision = [], 'fp32'
+        self.moves = []
 
     def to(self, device):
         self.moves.append(torch.device(device))
         return self
 
-    def set_precision(self, precision):
-        self.precision = precision
 
-
-def test_device_precision_and_tf32_are_resolved_in_one_place(monkeypatch):
+def test_device_backend_and_tf32_are_resolved_in_one_place(monkeypatch):
     """CUDA simulated: the default device is the GPU, TF32 is off unless asked for, backend auto is torch there."""
     flags = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
     try:
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-        net, device, backend = runtime.place_network(_Placed(), precision='bf16')
+        net, device, backend = runtime.place_network(_Placed())
         assert device == torch.device('cuda') and backend == 'torch' and net.moves == [device]
-        assert net.precision == 'bf16'
         assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
         runtime.place_network(_Placed(), 'cuda:1', allow_tf32=True)
         assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = flags
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
-    assert runtime.resolve_device(None) == torch.device('cpu')
+    assert resolve_device(None) == torch.device('cpu')
     with pytest.raises(ValueError, match='CUDA is not available'):
-        runtime.resolve_device('cuda')
+        resolve_device('cuda')
     with pytest.raises(ValueError, match="device 'gpu'"):
-        runtime.resolve_device('gpu')
+        resolve_device('gpu')
 
 
 def test_pipeline_uses_openvino_on_the_cpu_by_default(converted):

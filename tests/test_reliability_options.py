@@ -127,19 +127,17 @@ def trained_checkpoint(tmp_path_factory, one_thread):  # noqa: F811
                                              ({'lrc': {'type': 'LatentResidualCorrection', 'num_feat': 16}}, 'lrc'),
                                              ({'vae_lora': False}, 'vae_lora')])
 def test_checkpoint_settings_must_match_the_network(trained_checkpoint, override, option):
-    from tola_plugin.checkpoints.tola import load_adaptation_checkpoint
     path, _ = trained_checkpoint
     net = TOLANet(**tiny_net_opt(**override))
     with pytest.raises(ValueError) as err:
-        load_adaptation_checkpoint(net, path)
+        net.load_adaptation_checkpoint(path)
     assert path in str(err.value) and option in str(err.value)
 
 
 def test_matching_settings_load_and_restore_the_state(trained_checkpoint):
-    from tola_plugin.checkpoints.tola import load_adaptation_checkpoint
     path, trained = trained_checkpoint
     net = TOLANet(**tiny_net_opt(lora_alpha=None, lrc={'type': 'LatentResidualCorrection', 'num_feat': 32}))
-    load_adaptation_checkpoint(net, path)  # alpha None = rank, explicit LRC defaults: the same settings
+    net.load_adaptation_checkpoint(path)  # alpha None = rank, explicit LRC defaults: the same settings
     expected = trained.adaptation_state_dict()
     assert all(torch.equal(v, expected[k]) for k, v in net.adaptation_state_dict().items())
 
@@ -147,12 +145,11 @@ def test_matching_settings_load_and_restore_the_state(trained_checkpoint):
 def test_a_checkpoint_of_another_rank_without_settings_names_the_tensor(trained_checkpoint, tmp_path):
     """Files written before the settings were recorded: the shapes still give a clear error, not peft's raw
     'size mismatch'."""
-    from tola_plugin.checkpoints.tola import load_adaptation_checkpoint
     path, _ = trained_checkpoint
     old = str(tmp_path / 'old_format.pth')
     torch.save({'params': torch.load(path, weights_only=True)['params']}, old)
     with pytest.raises(ValueError, match=r'old_format\.pth.*lora_A.*shape'):
-        load_adaptation_checkpoint(TOLANet(**tiny_net_opt(lora_rank=2)), old)
+        TOLANet(**tiny_net_opt(lora_rank=2)).load_adaptation_checkpoint(old)
 
 
 def test_contradictory_lora_options_are_refused():

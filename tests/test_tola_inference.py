@@ -89,5 +89,5 @@ def test_inference_network_is_inference_only(merged_file, lq):
         net.save_merged(merged_file + '.again')
     with pytest.raises(RuntimeError, match='image branch was dropped'):
         net.mom(out['tokens'], out['z_lr'], out['z_t'], torch.tensor([999, 999]))
-    with pytest.raises(ValueError, match='fixed by the merged file'):
+    with pytest.raises(ValueError, match='cannot be switched on a built network'):
         TOLANet.load_for_inference(merged_file, lrc=None)

@@ -62,7 +62,7 @@ def test_algorithm1_line_by_line_at_init(net, lq):
     """With LoRA and LRC at init, eps = 0 and the posterior mode, the forward is the frozen DiffTSR modules run
     through Algorithm 1 (computed here independently with the adapters disabled)."""
     net.eval()
-    net.noise = 'zero'
+    net.set_switches(noise='zero')
     try:
         with torch.no_grad():
             out = net(lq, return_intermediates=True)
@@ -79,7 +79,7 @@ def test_algorithm1_line_by_line_at_init(net, lq):
             with net.vae.disable_adapter():
                 image = net.vae.decode(z0 * (1.0 / LATENT_SCALE)).sample.clamp(0, 1)
     finally:
-        net.noise = 'gaussian'
+        net.set_switches(noise='gaussian')
     assert torch.equal(out['tokens'], tokens) and torch.equal(out['confidences'], conf)
     assert torch.equal(out['z_lr'], z_lr)
     assert torch.equal(out['eps'], torch.zeros_like(z_lr))

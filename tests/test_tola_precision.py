@@ -131,7 +131,7 @@ def test_tolanet_runs_in_the_chosen_precision(monkeypatch):
     monkeypatch.setattr(net.transocr, 'greedy_decode', spy('prior', net.transocr.greedy_decode))
     with torch.no_grad():
         ref = net(lq, noise_seeds=[1], return_intermediates=True)
-        net.set_precision('bf16')
+        net.set_switches(precision='bf16')
         with warnings.catch_warnings():
             warnings.simplefilter('ignore')  # bf16 on a CPU without AMX warns; here only the plumbing counts
             low = net(lq, noise_seeds=[1], return_intermediates=True)
@@ -140,6 +140,6 @@ def test_tolanet_runs_in_the_chosen_precision(monkeypatch):
     assert not torch.equal(low['image'], ref['image'])
     assert torch.equal(low['tokens'], ref['tokens']) and torch.equal(low['confidences'], ref['confidences'])
     with pytest.raises(ValueError, match='precision'):
-        net.set_precision('half')
+        net.set_switches(precision='half')
     with pytest.raises(ValueError, match='precision'):
         TOLANet(**tiny_net_opt(precision='fp64'))

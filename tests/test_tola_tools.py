@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 
 import tola_plugin  # noqa: F401
 from tola_plugin.archs.tola_arch import TOLANet
-from tola_plugin.checkpoints.tola import MERGED_FORMAT, build_tola_from_options
+from tola_plugin.checkpoints.tola import MERGED_FORMAT
 from tola_plugin.inference.prior_csv import read_prior_csv
 from inference_testing import tiny_adapted_net
 from tola_testing import REPO, one_thread, tiny_net_opt  # noqa: F401
@@ -58,7 +58,7 @@ def test_export_merged_writes_a_pickle_free_equivalent_model(trained):
         assert not any('lora_' in k for k in f.keys())
     # the file holds the float32 merge W + s·BA: against the same merge in float64, two roundings of 2^-24 each;
     # measured 6.0e-8 of a tensor's largest value, tolerance 1e-5 (170x; a wrong or lost tensor is O(1) off)
-    adapted = build_tola_from_options(trained['opt']).double().eval()
+    adapted = TOLANet.from_options(trained['opt']).double().eval()
     exact = copy.deepcopy(adapted)
     exact.merge_lora()
     stored, expected = load_file(str(out)), exact.state_dict()
@@ -72,7 +72,7 @@ def test_export_merged_writes_a_pickle_free_equivalent_model(trained):
     with torch.no_grad():
         a, b = adapted(lq, noise_seeds=[3, 4]), merged(lq, noise_seeds=[3, 4])
     within(rel_err(b, a), 1e-5, 'merged file vs adapted network (float64 forward)')
-    with pytest.raises(ValueError, match='fixed by the merged file'):
+    with pytest.raises(ValueError, match='cannot be switched on a built network'):
         TOLANet.from_merged(str(out), lrc=None)
     bad = trained['root'] / 'foreign.safetensors'
     from safetensors.torch import save_file

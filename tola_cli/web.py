@@ -79,7 +79,8 @@ def run(args: argparse.Namespace, block: bool = True):
         raise OSError('tola-web needs gradio: pip install "tola-plugin[web]" (or pip install -r '
                       'requirements.txt)') from err
     from tola_plugin.inference.pipeline import DEMO_MODEL, TOLAPipeline
-    pipeline = TOLAPipeline.from_merged(args.model, device=args.device, backend=args.backend, precision=args.precision,
+    switches = {'precision': args.precision} if args.precision else {}
+    pipeline = TOLAPipeline.from_merged(args.model, switches=switches, device=args.device, backend=args.backend,
                                         color_fix=args.color_fix, max_windows=args.max_windows,
                                         max_output_pixels=args.max_output_megapixels * 1e6)
     web_app.warm_up(pipeline, args.detect)

@@ -19,7 +19,6 @@ import torch
 
 import tola_plugin  # noqa: F401  (registers the archs)
 from tola_plugin.archs.tola_arch import TOLANet
-from tola_plugin.checkpoints.tola import build_tola_from_options
 from tola_plugin.utils.cli_errors import run_tool
 
 
@@ -33,7 +32,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if not args.out.endswith('.safetensors'):
         parser.error('--out must end with .safetensors')
-    net = build_tola_from_options(args.opt, args.checkpoint)
+    net = TOLANet.from_options(args.opt, args.checkpoint)
     if args.verify:
         lq = torch.rand(1, 3, 128, 512, generator=torch.Generator().manual_seed(0))
         with torch.no_grad():

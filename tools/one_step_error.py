@@ -47,7 +47,8 @@ def main(argv=None) -> int:
 
     from basicsr.archs import build_network
 
-    from tola_plugin.checkpoints.tola import build_tola_from_options, read_tola_options
+    from tola_plugin.archs.tola_arch import TOLANet
+    from tola_plugin.archs.tola_loading import read_tola_options
     from tola_plugin.data.text_degradation_dataset import TextDegradationDataset, held_out_dataset_opt
     from tola_plugin.demo.one_step_error import mean_over_batches, one_step_error
     from tola_plugin.utils.checkpoint_io import atomic_write
@@ -56,7 +57,7 @@ def main(argv=None) -> int:
     if args.frozen:
         net = build_network(dict(opt['network_g'], idm_lora=False, vae_lora=False, lrc=None)).eval()
     else:
-        net = build_tola_from_options(args.opt, args.checkpoint)
+        net = TOLANet.from_options(args.opt, args.checkpoint)
     if net.text_prior == 'gt':
         raise ValueError(f"{args.opt}: network_g.text_prior 'gt' needs ground-truth tokens; use 'predicted'")
     dataset = TextDegradationDataset(held_out_dataset_opt(opt, args.opt))

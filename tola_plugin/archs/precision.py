@@ -24,6 +24,8 @@ import warnings
 
 import torch
 
+from tola_plugin.archs import bf16_speed
+
 PRECISIONS = ('fp32', 'bf16', 'fp16', 'auto')
 _DTYPES = {'fp32': torch.float32, 'bf16': torch.bfloat16, 'fp16': torch.float16}
 
@@ -49,8 +51,7 @@ def cpu_bf16_is_faster() -> bool:
     cached: ``bf16_speed.bf16_speedup``); False without bf16 instructions (emulated), without measuring."""
     if not cpu_has_native_bf16():
         return False
-    from tola_plugin.archs.bf16_speed import AUTO_BF16_MIN_SPEEDUP, bf16_speedup
-    return bf16_speedup()['speedup'] >= AUTO_BF16_MIN_SPEEDUP
+    return bf16_speed.bf16_speedup()['speedup'] >= bf16_speed.AUTO_BF16_MIN_SPEEDUP
 
 
 def _slow_on_cpu(dtype: torch.dtype) -> str:

@@ -7,25 +7,23 @@ No TDM, no MoM U-Net (its I_cond only feeds the TDM), no reverse loop.
 Every paper variant/control is a constructor switch (see docs/tola.md for the table of option files).
 """
 import contextlib
-import inspect
+import numbers
 import zlib
 from typing import Dict, List, Optional, Sequence
 
 import torch
 from diffusers.utils.torch_utils import randn_tensor
-from peft import PeftModel
 from torch import nn
 
 from basicsr.archs import build_network
 from basicsr.utils.registry import ARCH_REGISTRY
 
-from tola_plugin.archs.backbone_builder import BACKBONE_INITS, build_backbone
+from tola_plugin.archs.backbone_builder import build_backbone
 from tola_plugin.archs.diffusion_schedule import schedule_constants
-from tola_plugin.archs.lora import (IDM_LORA_TARGETS, VAE_ENCODER_LORA_TARGETS, add_lora, check_lora_settings,
-                                    count_lora_parameters, load_lora_state_dict, lora_settings, lora_state_dict,
-                                    merge_lora)
-from tola_plugin.archs.mom_arch import DiffTSRMoM
+from tola_plugin.archs.lora import IDM_LORA_TARGETS, VAE_ENCODER_LORA_TARGETS, add_lora, check_lora_settings
 from tola_plugin.archs.precision import PRECISIONS, autocast, decoder_autocast, full_precision, resolve_precision
+from tola_plugin.archs.tola_adaptation import TOLAAdaptationMixin
+from tola_plugin.archs.tola_loading import TOLALoadingMixin
 from tola_plugin.archs.vae_arch import LATENT_MODES, LATENT_SCALE
 from tola_plugin.text.alphabets import IDM_MAX_LEN, IDM_PAD, decode_idm
 from tola_plugin.text.text_prior import DIFFTSR_MAX_TOKENS, difftsr_prediction_text, transocr_to_idm
@@ -35,9 +33,16 @@ CONFIDENCES = ('predicted', 'uniform')
 CONTEXT_ROUTES = ('mom', 'direct')
 NOISE_MODES = ('gaussian', 'zero')
 TEXT_DECODINGS = ('incremental', 'full_prefix')
-CHECKPOINTABLE = ('idm', 'vae_encoder', 'vae_decoder')  # gradient checkpointing: parts with large activations
 TEXT_STEPS = 24  # greedy TransOCR steps, as DiffTSR's Text_Prediction (the 'full_prefix' reference route)
 POSTERIOR_SEED_OFFSET = 0x9E3779B9  # per-image seed of the posterior sample = ε's seed + this
+#: Inference switches: the options that change what the forward computes but no weight, with their choices (None:
+#: checked by a function). The constructor sets them through ``set_switches``, the one place they are validated,
+#: and so do the loaders (``from_merged(path, noise='zero')``), TOLAPipeline and the command lines.
+SWITCHES = {
+    'timestep': None, 'latent': LATENT_MODES, 'noise': NOISE_MODES, 'text_prior': TEXT_PRIORS,
+    'confidence': CONFIDENCES, 'context_route': CONTEXT_ROUTES, 'clamp_output': (True, False), 'precision': PRECISIONS,
+    'text_decoding': TEXT_DECODINGS
+}
 
 
 def image_noise_seed(name: str, base_seed: int = 0) -> int:
@@ -47,21 +52,30 @@ def image_noise_seed(name: str, base_seed: int = 0) -> int:
 
 
 @ARCH_REGISTRY.register()
-class TOLANet(nn.Module):
+class TOLANet(TOLAAdaptationMixin, TOLALoadingMixin, nn.Module):
     """One-step text-aware DiffTSR restorer. lq (B, 3, H, W) RGB in [0, 1] -> restored (B, 3, H, W) in [0, 1].
 
     Backbone:
         backbone_init: 'checkpoint' (default; the official ``DiffTSR.ckpt`` / ``transocr.pth``, strict),
             'demo' (the small backbone trained here and shipped in ``tola_plugin/demo/backbone``, strict; the
-            checkpoint paths are not used), 'random' (tests only: modules built from ``*_config`` with random
-            weights drawn from ``random_seed``) or 'empty' (modules built from ``*_config``, weights not drawn: every
-            weight is loaded next, as when a merged file is rebuilt).
+            checkpoint paths are not used), 'random' (modules built from ``*_config`` with random weights drawn from
+            ``random_seed``: tests and benchmarks) or 'empty' (modules built from ``*_config``, no weight drawn:
+            every weight is loaded next, as when a merged file is rebuilt).
         difftsr_checkpoint, transocr_checkpoint: file paths (official layout or the converted safetensors).
         idm_config, vae_config, mom_config, transocr_config: constructor overrides of the backbone modules
             (architecture); with 'checkpoint' they must match the file (strict loading).
         random_seed: seed of the 'random' backbone (0), drawn from its own RNG stream so that training and
             testing rebuild the very same random backbone whatever the global RNG state.
-    Algorithm 1 switches (paper default first):
+    Adaptation (what is trained; ``tola_adaptation.py``):
+        lora_rank, lora_alpha: peft LoRA rank r (4) and alpha (None = r).
+        idm_lora, vae_lora: insert LoRA into the IDM transformer blocks / the VAE encoder + quant_conv.
+        vae_lora_active: False disables the VAE-encoder LoRA at inference (the "VAE LoRA off" control).
+        lrc: BasicSR network option dict of the correction branch ({type: LatentResidualCorrection, ...},
+            {type: PlainResidualCorrection}) or None (no correction: ẑ0corr = ẑ0).
+        gradient_checkpointing: parts whose activations are recomputed in the backward pass instead of kept, any
+            subset of ('idm', 'vae_encoder', 'vae_decoder'); none by default (the paper). Same gradients, less
+            memory, about one more forward of those parts (tools/estimate_memory.py, docs/training_gpus.md).
+    Inference switches (``SWITCHES``; paper default first; ``set_switches`` changes them, loaders take them too):
         timestep: fixed zero-indexed q-sample / IDM timestep t (999; 899 and 949 are trained in Tables S8/S9 and
             used at inference in Table S11).
         latent: 'mode' (posterior mean of the VAE encoder) or 'sample' (the official DiffTSR inference).
@@ -73,21 +87,10 @@ class TOLANet(nn.Module):
             exactly DiffTSR's conditioning).
         context_route: 'mom' (the MoM text encoder) or 'direct' (Direct tokens: confidence-scaled token
             embeddings of the MoM text encoder used as context, without its position embedding and layers).
-    Adaptation:
-        lora_rank, lora_alpha: peft LoRA rank r (4) and alpha (None = r).
-        idm_lora, vae_lora: insert LoRA into the IDM transformer blocks / the VAE encoder + quant_conv.
-        vae_lora_active: False disables the VAE-encoder LoRA at inference (the "VAE LoRA off" control).
-        lrc: BasicSR network option dict of the correction branch ({type: LatentResidualCorrection, ...},
-            {type: PlainResidualCorrection}) or None (no correction: ẑ0corr = ẑ0).
         clamp_output: clamp the decoded image to [0, 1] (True; the output image range).
-    Training memory:
-        gradient_checkpointing: parts whose activations are recomputed in the backward pass instead of kept, any
-            subset of ('idm', 'vae_encoder', 'vae_decoder'); none by default (the paper). Same gradients, less
-            memory, about one more forward of those parts (tools/estimate_memory.py, docs/training_gpus.md).
-    Inference:
         precision: 'fp32' (default), 'bf16', 'fp16' or 'auto': the compute dtype of the VAE, MoM, IDM and LRC
-            (autocast; the output stays fp32; the TransOCR text prior always runs in fp32). 'auto' = bf16 on CUDA
-            and on CPUs with AMX, fp32 on other CPUs (see ``archs/precision.py``).
+            (autocast; the output stays fp32; the TransOCR text prior always runs in fp32). 'auto': bf16 on CUDA
+            and on CPUs where it measured faster, else fp32 (``archs/precision.py``).
         text_decoding: how the greedy TransOCR prior is decoded, the same function either way (docs/inference.md):
             'incremental' (default: cached keys/values, only the 23 steps the prior reads, stopping once every
             image has emitted END) or 'full_prefix' (DiffTSR's loop: the whole prefix re-run for 24 steps; the
@@ -102,23 +105,10 @@ class TOLANet(nn.Module):
                  text_decoding='incremental', gradient_checkpointing=None):
         options = {k: v for k, v in locals().items() if k not in ('self', '__class__')}
         super().__init__()
-        for name, value, allowed in (('backbone_init', backbone_init,
-                                      BACKBONE_INITS), ('latent', latent, LATENT_MODES), ('noise', noise, NOISE_MODES),
-                                     ('text_prior', text_prior, TEXT_PRIORS), ('confidence', confidence, CONFIDENCES),
-                                     ('context_route', context_route, CONTEXT_ROUTES), ('text_decoding', text_decoding,
-                                                                                        TEXT_DECODINGS)):
-            if value not in allowed:
-                raise ValueError(f'TOLANet: {name} must be one of {allowed}, got {value!r}')
-        if context_route == 'direct' and text_prior == 'none':
-            raise ValueError("TOLANet: context_route 'direct' needs a text prior (text_prior 'none' removes it)")
         check_lora_settings(lora_rank, lora_alpha, idm_lora, vae_lora, vae_lora_active)
-        self.options = options  # constructor arguments, for the merged export
-        self.set_timestep(timestep)
-        self.set_precision(precision)
-        self.latent, self.noise, self.text_prior = latent, noise, text_prior
-        self.confidence, self.context_route, self.clamp_output = confidence, context_route, bool(clamp_output)
-        self.text_decoding = text_decoding
+        self.options = options  # constructor arguments (the adaptation settings read the LRC's)
         self.inference_only = False  # set by prepare_for_inference
+        self.set_switches(**{name: options[name] for name in SWITCHES})
 
         # Frozen backbone (official weights, strict), then LoRA on top (peft freezes every base weight).
         idm, vae, mom, transocr = build_backbone(backbone_init, difftsr_checkpoint, transocr_checkpoint, idm_config,
@@ -137,40 +127,39 @@ class TOLANet(nn.Module):
         self.set_gradient_checkpointing(gradient_checkpointing or ())
         self.train(True)
 
-    # ----------------------------------------------------------------------------------- construction
-    def set_timestep(self, timestep: int) -> None:
-        """Fix the q-sample / IDM timestep t and its schedule constants (an inference switch, e.g. Table S11)."""
-        self.timestep = int(timestep)
-        self.sqrt_alpha_bar, self.sqrt_one_minus_alpha_bar = schedule_constants(self.timestep)
+    @classmethod
+    def check_switches(cls, switches: Dict) -> Dict:
+        """``switches`` checked, each against its choices in ``SWITCHES`` (timestep: an integer in [0, 999]); any
+        other option fixes the architecture or the weights, and naming one is an error. Returns them."""
+        unknown = sorted(set(switches) - set(SWITCHES))
+        if unknown:
+            raise ValueError(f'TOLANet: {unknown} cannot be switched on a built network (they fix its architecture '
+                             f'or weights); the inference switches are {sorted(SWITCHES)}')
+        for name, value in switches.items():
+            if name == 'timestep':
+                if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                    raise ValueError(f'TOLANet: timestep must be an integer in [0, 999], got {value!r}')
+                schedule_constants(value)  # in [0, 999], or a ValueError naming it
+            elif not isinstance(value, bool if name == 'clamp_output' else str) or value not in SWITCHES[name]:
+                raise ValueError(f'TOLANet: {name} must be one of {SWITCHES[name]}, got {value!r}')
+        return switches
 
-    def set_precision(self, precision: str) -> None:
-        """Compute precision of the forward: 'fp32', 'bf16', 'fp16' or 'auto' (resolved per input device)."""
-        if precision not in PRECISIONS:
-            raise ValueError(f'TOLANet: precision must be one of {PRECISIONS}, got {precision!r}')
-        self.precision = precision
+    def set_switches(self, **switches) -> 'TOLANet':
+        """Set inference switches (``SWITCHES``: timestep, latent, noise, text_prior, confidence, context_route,
+        clamp_output, precision, text_decoding; ``check_switches``); returns the network."""
+        self.check_switches(switches)
+        state = {**self.switches(), **switches}
+        if state['context_route'] == 'direct' and state['text_prior'] == 'none':
+            raise ValueError("TOLANet: context_route 'direct' needs a text prior (text_prior 'none' removes it)")
+        for name, value in switches.items():
+            setattr(self, name, int(value) if name == 'timestep' else value)
+        if 'timestep' in switches:
+            self.sqrt_alpha_bar, self.sqrt_one_minus_alpha_bar = schedule_constants(self.timestep)
+        return self
 
-    def set_gradient_checkpointing(self, parts: Sequence[str], checkpoint_fn=None) -> None:
-        """Recompute the activations of ``parts`` (a subset of ``CHECKPOINTABLE``) in the backward pass instead of
-        keeping them; the others keep theirs. Uses the diffusers blocks' own checkpointing (each ResNet/attention
-        block of the IDM, each down/mid/up block of the VAE), switched per part (diffusers switches a whole model).
-        ``checkpoint_fn(module, *args)``: the recomputation function (default: non-reentrant
-        ``torch.utils.checkpoint``, as diffusers); with autograd off (validation, inference) nothing changes."""
-        if isinstance(parts, str) or any(p not in CHECKPOINTABLE for p in parts) or len(set(parts)) != len(parts):
-            raise ValueError(f'TOLANet: gradient_checkpointing must be a list of distinct parts of {CHECKPOINTABLE}, '
-                             f'got {parts!r}')
-        if checkpoint_fn is None:
-
-            def checkpoint_fn(module, *args):
-                return torch.utils.checkpoint.checkpoint(module.__call__, *args, use_reentrant=False)
-
-        vae = self.vae.get_base_model() if isinstance(self.vae, PeftModel) else self.vae
-        idm = self.idm.get_base_model() if isinstance(self.idm, PeftModel) else self.idm
-        for name, module in (('idm', idm), ('vae_encoder', vae.encoder), ('vae_decoder', vae.decoder)):
-            for block in module.modules():
-                if hasattr(block, 'gradient_checkpointing'):
-                    block.gradient_checkpointing = name in parts
-                    block._gradient_checkpointing_func = checkpoint_fn
-        self.checkpointed_parts = tuple(p for p in CHECKPOINTABLE if p in parts)
+    def switches(self) -> Dict:
+        """The inference switches as they are now ({name: value}; None for one not yet set)."""
+        return {name: self.__dict__.get(name) for name in SWITCHES}
 
     def train(self, mode: bool = True):
         """Only the correction branch follows ``mode``: every frozen module (TransOCR's BatchNorm and dropout
@@ -308,147 +297,3 @@ class TOLANet(nn.Module):
         if len(seeds) != batch:
             raise ValueError(f'TOLANet: got {len(seeds)} noise seeds for a batch of {batch}')
         return [torch.Generator().manual_seed((int(s) + offset) % 2**63) for s in seeds]
-
-    # ------------------------------------------------------------------------------ adaptation state
-    def trainable_parameter_counts(self) -> Dict[str, int]:
-        """Parameters TOLA optimises and saves: {'idm_lora', 'vae_lora', 'lrc', 'total'} (Table S3)."""
-        counts = dict(
-            idm_lora=count_lora_parameters(self.idm), vae_lora=count_lora_parameters(self.vae),
-            lrc=sum(p.numel() for p in self.lrc.parameters()) if self.lrc is not None else 0)
-        counts['total'] = sum(counts.values())
-        return counts
-
-    def adaptation_state_dict(self) -> Dict[str, torch.Tensor]:
-        """Exactly the trained state: peft's adapter state of the IDM and VAE ('idm_lora.*', 'vae_lora.*') and
-        the correction branch ('lrc.*'). Frozen backbone weights are never saved."""
-        state = {}
-        if self.has_lora('idm'):
-            state.update({f'idm_lora.{k}': v for k, v in lora_state_dict(self.idm).items()})
-        if self.has_lora('vae'):
-            state.update({f'vae_lora.{k}': v for k, v in lora_state_dict(self.vae).items()})
-        if self.lrc is not None:
-            state.update({f'lrc.{k}': v.detach().clone() for k, v in self.lrc.state_dict().items()})
-        return state
-
-    def adaptation_config(self) -> Dict:
-        """The settings the adaptation state depends on, recorded in every checkpoint and checked when one is
-        loaded: ``lora_rank``, ``lora_alpha`` (None without LoRA), ``idm_lora`` / ``vae_lora`` (the target
-        patterns, None without that LoRA) and ``lrc`` (its options with defaults filled in, None without LRC)."""
-        from tola_plugin.utils.option_checks import resolved_options
-        loras = {name: lora_settings(getattr(self, name)) for name in ('idm', 'vae') if self.has_lora(name)}
-        first = next(iter(loras.values()), {})
-        return {
-            'lora_rank': first.get('rank'), 'lora_alpha': first.get('alpha'),
-            'idm_lora': loras['idm']['targets'] if 'idm' in loras else None,
-            'vae_lora': loras['vae']['targets'] if 'vae' in loras else None,
-            'lrc': resolved_options(ARCH_REGISTRY, self.options['lrc']) if self.lrc is not None else None
-        }
-
-    def load_adaptation_state_dict(self, state: Dict[str, torch.Tensor]) -> None:
-        """Inverse of ``adaptation_state_dict``; strict: any missing or unexpected key raises KeyError."""
-        parts = {'idm_lora': {}, 'vae_lora': {}, 'lrc': {}}
-        for key, value in state.items():
-            head, _, rest = key.partition('.')
-            if head not in parts:
-                raise KeyError(f'TOLANet adaptation state: unexpected key {key!r} (expected idm_lora.*, '
-                               'vae_lora.*, lrc.*)')
-            parts[head][rest] = value
-        for name in ('idm', 'vae'):
-            if self.has_lora(name):
-                load_lora_state_dict(getattr(self, name), parts[f'{name}_lora'], component=f'TOLANet {name}')
-            elif parts[f'{name}_lora']:
-                raise KeyError(f'TOLANet: the state has {name} LoRA weights but this model has no {name} LoRA '
-                               f'({name}_lora is off)')
-        if self.lrc is not None:
-            self.lrc.load_state_dict(parts['lrc'], strict=True)
-        elif parts['lrc']:
-            raise KeyError('TOLANet: the state has LRC weights but this model has no correction branch (lrc: ~)')
-
-    def has_lora(self, name: str) -> bool:
-        """Whether the 'idm' or 'vae' module currently carries (unmerged) peft LoRA adapters."""
-        return isinstance(getattr(self, name), PeftModel)
-
-    def merge_lora(self) -> None:
-        """Fold LoRA into the base weights (peft merge_and_unload): same outputs within fp32 rounding, no
-        adapter overhead; afterwards the model has no adaptation state apart from the LRC."""
-        for name in ('idm', 'vae'):
-            if not self.has_lora(name):
-                continue
-            if name == 'vae' and not self.vae_lora_active:
-                self.vae = self.vae.unload()  # the "VAE LoRA off" control: the base encoder, unchanged
-            else:
-                setattr(self, name, merge_lora(getattr(self, name)))
-
-    # ----------------------------------------------------------------------------- merged export
-    def merged_options(self) -> Dict:
-        """Constructor options that rebuild this network's architecture with LoRA merged (no adapters):
-        the backbone sizes are read from the modules themselves."""
-        if self.has_lora('idm') or self.has_lora('vae'):
-            raise ValueError('TOLANet.merged_options: call merge_lora() first')
-        if self.inference_only:
-            raise ValueError('TOLANet: a network prepared for inference has no MoM image branch and cannot be '
-                             'exported; export the trained network (tools/export_merged.py)')
-        opts = dict(self.options, backbone_init='empty', idm_lora=False, vae_lora=False, vae_lora_active=True)
-        for key in ('difftsr_checkpoint', 'transocr_checkpoint', 'gradient_checkpointing'):  # not architecture
-            opts.pop(key, None)
-        for name, module in (('idm', self.idm), ('vae', self.vae), ('mom', self.mom)):
-            accepted = inspect.signature(type(module).__init__).parameters
-            opts[f'{name}_config'] = {
-                k: (list(v) if isinstance(v, tuple) else v)
-                for k, v in module.config.items() if k in accepted
-            }
-        opts['transocr_config'] = dict(self.transocr.arch_options)  # e.g. the demo file's own architecture
-        return opts
-
-    def save_merged(self, path: str) -> None:
-        """Merge LoRA (if not yet) and write every tensor of the network to one pickle-free safetensors file,
-        with the rebuild options in its metadata (``TOLANet.from_merged`` reads it back)."""
-        from tola_plugin.checkpoints.tola import write_merged
-        self.merge_lora()
-        write_merged(path, self.state_dict(), self.merged_options())
-
-    @classmethod
-    def from_merged(cls, path: str, **overrides) -> 'TOLANet':
-        """Rebuild a merged TOLANet from ``save_merged``'s file (strict; every tensor, the MoM image branch
-        included). ``overrides``: inference switches such as timestep or noise. For inference prefer
-        ``load_for_inference`` (no MoM image branch, inference mode)."""
-        from safetensors.torch import load_file
-
-        from tola_plugin.checkpoints.tola import read_merged_options
-        with torch.device('meta'):  # no random init of ~1B parameters that are overwritten right away
-            net = cls(**read_merged_options(path, overrides))
-        net.load_state_dict(load_file(path), strict=True, assign=True)  # memory-mapped tensors, no copy
-        net.requires_grad_(False)
-        return net.eval()
-
-    @classmethod
-    def load_for_inference(cls, path: str, **overrides) -> 'TOLANet':
-        """The inference network of ``save_merged``'s file: ``prepare_for_inference`` applied, the weights
-        memory-mapped from the file and assigned in place (read once, never copied on the CPU; ``.to(device)``
-        copies them to a GPU), the MoM image branch never read. Strict: every tensor it runs must be in the file.
-        overrides: inference switches (precision, text_decoding, timestep, noise, ...). Where and on which runtime
-        it runs is the inference entry points' business (``tola_plugin/inference/runtime.py``).
-        """
-        from safetensors.torch import load_file
-
-        from tola_plugin.checkpoints.tola import read_merged_options
-        with torch.device('meta'):
-            net = cls(**read_merged_options(path, overrides))
-        net.mom.drop_image_branch()
-        unused = tuple(f'mom.{prefix}' for prefix in DiffTSRMoM.IMAGE_BRANCH)
-        state = load_file(path)  # memory-mapped: a tensor's bytes are read when first used
-        state = {k: v for k, v in state.items() if not k.startswith(unused)}
-        net.load_state_dict(state, strict=True, assign=True)
-        return net.prepare_for_inference()
-
-    def prepare_for_inference(self) -> 'TOLANet':
-        """Make this network inference-only, in place (returns it), computing the same function: LoRA folded into
-        the weights (peft), the MoM image branch (only feeds the TDM) dropped, every parameter frozen, eval mode;
-        ``forward`` then runs under ``torch.inference_mode``. Training or exporting it afterwards is an error."""
-        self.merge_lora()
-        if self.mom.unet is not None:
-            self.mom.drop_image_branch()
-        self.requires_grad_(False)
-        self.eval()
-        self.inference_only = True
-        return self

@@ -23,6 +23,7 @@ from torch import nn
 from basicsr.utils.registry import ARCH_REGISTRY
 
 from tola_plugin.text.alphabets import TRANSOCR_NUM_CLASSES, TRANSOCR_START, decode_transocr
+from tola_plugin.text.text_prior import difftsr_prediction_text
 
 PREPROCESS_MODES = ('difftsr', 'benchmark')
 
@@ -396,6 +397,5 @@ class TransOCR(nn.Module):
                              f'this model has {self.num_classes} classes')
         ids, probs = self.greedy_decode(images, max_steps=max_steps, stop_at_end=True)  # both cut at the first END
         if difftsr_quirks:
-            from tola_plugin.text.text_prior import difftsr_prediction_text  # text_prior imports nothing from here
             return [difftsr_prediction_text(row, prob)[0] for row, prob in zip(ids.tolist(), probs.tolist())]
         return [decode_transocr(row) for row in ids.tolist()]

@@ -16,12 +16,24 @@ import time
 import torch
 import yaml
 
+from tola_plugin.archs.backbone_builder import load_difftsr, load_transocr, save_converted
+from tola_plugin.archs.idm_unet_arch import DiffTSRIDMUNet
+from tola_plugin.archs.mom_arch import DiffTSRMoM
+from tola_plugin.archs.tola_arch import TOLANet
+from tola_plugin.archs.transocr_arch import TransOCR
+from tola_plugin.archs.vae_arch import DiffTSRVAE
+from tola_plugin.checkpoints.demo_backbone import DIFFTSR_FILE, MANIFEST_FILE, TRANSOCR_FILE
+from tola_plugin.checkpoints.transocr import save_transocr
+from tola_plugin.demo import scores, stages
+from tola_plugin.demo.latents import build_latent_cache
+from tola_plugin.demo.pool import build_pool
+from tola_plugin.utils.checkpoint_io import require_file
+
 STAGES = ('vae', 'transocr', 'idm')
 REQUIRED = ('name', 'seed', 'num_threads', 'work_dir', 'output_dir', 'data', 'vae', 'transocr', 'idm')
 
 
 def read_options(path: str) -> dict:
-    from tola_plugin.utils.checkpoint_io import require_file
     with open(require_file(path, 'option file', 'Give e.g. options/demo/train_demo_backbone.yml.'),
               encoding='utf-8') as f:
         opt = yaml.safe_load(f)
@@ -114,18 +126,6 @@ def train_demo_backbone(opt_path: str, work_dir: str = None, output_dir: str = N
     seed = int(opt['seed'])
     started = time.time()
     log(f'train_demo_backbone: {opt_path} seed {seed} threads {opt["num_threads"]} work_dir {work}')
-
-    from tola_plugin.archs.backbone_builder import load_difftsr, load_transocr, save_converted
-    from tola_plugin.archs.idm_unet_arch import DiffTSRIDMUNet
-    from tola_plugin.archs.mom_arch import DiffTSRMoM
-    from tola_plugin.archs.tola_arch import TOLANet
-    from tola_plugin.archs.transocr_arch import TransOCR
-    from tola_plugin.archs.vae_arch import DiffTSRVAE
-    from tola_plugin.checkpoints.demo_backbone import DIFFTSR_FILE, MANIFEST_FILE, TRANSOCR_FILE
-    from tola_plugin.checkpoints.transocr import save_transocr
-    from tola_plugin.demo import scores, stages
-    from tola_plugin.demo.latents import build_latent_cache
-    from tola_plugin.demo.pool import build_pool
 
     data = opt['data']
     common = dict(

@@ -7,7 +7,8 @@ import torch
 
 from basicsr.archs import build_network
 
-from tola_plugin.checkpoints.tola import build_tola_from_options, read_tola_options
+from tola_plugin.archs.tola_arch import TOLANet
+from tola_plugin.archs.tola_loading import read_tola_options
 
 
 def median_seconds(fn: Callable[[], object], repeats: int) -> float:
@@ -35,7 +36,7 @@ def build_benchmark_tola(opt_path: str, random_weights: bool, adaptation: bool =
         and the LRC add exact zeros, which would hide what merging changes). False: left at init.
     """
     if adaptation and not random_weights:
-        return build_tola_from_options(opt_path, checkpoint)
+        return TOLANet.from_options(opt_path, checkpoint)
     opt = read_tola_options(opt_path)
     net_opt = dict(opt['network_g'])
     if random_weights:

@@ -78,9 +78,7 @@ def build_reference(opt_path: str, checkpoint, random_weights: bool):
     backbone with seeded random LoRA/LRC values), LoRA unmerged, on the reference route."""
     from tola_plugin.evaluation.benchmarking import build_benchmark_tola
     net = build_benchmark_tola(opt_path, random_weights, adaptation=True, checkpoint=checkpoint)
-    net.text_decoding = 'full_prefix'
-    net.set_precision('fp32')
-    return net.eval()
+    return net.set_switches(text_decoding='full_prefix', precision='fp32').eval()
 
 
 def export_merged(opt_path: str, checkpoint, random_weights: bool, path: str) -> None:
@@ -95,8 +93,8 @@ def load_route(route: str, merged: str, device):
     from tola_plugin.archs.tola_arch import TOLANet
     from tola_plugin.inference.runtime import place_network
     backend = {'torch': 'torch', 'openvino': 'openvino', 'default': 'auto'}[route]
-    net, _, _ = place_network(
-        TOLANet.load_for_inference(merged), device, backend, 'auto' if route == 'default' else None, source=merged)
+    switches = {'precision': 'auto'} if route == 'default' else {}
+    net, _, _ = place_network(TOLANet.load_for_inference(merged, **switches), device, backend, source=merged)
     return net
 
 
@@ -312,7 +310,7 @@ def quality(merged: str, test_opt: str, backends: Sequence[str], precisions: Seq
         net = load_route(backend, merged, 'cpu')
         fp32_images = None
         for precision in ['fp32'] + [p for p in precisions if p != 'fp32']:
-            net.set_precision(precision)
+            net.set_switches(precision=precision)
             with torch.no_grad(), warnings.catch_warnings():
                 warnings.simplefilter('ignore')
                 out = net(lq, noise_seeds=list(range(len(items))), return_intermediates=True)
@@ -496,7 +494,7 @@ def run_benchmark(opt_path: str, checkpoint=None, random_weights: bool = False, 
         lq = lines[:1]
         for repeat in range(repeats + 1):  # interleaved: each variant's runs spread over the whole benchmark
             for route, precision in variants:
-                nets[route].set_precision(precision)
+                nets[route].set_switches(precision=precision)
                 out, total, stages = restore(nets[route], timers[route], lq)
                 name = route if route in ('reference', 'default') else f'{route} {precision}'
                 _say(f'{name} {"warm-up" if repeat == 0 else f"run {repeat}"}: {total:.2f} s')
@@ -520,7 +518,7 @@ def run_benchmark(opt_path: str, checkpoint=None, random_weights: bool = False, 
         # the photo path: photo_lines windows of the default network in one call vs as many single calls
         if photo_lines > 1:
             net, timer = nets['default'], timers['default']
-            net.set_precision('auto')
+            net.set_switches(precision='auto')
             batched, single = [], []
             for repeat in range(max(1, repeats - 1) + 1):
                 b = restore(net, timer, lines[:photo_lines])[1]

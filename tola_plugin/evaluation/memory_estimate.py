@@ -29,7 +29,8 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from tola_plugin.archs.tola_arch import CHECKPOINTABLE, TOLANet
+from tola_plugin.archs.tola_adaptation import CHECKPOINTABLE
+from tola_plugin.archs.tola_arch import TOLANet
 from tola_plugin.text.alphabets import IDM_MAX_LEN
 
 GIB = 2**30

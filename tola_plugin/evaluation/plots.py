@@ -12,6 +12,8 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from tola_plugin.data.image_io import read_image_file
+
 CJK_FONTS = ('Noto Sans CJK SC', 'WenQuanYi Zen Hei', 'WenQuanYi Micro Hei', 'AR PL UMing CN', 'Droid Sans Fallback')
 COLORS = ('#8c8c8c', '#d62728', '#1f77b4', '#2ca02c', '#ff7f0e', '#9467bd', '#8c564b', '#e377c2', '#17becf', '#bcbd22')
 
@@ -183,7 +185,6 @@ def comparison_grid(rows: Sequence[Tuple[str, Sequence[np.ndarray]]], out_stem: 
 
 def load_grid_rows(row_dirs: Sequence[Tuple[str, str]], samples: Sequence[str]) -> List[Tuple[str, List[np.ndarray]]]:
     """[(label, folder)] x sample file names -> rows of RGB images; a missing file is an error naming it."""
-    from tola_plugin.data.image_io import read_image_file
     return [(label, [read_image_file(os.path.join(folder, name))[:, :, ::-1] for name in samples])
             for label, folder in row_dirs]
 

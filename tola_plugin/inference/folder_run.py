@@ -27,10 +27,12 @@ import cv2
 import numpy as np
 
 from tola_plugin.data.image_io import IMAGE_EXTENSIONS, FolderScan, scan_image_folder
+from tola_plugin.inference.pipeline import TOLAPipeline
 from tola_plugin.inference.prior_csv import read_prior_rows, write_prior_csv
 from tola_plugin.utils import run_lock
 from tola_plugin.utils.atomic_files import write_json
 from tola_plugin.utils.checkpoint_io import atomic_write
+from tola_plugin.utils.devices import resolve_device
 
 PRIOR_CSV = 'prior.csv'
 LOCK_FILE = '.tola-infer.lock'
@@ -152,17 +154,19 @@ def write_image(path: str, rgb: np.ndarray) -> None:
 
 
 def load_pipeline(args):
-    """TOLAPipeline from --model / -opt (default: the demo model) placed by --device, --backend and --precision
-    (``runtime.place_network``)."""
-    from tola_plugin.inference.pipeline import TOLAPipeline
-    overrides = {k: v for k, v in (('timestep', args.timestep), ('noise', args.noise)) if v is not None}
+    """TOLAPipeline from --model / -opt (default: the demo model) with the inference switches --precision, --timestep
+    and --noise, placed by --device and --backend (``runtime.place_network``)."""
+    switches = {
+        k: v
+        for k, v in (('precision', args.precision), ('timestep', args.timestep), ('noise', args.noise)) if v is not None
+    }
     options = dict(overlap=args.overlap, pad_mode=args.pad_mode, batch_size=args.batch_size,
                    background=args.alpha_background, max_pixels=round(args.max_megapixels * 1e6),
                    max_windows=args.max_windows, max_output_pixels=args.max_output_megapixels * 1e6,
-                   color_fix=args.color_fix, device=args.device, backend=args.backend, precision=args.precision)
+                   color_fix=args.color_fix, switches=switches, device=args.device, backend=args.backend)
     if args.opt:
-        return TOLAPipeline.from_options(args.opt, args.checkpoint, network_overrides=overrides, **options)
-    return TOLAPipeline.from_merged(args.model, network_overrides=overrides, **options)
+        return TOLAPipeline.from_options(args.opt, args.checkpoint, **options)
+    return TOLAPipeline.from_merged(args.model, **options)
 
 
 def _write_error(path: str, err: OSError) -> OSError:
@@ -211,7 +215,6 @@ def describe(err: BaseException) -> str:
 def run(args) -> int:
     """Restore every input of ``args`` (see tola_cli/infer.py); 0 when all succeeded, 1 when some failed (or a
     subfolder could not be read), 130 when interrupted (what was done is kept; a rerun continues)."""
-    from tola_plugin.inference.runtime import resolve_device
     device = resolve_device(args.device)  # a bad device is an error before minutes of loading
     if args.backend == 'openvino' and device.type != 'cpu':
         raise ValueError(f'--backend openvino runs on the CPU, --device is {device} (use --backend auto or torch)')

@@ -4,8 +4,8 @@
 interface Algorithm 1 calls (``idm(sample, t, C)``, ``vae.encode(x).latent_dist``, ``vae.decode(z).sample``), so
 ``TOLANet.forward`` runs unchanged; the text prior, the MoM text encoder and the LRC stay in torch. Each stage runs
 the precision of the forward's autocast at the call (fp32 without autocast, bf16 under bf16 autocast: the
-network's ``precision``), so ``set_precision`` works as with torch. Measured on a 2-core AMD EPYC at full size:
-1.4-1.8x eager torch in fp32 and 2.8-3.4x in bf16 (docs/inference.md, "Backends").
+network's ``precision``), so ``set_switches(precision=...)`` works as with torch. Measured on a 2-core AMD EPYC at
+full size: 1.4-1.8x eager torch in fp32 and 2.8-3.4x in bf16 (docs/inference.md, "Backends").
 
 The stages are converted from the torch modules (``ov.convert_model``, batch and image size dynamic) once per
 model and cached on disk (``utils/user_cache.py``: ``openvino/<key>/``), ``key`` being the SHA-256 of the merged file

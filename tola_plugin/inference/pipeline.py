@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageOps
 
-from tola_plugin.archs.tola_arch import image_noise_seed
+from tola_plugin.archs.tola_arch import TOLANet, image_noise_seed
 from tola_plugin.data.image_io import (DEFAULT_MAX_PIXELS, WHITE, budget_error, check_max_pixels, convert_array,
                                        not_decodable, read_image_file)
 from tola_plugin.data.text_line_source import CANVAS_H
@@ -27,9 +27,13 @@ from tola_plugin.inference.line_geometry import (PAD_MODES, LineLayout, blend_ti
                                                  resize_rgb, to_canvas_height, to_uint8)
 from tola_plugin.inference.openvino_backend import uses_openvino
 from tola_plugin.inference.photo_geometry import expand_quad, paste_strip, reading_quad, rectify, scale_quad
+from tola_plugin.inference.runtime import auto_batch_size, place_network
 from tola_plugin.inference.work_bounds import (DEFAULT_MAX_OUTPUT_PIXELS, DEFAULT_MAX_WINDOWS, capped_scale,
                                                check_outscale, check_positive, check_positive_int, check_windows,
                                                output_size)
+from tola_plugin.ocr.ppocr_detection import PPOCRv4Detector, UndetectableShape
+from tola_plugin.ocr.recognizers import PPOCRv4Recognizer
+from tola_plugin.utils.devices import resolve_device
 
 # The merged model that `make demo` exports (relative to the working directory, like the demo's experiments/).
 DEMO_MODEL = os.path.join('experiments', 'demo_TOLA', 'TOLA_demo_merged.safetensors')
@@ -154,7 +158,7 @@ class TOLAPipeline:
     net: a ``TOLANet`` (or any module with its inference contract: ``net(lq (B, 3, 128, 512) RGB in [0, 1],
         noise_seeds=[B ints], return_intermediates=True)`` -> dict with 'image' (B, 3, 128, 512) in [0, 1],
         'prior_texts' (B strings or None) and 'confidences' ((B, 24) or None)). Use ``from_merged`` or
-        ``from_options`` to load one.
+        ``from_options`` to load one; ``set_switches`` changes its inference switches (precision, timestep, ...).
     overlap: minimum columns (at canvas height) shared by neighbouring windows of a wide line (0-511; 128).
     pad_mode: 'edge' or 'reflect', how a narrow line is padded to the canvas width.
     batch_size: canvases per network call: the windows of all lines (a photo's detected lines, a list of images)
@@ -178,9 +182,9 @@ class TOLAPipeline:
 
     def __init__(self, net: torch.nn.Module, overlap: int = 128, pad_mode: str = 'edge',
                  batch_size: Optional[int] = None, margin: float = 0.15, feather: float = 0.1,
-                 background: Sequence[int] = WHITE, precision: Optional[str] = None,
-                 max_pixels: Optional[int] = DEFAULT_MAX_PIXELS, max_windows: int = DEFAULT_MAX_WINDOWS,
-                 max_output_pixels: float = DEFAULT_MAX_OUTPUT_PIXELS, color_fix: str = 'none'):
+                 background: Sequence[int] = WHITE, max_pixels: Optional[int] = DEFAULT_MAX_PIXELS,
+                 max_windows: int = DEFAULT_MAX_WINDOWS, max_output_pixels: float = DEFAULT_MAX_OUTPUT_PIXELS,
+                 color_fix: str = 'none'):
         if pad_mode not in PAD_MODES:
             raise ValueError(f'pad_mode must be one of {PAD_MODES}, got {pad_mode!r}')
         plan_line(1, overlap)  # validates the overlap
@@ -203,81 +207,59 @@ class TOLAPipeline:
         self.backend = 'openvino' if uses_openvino(net) else 'torch'
         self.detector = None  # PP-OCRv4 models, built on first use (rapidocr + onnxruntime)
         self.recognizer = None
-        if precision is not None:
-            self.set_precision(precision)
 
     @property
     def batch_size(self) -> int:
         """Canvases per network call: the given one, else chosen from the memory free now on the device."""
         if self._batch_size is not None:
             return self._batch_size
-        from tola_plugin.inference.runtime import auto_batch_size
         return auto_batch_size(self.net, self.device)
 
     # ------------------------------------------------------------------------------------------ loading
     @classmethod
-    def from_merged(cls, path: Optional[str] = None, network_overrides: Optional[Dict] = None, device=None,
-                    backend: str = 'auto', precision: Optional[str] = None, allow_tf32: bool = False,
-                    **options) -> 'TOLAPipeline':
+    def from_merged(cls, path: Optional[str] = None, switches: Optional[Dict] = None, device=None,
+                    backend: str = 'auto', allow_tf32: bool = False, **options) -> 'TOLAPipeline':
         """From a merged model (``tools/export_merged.py``) through ``TOLANet.load_for_inference`` (memory-mapped,
-        inference-only); ``path`` None: the demo model (DEMO_MODEL, written by ``make demo``). network_overrides:
-        TOLANet inference switches (timestep, noise, ...). device, backend ('auto', 'openvino', 'torch'),
-        precision, allow_tf32: where and how it runs (``runtime.place_network``: by default CUDA when available,
-        else the CPU with the IDM and VAE on OpenVINO when installed). options: see the class."""
-        from tola_plugin.archs.tola_arch import TOLANet
+        inference-only); ``path`` None: the demo model (DEMO_MODEL, written by ``make demo``). switches: TOLANet
+        inference switches ({'precision': 'auto', 'timestep': 949, ...}; ``TOLANet.set_switches``). device, backend
+        ('auto', 'openvino', 'torch'), allow_tf32: where it runs (``runtime.place_network``: by default CUDA when
+        available, else the CPU with the IDM and VAE on OpenVINO when installed). options: see the class."""
         if path is None:
             if not os.path.isfile(DEMO_MODEL):
                 raise FileNotFoundError(f'no model given and the demo model {DEMO_MODEL} does not exist (relative to '
                                         f'{os.getcwd()}); run `make demo` first, or give a merged model')
             path = DEMO_MODEL
-        net = TOLANet.load_for_inference(path, **dict(network_overrides or {}))
-        return cls._placed(net, device, backend, precision, allow_tf32, path, options)
+        net = TOLANet.load_for_inference(path, **dict(switches or {}))
+        return cls._placed(net, device, backend, allow_tf32, path, options)
 
     @classmethod
-    def _placed(cls, net, device, backend, precision, allow_tf32, source, options) -> 'TOLAPipeline':
-        from tola_plugin.inference.runtime import place_network
-        net, device, backend = place_network(net, device, backend, precision, allow_tf32, source)
+    def from_options(cls, option_file: str, checkpoint: Optional[str] = None, switches: Optional[Dict] = None,
+                     device=None, backend: str = 'auto', allow_tf32: bool = False, **options) -> 'TOLAPipeline':
+        """From a TOLA option file (its ``network_g``) and adaptation checkpoint (default: its
+        ``path.pretrain_network_g``), made inference-only (``TOLANet.prepare_for_inference``: LoRA merged, same
+        outputs, no adapter overhead). switches, device, backend, allow_tf32: as ``from_merged``."""
+        net = TOLANet.from_options(option_file, checkpoint, **dict(switches or {})).prepare_for_inference()
+        return cls._placed(net, device, backend, allow_tf32, None, options)
+
+    @classmethod
+    def _placed(cls, net, device, backend, allow_tf32, source, options) -> 'TOLAPipeline':
+        net, device, backend = place_network(net, device, backend, allow_tf32, source)
         pipe = cls(net, **options)
         pipe.device, pipe.backend = device, backend
         return pipe
 
-    @classmethod
-    def from_options(cls, option_file: str, checkpoint: Optional[str] = None, network_overrides: Optional[Dict] = None,
-                     device=None, backend: str = 'auto', precision: Optional[str] = None, allow_tf32: bool = False,
-                     **options) -> 'TOLAPipeline':
-        """From a TOLA option file (its ``network_g``) and adaptation checkpoint (default: its
-        ``path.pretrain_network_g``), made inference-only (``TOLANet.prepare_for_inference``: LoRA merged, same
-        outputs, no adapter overhead). device, backend, precision, allow_tf32: as ``from_merged``."""
-        from tola_plugin.checkpoints.tola import build_tola_from_options
-        net = build_tola_from_options(option_file, checkpoint)
-        from tola_plugin.archs.tola_arch import NOISE_MODES
-        from tola_plugin.archs.vae_arch import LATENT_MODES
-        for name, value in dict(network_overrides or {}).items():
-            allowed = {'noise': NOISE_MODES, 'latent': LATENT_MODES}.get(name)
-            if name == 'timestep':
-                net.set_timestep(value)
-            elif allowed is None:
-                raise ValueError(f'TOLAPipeline.from_options: cannot override {name!r} (timestep, noise, latent)')
-            elif value not in allowed:
-                raise ValueError(f'TOLAPipeline.from_options: {name} must be one of {allowed}, got {value!r}')
-            else:
-                setattr(net, name, value)
-        return cls._placed(net.prepare_for_inference(), device, backend, precision, allow_tf32, None, options)
+    def set_switches(self, **switches) -> 'TOLAPipeline':
+        """Change the network's inference switches (precision, timestep, noise, ...: ``TOLANet.set_switches``)."""
+        self.net.set_switches(**switches)
+        return self
 
     def to(self, device, allow_tf32: bool = False) -> 'TOLAPipeline':
         """Move the network to ``device`` ('cpu', 'cuda', 'cuda:1', ...) as ``runtime.place_network`` does (TF32
         off on CUDA unless ``allow_tf32``); CUDA without a GPU, or a GPU for a network on OpenVINO, is a ValueError."""
-        from tola_plugin.inference.openvino_backend import uses_openvino
-        from tola_plugin.inference.runtime import place_network, resolve_device
         if uses_openvino(self.net) and resolve_device(str(device)).type != 'cpu':
             raise ValueError(f'device {str(device)!r}: this pipeline runs its IDM and VAE on OpenVINO (CPU); load it '
                              "with backend='torch' for a GPU")
-        _, self.device, _ = place_network(self.net, device, 'torch', None, allow_tf32)
-        return self
-
-    def set_precision(self, precision: str) -> 'TOLAPipeline':
-        """Compute precision of the network: 'fp32', 'bf16', 'fp16' or 'auto' (``TOLANet.set_precision``)."""
-        self.net.set_precision(precision)
+        _, self.device, _ = place_network(self.net, device, 'torch', allow_tf32)
         return self
 
     # ------------------------------------------------------------------------------------------ running
@@ -390,7 +372,6 @@ class TOLAPipeline:
     def _detect(self, rgb: np.ndarray) -> Tuple[List[Tuple[np.ndarray, np.ndarray, np.ndarray]], str]:
         """The detected lines of a photo as (strip, quad, polygon), rectified and turned the right way up; and a
         note when the detector cannot take the image (then no lines)."""
-        from tola_plugin.ocr.ppocr_detection import PPOCRv4Detector, UndetectableShape
         if self.detector is None:
             self.detector = PPOCRv4Detector()
         try:
@@ -479,7 +460,6 @@ class TOLAPipeline:
         if not lines:
             return
         if self.recognizer is None:
-            from tola_plugin.ocr.recognizers import PPOCRv4Recognizer
             self.recognizer = PPOCRv4Recognizer()
         bgr = [np.ascontiguousarray(img[..., ::-1]) for line in lines for img in (line.strip, line.restored)]
         readings = self.recognizer(bgr)

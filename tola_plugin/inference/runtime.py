@@ -6,7 +6,8 @@
   (``inference/openvino_backend.py``; the measured fastest CPU runtime, docs/inference.md "Backends"), else torch,
   with a one-line notice when OpenVINO is missing; on a GPU always torch. 'openvino' insists (an error where it
   cannot run), 'torch' never uses it.
-- precision: the given one, else the network's own ('auto' resolves per device: ``archs/precision.py``).
+- precision: the network's own switch (``TOLANet.set_switches(precision=...)``; 'auto' resolves per device:
+  ``archs/precision.py``); on OpenVINO the stages for it are compiled here, the others on first use.
 - TF32: CUDA's fp32 convolutions and matmuls stay IEEE fp32 unless ``allow_tf32`` (as the launchers' option
   ``allow_tf32: false``; docs/training_gpus.md), so a GPU restore computes what a CPU restore computes.
 """
@@ -16,7 +17,10 @@ from typing import Optional
 
 import torch
 
-from tola_plugin.utils.devices import resolve_device  # noqa: F401  (part of this module's API)
+from tola_plugin.archs.precision import resolve_precision
+from tola_plugin.inference import openvino_backend
+from tola_plugin.utils.cuda_math import set_tf32
+from tola_plugin.utils.devices import resolve_device
 
 BACKENDS = ('auto', 'openvino', 'torch')
 
@@ -24,7 +28,6 @@ BACKENDS = ('auto', 'openvino', 'torch')
 def resolve_backend(backend: str, device: torch.device) -> str:
     """'openvino' or 'torch' for ``backend`` (one of BACKENDS) on ``device``; 'auto' without OpenVINO on a CPU says
     so in one line (stderr); an explicit 'openvino' that cannot run is a ValueError naming the fix."""
-    from tola_plugin.inference.openvino_backend import openvino_missing
     if backend not in BACKENDS:
         raise ValueError(f'backend must be one of {BACKENDS}, got {backend!r}')
     if backend == 'torch':
@@ -33,7 +36,7 @@ def resolve_backend(backend: str, device: torch.device) -> str:
         if backend == 'openvino':
             raise ValueError(f'backend openvino runs on the CPU, the device is {device} (use backend torch or auto)')
         return 'torch'
-    missing = openvino_missing()
+    missing = openvino_backend.openvino_missing()
     if missing:
         if backend == 'openvino':
             raise ValueError(f'backend openvino: {missing}')
@@ -44,23 +47,17 @@ def resolve_backend(backend: str, device: torch.device) -> str:
     return 'openvino'
 
 
-def place_network(net, device=None, backend: str = 'auto', precision: Optional[str] = None, allow_tf32: bool = False,
-                  source: Optional[str] = None):
-    """Run the inference TOLANet ``net`` on ``device`` with ``backend`` and ``precision`` (module docstring), in
-    place; returns (net, device, backend as resolved). ``source``: the merged file ``net`` was loaded from (the
-    OpenVINO cache key; None: a hash of the tensors)."""
+def place_network(net, device=None, backend: str = 'auto', allow_tf32: bool = False, source: Optional[str] = None):
+    """Run the inference TOLANet ``net`` on ``device`` with ``backend`` (module docstring), in place; returns (net,
+    device, backend as resolved). ``source``: the merged file ``net`` was loaded from (the OpenVINO cache key; None:
+    a hash of the tensors)."""
     device = resolve_device(None if device is None else str(device))
     chosen = resolve_backend(backend, device)
-    if precision is not None:
-        net.set_precision(precision)
     if device.type == 'cuda':
-        from tola_plugin.utils.cuda_math import set_tf32
         set_tf32(allow_tf32)
     net.to(device)
     if chosen == 'openvino':
-        from tola_plugin.archs.precision import resolve_precision
-        from tola_plugin.inference.openvino_backend import use_openvino
-        use_openvino(net, source, dtypes=(resolve_precision(net.precision, device), ))
+        openvino_backend.use_openvino(net, source, dtypes=(resolve_precision(net.precision, device), ))
     return net, device, chosen
 
 

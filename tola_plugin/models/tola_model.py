@@ -31,10 +31,10 @@ from basicsr.utils.registry import MODEL_REGISTRY
 
 from tola_plugin.archs.precision import check_training_precision, resolve_precision
 from tola_plugin.archs.tola_arch import image_noise_seed
-from tola_plugin.checkpoints.tola import ADAPTATION_META_KEY, load_adaptation_checkpoint
+from tola_plugin.checkpoints.tola import write_adaptation_checkpoint
 from tola_plugin.losses.ocr_ce_loss import IGNORE_INDEX
+from tola_plugin.metrics.text_metrics import recognition_scores
 from tola_plugin.metrics.tola_iqa_metric import require_validation_weights
-from tola_plugin.utils.checkpoint_io import atomic_torch_save
 
 
 @MODEL_REGISTRY.register()
@@ -203,7 +203,6 @@ class TOLAModel(SRModel):
         try:
             super().nondist_validation(dataloader, current_iter, tb_logger, save_img)
             if self.ocr_records is not None and self.ocr_records[1]:
-                from tola_plugin.metrics.text_metrics import recognition_scores
                 preds, gts = self.ocr_records
                 scores = recognition_scores(preds, gts, lower=self.opt['val'].get('ocr_lower', False))
                 name = dataloader.dataset.opt['name']
@@ -226,16 +225,15 @@ class TOLAModel(SRModel):
         name = 'latest' if current_iter == -1 else current_iter
         path = os.path.join(self.opt['path']['models'], f'{net_label}_{name}.pth')
         bare = self.get_bare_model(net)
-        state = {k: v.detach().cpu() for k, v in bare.adaptation_state_dict().items()}
-        atomic_torch_save({param_key: state, ADAPTATION_META_KEY: bare.adaptation_config()}, path)
+        write_adaptation_checkpoint(path, bare.adaptation_state_dict(), bare.adaptation_config(), param_key)
 
     def load_network(self, net, load_path, strict=True, param_key='params'):
         """Load an adaptation-state checkpoint written by ``save_network`` (strict; ``strict_load_g`` must stay
         true: a partial adaptation state would silently leave adapters at their initial values)."""
         if not strict:
             raise ValueError('TOLAModel: strict_load_g: false is not supported for adaptation checkpoints')
-        load_adaptation_checkpoint(
-            self.get_bare_model(net), load_path, param_key, what='TOLA adaptation checkpoint (path.pretrain_network_g)')
+        self.get_bare_model(net).load_adaptation_checkpoint(load_path, param_key,
+                                                            what='TOLA adaptation checkpoint (path.pretrain_network_g)')
         get_root_logger().info(f'Loaded TOLA adaptation state from {load_path} [{param_key}]')
 
     @master_only

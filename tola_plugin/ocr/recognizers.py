@@ -20,6 +20,9 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
+from tola_plugin.archs.backbone_builder import load_transocr
+from tola_plugin.text.alphabets import decode_transocr
+
 RECOGNIZERS = ('transocr', 'ppocrv4')
 # Column prefixes of the per-image CSV and the summary: T-ACC/T-NED, P-ACC/P-NED as in the paper's tables.
 PREFIX = {'transocr': 't_', 'ppocrv4': 'p_'}
@@ -49,7 +52,6 @@ class TransOCRRecognizer:
         if (checkpoint is None) == (model is None):
             raise ValueError('TransOCRRecognizer: give exactly one of checkpoint (path to transocr.pth) or model')
         if model is None:
-            from tola_plugin.archs.backbone_builder import load_transocr
             model = load_transocr(checkpoint, preprocess=preprocess)
         elif model.preprocess_mode != preprocess:
             raise ValueError(f'TransOCRRecognizer: the model preprocesses with {model.preprocess_mode!r}, '
@@ -62,7 +64,6 @@ class TransOCRRecognizer:
     def __call__(self, images: Sequence[np.ndarray]) -> List[Recognition]:
         import torch
 
-        from tola_plugin.text.alphabets import decode_transocr
         _check_images(images)
         out: List[Recognition] = []
         end = self.model.end_index

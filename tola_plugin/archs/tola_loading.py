@@ -1,0 +1,143 @@
+"""TOLANet from and to files, as a mixin of ``TOLANet`` (the file formats are ``tola_plugin.checkpoints.tola``):
+
+- an option file's ``network_g`` and its adaptation checkpoint (``from_options``, ``load_adaptation_checkpoint``);
+- merged files (``save_merged``, ``from_merged``, ``load_for_inference``): every tensor of the LoRA-merged network
+  and the constructor options that rebuild it (docs/tola.md, "Merged model");
+- the inference form (``prepare_for_inference``: LoRA folded in, the MoM image branch dropped, inference mode).
+
+Loaders take inference switches (``TOLANet.set_switches``: timestep, noise, precision, ...) as keyword arguments;
+everything else is fixed by the files.
+"""
+import inspect
+from typing import Dict, Optional
+
+import torch
+import yaml
+
+from basicsr.utils import get_root_logger
+from basicsr.utils.registry import ARCH_REGISTRY
+
+from tola_plugin.archs.mom_arch import DiffTSRMoM
+from tola_plugin.checkpoints import tola as tola_files
+from tola_plugin.utils.checkpoint_io import require_file
+from tola_plugin.utils.option_checks import OptionError, check_typed_block
+
+NOT_ARCHITECTURE = ('difftsr_checkpoint', 'transocr_checkpoint', 'gradient_checkpointing')  # not in merged options
+
+
+def read_tola_options(opt_path: str) -> Dict:
+    """The option file ``opt_path`` (a dict), checked to hold a ``network_g`` of type TOLANet whose keys are all
+    TOLANet options (errors name the file)."""
+    with open(require_file(opt_path, 'option file', 'Give a TOLA option file.'), encoding='utf-8') as f:
+        opt = yaml.safe_load(f)
+    if not isinstance(opt, dict) or (opt.get('network_g') or {}).get('type') != 'TOLANet':
+        raise ValueError(f'{opt_path}: network_g.type must be TOLANet')
+    try:
+        check_typed_block(opt['network_g'], ARCH_REGISTRY, 'network_g')
+    except OptionError as err:
+        raise OptionError(f'{opt_path}: {err}') from None
+    return opt
+
+
+class TOLALoadingMixin:
+    """Option files, adaptation checkpoints and merged files (see the module docstring)."""
+
+    # ------------------------------------------------------------------------- option file + adaptation checkpoint
+    @classmethod
+    def from_options(cls, opt_path: str, checkpoint: Optional[str] = None, **switches):
+        """The TOLANet of an option file's ``network_g`` with the adaptation state (LoRA + LRC) of ``checkpoint``
+        (default: the file's ``path.pretrain_network_g``), in eval mode; ``switches``: inference switches. A network
+        with trainable adapters and no checkpoint is an error (running untrained adapters is almost certainly a
+        mistake)."""
+        cls.check_switches(switches)  # before minutes of loading
+        opt = read_tola_options(opt_path)
+        net = cls(**{k: v for k, v in opt['network_g'].items() if k != 'type'})
+        path_opt = opt.get('path') or {}
+        checkpoint = checkpoint or path_opt.get('pretrain_network_g')
+        if checkpoint:
+            net.load_adaptation_checkpoint(checkpoint, path_opt.get('param_key_g', 'params'),
+                                           what='TOLA adaptation checkpoint (path.pretrain_network_g or --checkpoint)')
+        elif net.trainable_parameter_counts()['total']:
+            raise ValueError(f'{opt_path}: no adaptation checkpoint (path.pretrain_network_g or --checkpoint) for a '
+                             'network with LoRA/LRC')
+        return net.set_switches(**switches).eval()
+
+    def load_adaptation_checkpoint(self, path: str, param_key: str = 'params',
+                                   what: str = 'TOLA adaptation checkpoint') -> None:
+        """Load an adaptation checkpoint (``TOLAModel.save_network``'s file): the recorded settings must match this
+        network's, every tensor's shape too, and no LoRA/LRC key may be missing or unexpected. ``what`` names the
+        file (and its option) in errors."""
+        state, recorded = tola_files.read_adaptation_checkpoint(path, param_key, what)
+        if recorded is None:
+            get_root_logger().warning(f'{path} records no adaptation settings (written before tola-plugin recorded '
+                                      'them): only its tensor shapes can be checked, not lora_alpha')
+        else:
+            tola_files.check_adaptation_config(recorded, self.adaptation_config(), path, what)
+        tola_files.check_adaptation_shapes(state, self.adaptation_state_dict(), path, what)
+        self.load_adaptation_state_dict(state)
+
+    # ------------------------------------------------------------------------------------------------ merged files
+    def merged_options(self) -> Dict:
+        """Constructor options that rebuild this network's architecture with LoRA merged (no adapters), its
+        switches as they are now; the backbone sizes are read from the modules themselves."""
+        if self.has_lora('idm') or self.has_lora('vae'):
+            raise ValueError('TOLANet.merged_options: call merge_lora() first')
+        if self.inference_only:
+            raise ValueError('TOLANet: a network prepared for inference has no MoM image branch and cannot be '
+                             'exported; export the trained network (tools/export_merged.py)')
+        opts = {k: v for k, v in self.options.items() if k not in NOT_ARCHITECTURE}
+        opts.update(self.switches(), backbone_init='empty', idm_lora=False, vae_lora=False, vae_lora_active=True)
+        for name, module in (('idm', self.idm), ('vae', self.vae), ('mom', self.mom)):
+            accepted = inspect.signature(type(module).__init__).parameters
+            opts[f'{name}_config'] = {
+                k: (list(v) if isinstance(v, tuple) else v)
+                for k, v in module.config.items() if k in accepted
+            }
+        opts['transocr_config'] = dict(self.transocr.arch_options)  # e.g. the demo file's own architecture
+        return opts
+
+    def save_merged(self, path: str) -> None:
+        """Merge LoRA (if not yet) and write every tensor of the network to one pickle-free safetensors file,
+        with the rebuild options in its metadata (``from_merged`` reads it back)."""
+        self.merge_lora()
+        tola_files.write_merged(path, self.state_dict(), self.merged_options())
+
+    @classmethod
+    def from_merged(cls, path: str, **switches):
+        """Rebuild a merged TOLANet from ``save_merged``'s file (strict; every tensor, the MoM image branch
+        included), frozen, in eval mode. ``switches``: inference switches. For inference prefer
+        ``load_for_inference`` (no MoM image branch, inference mode)."""
+        cls.check_switches(switches)
+        options, state = tola_files.read_merged(path)
+        with torch.device('meta'):  # 'empty' backbone: no init of ~1B parameters that are overwritten right away
+            net = cls(**options)
+        net.load_state_dict(state, strict=True, assign=True)  # memory-mapped tensors, no copy
+        net.requires_grad_(False)
+        return net.set_switches(**switches).eval()
+
+    @classmethod
+    def load_for_inference(cls, path: str, **switches):
+        """The inference network of ``save_merged``'s file: ``prepare_for_inference`` applied, the weights
+        memory-mapped from the file and assigned in place (read once, never copied on the CPU; ``.to(device)``
+        copies them to a GPU), the MoM image branch never read. Strict: every tensor it runs must be in the file.
+        ``switches``: inference switches (precision, text_decoding, timestep, noise, ...). Where and on which runtime
+        it runs is the inference entry points' business (``tola_plugin/inference/runtime.py``)."""
+        cls.check_switches(switches)
+        options, state = tola_files.read_merged(path, skip=[f'mom.{prefix}' for prefix in DiffTSRMoM.IMAGE_BRANCH])
+        with torch.device('meta'):
+            net = cls(**options)
+        net.mom.drop_image_branch()
+        net.load_state_dict(state, strict=True, assign=True)
+        return net.set_switches(**switches).prepare_for_inference()
+
+    def prepare_for_inference(self):
+        """Make this network inference-only, in place (returns it), computing the same function: LoRA folded into
+        the weights (peft), the MoM image branch (only feeds the TDM) dropped, every parameter frozen, eval mode;
+        ``forward`` then runs under ``torch.inference_mode``. Training or exporting it afterwards is an error."""
+        self.merge_lora()
+        if self.mom.unet is not None:
+            self.mom.drop_image_branch()
+        self.requires_grad_(False)
+        self.eval()
+        self.inference_only = True
+        return self
