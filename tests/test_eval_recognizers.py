@@ -10,7 +10,10 @@ from PIL import Image, ImageDraw, ImageFont
 
 from tola_plugin.archs.transocr_arch import TransOCR
 from tola_plugin.metrics.text_metrics import normalize
-from tola_plugin.ocr.recognizers import PPOCRv4Recognizer, Recognition, TransOCRRecognizer, build_recognizer
+from tola_plugin.ocr.ppocr import PPOCRv4Recognizer
+from tola_plugin.ocr.recognition import Recognition
+from tola_plugin.ocr.recognizers import build_recognizer
+from tola_plugin.ocr.transocr_recognizer import TransOCRRecognizer
 from tola_plugin.text.alphabets import TRANSOCR_END, encode_transocr
 from numerics import within
 
@@ -27,11 +30,11 @@ def cjk_font():
     return (preferred or fonts)[0]
 
 
-def render_line(text, font_path, size=(512, 128), font_size=80):
-    """Black text on white, on the paper's 128x512 canvas; returns HxWx3 uint8 BGR."""
-    img = Image.new('RGB', size, 'white')
-    ImageDraw.Draw(img).text((20, 18), text, fill='black', font=ImageFont.truetype(font_path, font_size))
-    return np.ascontiguousarray(np.asarray(img)[:, :, ::-1])
+def render_line(text, font_path, size=(512, 128), font_size=80, fill='black', background='white'):
+    """Text on the paper's 128x512 canvas (black on white by default); returns HxWx3 uint8 RGB."""
+    img = Image.new('RGB', size, background)
+    ImageDraw.Draw(img).text((20, 18), text, fill=fill, font=ImageFont.truetype(font_path, font_size))
+    return np.asarray(img).copy()
 
 
 @pytest.fixture(scope='module')
@@ -46,6 +49,18 @@ def test_ppocrv4_reads_rendered_lines(ppocr):
     assert [normalize(r.text) for r in results] == [normalize(t) for t in texts]  # case preserved
     assert all(isinstance(r, Recognition) and 0.5 < r.confidence <= 1.0 for r in results)
     assert ppocr([]) == []
+
+
+def test_ppocrv4_takes_rgb_and_converts_once_at_its_boundary(ppocr):
+    """PaddleOCR's model reads BGR: the RGB line given to the recognizer must reach it as BGR, exactly once. On a
+    coloured line, the engine fed the RGB array itself reads with another confidence, so a missing or doubled
+    conversion shows."""
+    rgb = render_line('Hello 2024', cjk_font(), fill=(200, 30, 20), background=(40, 90, 230))
+    ours = ppocr([rgb])[0]
+    (text, conf), = ppocr.engine([np.ascontiguousarray(rgb[..., ::-1])])[0]
+    (_, conf_unconverted), = ppocr.engine([rgb])[0]
+    assert (ours.text, ours.confidence) == (str(text), float(conf))
+    assert float(conf_unconverted) != float(conf)
 
 
 def test_ppocrv4_is_recognition_only_and_offline(ppocr):
@@ -112,7 +127,7 @@ def test_transocr_matches_module_recognize_and_batches():
     images.insert(1, rng.integers(0, 256, (64, 200, 3)).astype(np.uint8))  # a different size splits the batch
     got = TransOCRRecognizer(model=model, batch_size=2)(images)
     expected = [
-        model.recognize(torch.from_numpy(img[:, :, ::-1].astype(np.float32) / 255).permute(2, 0, 1)[None])[0]
+        model.recognize(torch.from_numpy(img.astype(np.float32) / 255).permute(2, 0, 1)[None])[0]
         for img in images
     ]
     assert [r.text for r in got] == expected

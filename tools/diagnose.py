@@ -15,7 +15,6 @@ from tola_plugin.evaluation import records as R
 from tola_plugin.evaluation.diagnostics import diagnose, diagnostics_markdown
 from tola_plugin.evaluation.statistics import N_RESAMPLES
 from tola_plugin.inference.prior_csv import read_prior_csv
-from tola_plugin.ocr.recognizers import PREFIX
 from tola_plugin.utils.atomic_files import write_json
 from tola_plugin.utils.cli_errors import UsageError, run_tool
 
@@ -32,7 +31,7 @@ def pick_recognizer(a: dict, b: dict) -> str:
     """The first recognizer (TransOCR, then PP-OCRv4) whose predictions both per-image tables have; TransOCR
     when neither has any (only the paired image-metric statistics are computed then)."""
     for name in ('transocr', 'ppocrv4'):
-        column = f'{PREFIX[name]}pred'
+        column = f'{R.PREFIX[name]}pred'
         if all(column in row for rows in (a, b) for row in rows.values()):
             return name
     return 'transocr'
@@ -56,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
         '--prior-csv', help='per-image prior CSV (filename, prior_text, prior_confidence) of the '
         'TOLA inference tool; enables confidence bins and prior strata')
     p.add_argument(
-        '--recognizer', choices=tuple(PREFIX),
+        '--recognizer', choices=tuple(R.PREFIX),
         help='whose ACC/NED to diagnose (default: TransOCR when both evaluations have its columns, '
         'else PP-OCRv4)')
     p.add_argument('--resamples', type=int, default=N_RESAMPLES, help='bootstrap resamples (paper: 5000)')
@@ -89,7 +88,7 @@ def main(argv=None) -> int:
     if len(labels) != len(names):
         labels = {n: '' for n in names}  # image metrics only: no recognition diagnostics
     priors = read_prior_csv(args.prior_csv) if args.prior_csv else None
-    result = diagnose(a, b, names, labels, priors, (args.baseline, args.method), PREFIX[recognizer], lower,
+    result = diagnose(a, b, names, labels, priors, (args.baseline, args.method), R.PREFIX[recognizer], lower,
                       args.resamples, args.seed)
     os.makedirs(args.out, exist_ok=True)
     write_json(os.path.join(args.out, 'diagnostics.json'), result)

@@ -1,8 +1,10 @@
-"""The one image reader of the package: encoded bytes or a file -> BGR uint8 (H, W, 3), whatever the file holds;
-and the one image lister (``scan_image_folder`` / ``list_image_files``: which files of a folder are images, and
-what was left out).
+"""The package's image boundary: reading (encoded bytes or a file), converting (numpy arrays, PIL images, alpha) and
+writing images, all to and from uint8 (H, W, 3) in the channel order the caller names (``order``: 'BGR', OpenCV's
+and BasicSR's, the default; or 'RGB', the inference pipeline's); and the one image lister (``scan_image_folder`` /
+``list_image_files``: which files of a folder are images, and what was left out).
 
-Datasets, inference, evaluation and the tools all read through ``decode_image`` / ``read_image_file``:
+Datasets, inference, evaluation and the tools all read through ``decode_image`` / ``read_image_file`` /
+``convert_array`` / ``convert_pil`` and write through ``write_image``:
 - one image budget: the size the file declares is read from its header first (Pillow, without decoding the
   pixels), and an image over ``max_pixels`` (DEFAULT_MAX_PIXELS, 64 megapixels) is refused by name before any
   decoding (``ImageTooLargeError``); a decompression bomb costs a few kilobytes of reading;
@@ -12,7 +14,8 @@ Datasets, inference, evaluation and the tools all read through ``decode_image`` 
   black, and a half-transparent stroke keeps its shade;
 - the EXIF orientation is applied (as PIL's ``ImageOps.exif_transpose``), so a phone photo is read upright;
 - anything else (no bytes, truncated, not an image, an error of any decoding library) is the one ValueError
-  "<file>: not a decodable image (...)".
+  "<file>: not a decodable image (...)";
+- a written file appears whole or not at all (``atomic_write``); an error names it.
 """
 import io
 import os
@@ -22,13 +25,17 @@ from typing import BinaryIO, List, Optional, Sequence, Tuple
 
 import cv2
 import numpy as np
-from PIL import Image, TiffImagePlugin
+from PIL import Image, ImageOps, TiffImagePlugin
+
+from tola_plugin.utils.checkpoint_io import atomic_write
 
 IMAGE_EXTENSIONS = ('.png', '.jpg', '.jpeg', '.bmp', '.webp', '.tif', '.tiff', '.gif')  # lower case
 WHITE = (255, 255, 255)
 DEFAULT_MAX_PIXELS = 64_000_000  # the image budget: 64 megapixels (a 48 MP phone photo fits; 192 MB as 8-bit BGR)
 CV_MAX_PIXELS = 1 << 30  # OpenCV's own ceiling (CV_IO_MAX_IMAGE_PIXELS), above which imdecode raises
 FLOAT_SLACK = 0.5 / 255  # floats this far outside [0, 1] still round to 0 or 255: accepted (and clipped)
+ORDERS = ('BGR', 'RGB')  # channel orders of the arrays going in and out
+JPEG_QUALITY = 95  # of write_image's JPEG files
 _EXIF_ORIENTATION = 0x0112
 
 
@@ -180,50 +187,87 @@ def _to_uint8(img: np.ndarray, what: str, value_range=None) -> np.ndarray:
     raise ValueError(f'{what}: unsupported pixel type {img.dtype} (expected 8-bit, 16-bit or float in [0, 1])')
 
 
-def _composite(bgra: np.ndarray, background: Sequence[int]) -> np.ndarray:
-    """BGRA uint8 -> BGR uint8 over an RGB ``background`` colour."""
-    alpha = bgra[..., 3:4].astype(np.float32) / 255.0
-    back = np.array(background[::-1], np.float32).reshape(1, 1, 3)  # RGB option -> BGR
-    out = bgra[..., :3].astype(np.float32) * alpha + back * (1.0 - alpha)
+def _composite(colour_alpha: np.ndarray, back: Sequence[int]) -> np.ndarray:
+    """(H, W, 4) uint8 colour + alpha -> (H, W, 3) uint8 over the colour ``back``, given in the array's own channel
+    order."""
+    alpha = colour_alpha[..., 3:4].astype(np.float32) / 255.0
+    out = colour_alpha[..., :3].astype(np.float32) * alpha + np.array(back, np.float32).reshape(1, 1, 3) * (1.0 - alpha)
     return (out + 0.5).astype(np.uint8)
 
 
-def _check_background(background: Sequence[int]) -> None:
+def check_background(background: Sequence[int]) -> None:
+    """``background`` must be an RGB colour: three values in [0, 255]."""
     if len(background) != 3 or not all(0 <= int(c) <= 255 for c in background):
         raise ValueError(f'background must be an RGB colour of three values in [0, 255], got {background!r}')
 
 
+def _check_order(order: str) -> str:
+    if order not in ORDERS:
+        raise ValueError(f"channel order must be 'BGR' or 'RGB', got {order!r}")
+    return order
+
+
+def _bgr_swap(img: np.ndarray, order: str) -> np.ndarray:
+    """OpenCV's BGR <-> ``order``: the same array for 'BGR', the channels reversed (a contiguous copy) for 'RGB'; the
+    reversal is its own inverse, so this serves both ways."""
+    return img if _check_order(order) == 'BGR' else np.ascontiguousarray(img[..., ::-1])
+
+
 def convert_array(img: np.ndarray, what: str, background: Sequence[int] = WHITE, order: str = 'BGR',
                   value_range: Optional[Tuple[float, float]] = None) -> np.ndarray:
-    """An in-memory image -> BGR uint8 (H, W, 3), by the rules of ``decode_image`` (no EXIF: arrays have none).
+    """An in-memory image -> uint8 (H, W, 3) in the same channel order, by the rules of ``decode_image`` (no EXIF:
+    arrays have none).
 
     img: (H, W) gray, (H, W, 2) gray + alpha, (H, W, 3) colour or (H, W, 4) colour + alpha; uint8, uint16 or float
     in [0, 1] (NaN/inf and values outside [0, 1] are errors; ``value_range=(low, high)`` maps another float range,
-    e.g. (0, 255), to [0, 1]). order: 'BGR' (OpenCV's) or 'RGB' (PIL's, numpy users') channel order of ``img``.
+    e.g. (0, 255), to [0, 1]). order: 'BGR' (OpenCV's) or 'RGB' (PIL's, numpy users') channel order of ``img``
+    and of the result. background: RGB colour under transparent pixels.
     """
-    _check_background(background)
-    if order not in ('BGR', 'RGB'):
-        raise ValueError(f"channel order must be 'BGR' or 'RGB', got {order!r}")
+    check_background(background)
+    back = tuple(background) if _check_order(order) == 'RGB' else tuple(background[::-1])
     if not isinstance(img, np.ndarray) or img.ndim not in (2, 3) or img.size == 0:
         raise ValueError(f'{what}: expected an (H, W) or (H, W, C) image array, got {type(img).__name__} '
                          f'{getattr(img, "shape", "")}')
     img = _to_uint8(img, what, value_range)
-    if img.ndim == 3 and img.shape[2] in (3, 4) and order == 'RGB':
-        img = img[..., [2, 1, 0] + ([3] if img.shape[2] == 4 else [])]
     if img.ndim == 2:
-        img = cv2.cvtColor(img, cv2.COLOR_GRAY2BGR)
+        img = cv2.cvtColor(img, cv2.COLOR_GRAY2BGR)  # gray to three equal channels: the same in either order
     elif img.shape[2] == 1:
         img = cv2.cvtColor(img[..., 0], cv2.COLOR_GRAY2BGR)
     elif img.shape[2] == 2:  # gray + alpha
-        img = _composite(np.dstack([img[..., :1].repeat(3, 2), img[..., 1:]]), background)
+        img = _composite(np.dstack([img[..., :1].repeat(3, 2), img[..., 1:]]), back)
     elif img.shape[2] == 4:
-        img = _composite(img, background)
+        img = _composite(img, back)
     elif img.shape[2] != 3:
         raise ValueError(f'{what}: {img.shape[2]} channels (expected gray, colour or colour + alpha)')
     return np.ascontiguousarray(img)
 
 
-def _decode(data: bytes, what: str, background: Sequence[int], max_pixels: Optional[int]) -> np.ndarray:
+def convert_pil(image: Image.Image, what: str, background: Sequence[int] = WHITE,
+                value_range: Optional[Tuple[float, float]] = None) -> np.ndarray:
+    """A PIL image (any mode; its EXIF orientation applied) -> RGB uint8 (H, W, 3), by the rules of
+    ``convert_array`` (16-bit gray, float 'F' with ``value_range``, palette and premultiplied alpha, CMYK, YCbCr,
+    LAB, HSV). Pixels a lazy PIL image cannot load (truncated, corrupt) are "not a decodable image"."""
+    try:
+        image = ImageOps.exif_transpose(image)
+        if image.mode in ('P', 'PA'):
+            image = image.convert('RGBA' if image.mode == 'PA' or 'transparency' in image.info else 'RGB')
+        elif image.mode in ('1', ):
+            image = image.convert('L')
+        elif image.mode in ('La', 'RGBa'):  # premultiplied alpha
+            image = image.convert(image.mode.upper())
+        elif image.mode not in ('L', 'LA', 'RGB', 'RGBA', 'I', 'F') and not image.mode.startswith('I;16'):
+            image = image.convert('RGB')  # CMYK, YCbCr, LAB, HSV
+        array = np.asarray(image)
+    except (OSError, SyntaxError, Image.DecompressionBombError) as err:  # PIL's errors while loading pixels
+        raise not_decodable(what, 0, f'{type(err).__name__}: {err}') from None
+    if image.mode == 'I' or image.mode.startswith('I;16'):  # 16-bit gray (PIL opens some as 32-bit 'I')
+        if array.min() < 0 or array.max() > 65535:
+            raise ValueError(f'{what}: 32-bit integer pixels outside the 16-bit range')
+        array = array.astype(np.uint16)
+    return convert_array(array, what, background, order='RGB', value_range=value_range)
+
+
+def _decode(data: bytes, what: str, background: Sequence[int], max_pixels: Optional[int], order: str) -> np.ndarray:
     try:
         img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED)
     except cv2.error as err:  # OpenCV's own size ceiling, codec failures
@@ -232,29 +276,31 @@ def _decode(data: bytes, what: str, background: Sequence[int], max_pixels: Optio
         raise not_decodable(what, len(data))
     if max_pixels is not None and img.shape[0] * img.shape[1] > max_pixels:  # a header that understated the size
         raise budget_error(what, img.shape[1], img.shape[0], max_pixels)
-    return _orient(convert_array(img, what, background), _exif_orientation(data))
+    return _bgr_swap(_orient(convert_array(img, what, background), _exif_orientation(data)), order)
 
 
 def decode_image(data: bytes, what: str, background: Sequence[int] = WHITE,
-                 max_pixels: Optional[int] = DEFAULT_MAX_PIXELS) -> np.ndarray:
-    """Encoded bytes -> BGR uint8 (H, W, 3). ``what`` names the source in errors; ``background``: RGB colour
-    under transparent pixels; ``max_pixels``: the image budget, checked on the header before decoding (None: only
-    the libraries' own ceilings)."""
-    _check_background(background)
+                 max_pixels: Optional[int] = DEFAULT_MAX_PIXELS, order: str = 'BGR') -> np.ndarray:
+    """Encoded bytes -> uint8 (H, W, 3) in channel ``order`` ('BGR' or 'RGB'). ``what`` names the source in errors;
+    ``background``: RGB colour under transparent pixels; ``max_pixels``: the image budget, checked on the header
+    before decoding (None: only the libraries' own ceilings)."""
+    check_background(background)
+    _check_order(order)
     max_pixels = check_max_pixels(max_pixels)
     if not data:
         raise not_decodable(what, 0)
     width, height = declared_size(io.BytesIO(data), what, len(data))
     if max_pixels is not None and width * height > max_pixels:
         raise budget_error(what, width, height, max_pixels)
-    return _decode(data, what, background, max_pixels)
+    return _decode(data, what, background, max_pixels, order)
 
 
-def read_image_file(path: str, background: Sequence[int] = WHITE,
-                    max_pixels: Optional[int] = DEFAULT_MAX_PIXELS) -> np.ndarray:
-    """BGR uint8 (H, W, 3) from a file (see ``decode_image``): the header is read first, so a file over the budget
-    is refused after reading a few kilobytes of it; a missing or unreadable file names its path."""
-    _check_background(background)
+def read_image_file(path: str, background: Sequence[int] = WHITE, max_pixels: Optional[int] = DEFAULT_MAX_PIXELS,
+                    order: str = 'BGR') -> np.ndarray:
+    """uint8 (H, W, 3) in channel ``order`` from a file (see ``decode_image``): the header is read first, so a file
+    over the budget is refused after reading a few kilobytes of it; a missing or unreadable file names its path."""
+    check_background(background)
+    _check_order(order)
     max_pixels = check_max_pixels(max_pixels)
     if not os.path.isfile(path):
         raise FileNotFoundError(f'image file not found: {path}')
@@ -267,7 +313,31 @@ def read_image_file(path: str, background: Sequence[int] = WHITE,
             raise budget_error(path, width, height, max_pixels)
         f.seek(0)
         data = f.read()
-    return _decode(data, path, background, max_pixels)
+    return _decode(data, path, background, max_pixels, order)
+
+
+def write_image(path: str, img: np.ndarray, order: str = 'BGR') -> None:
+    """uint8 (H, W, 3) in channel ``order`` -> the file ``path``, its format from the extension (PNG; JPEG at
+    quality JPEG_QUALITY; any other OpenCV writes), written atomically, its folder made if needed; an image that
+    cannot be encoded is a ValueError naming the file."""
+    ext = os.path.splitext(path)[1].lower()
+    if not isinstance(img, np.ndarray) or img.dtype != np.uint8 or img.ndim != 3 or img.shape[2] != 3:
+        raise ValueError(f'{path}: expected an (H, W, 3) uint8 image to write, got {getattr(img, "dtype", type(img))} '
+                         f'{getattr(img, "shape", "")}')
+    params = [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY] if ext in ('.jpg', '.jpeg') else []
+    try:
+        ok, data = cv2.imencode(ext, _bgr_swap(img, order), params)
+    except cv2.error as err:
+        raise ValueError(f'{path}: could not encode the image as {ext or "(none)"}: {_first_line(err)}') from None
+    if not ok:
+        raise ValueError(f'{path}: could not encode the image as {ext}')
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+
+    def fill(tmp):
+        with open(tmp, 'wb') as f:
+            f.write(data.tobytes())
+
+    atomic_write(path, fill)
 
 
 @dataclass

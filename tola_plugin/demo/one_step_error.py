@@ -13,7 +13,7 @@ import torch
 from peft import PeftModel
 
 from tola_plugin.archs.vae_arch import LATENT_SCALE
-from tola_plugin.metrics.image_metrics import mean_psnr_y8, to_bgr8
+from tola_plugin.metrics.image_metrics import mean_psnr_y8, to_rgb8
 
 #: Seed offset of the second noise draw (the first uses the image index).
 SECOND_DRAW = 1_000_000
@@ -48,10 +48,10 @@ def one_step_error(net, lq: torch.Tensor, gt: torch.Tensor, first_seed: int = 0)
     with _frozen_encoder(net.vae):
         z_hr = LATENT_SCALE * net.vae.encode(gt).latent_dist.mode()
 
-    hr8 = to_bgr8(gt)
+    hr8 = to_rgb8(gt)
 
     def psnr(images):
-        return mean_psnr_y8(to_bgr8(images), hr8)
+        return mean_psnr_y8(to_rgb8(images), hr8)
 
     def decode(z_scaled):
         return net.vae.decode(z_scaled / LATENT_SCALE).sample

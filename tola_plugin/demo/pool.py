@@ -16,11 +16,11 @@ import shutil
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
-import cv2
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from tola_plugin.data.image_io import write_image
 from tola_plugin.data.text_degradation_dataset import TextDegradationDataset
 from tola_plugin.data.text_render import DEFAULT_CATEGORY_PROBS, TextLineRenderer
 
@@ -45,7 +45,7 @@ class _RenderedLines(Dataset):
                 chinese_chars=opts.get('chinese_chars'))
         rgb, text, _ = self.renderer.render(i)
         name = f'{i + 1:06d}.png'
-        cv2.imwrite(os.path.join(self.folder, name), cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))
+        write_image(os.path.join(self.folder, name), rgb, order='RGB')
         return name, text
 
 

@@ -12,21 +12,21 @@ import os
 import shutil
 from typing import Dict, List, Optional, Sequence
 
-import cv2
 import numpy as np
 import torch
 import yaml
 
-from basicsr.metrics.psnr_ssim import calculate_psnr
 from basicsr.utils import imwrite, tensor2img
 
 from tola_plugin.archs.backbone_builder import load_transocr, transocr_checkpoint_of
+from tola_plugin.data.image_io import read_image_file
 from tola_plugin.data.text_degradation_dataset import TextDegradationDataset, held_out_dataset_opt
 from tola_plugin.evaluation import records as R
 from tola_plugin.evaluation.plots import comparison_grid, load_grid_rows
 from tola_plugin.evaluation.runner import evaluate_methods
 from tola_plugin.inference.color_fix import COLOR_FIXES, apply_color_fix
-from tola_plugin.ocr.recognizers import ppocrv4_unavailable
+from tola_plugin.metrics.image_metrics import mean_psnr_y8
+from tola_plugin.ocr.ppocr import ppocrv4_unavailable
 
 #: The issue's targets for the demo on the held-out lines: gains of TOLA over its LR input.
 TARGETS = {'psnr': 2.0, 'p_acc': 0.15}
@@ -64,18 +64,18 @@ def color_fix_psnr(results_root: str, names: Sequence[str]) -> Dict[str, float]:
     as the colour reference, as TOLAPipeline applies it): what keeping the input's colours does on the held-out
     lines (docs/restore.md)."""
 
-    def read(method, name):  # BGR uint8 -> (1, 3, H, W) RGB in [0, 1]
-        bgr = cv2.imread(os.path.join(results_root, method, name), cv2.IMREAD_COLOR)
-        return torch.from_numpy(bgr[..., ::-1].copy()).permute(2, 0, 1)[None].float() / 255.0
+    def read(method, name):  # RGB uint8 -> (1, 3, H, W) in [0, 1]
+        rgb = read_image_file(os.path.join(results_root, method, name), order='RGB')
+        return torch.from_numpy(rgb).permute(2, 0, 1)[None].float() / 255.0
 
     scores = {fix: [] for fix in COLOR_FIXES}
     for name in names:
         restored, lr = read('tola', name), read('lr', name)
-        hr = cv2.imread(os.path.join(results_root, 'hr', name), cv2.IMREAD_COLOR)
+        hr = read_image_file(os.path.join(results_root, 'hr', name), order='RGB')
         for fix in COLOR_FIXES:
-            fixed = apply_color_fix(fix, restored, lr)[0].permute(1, 2, 0).numpy()[..., ::-1]
+            fixed = apply_color_fix(fix, restored, lr)[0].permute(1, 2, 0).numpy()
             fixed = np.clip(fixed * 255.0 + 0.5, 0, 255).astype(np.uint8)
-            scores[fix].append(calculate_psnr(fixed, hr, crop_border=0, test_y_channel=True))
+            scores[fix].append(mean_psnr_y8([fixed], [hr]))
     return {fix: float(np.mean(values)) for fix, values in scores.items()}
 
 

@@ -12,7 +12,7 @@ import torch
 
 from tola_plugin.demo.pool import LinePool
 from tola_plugin.demo.stages import images
-from tola_plugin.metrics.image_metrics import mean_psnr_y8, to_bgr8
+from tola_plugin.metrics.image_metrics import mean_psnr_y8, to_rgb8
 from tola_plugin.metrics.text_metrics import normalize
 from tola_plugin.text.alphabets import decode_transocr
 
@@ -23,8 +23,8 @@ def vae_psnr(vae, pool: LinePool, batch_size: int = 8) -> float:
     out, ref = [], []
     for start in range(0, pool.num_lines, batch_size):
         x = images(pool.hr, range(start, min(start + batch_size, pool.num_lines)))
-        out += to_bgr8(vae.decode(vae.encode(x).latent_dist.mode()).sample)
-        ref += to_bgr8(x)
+        out += to_rgb8(vae.decode(vae.encode(x).latent_dist.mode()).sample)
+        ref += to_rgb8(x)
     return mean_psnr_y8(out, ref)
 
 
@@ -49,12 +49,11 @@ def one_step_scores(net, pool: LinePool, batch_size: int = 8) -> Dict[str, float
         rows = range(start, min(start + batch_size, pool.num_lines))
         lq, gt = images(pool.lr, rows), images(pool.hr, rows)
         restored = net(lq, noise_seeds=list(rows))
-        lr_imgs += to_bgr8(lq)
-        out_imgs += to_bgr8(restored)
-        hr_imgs += to_bgr8(gt)
-    to_rgb_array = lambda imgs: np.stack([im[..., ::-1] for im in imgs])  # noqa: E731
+        lr_imgs += to_rgb8(lq)
+        out_imgs += to_rgb8(restored)
+        hr_imgs += to_rgb8(gt)
     return {
         'psnr_lr': mean_psnr_y8(lr_imgs, hr_imgs), 'psnr_one_step': mean_psnr_y8(out_imgs, hr_imgs),
-        'transocr_acc_lr': transocr_accuracy(net.transocr, to_rgb_array(lr_imgs), pool.labels),
-        'transocr_acc_one_step': transocr_accuracy(net.transocr, to_rgb_array(out_imgs), pool.labels)
+        'transocr_acc_lr': transocr_accuracy(net.transocr, np.stack(lr_imgs), pool.labels),
+        'transocr_acc_one_step': transocr_accuracy(net.transocr, np.stack(out_imgs), pool.labels)
     }

@@ -185,7 +185,7 @@ def comparison_grid(rows: Sequence[Tuple[str, Sequence[np.ndarray]]], out_stem: 
 
 def load_grid_rows(row_dirs: Sequence[Tuple[str, str]], samples: Sequence[str]) -> List[Tuple[str, List[np.ndarray]]]:
     """[(label, folder)] x sample file names -> rows of RGB images; a missing file is an error naming it."""
-    return [(label, [read_image_file(os.path.join(folder, name))[:, :, ::-1] for name in samples])
+    return [(label, [read_image_file(os.path.join(folder, name), order='RGB') for name in samples])
             for label, folder in row_dirs]
 
 

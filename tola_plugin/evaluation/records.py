@@ -22,6 +22,9 @@ from tola_plugin.utils.atomic_files import write_csv
 
 MAX_LISTED = 20  # names listed in a mismatch error
 
+# Column prefixes of the recognizers (tola_plugin.ocr.recognizers): T-ACC/T-NED, P-ACC/P-NED as in the paper's tables.
+PREFIX = {'transocr': 't_', 'ppocrv4': 'p_'}
+
 # Per-image columns. Recognizer columns are prefixed 't_' (TransOCR) and 'p_' (PP-OCRv4 / PaddleOCR):
 # <prefix>pred (raw recognizer output), <prefix>conf (recognizer confidence), <prefix>acc (0/1), <prefix>ned.
 PER_IMAGE_COLUMNS = ('filename', 'gt', 'psnr', 'ssim', 'lpips', 'dists', 't_pred', 't_conf', 't_acc', 't_ned', 'p_pred',

@@ -16,7 +16,8 @@ from tola_plugin.evaluation import records as R
 from tola_plugin.metrics.image_metrics import (DEFAULT_COLOR_SPACE, PAIRED_METRICS, PairedImageMetrics,
                                                fid_between_dirs, images_to_tensor)
 from tola_plugin.metrics.text_metrics import ned, normalize
-from tola_plugin.ocr.recognizers import PREFIX, RECOGNIZERS, build_recognizer, ppocrv4_unavailable
+from tola_plugin.ocr.ppocr import ppocrv4_unavailable
+from tola_plugin.ocr.recognizers import RECOGNIZERS, build_recognizer
 from tola_plugin.utils.atomic_files import write_json, write_text
 
 ALL_METRICS = PAIRED_METRICS + ('fid', ) + RECOGNIZERS
@@ -174,14 +175,17 @@ def score_folder(folder: str, names: Sequence[str], reference_dir: Optional[str]
     for start in range(0, len(names), batch_size):
         batch = names[start:start + batch_size]
         restored = [
-            read_image_file(os.path.join(folder, files[n] if files else n), background, max_pixels) for n in batch
+            read_image_file(os.path.join(folder, files[n] if files else n), background, max_pixels, order='RGB')
+            for n in batch
         ]
         batch_rows = [{'filename': n} for n in batch]
         if labels is not None:
             for row, n in zip(batch_rows, batch):
                 row['gt'] = labels[n]
         if image_metrics is not None:
-            reference = [read_image_file(os.path.join(reference_dir, n), background, max_pixels) for n in batch]
+            reference = [
+                read_image_file(os.path.join(reference_dir, n), background, max_pixels, order='RGB') for n in batch
+            ]
             for n, x, y in zip(batch, restored, reference):
                 if x.shape != y.shape:
                     raise ValueError(f'{n}: restored image {x.shape[1]}x{x.shape[0]} and reference '
@@ -192,7 +196,7 @@ def score_folder(folder: str, names: Sequence[str], reference_dir: Optional[str]
         for name, recognizer in recognizers.items():
             for row, n, rec in zip(batch_rows, batch, recognizer(restored)):
                 row.update(
-                    _recognition_columns(PREFIX[name], rec.text, rec.confidence, labels[n], lower
+                    _recognition_columns(R.PREFIX[name], rec.text, rec.confidence, labels[n], lower
                                          or (name == 'ppocrv4' and ppocr_lower)))
         rows.extend(batch_rows)
         bar.update(len(batch))
@@ -200,15 +204,15 @@ def score_folder(folder: str, names: Sequence[str], reference_dir: Optional[str]
     return rows
 
 
-def _paired_scores(image_metrics: PairedImageMetrics, restored_bgr, reference_bgr) -> Dict[str, np.ndarray]:
-    """Group the batch by image size (a tensor batch needs one size) and score each group."""
-    out = {n: np.zeros(len(restored_bgr)) for n in image_metrics.names}
+def _paired_scores(image_metrics: PairedImageMetrics, restored_rgb, reference_rgb) -> Dict[str, np.ndarray]:
+    """Group the batch (RGB uint8 images) by image size (a tensor batch needs one size) and score each group."""
+    out = {n: np.zeros(len(restored_rgb)) for n in image_metrics.names}
     shapes = {}
-    for i, img in enumerate(restored_bgr):
+    for i, img in enumerate(restored_rgb):
         shapes.setdefault(img.shape, []).append(i)
     for idx in shapes.values():
-        x = images_to_tensor([restored_bgr[i][:, :, ::-1] for i in idx])
-        y = images_to_tensor([reference_bgr[i][:, :, ::-1] for i in idx])
+        x = images_to_tensor([restored_rgb[i] for i in idx])
+        y = images_to_tensor([reference_rgb[i] for i in idx])
         for name, values in image_metrics(x, y).items():
             out[name][idx] = values
     return out

@@ -23,20 +23,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-import cv2
-import numpy as np
-
-from tola_plugin.data.image_io import IMAGE_EXTENSIONS, FolderScan, scan_image_folder
+from tola_plugin.data.image_io import IMAGE_EXTENSIONS, FolderScan, scan_image_folder, write_image
 from tola_plugin.inference.pipeline import TOLAPipeline
 from tola_plugin.inference.prior_csv import read_prior_rows, write_prior_csv
 from tola_plugin.utils import run_lock
 from tola_plugin.utils.atomic_files import write_json
-from tola_plugin.utils.checkpoint_io import atomic_write
 from tola_plugin.utils.devices import resolve_device
 
 PRIOR_CSV = 'prior.csv'
 LOCK_FILE = '.tola-infer.lock'
-JPEG_QUALITY = 95
 MAX_LISTED = 5
 INTERRUPTED_STATUS = 130  # the shell's status for a run ended by Ctrl-C (128 + SIGINT)
 
@@ -135,22 +130,6 @@ def remove_stale_temporaries(jobs: List[Job], out_dir: str) -> List[str]:
             except FileNotFoundError:
                 pass
     return removed
-
-
-def write_image(path: str, rgb: np.ndarray) -> None:
-    """uint8 RGB -> the file ``path`` (PNG, or JPEG quality 95 by extension), atomically; errors name the file."""
-    ext = os.path.splitext(path)[1].lower()
-    params = [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY] if ext in ('.jpg', '.jpeg') else []
-    ok, data = cv2.imencode(ext, np.ascontiguousarray(rgb[..., ::-1]), params)
-    if not ok:
-        raise ValueError(f'{path}: could not encode the image as {ext}')
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-
-    def write(tmp):
-        with open(tmp, 'wb') as f:
-            f.write(data.tobytes())
-
-    atomic_write(path, write)
 
 
 def load_pipeline(args):
@@ -311,7 +290,7 @@ def _write_outputs(args, restored, prior: Optional[PriorFile], fail) -> int:
                     job.json,
                     lambda: write_json(job.json, dict(input=job.input, output=job.output, **result.to_dict())))
             try:
-                _write_or_name(job.output, lambda: write_image(job.output, result.image))
+                _write_or_name(job.output, lambda: write_image(job.output, result.image, order='RGB'))
             except (ValueError, OSError):
                 if args.detect:
                     _remove(job.json)

@@ -6,8 +6,9 @@
 
 A thin layer over ``TOLANet`` (which does all the restoring): geometry (``line_geometry``: aspect kept, narrow
 lines padded, wide lines cut into overlapping windows and blended; ``photo_geometry``: detected lines rectified and
-pasted back), batching of the 128x512 canvases, and input conversion (paths through the package's one image
-reader, ``tola_plugin.data.image_io``). docs/restore.md describes the behaviour.
+pasted back), and batching of the 128x512 canvases. Images are RGB from entry to exit: inputs are read and converted
+by ``tola_plugin.data.image_io`` (order 'RGB'), PP-OCRv4 takes RGB (``tola_plugin.ocr``, which converts at its own
+boundary). docs/restore.md describes the behaviour.
 """
 import os
 from dataclasses import asdict, dataclass, field
@@ -16,11 +17,11 @@ from typing import Dict, List, Optional, Sequence, Tuple, Union
 import cv2
 import numpy as np
 import torch
-from PIL import Image, ImageOps
+from PIL import Image
 
 from tola_plugin.archs.tola_arch import TOLANet, image_noise_seed
-from tola_plugin.data.image_io import (DEFAULT_MAX_PIXELS, WHITE, budget_error, check_max_pixels, convert_array,
-                                       not_decodable, read_image_file)
+from tola_plugin.data.image_io import (DEFAULT_MAX_PIXELS, WHITE, budget_error, check_background, check_max_pixels,
+                                       convert_array, convert_pil, read_image_file)
 from tola_plugin.data.text_line_source import CANVAS_H
 from tola_plugin.inference.color_fix import apply_color_fix, check_color_fix
 from tola_plugin.inference.line_geometry import (PAD_MODES, LineLayout, blend_tiles, cut_tiles, line_width, plan_line,
@@ -31,8 +32,7 @@ from tola_plugin.inference.runtime import auto_batch_size, place_network
 from tola_plugin.inference.work_bounds import (DEFAULT_MAX_OUTPUT_PIXELS, DEFAULT_MAX_WINDOWS, capped_scale,
                                                check_outscale, check_positive, check_positive_int, check_windows,
                                                output_size)
-from tola_plugin.ocr.ppocr_detection import PPOCRv4Detector, UndetectableShape
-from tola_plugin.ocr.recognizers import PPOCRv4Recognizer
+from tola_plugin.ocr.ppocr import PPOCRv4Detector, PPOCRv4Recognizer, UndetectableShape
 from tola_plugin.utils.devices import resolve_device
 
 # The merged model that `make demo` exports (relative to the working directory, like the demo's experiments/).
@@ -125,33 +125,6 @@ class _Image:
     error: Optional[BaseException] = None
 
 
-def _pil_to_bgr(image: Image.Image, what: str, background, value_range=None) -> np.ndarray:
-    """PIL image (any mode; EXIF orientation applied) -> BGR uint8 through ``convert_array``; pixels a lazy PIL image
-    cannot load (truncated, corrupt) are "not a decodable image"."""
-    try:
-        return _pil_pixels_to_bgr(image, what, background, value_range)
-    except (OSError, SyntaxError, Image.DecompressionBombError) as err:  # PIL's errors while loading pixels
-        raise not_decodable(what, 0, f'{type(err).__name__}: {err}') from None
-
-
-def _pil_pixels_to_bgr(image: Image.Image, what: str, background, value_range) -> np.ndarray:
-    image = ImageOps.exif_transpose(image)
-    if image.mode in ('P', 'PA'):
-        image = image.convert('RGBA' if image.mode == 'PA' or 'transparency' in image.info else 'RGB')
-    elif image.mode in ('1', ):
-        image = image.convert('L')
-    elif image.mode in ('La', 'RGBa'):  # premultiplied alpha
-        image = image.convert(image.mode.upper())
-    elif image.mode not in ('L', 'LA', 'RGB', 'RGBA', 'I', 'F') and not image.mode.startswith('I;16'):
-        image = image.convert('RGB')  # CMYK, YCbCr, LAB, HSV
-    array = np.asarray(image)
-    if image.mode == 'I' or image.mode.startswith('I;16'):  # 16-bit gray (PIL opens some as 32-bit 'I')
-        if array.min() < 0 or array.max() > 65535:
-            raise ValueError(f'{what}: 32-bit integer pixels outside the 16-bit range')
-        array = array.astype(np.uint16)
-    return convert_array(array, what, background, order='RGB', value_range=value_range)
-
-
 class TOLAPipeline:
     """Restore text images with a TOLA network: one image or a list, any size and aspect, optionally whole photos.
 
@@ -195,7 +168,7 @@ class TOLAPipeline:
             raise ValueError(f'margin must be a fraction of the line height in [0, 1], got {margin}')
         if not 0.0 <= float(feather) <= 0.5:
             raise ValueError(f'feather must be a fraction of the line height in [0, 0.5], got {feather}')
-        convert_array(np.zeros((1, 1, 3), np.uint8), 'background check', background)  # validates the colour
+        check_background(background)
         self.net = net.eval().requires_grad_(False)
         self.overlap, self.pad_mode = int(overlap), pad_mode
         self._batch_size = None if batch_size is None else int(batch_size)
@@ -324,16 +297,15 @@ class TOLAPipeline:
         """-> (RGB uint8 (H, W, 3), name for the noise seed); the image budget applies to every kind of input."""
         if isinstance(item, (str, os.PathLike)):
             path = os.fspath(item)
-            return read_image_file(path, self.background, self.max_pixels)[..., ::-1].copy(), os.path.basename(path)
+            return read_image_file(path, self.background, self.max_pixels, order='RGB'), os.path.basename(path)
         what = f'image {index}'
         if isinstance(item, Image.Image):
             self._check_budget(what, item.size[1], item.size[0])  # before a lazy PIL image decodes its pixels
-            return _pil_to_bgr(item, what, self.background, value_range)[..., ::-1].copy(), ''
+            return convert_pil(item, what, self.background, value_range), ''
         if isinstance(item, np.ndarray):
             if item.ndim in (2, 3):
                 self._check_budget(what, item.shape[0], item.shape[1])
-            return convert_array(item, what, self.background, order='RGB',
-                                 value_range=value_range)[..., ::-1].copy(), ''
+            return convert_array(item, what, self.background, order='RGB', value_range=value_range), ''
         raise ValueError(f'{what}: expected a file path, a PIL image or a numpy array, got {type(item).__name__}')
 
     def _check_budget(self, what: str, height: int, width: int) -> None:
@@ -375,11 +347,11 @@ class TOLAPipeline:
         if self.detector is None:
             self.detector = PPOCRv4Detector()
         try:
-            polygons = self.detector(np.ascontiguousarray(rgb[..., ::-1]))
+            polygons = self.detector(rgb)
         except UndetectableShape as err:
             return [], f'no lines: {err}'
         quads = [expand_quad(reading_quad(p), self.margin) for p in polygons]
-        flips = self.detector.upside_down([np.ascontiguousarray(rectify(rgb, q)[..., ::-1]) for q in quads])
+        flips = self.detector.upside_down([rectify(rgb, q) for q in quads])
         quads = [np.roll(q, 2, axis=0) if flip else q for q, flip in zip(quads, flips)]  # read the right way up
         return [(rectify(rgb, q), q, p) for q, p in zip(quads, polygons)], ''
 
@@ -461,8 +433,7 @@ class TOLAPipeline:
             return
         if self.recognizer is None:
             self.recognizer = PPOCRv4Recognizer()
-        bgr = [np.ascontiguousarray(img[..., ::-1]) for line in lines for img in (line.strip, line.restored)]
-        readings = self.recognizer(bgr)
+        readings = self.recognizer([img for line in lines for img in (line.strip, line.restored)])
         for i, line in enumerate(lines):
             line.before, line.after = readings[2 * i], readings[2 * i + 1]
 

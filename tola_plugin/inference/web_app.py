@@ -87,7 +87,7 @@ def restore_upload(pipeline: TOLAPipeline, path: str, name: str = '', detect: bo
     exceeds the pipeline's bounds (windows, output pixels)."""
     name = name or os.path.basename(path)
     try:
-        rgb = read_image_file(path, pipeline.background, max_pixels=round(max_megapixels * 1e6))[..., ::-1].copy()
+        rgb = read_image_file(path, pipeline.background, max_pixels=round(max_megapixels * 1e6), order='RGB')
     except ImageTooLargeError as err:
         size = f'{err.width}x{err.height} pixels = {err.width * err.height / 1e6:.1f} megapixels' if err.width else \
             f'more than {err.max_pixels or 0:,} pixels'

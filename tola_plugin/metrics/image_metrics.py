@@ -13,29 +13,32 @@ import os
 import tempfile
 from typing import Dict, Iterable, List, Optional, Sequence
 
-import cv2
 import numpy as np
 import torch
 
 from tola_plugin.checkpoints import metric_weights as W
-from tola_plugin.data.image_io import DEFAULT_MAX_PIXELS, WHITE, list_image_files, read_image_file
+from tola_plugin.data.image_io import DEFAULT_MAX_PIXELS, WHITE, list_image_files, read_image_file, write_image
 
 LUMA_COLOR_SPACES = ('ycbcr', 'yiq')
 DEFAULT_COLOR_SPACE = 'ycbcr'
 PAIRED_METRICS = ('psnr', 'ssim', 'lpips', 'dists')
 
 
-def to_bgr8(x: torch.Tensor) -> List[np.ndarray]:
-    """(B,3,H,W) RGB in [0,1] -> B uint8 HxWx3 BGR arrays (BasicSR's tensor2img rounding)."""
-    arr = (x.detach().float().clamp(0, 1).permute(0, 2, 3, 1).cpu().numpy()[..., ::-1] * 255.0).round()
+def to_rgb8(x: torch.Tensor) -> List[np.ndarray]:
+    """(B,3,H,W) RGB in [0,1] -> B uint8 HxWx3 RGB arrays (BasicSR's tensor2img rounding)."""
+    arr = (x.detach().float().clamp(0, 1).permute(0, 2, 3, 1).cpu().numpy() * 255.0).round()
     return list(arr.astype(np.uint8))
 
 
 def mean_psnr_y8(pred: Sequence[np.ndarray], ref: Sequence[np.ndarray]) -> float:
-    """Mean PSNR of uint8 BGR images on the BT.601 Y channel, no border crop: BasicSR's ``calculate_psnr``, what
-    TOLA's validation logs (the pyiqa metrics below give the same convention on float images)."""
+    """Mean PSNR of uint8 RGB images on the BT.601 Y channel, no border crop: BasicSR's ``calculate_psnr``, what
+    TOLA's validation logs (the pyiqa metrics below give the same convention on float images). BasicSR's Y
+    conversion reads BGR: the channels are reversed for it, here."""
     from basicsr.metrics import calculate_psnr
-    return float(np.mean([calculate_psnr(p, r, crop_border=0, test_y_channel=True) for p, r in zip(pred, ref)]))
+    return float(
+        np.mean([
+            calculate_psnr(p[..., ::-1], r[..., ::-1], crop_border=0, test_y_channel=True) for p, r in zip(pred, ref)
+        ]))
 
 
 def _check_color_space(color_space: str) -> str:
@@ -111,9 +114,8 @@ def stage_images(folder: str, names: Sequence[str], out_dir: str, background: Se
     sees exactly the pixels the other metrics see. Returns ``out_dir``."""
     os.makedirs(out_dir, exist_ok=True)
     for i, name in enumerate(names):
-        bgr = read_image_file(os.path.join(folder, name), background, max_pixels)
-        if not cv2.imwrite(os.path.join(out_dir, f'{i:06d}.png'), bgr):
-            raise OSError(f'could not write a staged copy of {os.path.join(folder, name)} into {out_dir}')
+        write_image(
+            os.path.join(out_dir, f'{i:06d}.png'), read_image_file(os.path.join(folder, name), background, max_pixels))
     return out_dir
 
 

@@ -1,8 +1,10 @@
-"""The text recognizers and the text detector, behind small interfaces (docs/evaluation.md, "Recognizers"):
+"""The text recognizers and the text detector (docs/evaluation.md, "Recognizers"). Every image going in is RGB
+uint8 (H, W, 3), as in the inference pipeline; PaddleOCR's models read BGR, and ``ppocr`` converts at that boundary.
 
-- ``recognizers``: TransOCR (our module, the paper's primary recognizer) and PP-OCRv4 recognition
-  (rapidocr-onnxruntime) behind one ``recognize`` interface;
-- ``ppocr_detection``: PP-OCRv4 text-line detection and PaddleOCR's text-direction classifier, for photos.
+- ``recognition``: the interface (``Recognition(text, confidence)``, the input check);
+- ``transocr_recognizer``: TransOCR (our module, the paper's primary recognizer);
+- ``ppocr``: PP-OCRv4 recognition, text-line detection and the text-direction classifier (rapidocr-onnxruntime);
+- ``recognizers``: the recognizers by name (``build_recognizer``).
 
 Nothing here downloads anything: the PP-OCR models ship inside the rapidocr-onnxruntime wheel.
 """
