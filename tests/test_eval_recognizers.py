@@ -127,8 +127,7 @@ def test_transocr_matches_module_recognize_and_batches():
     images.insert(1, rng.integers(0, 256, (64, 200, 3)).astype(np.uint8))  # a different size splits the batch
     got = TransOCRRecognizer(model=model, batch_size=2)(images)
     expected = [
-        model.recognize(torch.from_numpy(img.astype(np.float32) / 255).permute(2, 0, 1)[None])[0]
-        for img in images
+        model.recognize(torch.from_numpy(img.astype(np.float32) / 255).permute(2, 0, 1)[None])[0] for img in images
     ]
     assert [r.text for r in got] == expected
     assert all(0.0 < r.confidence <= 1.0 for r in got)
