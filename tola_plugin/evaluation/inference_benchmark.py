@@ -35,6 +35,19 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 
+from tola_plugin.archs.mom_arch import DiffTSRMoM
+from tola_plugin.archs.precision import cpu_has_native_bf16, resolve_precision
+from tola_plugin.archs.tola_arch import TOLANet
+from tola_plugin.data.text_degradation_dataset import TextDegradationDataset, held_out_dataset_opt
+from tola_plugin.data.text_labels import text_targets
+from tola_plugin.data.text_line_source import to_canvas
+from tola_plugin.data.text_render import TextLineRenderer
+from tola_plugin.evaluation.benchmarking import build_benchmark_tola
+from tola_plugin.evaluation.complexity import count_macs
+from tola_plugin.inference.openvino_backend import openvino_missing
+from tola_plugin.inference.runtime import place_network
+from tola_plugin.models.tola_model import TOLAModel
+
 STAGES = ('text prior', 'VAE encode', 'MoM text', 'IDM', 'LRC', 'VAE decode')
 #: the issue's targets (2-core CPU with native bf16, batch 1, full size)
 TARGETS = {
@@ -54,10 +67,6 @@ def rendered_lines(count: int, seed: int = 0, with_targets: bool = False):
     also the HR lines (same shape) and the OCR targets (count, 25) of their texts."""
     import cv2
 
-    from tola_plugin.data.text_labels import text_targets
-    from tola_plugin.data.text_line_source import to_canvas
-    from tola_plugin.data.text_render import TextLineRenderer
-
     renderer = TextLineRenderer(seed=seed)
     lines, hr, targets = [], [], []
     for i in range(count):
@@ -76,7 +85,6 @@ def rendered_lines(count: int, seed: int = 0, with_targets: bool = False):
 def build_reference(opt_path: str, checkpoint, random_weights: bool):
     """The option file's TOLANet with its adaptation state (or, with ``random_weights``, the full-size random
     backbone with seeded random LoRA/LRC values), LoRA unmerged, on the reference route."""
-    from tola_plugin.evaluation.benchmarking import build_benchmark_tola
     net = build_benchmark_tola(opt_path, random_weights, adaptation=True, checkpoint=checkpoint)
     return net.set_switches(text_decoding='full_prefix', precision='fp32').eval()
 
@@ -90,8 +98,6 @@ def export_merged(opt_path: str, checkpoint, random_weights: bool, path: str) ->
 
 def load_route(route: str, merged: str, device):
     """The inference network of ``route`` ('torch', 'openvino' or 'default') from the merged file."""
-    from tola_plugin.archs.tola_arch import TOLANet
-    from tola_plugin.inference.runtime import place_network
     backend = {'torch': 'torch', 'openvino': 'openvino', 'default': 'auto'}[route]
     switches = {'precision': 'auto'} if route == 'default' else {}
     net, _, _ = place_network(TOLANet.load_for_inference(merged, **switches), device, backend, source=merged)
@@ -101,7 +107,6 @@ def load_route(route: str, merged: str, device):
 def runtime_weight_bytes(net) -> int:
     """Bytes of the parameters and buffers a TOLANet forward runs (the MoM image branch, which only feeds the TDM,
     is not counted; the inference path never loads it)."""
-    from tola_plugin.archs.mom_arch import DiffTSRMoM
     skip = tuple(f'mom.{p}' for p in DiffTSRMoM.IMAGE_BRANCH)
     return sum(t.numel() * t.element_size() for k, t in net.state_dict().items() if not k.startswith(skip))
 
@@ -110,7 +115,6 @@ def route_macs(net, lq) -> Dict[str, int]:
     """Multiply-adds of the tensor stages of one (1, 3, H, W) restore of the torch network ``net`` (mmengine's
     counter): VAE encoder, IDM, VAE decoder, LRC, TransOCR's encoder. The text prior's decoding steps and the MoM
     text encoder (well under 1 %) are left out."""
-    from tola_plugin.evaluation.complexity import count_macs
 
     class Call(torch.nn.Module):
 
@@ -211,8 +215,6 @@ def training_iterations(opt_path: str, checkpoint, random_weights: bool, repeats
     way ('incremental': after), interleaved, median of ``repeats`` after a warm-up of each."""
     import yaml
 
-    from tola_plugin.models.tola_model import TOLAModel
-
     with open(opt_path, encoding='utf-8') as f:
         opt = yaml.safe_load(f)
     if 'train' not in opt:
@@ -298,7 +300,6 @@ def quality(merged: str, test_opt: str, backends: Sequence[str], precisions: Seq
     from basicsr.metrics.psnr_ssim import calculate_psnr
     from basicsr.utils import tensor2img
 
-    from tola_plugin.data.text_degradation_dataset import TextDegradationDataset, held_out_dataset_opt
     with open(test_opt, encoding='utf-8') as f:
         opt = yaml.safe_load(f)
     dataset = TextDegradationDataset(held_out_dataset_opt(opt, test_opt))
@@ -420,7 +421,6 @@ def markdown(result: Dict) -> str:
 
 
 def machine() -> Dict:
-    from tola_plugin.archs.precision import cpu_has_native_bf16
     info = {
         'platform': platform.platform(), 'python': platform.python_version(), 'torch': torch.__version__,
         'cpu_capability': torch.backends.cpu.get_cpu_capability(), 'threads': torch.get_num_threads(),
@@ -448,8 +448,6 @@ def run_benchmark(opt_path: str, checkpoint=None, random_weights: bool = False, 
                   quality_opt: Optional[str] = None, quality_limit: Optional[int] = None, workdir: Optional[str] = None,
                   command: str = '') -> Dict:
     """The whole benchmark (module docstring) on the CPU -> the result dict (JSON-ready, with 'targets')."""
-    from tola_plugin.archs.precision import resolve_precision
-    from tola_plugin.inference.openvino_backend import openvino_missing
 
     lines = rendered_lines(max(1, photo_lines))
     temporary = tempfile.TemporaryDirectory(prefix='tola_bench_') if not workdir else None
