@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from tola_plugin.archs.tola_arch import image_noise_seed
+from tola_plugin.data.image_io import read_image_file
 from tola_plugin.inference.pipeline import DEMO_MODEL, LineResult, Restoration, TOLAPipeline
 from tola_plugin.rendered_samples import samples_dir
 from tola_plugin.utils.headless_browser import (find_chromium, page_text, quit_chromium, restore_in_page,
@@ -132,7 +133,9 @@ def test_page_restores_an_uploaded_line(demo_server, chromium, tmp_path):
     text = page_text(chromium)
     assert 'tiny demo backbone' in text and "not the paper's weights" in text  # served without --model
     assert not urls_off_host(state.resources, '127.0.0.1')  # fonts, scripts, images: all from the demo server
-    assert os.path.getsize(tmp_path / 'tola_web.png') > 10_000
+    shot = read_image_file(str(tmp_path / 'tola_web.png'))  # the page was drawn: a full window, not a blank one
+    width, height = chromium.execute_script('return [window.innerWidth, window.innerHeight]')  # the viewport
+    assert shot.shape[:2] == (height, width) and len(np.unique(shot.reshape(-1, 3), axis=0)) > 50
 
 
 def test_page_reports_a_non_image_and_keeps_serving(demo_server, chromium, not_an_image):
