@@ -1,9 +1,14 @@
 """flake8 plugin (setup.cfg ``[flake8:local-plugins]``): every command line follows the tool convention of
 docs/reliability.md, "Errors": argparse + ``main(argv)`` + ``run_tool`` (bad input -> one ``error:`` line and exit
-status 2), never a hand-written exit. Written by hand: no published flake8 plugin knows our ``run_tool``.
+status 2), never a hand-written exit (TOL001-TOL003). Written by hand: no published flake8 plugin knows our
+``run_tool``.
 
 Commands: ``tools/*.py``, ``tola_cli/infer.py``, ``tola_plugin/train.py``, ``tola_plugin/test.py``. A tool that
 only re-exports another command's ``main`` (``from tola_cli.infer import cli, main``) is that command.
+
+A tool (``tools/*.py``) is also argument parsing plus one call into the package (TOL004): its only top-level
+functions are ``main``, ``parse_args``, ``build_parser`` and argparse type functions named ``parse_*``, and it defines
+no class; helpers, loops over data and file writing live in a package module, where tests import them.
 """
 import ast
 import os
@@ -12,12 +17,29 @@ COMMANDS = ('tola_cli/infer.py', 'tola_plugin/train.py', 'tola_plugin/test.py')
 TOL001 = 'TOL001 command line without run_tool(...) (docs/reliability.md, "Errors")'
 TOL002 = 'TOL002 command line without a main() function'
 TOL003 = 'TOL003 command line exits by hand ({}); raise, and let run_tool set the exit status'
+TOL004 = ('TOL004 tool defines {} at top level; a tool is argument parsing plus one call into the package (only '
+          'main, parse_args, build_parser and parse_* argparse types): move it into a package module')
+TOOL_FUNCTIONS = ('main', 'parse_args', 'build_parser')
+
+
+def _path(filename: str) -> str:
+    return os.path.normpath(os.path.abspath(filename)).replace(os.sep, '/')
+
+
+def is_tool(filename: str) -> bool:
+    path = _path(filename)
+    return os.path.basename(os.path.dirname(path)) == 'tools' and path.endswith('.py')
 
 
 def is_command(filename: str) -> bool:
-    path = os.path.normpath(os.path.abspath(filename)).replace(os.sep, '/')
-    parent = os.path.basename(os.path.dirname(path))
-    return (parent == 'tools' and path.endswith('.py')) or any(path.endswith('/' + c) for c in COMMANDS)
+    return is_tool(filename) or any(_path(filename).endswith('/' + c) for c in COMMANDS)
+
+
+def tool_definition_allowed(node: ast.AST) -> bool:
+    """A top-level definition a tool may have: its ``main``, its argument parsing, argparse type functions."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return node.name in TOOL_FUNCTIONS or node.name.startswith('parse_')
+    return not isinstance(node, ast.ClassDef)
 
 
 class ToolConvention:
@@ -47,3 +69,8 @@ class ToolConvention:
                 f'{f.value.id}.{f.attr}' if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) else '')
             if name in ('sys.exit', 'exit', 'quit', 'os._exit'):
                 yield c.lineno, c.col_offset, TOL003.format(f'{name}(...)'), type(self)
+        if is_tool(self.filename):
+            for node in self.tree.body:
+                if not tool_definition_allowed(node):
+                    kind = 'class' if isinstance(node, ast.ClassDef) else 'function'
+                    yield node.lineno, node.col_offset, TOL004.format(f'{kind} {node.name!r}'), type(self)

@@ -241,14 +241,10 @@ def test_basicsr_output_names():
 def test_install_regular_wheel_registers_hook(tmp_path):
     """``pip install .`` (a wheel, not editable) into a fresh venv that sees this environment's dependencies but not
     its editable install: the hook's .pth lands in site-packages and registers the installed copy of the plugin
-    (tools/benchmark_startup.py builds its venvs the same way)."""
-    sys.path.insert(0, os.path.join(REPO, 'tools'))
-    try:
-        import benchmark_startup as bench
-    finally:
-        sys.path.pop(0)
+    (tools/benchmark_startup.py builds its venvs the same way, with tola_plugin/evaluation/startup_benchmark.py)."""
+    from tola_plugin.evaluation import startup_benchmark as bench
     python = bench.make_venv(str(tmp_path / 'venv'))
-    bench.pip_install(python, bench.copy_sources(str(tmp_path / 'src')))
+    bench.pip_install(python, bench.copy_sources(REPO, str(tmp_path / 'src')))
     site = bench.site_packages(python)
     with open(os.path.join(site, 'tola_plugin_hook.pth'), encoding='utf-8') as f:
         assert f.read() == 'import tola_plugin_hook; tola_plugin_hook.install()\n'

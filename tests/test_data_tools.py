@@ -1,4 +1,5 @@
-"""tools/: make_lmdb round trip, 98/2 split, RT50 screening thresholds, RealCE-200 and RT50 builds."""
+"""tools/ and their modules in tola_plugin/data: make_lmdb round trip, 98/2 split, RT50 screening thresholds,
+RealCE-200 and RT50 builds."""
 import importlib.util
 import os
 
@@ -9,6 +10,8 @@ import pytest
 from basicsr.data import build_dataset
 
 import tola_plugin  # noqa: F401
+from tola_plugin.data import rt50_screening
+from tola_plugin.data.dataset_split import split_indices
 from tola_plugin.data.fudanvi_lmdb import shared_lmdb_env
 from tola_plugin.data.image_checks import (RT50_THRESHOLDS, dhash, failed_quality_rules, gray_entropy, hamming,
                                            image_stats, label_category)
@@ -67,12 +70,12 @@ def test_make_lmdb_round_trip(tmp_path):
 
 def test_split_matches_paper_counts_and_is_deterministic(tmp_path):
     tool = _tool('split_dataset')
-    train, val = tool.split_indices(list(range(63644)))
+    train, val = split_indices(list(range(63644)))
     assert (len(train), len(val)) == (62371, 1273)  # paper: 62,371 / 1,273
     assert set(train).isdisjoint(val) and sorted(train + val) == list(range(63644))
-    assert tool.split_indices(list(range(63644))) == (train, val)
-    assert tool.split_indices(list(range(63644)), seed=1)[1] != val
-    assert len(tool.split_indices(list(range(63644)), method='stride')[1]) == 1273
+    assert split_indices(list(range(63644))) == (train, val)
+    assert split_indices(list(range(63644)), seed=1)[1] != val
+    assert len(split_indices(list(range(63644)), method='stride')[1]) == 1273
     out = tmp_path / 'split'
     assert tool.main(['--num', '100', '--out-dir', str(out)]) == 0
     lines = (out / 'val_index.txt').read_text().split()
@@ -174,7 +177,7 @@ def _rt50_inputs(tmp_path):
 
 def test_screen_rt50_end_to_end(tmp_path, monkeypatch):
     tool = _tool('screen_rt50')
-    real_stats = tool.image_stats
+    real_stats = rt50_screening.image_stats
     # dHash per candidate in file order: c1, e1, n1, e2, e3 (7 bits from c1), x1, f1, e4 (>= 8 bits from all)
     hashes, calls = [0, 0xFF00, 0xFF0000, 0x1, 0x7F, 0x3, 0x5, 0xFF << 40], []
 
@@ -182,7 +185,7 @@ def test_screen_rt50_end_to_end(tmp_path, monkeypatch):
         calls.append(1)
         return dict(real_stats(img), dhash=hashes[(len(calls) - 1) % len(hashes)])
 
-    monkeypatch.setattr(tool, 'image_stats', stats_with_controlled_hash)
+    monkeypatch.setattr(rt50_screening, 'image_stats', stats_with_controlled_hash)
     images, tsv = _rt50_inputs(tmp_path)
     out = tmp_path / 'rt'
     args = [

@@ -6,15 +6,8 @@ batch in ~0.3 s. Example:
     python tools/benchmark_degradation.py --samples 60
 """
 import argparse
-import time
 
-import numpy as np
-
-import tola_plugin  # noqa: F401
-from tola_plugin.data.bsrgan_degradation import BSRGANDegradation
-from tola_plugin.data.realesrgan_degradation import RealESRGANDegradation
-from tola_plugin.data.sample_rng import sample_generator
-from tola_plugin.data.text_render import TextLineRenderer
+from tola_plugin.evaluation.degradation_benchmark import benchmark_degradation
 from tola_plugin.utils.cli_errors import run_tool
 
 
@@ -23,17 +16,7 @@ def main(argv=None):
     p.add_argument('--samples', type=int, default=30, help='samples per chain and scale')
     p.add_argument('--seed', type=int, default=0)
     args = p.parse_args(argv)
-    rgb = TextLineRenderer(seed=args.seed).render(0)[0]
-    img = rgb.astype(np.float32) / 255.0  # (128,512,3) RGB in [0,1], as the dataset feeds the chains
-    print('| chain | scale | ms / sample |\n|---|---:|---:|')
-    for chain in (RealESRGANDegradation(), BSRGANDegradation()):
-        for scale in (1, 2, 4):
-            start = time.perf_counter()
-            for i in range(args.samples):
-                chain(img, scale, sample_generator(args.seed, 0, i))
-            ms = 1000 * (time.perf_counter() - start) / args.samples
-            print(f'| {type(chain).__name__} | x{scale} | {ms:.1f} |')
-    return 0
+    return benchmark_degradation(args.samples, args.seed)
 
 
 if __name__ == '__main__':

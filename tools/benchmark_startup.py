@@ -12,79 +12,12 @@ Example:
     python tools/benchmark_startup.py --runs 300 --out results/benchmark/startup.json
 """
 import argparse
-import json
 import os
-import shutil
-import statistics
-import subprocess
-import sys
-import sysconfig
-import tempfile
-import time
 
+from tola_plugin.evaluation.startup_benchmark import benchmark_startup
 from tola_plugin.utils.cli_errors import run_tool
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SOURCES = ('setup.py', 'setup.cfg', 'README.md', 'tola_plugin_hook.py', 'tola_plugin', 'tola_cli')
-
-
-def make_venv(path: str) -> str:
-    """A virtualenv without pip whose ``sys.path`` ends with this environment's site-packages, added as a plain path
-    (its .pth files, e.g. this checkout's editable install, are not run). Returns its python."""
-    subprocess.run([getattr(sys, '_base_executable', sys.executable), '-m', 'venv', '--without-pip', path], check=True)
-    python = os.path.join(path, 'bin', 'python')
-    with open(os.path.join(site_packages(python), 'zz_dependencies.pth'), 'w', encoding='utf-8') as f:
-        f.write(sysconfig.get_paths()['purelib'] + '\n')
-    return python
-
-
-def site_packages(python: str) -> str:
-    return subprocess.run([python, '-c', 'import sysconfig; print(sysconfig.get_paths()["purelib"])'], check=True,
-                          capture_output=True, text=True).stdout.strip()
-
-
-def copy_sources(dest: str) -> str:
-    """The files a build of the package reads, copied to ``dest`` (a regular build writes build/ beside them)."""
-    os.makedirs(dest, exist_ok=True)
-    for name in SOURCES:
-        src = os.path.join(REPO, name)
-        if os.path.isdir(src):
-            shutil.copytree(src, os.path.join(dest, name), ignore=shutil.ignore_patterns('__pycache__'))
-        else:
-            shutil.copyfile(src, os.path.join(dest, name))
-    return dest
-
-
-def pip_install(python: str, source: str, editable: bool = False) -> None:
-    """Install the package from ``source`` into ``python``'s venv with this environment's pip and setuptools."""
-    cmd = [
-        sys.executable, '-m', 'pip', '--python', python, 'install', '-q', '--no-deps', '--no-build-isolation',
-        '--no-index'
-    ] + (['-e'] if editable else []) + [source]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise OSError(f'{" ".join(cmd)} failed: {proc.stderr[-2000:]}')
-
-
-def time_starts(pythons: dict, runs: int, warmup: int = 10) -> dict:
-    """{label: [seconds of each ``python -c pass``]}, the labels' runs interleaved."""
-    env = {k: v for k, v in os.environ.items() if k != 'PYTHONDONTWRITEBYTECODE'}
-    times = {label: [] for label in pythons}
-    for i in range(warmup + runs):
-        for label, python in pythons.items():
-            start = time.perf_counter()
-            subprocess.run([python, '-c', 'pass'], check=True, env=env)
-            if i >= warmup:
-                times[label].append(time.perf_counter() - start)
-    return times
-
-
-def hook_import_us(python: str) -> int:
-    """Microseconds ``-X importtime`` gives the import of tola_plugin_hook at start (with byte-code)."""
-    env = {k: v for k, v in os.environ.items() if k != 'PYTHONDONTWRITEBYTECODE'}
-    err = subprocess.run([python, '-X', 'importtime', '-c', 'pass'], capture_output=True, text=True, env=env).stderr
-    lines = [line for line in err.splitlines() if line.rstrip().endswith('tola_plugin_hook')]
-    return int(lines[-1].split('|')[1]) if lines else 0
 
 
 def main(argv=None) -> int:
@@ -92,35 +25,7 @@ def main(argv=None) -> int:
     p.add_argument('--runs', type=int, default=200, help='timed starts per venv [200]')
     p.add_argument('--out', help='JSON with every timing')
     args = p.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix='tola_startup_') as tmp:
-        labels = ('without', 'regular', 'editable', 'editable, no hook')
-        pythons = {label: make_venv(os.path.join(tmp, str(i))) for i, label in enumerate(labels)}
-        sources = copy_sources(os.path.join(tmp, 'src'))
-        pip_install(pythons['regular'], sources)
-        pip_install(pythons['editable'], REPO, editable=True)
-        pip_install(pythons['editable, no hook'], REPO, editable=True)  # what setuptools' editable install costs
-        os.remove(os.path.join(site_packages(pythons['editable, no hook']), 'tola_plugin_hook.pth'))
-        times = time_starts(pythons, args.runs)
-        imports = {label: hook_import_us(python) for label, python in pythons.items()}
-    rows = {
-        label: {
-            'mean_ms': 1e3 * statistics.mean(t), 'median_ms': 1e3 * statistics.median(t), 'min_ms': 1e3 * min(t),
-            'hook_import_us': imports[label]
-        }
-        for label, t in times.items()
-    }
-    print(f'python -c pass, {args.runs} interleaved starts each ({sys.version.split()[0]}):')
-    print('| install | mean ms | median ms | min ms | median - without | tola_plugin_hook import (-X importtime) |')
-    print('|---|---:|---:|---:|---:|---:|')
-    for label, row in rows.items():
-        delta = row['median_ms'] - rows['without']['median_ms']
-        print(f'| {label} | {row["mean_ms"]:.2f} | {row["median_ms"]:.2f} | {row["min_ms"]:.2f} | {delta:+.2f} | '
-              f'{row["hook_import_us"]} us |')
-    if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, 'w', encoding='utf-8') as f:
-            json.dump({'runs': args.runs, 'python': sys.version, 'summary': rows, 'seconds': times}, f, indent=1)
-    return 0
+    return benchmark_startup(REPO, args.runs, args.out)
 
 
 if __name__ == '__main__':

@@ -7,13 +7,9 @@ holds ``idm.*``, ``vae.*``, ``mom.*`` tensors plus the component configs; ``load
 file's ``difftsr_checkpoint``) accepts it in place of the .ckpt and loads it faster (no pickle, no renaming).
 """
 import argparse
-import os
-import sys
 
-import torch
-
-from tola_plugin.archs.backbone_builder import load_difftsr, save_converted
 from tola_plugin.checkpoints.difftsr import COMPONENTS
+from tola_plugin.inference.weight_files import convert_difftsr
 from tola_plugin.utils.cli_errors import run_tool
 
 
@@ -26,21 +22,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if not args.output.endswith('.safetensors'):
         parser.error(f'output must end with .safetensors, got {args.output!r}')
-    nets = load_difftsr(args.input, args.components)
-    os.makedirs(os.path.dirname(os.path.abspath(args.output)), exist_ok=True)
-    save_converted(nets, args.output)
-    n = sum(p.numel() for net in nets.values() for p in net.parameters())
-    print(f'wrote {args.output}: {", ".join(nets)} ({n:,} parameters)')
-    if args.verify:
-        again = load_difftsr(args.output, args.components)
-        for comp, net in nets.items():
-            ref = again[comp].state_dict()
-            for key, value in net.state_dict().items():
-                if not torch.equal(value, ref[key]):
-                    print(f'error: verify failed: {comp}.{key} differs', file=sys.stderr)
-                    return 1
-        print('verified: identical tensors')
-    return 0
+    return convert_difftsr(args.input, args.output, args.components, args.verify)
 
 
 if __name__ == '__main__':

@@ -8,15 +8,12 @@ is computed; about a minute on a CPU for the full-size network). What is and is 
     python tools/estimate_memory.py -opt options/train/train_TOLA.yml --size 128 512 --json results/memory.json
 """
 import argparse
-import json
-import os
 
 import tola_plugin  # noqa: F401  (first: makes basicsr importable, registers the plugin)
 
 # isort: split
-from tola_plugin.evaluation.memory_estimate import CAPACITIES_GB, RESERVE, estimate, report_markdown
-from tola_plugin.utils.cli_errors import UsageError, run_tool
-from tola_plugin.utils.option_checks import check_typed_block
+from tola_plugin.evaluation.memory_estimate import CAPACITIES_GB, RESERVE, estimate_option_file
+from tola_plugin.utils.cli_errors import run_tool
 
 
 def parse_args(argv=None):
@@ -34,30 +31,8 @@ def parse_args(argv=None):
 
 
 def main(argv=None) -> int:
-    import yaml
-
-    from basicsr.utils.registry import ARCH_REGISTRY
     args = parse_args(argv)
-    if not os.path.isfile(args.opt):
-        raise UsageError(f'-opt {args.opt!r}: no such option file')
-    if any(s <= 0 or s % 8 for s in args.size):
-        raise UsageError(f'--size {args.size}: height and width must be positive multiples of 8')
-    if not 0 <= args.reserve < 1:
-        raise UsageError(f'--reserve {args.reserve}: expected a share in [0, 1)')
-    with open(args.opt, encoding='utf-8') as f:
-        opt = yaml.safe_load(f)
-    if not isinstance(opt, dict) or 'network_g' not in opt:
-        raise UsageError(f'-opt {args.opt!r}: not an option file with network_g')
-    check_typed_block(opt['network_g'], ARCH_REGISTRY, 'network_g')
-    result = estimate(opt, size=args.size, capacities=args.capacities, reserve=args.reserve)
-    result['option_file'] = args.opt
-    print(f'{args.opt}: memory of one training iteration and of inference, measured on the meta device\n')
-    print(report_markdown(result))
-    if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, 'w', encoding='utf-8') as f:
-            json.dump(result, f, indent=1)
-    return 0
+    return estimate_option_file(args.opt, args.size, args.capacities, args.reserve, args.json)
 
 
 if __name__ == '__main__':

@@ -12,13 +12,8 @@ docs/inference.md, "Backends").
         --checkpoint experiments/TOLA_CTR/models/net_g_latest.pth --out checkpoints/TOLA_merged.safetensors --verify
 """
 import argparse
-import os
-import sys
 
-import torch
-
-import tola_plugin  # noqa: F401  (registers the archs)
-from tola_plugin.archs.tola_arch import TOLANet
+from tola_plugin.inference.weight_files import export_merged
 from tola_plugin.utils.cli_errors import run_tool
 
 
@@ -32,24 +27,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if not args.out.endswith('.safetensors'):
         parser.error('--out must end with .safetensors')
-    net = TOLANet.from_options(args.opt, args.checkpoint)
-    if args.verify:
-        lq = torch.rand(1, 3, 128, 512, generator=torch.Generator().manual_seed(0))
-        with torch.no_grad():
-            before = net(lq, noise_seeds=[0])
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    net.save_merged(args.out)
-    print(f'wrote {args.out} ({os.path.getsize(args.out) / 2 ** 20:.1f} MiB)')
-    if args.verify:
-        del net
-        with torch.no_grad():
-            after = TOLANet.from_merged(args.out)(lq, noise_seeds=[0])
-        err = ((after - before).abs().max() / before.abs().max().clamp_min(1e-12)).item()
-        print(f'merged vs unmerged: max relative difference {err:.2e}')
-        if err > 1e-4:
-            print('error: merged outputs differ from the unmerged model', file=sys.stderr)
-            return 1
-    return 0
+    return export_merged(args.opt, args.out, args.checkpoint, args.verify)
 
 
 if __name__ == '__main__':

@@ -12,13 +12,9 @@ Example:
         --out datasets/own/test
 """
 import argparse
-import os
 
-import cv2
-import numpy as np
-
-from tola_plugin.data.text_degradation_dataset import TextDegradationDataset
-from tola_plugin.utils.cli_errors import UsageError, run_tool
+from tola_plugin.data.degraded_test_set import write_test_set
+from tola_plugin.utils.cli_errors import run_tool
 
 
 def parse_args(argv=None):
@@ -39,39 +35,9 @@ def parse_args(argv=None):
     return args
 
 
-def write_png(path: str, rgb: np.ndarray) -> None:
-    """float RGB (H,W,3) in [0,1] on 8-bit levels -> PNG."""
-    bgr = cv2.cvtColor(np.round(rgb * 255.0).astype(np.uint8), cv2.COLOR_RGB2BGR)
-    if not cv2.imwrite(path, bgr):
-        raise OSError(f'could not write {path}')
-
-
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if os.path.exists(os.path.join(args.out, 'labels.tsv')):
-        raise UsageError(f'{args.out} already holds a test set (labels.tsv); remove it or choose another --out')
-    dataset = TextDegradationDataset({
-        'name': 'test_set', 'phase': 'test', 'dataroot_gt': args.lmdb or args.images, 'labels': args.labels,
-        'index_list': args.index_list, 'io_backend': {'type': 'lmdb' if args.lmdb else 'disk'}, 'seed': args.seed,
-        'scales': [args.scale], 'lq_size': 'native'
-    })
-    hr_dir, lr_dir = os.path.join(args.out, 'hr'), os.path.join(args.out, f'lr_x{args.scale}')
-    os.makedirs(hr_dir, exist_ok=True)
-    os.makedirs(lr_dir, exist_ok=True)
-    rows, seen = [], {}
-    for index in range(len(dataset)):
-        item = dataset[index]
-        name = os.path.splitext(os.path.basename(item['gt_path']))[0] + '.png'
-        if name in seen:
-            raise UsageError(f'{item["gt_path"]} and {seen[name]} would both be written as {name}; rename one')
-        seen[name] = item['gt_path']
-        write_png(os.path.join(hr_dir, name), item['gt'].numpy().transpose(1, 2, 0))
-        write_png(os.path.join(lr_dir, name), item['lq'].numpy().transpose(1, 2, 0))
-        rows.append(f'{name}\t{item["text"]}\n')
-    with open(os.path.join(args.out, 'labels.tsv'), 'w', encoding='utf-8') as f:  # last: marks a complete set
-        f.writelines(rows)
-    print(f'wrote {len(rows)} test pairs (x{args.scale}, seed {args.seed}) to {args.out}')
-    return 0
+    return write_test_set(args.out, args.lmdb, args.images, args.labels, args.index_list, args.scale, args.seed)
 
 
 if __name__ == '__main__':

@@ -15,41 +15,20 @@ r"""Draw the paper's result figures (PNG + PDF).
         --row HR=data/HR --samples 00001.png,00002.png --labels data/labels.tsv --out figures/grid
 """
 import argparse
-import csv
-import json
 
 from tola_plugin.evaluation import plots
-from tola_plugin.evaluation.records import read_labels
-from tola_plugin.utils.cli_errors import UsageError, run_tool
+from tola_plugin.utils.cli_errors import run_tool
 
 
-def _name_value(spec: str):
+def parse_name_value(spec: str):
     if '=' not in spec:
         raise argparse.ArgumentTypeError(f'expected LABEL=FOLDER, got {spec!r}')
     return tuple(spec.split('=', 1))
 
 
-def read_latency_csv(path: str):
-    """CSV with columns method, seconds_per_image (optionally psnr, t_acc) -> ({method: s}, {method: metrics})."""
-    latency, metrics = {}, {}
-    with open(path, encoding='utf-8', newline='') as f:
-        reader = csv.DictReader(f)
-        if not {'method', 'seconds_per_image'} <= set(reader.fieldnames or []):
-            raise UsageError(f'{path} needs columns method, seconds_per_image (got {reader.fieldnames})')
-        for row in reader:
-            latency[row['method']] = float(row['seconds_per_image'])
-            metrics[row['method']] = {k: float(row[k]) for k in ('psnr', 't_acc') if row.get(k)}
-    return latency, metrics
-
-
-def read_benchmark_json(path: str, method: str, route: str = 'default', batch: int = 1):
-    """tools/benchmark_inference.py's JSON -> ({method: seconds per image of ``route`` at ``batch``}, {})."""
-    with open(path, encoding='utf-8') as f:
-        timings = json.load(f).get('timings', {})
-    key = f'{route} batch {batch}'
-    if key not in timings:
-        raise ValueError(f'{path}: no timing {key!r} (have {sorted(timings)}); is it a benchmark_inference.py JSON?')
-    return {method: float(timings[key]['per_image_s'])}, {}
+def parse_samples(spec: str):
+    """Comma-separated file names -> list (blanks dropped)."""
+    return [s.strip() for s in spec.split(',') if s.strip()]
 
 
 def build_parser():
@@ -70,8 +49,8 @@ def build_parser():
     dia.add_argument('--diagnostics', required=True, help='diagnostics.json of tools/diagnose.py')
     dia.add_argument('--out', required=True, help='output path without extension')
     grid = sub.add_parser('grid', help='comparison grid (rows LR, methods, HR; columns samples)')
-    grid.add_argument('--row', action='append', type=_name_value, required=True, metavar='LABEL=FOLDER')
-    grid.add_argument('--samples', required=True, help='comma-separated file names (the columns)')
+    grid.add_argument('--row', action='append', type=parse_name_value, required=True, metavar='LABEL=FOLDER')
+    grid.add_argument('--samples', required=True, type=parse_samples, help='comma-separated file names (the columns)')
     grid.add_argument('--labels', help='labels manifest: column titles = transcriptions')
     grid.add_argument('--out', required=True, help='output path without extension')
     return p
@@ -80,29 +59,12 @@ def build_parser():
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     if args.figure == 'latency':
-        if not args.latency and not args.benchmark:
-            raise ValueError('latency: give --latency CSV and/or --benchmark JSON')
-        latency, own = read_latency_csv(args.latency) if args.latency else ({}, {})
-        if args.benchmark:
-            latency.update(read_benchmark_json(args.benchmark, args.benchmark_method, args.benchmark_route)[0])
-        summaries = [own]
-        for path in args.summary:
-            with open(path, encoding='utf-8') as f:
-                summaries.insert(0, json.load(f)['summary'])  # the CSV's own columns win
-        paths = plots.quality_latency_figure(plots.latency_points(latency, summaries), args.out, args.highlight)
+        paths = plots.plot_quality_latency(args.out, args.latency, args.benchmark, args.benchmark_method,
+                                           args.benchmark_route, args.summary, args.highlight)
     elif args.figure == 'diagnostics':
-        with open(args.diagnostics, encoding='utf-8') as f:
-            paths = plots.recognition_diagnostics_figure(json.load(f), args.out)
+        paths = plots.plot_recognition_diagnostics(args.diagnostics, args.out)
     else:
-        samples = [s.strip() for s in args.samples.split(',') if s.strip()]
-        titles = None
-        if args.labels:
-            labels = read_labels(args.labels)
-            missing = [s for s in samples if s not in labels]
-            if missing:
-                raise UsageError(f'{args.labels} has no label for {missing}')
-            titles = [labels[s] for s in samples]
-        paths = plots.comparison_grid(plots.load_grid_rows(args.row, samples), args.out, titles)
+        paths = plots.plot_comparison_grid(args.row, args.samples, args.out, args.labels)
     print('\n'.join(paths))
     return 0
 

@@ -11,15 +11,10 @@ Example:
     python tools/render_text.py --num 1000 --seed 1 --lmdb datasets/rendered.lmdb
 """
 import argparse
-import os
-import sys
 
-import cv2
-from tqdm import tqdm
-
-from tola_plugin.data.fudanvi_lmdb import write_fudanvi_lmdb
-from tola_plugin.data.text_render import CATEGORIES, DEFAULT_CATEGORY_PROBS, TextLineRenderer
-from tola_plugin.utils.cli_errors import UsageError, run_tool
+from tola_plugin.data.rendered_lines import write_rendered_lines
+from tola_plugin.data.text_render import CATEGORIES, DEFAULT_CATEGORY_PROBS
+from tola_plugin.utils.cli_errors import run_tool
 
 
 def parse_args(argv=None):
@@ -54,40 +49,9 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    texts = None
-    if args.texts:
-        with open(args.texts, encoding='utf-8') as f:
-            texts = [line.rstrip('\n') for line in f if line.strip()]
-        if len(texts) < args.num:
-            raise UsageError(f'{args.texts} has {len(texts)} non-empty lines, fewer than --num {args.num}')
-    renderer = TextLineRenderer(args.font, seed=args.seed, category_probs=args.category_probs, height=args.height,
-                                width=args.width, chinese_chars=args.chinese_chars)
-    for folder in (args.out, args.lq_out):
-        if folder:
-            os.makedirs(folder, exist_ok=True)
-    labels, encoded = [], []
-    for i in tqdm(range(args.num), desc='render', disable=not sys.stderr.isatty()):
-        rgb, text, _ = renderer.render(i, texts[i] if texts else None)
-        bgr = cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR)
-        name = f'{i + 1:06d}.png'
-        if args.out:
-            cv2.imwrite(os.path.join(args.out, name), bgr)
-            labels.append(f'{name}\t{text}\n')
-        if args.lq_out:
-            lq = cv2.resize(bgr, (args.width // args.lq_scale, args.height // args.lq_scale),
-                            interpolation=cv2.INTER_CUBIC)
-            cv2.imwrite(os.path.join(args.lq_out, name), lq)
-        if args.lmdb:
-            ok, buf = cv2.imencode('.' + args.format, bgr)
-            encoded.append((buf.tobytes(), text))
-    if args.out:
-        with open(args.labels or os.path.join(args.out, 'labels.tsv'), 'w', encoding='utf-8') as f:
-            f.writelines(labels)
-    if args.lmdb:
-        write_fudanvi_lmdb(args.lmdb, encoded)
-    print(f'rendered {args.num} lines' + (f' -> {args.out}' if args.out else '') +
-          (f' -> {args.lmdb}' if args.lmdb else ''))
-    return 0
+    return write_rendered_lines(args.num, args.seed, args.out, args.labels, args.lmdb, args.lq_out, args.lq_scale,
+                                args.font, args.texts, args.category_probs, args.chinese_chars, args.height, args.width,
+                                args.format)
 
 
 if __name__ == '__main__':

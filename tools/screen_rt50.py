@@ -20,21 +20,13 @@ Example:
     python tools/screen_rt50.py --images raw/ --candidates raw/candidates.tsv --out data/RT50
 """
 import argparse
-import csv
-import os
 
-from tola_plugin.data.image_checks import (RT50_LABEL_LENGTHS, RT50_THRESHOLDS, failed_quality_rules, hamming,
-                                           image_stats, label_category, sha256_file, write_png, write_tsv)
-from tola_plugin.data.image_io import read_image_file
-from tola_plugin.data.text_line_source import canvas_rgb8
-from tola_plugin.text.normalize import normalize_text
-from tola_plugin.utils.cli_errors import UsageError, run_tool
-
-STAT_KEYS = ['width', 'height', 'aspect', 'gray_mean', 'gray_std', 'laplacian_var', 'edge_density', 'entropy']
-DIFFICULTIES = ('mild', 'medium', 'hard')
+from tola_plugin.data.image_checks import RT50_LABEL_LENGTHS, RT50_THRESHOLDS
+from tola_plugin.data.rt50_screening import DIFFICULTIES, build_rt50
+from tola_plugin.utils.cli_errors import run_tool
 
 
-def _quota(text: str, allowed):
+def parse_quota(text: str, allowed):
     quota = {}
     for part in text.split(','):
         name, _, value = part.partition('=')
@@ -51,9 +43,9 @@ def parse_args(argv=None):
     p.add_argument('--candidates', required=True, help='TSV with header: filename, label[, source, difficulty]')
     p.add_argument('--out', required=True, help='output folder (must be empty or absent)')
     p.add_argument('--screen-only', action='store_true', help='write screening.tsv only, select nothing')
-    p.add_argument('--composition', type=lambda s: _quota(s, RT50_LABEL_LENGTHS),
+    p.add_argument('--composition', type=lambda s: parse_quota(s, RT50_LABEL_LENGTHS),
                    default={'chinese': 17, 'english': 17, 'numeric': 16}, help='[chinese=17,english=17,numeric=16]')
-    p.add_argument('--difficulty', type=lambda s: _quota(s, DIFFICULTIES),
+    p.add_argument('--difficulty', type=lambda s: parse_quota(s, DIFFICULTIES),
                    default={'mild': 10, 'medium': 20, 'hard': 20},
                    help='quotas used when the difficulty column exists [mild=10,medium=20,hard=20]')
     for category, (lo, hi) in RT50_LABEL_LENGTHS.items():
@@ -70,24 +62,8 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def read_candidates(path: str):
-    with open(path, encoding='utf-8', newline='') as f:
-        reader = csv.DictReader(f, delimiter='\t')
-        missing = {'filename', 'label'} - set(reader.fieldnames or [])
-        if missing:
-            raise UsageError(f'{path} header lacks column(s) {sorted(missing)}; got {reader.fieldnames}')
-        rows = [dict(r) for r in reader]
-    if not rows:
-        raise UsageError(f'{path} lists no candidates')
-    for n, r in enumerate(rows, start=2):
-        r['label'] = (r['label'] or '').strip()
-        if r.get('difficulty') and r['difficulty'] not in DIFFICULTIES:
-            raise UsageError(f'{path}:{n}: difficulty must be one of {DIFFICULTIES}, got {r["difficulty"]!r}')
-    return rows
-
-
-def screen(rows, images: str, args):
-    """Annotate each candidate row in place with statistics, category, status and reasons."""
+def main(argv=None) -> int:
+    args = parse_args(argv)
     lengths = {
         'chinese': tuple(args.chinese_len), 'english': tuple(args.english_len), 'numeric': tuple(args.numeric_len)
     }
@@ -97,86 +73,8 @@ def screen(rows, images: str, args):
         'laplacian_var': tuple(args.laplacian_var), 'edge_density': tuple(args.edge_density),
         'min_entropy': args.min_entropy
     }
-    seen_labels, admitted = {}, []
-    for row in rows:
-        path = os.path.join(images, row['filename'])
-        img = read_image_file(path)
-        stats = image_stats(img)
-        row.update({k: stats[k] for k in STAT_KEYS})
-        row['dhash'] = f'{stats["dhash"]:016x}'
-        row['sha256_source'] = sha256_file(path)
-        row['category'] = label_category(row['label'], lengths) or ''
-        reasons = [] if row['category'] else ['label']
-        reasons += failed_quality_rules(stats, thresholds)
-        if not reasons:
-            key = normalize_text(row['label'], lower=True)
-            near = [r['filename'] for r, h in admitted if hamming(h, stats['dhash']) <= args.dhash_distance]
-            if key in seen_labels:
-                reasons.append(f'repeated_transcription_of:{seen_labels[key]}')
-            elif near:
-                reasons.append(f'near_duplicate_of:{near[0]}')
-            else:
-                seen_labels[key] = row['filename']
-                admitted.append((row, stats['dhash']))
-                row['_image'] = img
-        row['status'] = 'rejected' if reasons else 'admitted'
-        row['reasons'] = ';'.join(reasons)
-    return [r for r, _ in admitted]
-
-
-def select(admitted, composition: dict, difficulty: dict, use_difficulty: bool):
-    need_cat, need_diff, chosen = dict(composition), dict(difficulty), []
-    for row in admitted:
-        cat, diff = row['category'], row.get('difficulty')
-        if need_cat.get(cat, 0) <= 0 or (use_difficulty and need_diff.get(diff, 0) <= 0):
-            continue
-        need_cat[cat] -= 1
-        if use_difficulty:
-            need_diff[diff] -= 1
-        chosen.append(row)
-    short = {k: v for k, v in need_cat.items() if v > 0}
-    if use_difficulty:
-        short.update({k: v for k, v in need_diff.items() if v > 0})
-    if short:
-        raise UsageError(f'not enough admitted candidates; still missing {short} '
-                         f'(see screening.tsv for the reasons)')
-    return chosen
-
-
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    if not os.path.isdir(args.images):
-        raise UsageError(f'--images {args.images} is not a folder')
-    if os.path.isdir(args.out) and os.listdir(args.out):
-        raise UsageError(f'--out {args.out} is not empty')
-    rows = read_candidates(args.candidates)
-    use_difficulty = all(r.get('difficulty') for r in rows)
-    admitted = screen(rows, args.images, args)
-    os.makedirs(args.out, exist_ok=True)
-    extra = [c for c in ('source', 'difficulty') if c in rows[0]]
-    write_tsv(
-        os.path.join(args.out, 'screening.tsv'),
-        ['filename', 'label', 'category'] + extra + STAT_KEYS + ['dhash', 'sha256_source', 'status', 'reasons'], rows)
-    print(f'{len(rows)} candidates, {len(admitted)} admitted')
-    if args.screen_only:
-        return 0
-    chosen = select(admitted, args.composition, args.difficulty, use_difficulty)
-    os.makedirs(os.path.join(args.out, 'images'))
-    width = max(3, len(str(len(chosen))))
-    for n, row in enumerate(chosen, start=1):
-        row['id'] = f'RT{n:0{width}d}'
-        row['file'] = row['id'] + '.png'
-        out_path = os.path.join(args.out, 'images', row['file'])
-        write_png(out_path, canvas_rgb8(row.pop('_image')))
-        row['sha256'] = sha256_file(out_path)
-    with open(os.path.join(args.out, 'labels.tsv'), 'w', encoding='utf-8') as f:
-        f.writelines(f'{r["file"]}\t{r["label"]}\n' for r in chosen)
-    write_tsv(
-        os.path.join(args.out,
-                     'manifest.tsv'), ['id', 'file', 'label', 'category', 'difficulty', 'source', 'filename'] +
-        STAT_KEYS + ['dhash', 'sha256_source', 'sha256'], chosen)
-    print(f'wrote {len(chosen)} images to {os.path.join(args.out, "images")}')
-    return 0
+    return build_rt50(args.images, args.candidates, args.out, args.composition, args.difficulty, lengths, thresholds,
+                      args.dhash_distance, args.screen_only)
 
 
 if __name__ == '__main__':

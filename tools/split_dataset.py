@@ -11,13 +11,9 @@ Example:
     python tools/split_dataset.py --lmdb data/ctr/hr.lmdb --out-dir data/ctr/split
 """
 import argparse
-import os
 
-import numpy as np
-
-from tola_plugin.data.fudanvi_lmdb import FudanVILmdbReader
-from tola_plugin.data.text_labels import read_index_list
-from tola_plugin.utils.cli_errors import UsageError, run_tool
+from tola_plugin.data.dataset_split import write_split
+from tola_plugin.utils.cli_errors import run_tool
 
 
 def parse_args(argv=None):
@@ -34,50 +30,9 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def split_indices(indices, val_fraction=0.02, method='random', seed=0):
-    """(train, val) lists of the given indices; deterministic for fixed arguments."""
-    n = len(indices)
-    if not 0 < val_fraction < 1:
-        raise ValueError(f'val_fraction must be in (0, 1), got {val_fraction}')
-    n_val = int(round(n * val_fraction))
-    if n_val < 1 or n_val >= n:
-        raise ValueError(f'{n} samples with val_fraction {val_fraction} leave an empty split')
-    if method == 'random':
-        val_pos = np.random.Generator(np.random.PCG64(seed)).permutation(n)[:n_val]
-    elif method == 'stride':
-        val_pos = np.floor(np.arange(n_val) * (n / n_val)).astype(np.int64)
-    else:
-        raise ValueError(f'unknown method {method!r}')
-    is_val = np.zeros(n, bool)
-    is_val[val_pos] = True
-    arr = np.asarray(indices)
-    return sorted(arr[~is_val].tolist()), sorted(arr[is_val].tolist())
-
-
-def read_indices(path):
-    values = read_index_list(path)
-    if len(set(values)) != len(values):
-        raise ValueError(f'{path} repeats indices')
-    return values
-
-
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if args.lmdb:
-        indices = list(range(len(FudanVILmdbReader(args.lmdb))))
-    elif args.index_list:
-        indices = read_indices(args.index_list)
-    else:
-        if args.num < 2:
-            raise UsageError('--num must be at least 2')
-        indices = list(range(args.num))
-    train, val = split_indices(indices, args.val_fraction, args.method, args.seed)
-    os.makedirs(args.out_dir, exist_ok=True)
-    for name, values in (('train_index.txt', train), ('val_index.txt', val)):
-        with open(os.path.join(args.out_dir, name), 'w', encoding='utf-8') as f:
-            f.writelines(f'{v}\n' for v in values)
-    print(f'{len(indices)} indices -> {len(train)} train, {len(val)} val in {args.out_dir}')
-    return 0
+    return write_split(args.out_dir, args.lmdb, args.index_list, args.num, args.val_fraction, args.method, args.seed)
 
 
 if __name__ == '__main__':

@@ -9,8 +9,6 @@ Needs Chromium and chromedriver (tools/setup_env.sh installs them as root). An e
 --overwrite. The server and the browser are stopped before the tool ends.
 """
 import argparse
-import base64
-import os
 import sys
 
 EXAMPLE = 'line_1x10.png'  # tola_plugin/rendered_samples: a 320x32 line, Chinese and Latin
@@ -28,40 +26,14 @@ def main(argv=None) -> int:
     parser.add_argument('--timeout', type=float, default=120.0, help='seconds to wait for the result (120)')
     parser.add_argument('--overwrite', action='store_true', help='replace an existing --out')
     args = parser.parse_args(argv)
-    if os.path.exists(args.out) and not args.overwrite:
-        raise ValueError(f'{args.out} exists; pass --overwrite to replace it')
 
-    from tola_cli import web
-    from tola_plugin.inference.web_examples import example_paths
-    from tola_plugin.utils.headless_browser import find_chromium, quit_chromium, restore_in_page, start_chromium
-    found, reason = find_chromium()
-    if found is None:
-        raise OSError(reason)
-    example = args.example
-    if not os.path.isfile(example):
-        named = [p for p in example_paths() if os.path.basename(p) == example]
-        if not named:
-            raise ValueError(f'--example {example}: neither a file nor a bundled example '
-                             f'({", ".join(os.path.basename(p) for p in example_paths())})')
-        example = named[0]
-    argv_web = ['--port', '0'] + (['--model', args.model] if args.model else []) + (['--detect'] if args.detect else [])
-    app = web.run(web.parse_args(argv_web), block=False)
-    browser = None
-    try:
-        browser = start_chromium(*found, width=args.width, height=900, timeout=args.timeout)
-        state = restore_in_page(browser, app.local_url, example, timeout=args.timeout)
-        if not state.status.startswith('Restored'):
-            raise RuntimeError(f'the page did not restore {example}: {state.status}')
-        # the whole page, not only the window (Chrome DevTools protocol)
-        shot = browser.execute_cdp_cmd('Page.captureScreenshot', {'format': 'png', 'captureBeyondViewport': True})
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, 'wb') as f:
-            f.write(base64.b64decode(shot['data']))
-    finally:
-        if browser is not None:
-            quit_chromium(browser)
-        app.close()
-    print(f'wrote {args.out}: {state.status}')
+    from tola_cli import web  # after parsing: --help and usage errors import nothing heavy
+    from tola_plugin.inference.web_screenshot import screenshot_web_demo
+    web_args = web.parse_args(['--port', '0'] + (['--model', args.model] if args.model else []) +
+                              (['--detect'] if args.detect else []))
+    status = screenshot_web_demo(lambda: web.run(web_args, block=False), args.out, args.example, args.width,
+                                 args.timeout, args.overwrite)
+    print(f'wrote {args.out}: {status}')
     return 0
 
 

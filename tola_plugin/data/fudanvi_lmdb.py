@@ -1,13 +1,17 @@
 """FudanVI-format text-line LMDB: keys ``image-%09d`` (encoded PNG/JPEG), ``label-%09d`` (UTF-8),
 ``num-samples``; indices are 1-based. Written by lmdb directly: basicsr's LmdbMaker uses other keys.
+``write_lmdb_from_folder`` turns a folder of line images and its labels TSV into one (tools/make_lmdb.py).
 """
 import os
-from typing import Iterable, Sequence, Tuple
+import shutil
+from typing import Iterable, Iterator, Sequence, Tuple
 
 import lmdb
 import numpy as np
 
 from tola_plugin.data.image_io import WHITE, decode_image
+from tola_plugin.data.text_labels import read_labels_tsv
+from tola_plugin.utils.cli_errors import UsageError
 
 
 def image_key(index: int) -> bytes:
@@ -39,6 +43,49 @@ def write_fudanvi_lmdb(path: str, samples: Iterable[Tuple[bytes, str]], map_size
         txn.put(b'num-samples', str(count).encode())
     env.close()
     return count
+
+
+def iter_image_files(images: str, rows: Sequence[Tuple[str, str]]) -> Iterator[Tuple[bytes, str]]:
+    """(file bytes, label) of each (file name, label) of ``rows``, files in ``images``, in order; every file is
+    decoded once to check it. FileNotFoundError / ValueError name the file."""
+    for name, text in rows:
+        path = os.path.join(images, name)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f'{path}: listed in the labels but missing')
+        with open(path, 'rb') as f:
+            data = f.read()
+        decode_image(data, path)  # refuse corrupt files now rather than at training time
+        yield data, text
+
+
+def write_lmdb_from_folder(images: str, labels: str, out: str, map_size: int = 1 << 34) -> int:
+    """Folder ``images`` + labels TSV ``labels`` (filename<TAB>transcription) -> a new LMDB ``out``, samples in TSV
+    order with their original encoded bytes, and ``out``/filenames.tsv mapping every key index to its file. A failed
+    write leaves no LMDB behind. Prints one line; -> 0. UsageError when ``images`` is not a folder or ``out``
+    already holds an LMDB."""
+    if not os.path.isdir(images):
+        raise UsageError(f'--images {images} is not a folder')
+    rows = read_labels_tsv(labels)
+    if os.path.exists(os.path.join(out, 'data.mdb')):
+        raise UsageError(f'{out} already holds an LMDB; remove it or choose another --out')
+    created = not os.path.exists(out)
+    try:
+        count = write_fudanvi_lmdb(out, iter_image_files(images, rows), map_size=map_size)
+    except BaseException:
+        # The aborted transaction leaves an empty data.mdb behind, which would make the rerun refuse --out.
+        if created:
+            shutil.rmtree(out, ignore_errors=True)
+        else:
+            for name in ('data.mdb', 'lock.mdb'):
+                if os.path.exists(os.path.join(out, name)):
+                    os.remove(os.path.join(out, name))
+        raise
+    with open(os.path.join(out, 'filenames.tsv'), 'w', encoding='utf-8') as f:
+        f.write('index\tfilename\n')
+        for i, (name, _) in enumerate(rows, start=1):
+            f.write(f'{i}\t{name}\n')
+    print(f'wrote {count} samples to {out}')
+    return 0
 
 
 _ENVS = {}

@@ -68,15 +68,6 @@ def sha256_file(path: str) -> str:
     return digest.hexdigest()
 
 
-def write_png(path: str, rgb8: np.ndarray) -> None:
-    """RGB uint8 (H,W,3) -> PNG file at ``path``."""
-    ok, buf = cv2.imencode('.png', cv2.cvtColor(rgb8, cv2.COLOR_RGB2BGR))
-    if not ok:
-        raise RuntimeError(f'PNG encoding failed for {path}')
-    with open(path, 'wb') as f:
-        f.write(buf.tobytes())
-
-
 def _cell(value) -> str:
     if isinstance(value, float):
         return f'{value:.6f}'

@@ -316,26 +316,32 @@ def read_image_file(path: str, background: Sequence[int] = WHITE, max_pixels: Op
     return _decode(data, path, background, max_pixels, order)
 
 
-def write_image(path: str, img: np.ndarray, order: str = 'BGR') -> None:
-    """uint8 (H, W, 3) in channel ``order`` -> the file ``path``, its format from the extension (PNG; JPEG at
-    quality JPEG_QUALITY; any other OpenCV writes), written atomically, its folder made if needed; an image that
-    cannot be encoded is a ValueError naming the file."""
-    ext = os.path.splitext(path)[1].lower()
+def encode_image(img: np.ndarray, ext: str, what: str, order: str = 'BGR') -> bytes:
+    """uint8 (H, W, 3) in channel ``order`` -> the bytes of an ``ext`` file ('.png'; '.jpg' at quality
+    JPEG_QUALITY; any other format OpenCV writes). ``what`` names the image in errors (ValueError)."""
+    ext = ext.lower()
     if not isinstance(img, np.ndarray) or img.dtype != np.uint8 or img.ndim != 3 or img.shape[2] != 3:
-        raise ValueError(f'{path}: expected an (H, W, 3) uint8 image to write, got {getattr(img, "dtype", type(img))} '
+        raise ValueError(f'{what}: expected an (H, W, 3) uint8 image to write, got {getattr(img, "dtype", type(img))} '
                          f'{getattr(img, "shape", "")}')
     params = [cv2.IMWRITE_JPEG_QUALITY, JPEG_QUALITY] if ext in ('.jpg', '.jpeg') else []
     try:
         ok, data = cv2.imencode(ext, _bgr_swap(img, order), params)
     except cv2.error as err:
-        raise ValueError(f'{path}: could not encode the image as {ext or "(none)"}: {_first_line(err)}') from None
+        raise ValueError(f'{what}: could not encode the image as {ext or "(none)"}: {_first_line(err)}') from None
     if not ok:
-        raise ValueError(f'{path}: could not encode the image as {ext}')
+        raise ValueError(f'{what}: could not encode the image as {ext}')
+    return data.tobytes()
+
+
+def write_image(path: str, img: np.ndarray, order: str = 'BGR') -> None:
+    """uint8 (H, W, 3) in channel ``order`` -> the file ``path``, its format from the extension (``encode_image``),
+    written atomically, its folder made if needed; errors name the file."""
+    data = encode_image(img, os.path.splitext(path)[1], path, order)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
 
     def fill(tmp):
         with open(tmp, 'wb') as f:
-            f.write(data.tobytes())
+            f.write(data)
 
     atomic_write(path, fill)
 

@@ -18,21 +18,25 @@ from tola_plugin.data.text_labels import read_index_list, read_labels_tsv
 CANVAS_W, CANVAS_H = 512, 128
 
 
-def canvas_rgb8(img_bgr: np.ndarray, width: int = CANVAS_W, height: int = CANVAS_H) -> np.ndarray:
-    """BGR uint8 -> RGB uint8 (height,width,3).
+def canvas_rgb8(img: np.ndarray, width: int = CANVAS_W, height: int = CANVAS_H, order: str = 'BGR') -> np.ndarray:
+    """uint8 (H, W, 3) in channel ``order`` (BGR: the datasets' reader, BasicSR's convention) -> RGB uint8
+    (height,width,3).
 
     Resized with PIL bicubic on 8-bit RGB, as DiffTSR's dataset and inference do (PIL antialiases when
     shrinking, cv2 does not); images already at the canvas size are passed through unchanged.
     """
-    rgb = cv2.cvtColor(img_bgr, cv2.COLOR_BGR2RGB)
+    rgb = cv2.cvtColor(img, cv2.COLOR_BGR2RGB) if order == 'BGR' else img
+    if order not in ('BGR', 'RGB'):
+        raise ValueError(f"channel order must be 'BGR' or 'RGB', got {order!r}")
     if rgb.shape[:2] != (height, width):
         rgb = np.asarray(Image.fromarray(rgb).resize((width, height), Image.BICUBIC))
     return rgb
 
 
-def to_canvas(img_bgr: np.ndarray, width: int = CANVAS_W, height: int = CANVAS_H) -> np.ndarray:
-    """BGR uint8 -> RGB float32 (height,width,3) in [0,1] on the model canvas (see ``canvas_rgb8``)."""
-    return canvas_rgb8(img_bgr, width, height).astype(np.float32) / 255.0
+def to_canvas(img: np.ndarray, width: int = CANVAS_W, height: int = CANVAS_H, order: str = 'BGR') -> np.ndarray:
+    """uint8 (H, W, 3) in channel ``order`` -> RGB float32 (height,width,3) in [0,1] on the model canvas (see
+    ``canvas_rgb8``)."""
+    return canvas_rgb8(img, width, height, order).astype(np.float32) / 255.0
 
 
 class LmdbLineSource:

@@ -4,19 +4,40 @@ At t = 999, ẑ0 = (z_t − √(1−ᾱ) ε̂) / √ᾱ multiplies the IDM's ε 
 On LR/HR pairs this measures that amplified part next to the error of the LR latent itself, what the LRC
 leaves of it, and the ceilings the VAE sets. Latent errors are mean absolute differences on DiffTSR's latent
 scale (0.18215 · z, unit standard deviation on HR lines); the reference is s · mode(VAE(HR)) with the frozen
-encoder (no LoRA). PSNR: Y channel, 8-bit, no border crop, as the demo report.
+encoder (no LoRA). PSNR: Y channel, 8-bit, no border crop, as the demo report. ``measure_option_file`` runs it on
+the test dataset of an option file (the body of tools/one_step_error.py).
 """
 import contextlib
-from typing import Dict, Sequence
+import json
+from typing import Dict, Optional, Sequence
 
 import torch
 from peft import PeftModel
 
+from basicsr.archs import build_network
+
+from tola_plugin.archs.tola_arch import TOLANet
+from tola_plugin.archs.tola_loading import read_tola_options
 from tola_plugin.archs.vae_arch import LATENT_SCALE
+from tola_plugin.data.text_degradation_dataset import TextDegradationDataset, held_out_dataset_opt
 from tola_plugin.metrics.image_metrics import mean_psnr_y8, to_rgb8
+from tola_plugin.utils.checkpoint_io import atomic_write
 
 #: Seed offset of the second noise draw (the first uses the image index).
 SECOND_DRAW = 1_000_000
+#: What each printed quantity is, in print order.
+DESCRIPTIONS = {
+    'eps_l1': "IDM noise error |eps_hat - eps|",
+    'amplification': 'its factor in z0: sqrt(1 - abar) / sqrt(abar)',
+    'z0_l1': 'one-step z0 error |z0 - s z_HR|',
+    'z0_between_draws_l1': 'z0 change between two noise draws',
+    'z_lr_l1': 'LR latent error |s z_LR - s z_HR|',
+    'z0_corr_l1': 'after the LRC |z0corr - s z_HR|',
+    'psnr_lr': 'PSNR LR input (dB)',
+    'psnr_restored': 'PSNR restored (dB)',
+    'psnr_vae_hr': 'PSNR VAE decode of the HR latent: ceiling (dB)',
+    'psnr_vae_lr': 'PSNR VAE decode of the LR latent (dB)',
+}
 
 
 def _frozen_encoder(vae):
@@ -76,3 +97,41 @@ def mean_over_batches(parts: Sequence[Dict[str, float]], sizes: Sequence[int]) -
     """Image-weighted mean of per-batch results (every value is a per-image or per-element mean)."""
     total = float(sum(sizes))
     return {k: sum(p[k] * n for p, n in zip(parts, sizes)) / total for k in parts[0]}
+
+
+def measure_option_file(opt_path: str, checkpoint: Optional[str] = None, frozen: bool = False, num: int = 0,
+                        batch: int = 8, out: Optional[str] = None) -> int:
+    """``one_step_error`` over the test dataset of the TOLA option file ``opt_path`` (a TextDegradationDataset
+    with a fixed seed; the first ``num`` lines, 0 = all, ``batch`` lines per forward pass), with the adaptation
+    checkpoint of path.pretrain_network_g or ``checkpoint``; ``frozen``: without LoRA and LRC (the frozen one-step
+    route). Prints one line per quantity (``DESCRIPTIONS``) and writes them to ``out`` (JSON) when given. -> 0.
+    ValueError for a network with ground-truth text priors."""
+    opt = read_tola_options(opt_path)
+    if frozen:
+        net = build_network(dict(opt['network_g'], idm_lora=False, vae_lora=False, lrc=None)).eval()
+    else:
+        net = TOLANet.from_options(opt_path, checkpoint)
+    if net.text_prior == 'gt':
+        raise ValueError(f"{opt_path}: network_g.text_prior 'gt' needs ground-truth tokens; use 'predicted'")
+    dataset = TextDegradationDataset(held_out_dataset_opt(opt, opt_path))
+    count = min(num or len(dataset), len(dataset))
+    parts, sizes = [], []
+    for start in range(0, count, batch):
+        items = [dataset[i] for i in range(start, min(start + batch, count))]
+        lq = torch.stack([it['lq'] for it in items])
+        gt = torch.stack([it['gt'] for it in items])
+        parts.append(one_step_error(net, lq, gt, first_seed=start))
+        sizes.append(len(items))
+    result = dict(mean_over_batches(parts, sizes), lines=count, frozen=frozen)
+    for key, text in DESCRIPTIONS.items():
+        if key in result:
+            print(f'{text:<48} {result[key]:10.4f}')
+    if out:
+
+        def write(tmp):
+            with open(tmp, 'w', encoding='utf-8') as f:
+                json.dump(result, f, indent=1)
+
+        atomic_write(out, write)
+        print(f'wrote {out}')
+    return 0

@@ -14,15 +14,24 @@ Definitions where the paper leaves them implicit (also in docs/evaluation.md):
   (wrong) prior instead; Other = neither. Copy is undefined for correct priors (it would equal Exact GT).
 - Edit operations: substitutions / deletions / insertions of the minimal edit script from the ground truth
   to the recognized text, summed; edits per 100 = 100 * total / number of normalized ground-truth characters.
+
+``diagnose_evaluations`` runs it all on two evaluation folders and writes diagnostics.json / .md
+(tools/diagnose.py).
 """
+import json
+import os
 import unicodedata
 from typing import Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from tola_plugin.evaluation.records import SUMMARY_METRICS
+from tola_plugin.evaluation import records as R
+from tola_plugin.evaluation.records import PREFIX, SUMMARY_METRICS
 from tola_plugin.evaluation.statistics import N_RESAMPLES, mcnemar_exact, paired_bootstrap
+from tola_plugin.inference.prior_csv import read_prior_csv
 from tola_plugin.metrics.text_metrics import EditOps, edit_operations, normalize
+from tola_plugin.utils.atomic_files import write_json
+from tola_plugin.utils.cli_errors import UsageError
 
 CATEGORIES = ('Chinese', 'English', 'Mixed', 'Num./Other')
 CONFIDENCE_EDGES = (0.0, 0.25, 0.5, 0.75, 1.0)
@@ -284,3 +293,72 @@ def diagnostics_markdown(result: Mapping) -> str:
             lines.append(f'| {r["method"]} | {r["stratum"]} | {_f(r["n"])} | {_f(r["exact_gt"])} | {copy} | '
                          f'{_f(r["other"])} |')
     return '\n'.join(lines) + '\n'
+
+
+def load_method(eval_dir: str, summary: dict, method: str) -> Dict[str, Dict[str, object]]:
+    """The per-image records of ``method`` in the evaluation folder ``eval_dir`` (its ``summary``). UsageError when
+    the evaluation has no such method."""
+    files = summary.get('per_image', {})
+    if method not in files:
+        raise UsageError(f'method {method!r} not in {os.path.join(eval_dir, "summary.json")} '
+                         f'(has {sorted(files)})')
+    return R.read_per_image_csv(os.path.join(eval_dir, files[method]))
+
+
+def pick_recognizer(a: dict, b: dict) -> str:
+    """The first recognizer (TransOCR, then PP-OCRv4) whose predictions both per-image tables have; TransOCR
+    when neither has any (only the paired image-metric statistics are computed then)."""
+    for name in ('transocr', 'ppocrv4'):
+        column = f'{PREFIX[name]}pred'
+        if all(column in row for rows in (a, b) for row in rows.values()):
+            return name
+    return 'transocr'
+
+
+def case_handling(summary: dict, recognizer: str) -> bool:
+    """Whether an evaluation lower-cased ``recognizer``'s texts (PP-OCRv4 by default, see tools/evaluate.py)."""
+    protocol = summary['protocol']
+    if recognizer == 'ppocrv4':
+        return bool(protocol.get('ppocr_lower_case', protocol['lower_case']))
+    return bool(protocol['lower_case'])
+
+
+def diagnose_evaluations(eval_dir: str, baseline: str, method: str, out: str, eval_dir_baseline: Optional[str] = None,
+                         prior_csv: Optional[str] = None, recognizer: Optional[str] = None,
+                         resamples: int = N_RESAMPLES, seed: int = 0, plots: bool = False) -> str:
+    """Diagnose ``method`` (B, from the tools/evaluate.py folder ``eval_dir``) against ``baseline`` (A, from
+    ``eval_dir_baseline`` or the same folder): write ``out``/diagnostics.json and diagnostics.md (and with ``plots``
+    the recognition-diagnostics figure); returns the markdown. ``prior_csv`` (the TOLA inference tool's per-image
+    priors) enables the confidence bins and prior strata; ``recognizer`` defaults to ``pick_recognizer``.
+    UsageError when the evaluations differ in case handling or labels."""
+    with open(os.path.join(eval_dir, 'summary.json'), encoding='utf-8') as f:
+        summary_b = json.load(f)
+    base_dir = eval_dir_baseline or eval_dir
+    with open(os.path.join(base_dir, 'summary.json'), encoding='utf-8') as f:
+        summary_a = json.load(f)
+    a = load_method(base_dir, summary_a, baseline)
+    b = load_method(eval_dir, summary_b, method)
+    recognizer = recognizer or pick_recognizer(a, b)
+    lower = case_handling(summary_b, recognizer)
+    if case_handling(summary_a, recognizer) != lower:
+        raise UsageError('the two evaluations used different case handling (--lower / --ppocr-case-sensitive)')
+    names = R.match_filenames({f'baseline {baseline!r}': list(a), f'method {method!r}': list(b)})
+    labels = {}
+    for n in names:
+        if 'gt' in a[n] and 'gt' in b[n]:
+            if a[n]['gt'] != b[n]['gt']:
+                raise UsageError(f'{n}: the two evaluations have different labels')
+            labels[n] = a[n]['gt']
+    if len(labels) != len(names):
+        labels = {n: '' for n in names}  # image metrics only: no recognition diagnostics
+    priors = read_prior_csv(prior_csv) if prior_csv else None
+    result = diagnose(a, b, names, labels, priors, (baseline, method), PREFIX[recognizer], lower, resamples, seed)
+    os.makedirs(out, exist_ok=True)
+    write_json(os.path.join(out, 'diagnostics.json'), result)
+    text = diagnostics_markdown(result)
+    with open(os.path.join(out, 'diagnostics.md'), 'w', encoding='utf-8') as f:
+        f.write(text)
+    if plots:
+        from tola_plugin.evaluation.plots import recognition_diagnostics_figure
+        recognition_diagnostics_figure(result, os.path.join(out, 'recognition_diagnostics'))
+    return text

@@ -71,10 +71,9 @@ def rendered_lines(count: int, seed: int = 0, with_targets: bool = False):
     lines, hr, targets = [], [], []
     for i in range(count):
         rgb, text, _ = renderer.render(i)
-        bgr = cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR)
-        lr = cv2.resize(bgr, (128, 32), interpolation=cv2.INTER_CUBIC)
-        lines.append(torch.from_numpy(to_canvas(lr)).permute(2, 0, 1))
-        hr.append(torch.from_numpy(to_canvas(bgr)).permute(2, 0, 1))
+        lr = cv2.resize(rgb, (128, 32), interpolation=cv2.INTER_CUBIC)
+        lines.append(torch.from_numpy(to_canvas(lr, order='RGB')).permute(2, 0, 1))
+        hr.append(torch.from_numpy(to_canvas(rgb, order='RGB')).permute(2, 0, 1))
         targets.append(text_targets(text, f'rendered line {i}')[1])
     if with_targets:
         return torch.stack(lines), torch.stack(hr), torch.stack(targets)

@@ -1,5 +1,6 @@
 """GPU memory of TOLA's training iteration and of inference, measured on the meta device (no weights, no compute,
-seconds on a CPU), for every gradient-checkpointing choice (``tools/estimate_memory.py``, docs/training_gpus.md).
+seconds on a CPU), for every gradient-checkpointing choice (``tools/estimate_memory.py``: ``estimate_option_file``,
+docs/training_gpus.md).
 
 What is measured, for the network of an option file at a given image size:
 
@@ -21,6 +22,8 @@ data-dependent greedy decoding cannot run on the meta device, so the measured fo
 """
 import contextlib
 import itertools
+import json
+import os
 import weakref
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
@@ -32,6 +35,8 @@ from torch.utils._pytree import tree_flatten
 from tola_plugin.archs.tola_adaptation import CHECKPOINTABLE
 from tola_plugin.archs.tola_arch import TOLANet
 from tola_plugin.text.alphabets import IDM_MAX_LEN
+from tola_plugin.utils.cli_errors import UsageError
+from tola_plugin.utils.option_checks import check_typed_block
 
 GIB = 2**30
 OCR_TARGET_LENGTH = 25  # TransOCR targets of the datasets: 24 characters + END (data/text_labels.py)
@@ -313,3 +318,33 @@ def report_markdown(result: Mapping) -> str:
         '(the rest for the CUDA context, workspaces and fragmentation, not measured).'
     ]
     return '\n'.join(lines)
+
+
+def estimate_option_file(opt_path: str, size: Sequence[int] = (128, 512), capacities: Sequence[float] = CAPACITIES_GB,
+                         reserve: float = RESERVE, json_path: Optional[str] = None) -> int:
+    """``estimate`` for the training option file ``opt_path``: prints the report and writes every figure to
+    ``json_path`` (JSON) when given. -> 0. UsageError for a missing file or one without ``network_g``, a size that
+    is not a positive multiple of 8, a reserve outside [0, 1); ``network_g`` is checked like the launchers do."""
+    import yaml
+
+    from basicsr.utils.registry import ARCH_REGISTRY
+    if not os.path.isfile(opt_path):
+        raise UsageError(f'-opt {opt_path!r}: no such option file')
+    if any(s <= 0 or s % 8 for s in size):
+        raise UsageError(f'--size {size}: height and width must be positive multiples of 8')
+    if not 0 <= reserve < 1:
+        raise UsageError(f'--reserve {reserve}: expected a share in [0, 1)')
+    with open(opt_path, encoding='utf-8') as f:
+        opt = yaml.safe_load(f)
+    if not isinstance(opt, dict) or 'network_g' not in opt:
+        raise UsageError(f'-opt {opt_path!r}: not an option file with network_g')
+    check_typed_block(opt['network_g'], ARCH_REGISTRY, 'network_g')
+    result = estimate(opt, size=size, capacities=capacities, reserve=reserve)
+    result['option_file'] = opt_path
+    print(f'{opt_path}: memory of one training iteration and of inference, measured on the meta device\n')
+    print(report_markdown(result))
+    if json_path:
+        os.makedirs(os.path.dirname(os.path.abspath(json_path)), exist_ok=True)
+        with open(json_path, 'w', encoding='utf-8') as f:
+            json.dump(result, f, indent=1)
+    return 0

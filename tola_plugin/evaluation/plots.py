@@ -5,14 +5,20 @@
   (c) character edit counts, for a baseline and a method (output of ``diagnostics.diagnose``).
 - ``comparison_grid``: rows = LR, methods, HR; columns = samples; row labels on the left, optional column
   titles (e.g. the ground-truth text).
+- ``plot_quality_latency``, ``plot_recognition_diagnostics``, ``plot_comparison_grid``: the same figures from the
+  files of the tools (tools/plot_results.py: latency CSV, tools/benchmark_inference.py's JSON, tools/evaluate.py's
+  summaries, tools/diagnose.py's diagnostics.json, image folders and a labels manifest).
 Chinese text in labels is drawn with a CJK font found on the system when there is one.
 """
+import csv
+import json
 import os
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 from tola_plugin.data.image_io import read_image_file
+from tola_plugin.utils.cli_errors import UsageError
 
 CJK_FONTS = ('Noto Sans CJK SC', 'WenQuanYi Zen Hei', 'WenQuanYi Micro Hei', 'AR PL UMing CN', 'Droid Sans Fallback')
 COLORS = ('#8c8c8c', '#d62728', '#1f77b4', '#2ca02c', '#ff7f0e', '#9467bd', '#8c564b', '#e377c2', '#17becf', '#bcbd22')
@@ -205,3 +211,68 @@ def latency_points(latency: Mapping[str, float], summaries: Sequence[Mapping[str
             acc_key: merged[method].get(acc_key)
         })
     return points
+
+
+def read_latency_csv(path: str) -> Tuple[Dict[str, float], Dict[str, Dict[str, float]]]:
+    """CSV with columns method, seconds_per_image (optionally psnr, t_acc) -> ({method: s}, {method: metrics}).
+    UsageError when a required column is missing."""
+    latency, metrics = {}, {}
+    with open(path, encoding='utf-8', newline='') as f:
+        reader = csv.DictReader(f)
+        if not {'method', 'seconds_per_image'} <= set(reader.fieldnames or []):
+            raise UsageError(f'{path} needs columns method, seconds_per_image (got {reader.fieldnames})')
+        for row in reader:
+            latency[row['method']] = float(row['seconds_per_image'])
+            metrics[row['method']] = {k: float(row[k]) for k in ('psnr', 't_acc') if row.get(k)}
+    return latency, metrics
+
+
+def read_benchmark_json(path: str, method: str, route: str = 'default',
+                        batch: int = 1) -> Tuple[Dict[str, float], Dict]:
+    """tools/benchmark_inference.py's JSON -> ({method: seconds per image of ``route`` at ``batch``}, {}).
+    ValueError when it has no such timing."""
+    with open(path, encoding='utf-8') as f:
+        timings = json.load(f).get('timings', {})
+    key = f'{route} batch {batch}'
+    if key not in timings:
+        raise ValueError(f'{path}: no timing {key!r} (have {sorted(timings)}); is it a benchmark_inference.py JSON?')
+    return {method: float(timings[key]['per_image_s'])}, {}
+
+
+def plot_quality_latency(out_stem: str, latency_csv: Optional[str] = None, benchmark_json: Optional[str] = None,
+                         benchmark_method: str = 'TOLA', benchmark_route: str = 'default',
+                         summary_paths: Sequence[str] = (), highlight: Optional[str] = None) -> Tuple[str, str]:
+    """``quality_latency_figure`` from files: seconds per image from ``latency_csv`` and/or ``benchmark_json``
+    (its batch-1 ``benchmark_route`` as ``benchmark_method``), PSNR/ACC from tools/evaluate.py's summary.json files
+    ``summary_paths`` (the CSV's own psnr/t_acc columns win). ValueError when neither latency source is given."""
+    if not latency_csv and not benchmark_json:
+        raise ValueError('latency: give --latency CSV and/or --benchmark JSON')
+    latency, own = read_latency_csv(latency_csv) if latency_csv else ({}, {})
+    if benchmark_json:
+        latency.update(read_benchmark_json(benchmark_json, benchmark_method, benchmark_route)[0])
+    summaries = [own]
+    for path in summary_paths:
+        with open(path, encoding='utf-8') as f:
+            summaries.insert(0, json.load(f)['summary'])  # the CSV's own columns win
+    return quality_latency_figure(latency_points(latency, summaries), out_stem, highlight)
+
+
+def plot_recognition_diagnostics(diagnostics_json: str, out_stem: str) -> Tuple[str, str]:
+    """``recognition_diagnostics_figure`` of tools/diagnose.py's diagnostics.json."""
+    with open(diagnostics_json, encoding='utf-8') as f:
+        return recognition_diagnostics_figure(json.load(f), out_stem)
+
+
+def plot_comparison_grid(row_dirs: Sequence[Tuple[str, str]], samples: Sequence[str], out_stem: str,
+                         labels_path: Optional[str] = None) -> Tuple[str, str]:
+    """``comparison_grid`` of the files ``samples`` in each (label, folder) of ``row_dirs``, column titles from the
+    labels manifest ``labels_path``. UsageError when it has no label for a sample."""
+    titles = None
+    if labels_path:
+        from tola_plugin.evaluation.records import read_labels
+        labels = read_labels(labels_path)
+        missing = [s for s in samples if s not in labels]
+        if missing:
+            raise UsageError(f'{labels_path} has no label for {missing}')
+        titles = [labels[s] for s in samples]
+    return comparison_grid(load_grid_rows(row_dirs, samples), out_stem, titles)

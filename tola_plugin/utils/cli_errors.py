@@ -10,8 +10,10 @@
 - Anything else is a bug and keeps its traceback (exit status 1). ``TOLA_TRACEBACK=1`` shows the traceback of
   the errors above too.
 
-Every tool is ``argparse`` + ``def main(argv=None) -> int`` + ``run_tool(main)`` (tests call ``main`` in-process);
-images are listed with ``tola_plugin.data.image_io.list_image_files`` and read with ``read_image_file``.
+Every tool is ``argparse`` + ``def main(argv=None) -> int`` + ``run_tool(main)`` (tests call ``main`` in-process),
+and ``main`` makes one call into the package, where the tool's logic lives (``make lint`` checks both:
+lint/flake8_tool_convention.py); images are listed with ``tola_plugin.data.image_io.list_image_files`` and read with
+``read_image_file``.
 """
 import os
 import sys

@@ -1,0 +1,49 @@
+"""Held-out HR text lines -> a fixed degraded test set in CTR-TSR-Test's layout: hr/, lr_x<s>/, labels.tsv
+(tools/make_test_set.py, docs/own_data.md).
+
+Each line goes through TOLA's training degradation (``TextDegradationDataset``: Real-ESRGAN or BSRGAN at x<s>, a
+fixed seed), so the test pairs are of the kind every method was trained on. ``hr/`` holds the 512x128 canvases,
+``lr_x<s>/`` the LR lines at 512/s x 128/s, both PNG, named after the LMDB key (``image-000000012.png``) or the
+image file.
+"""
+import os
+from typing import Optional
+
+import numpy as np
+
+from tola_plugin.data.image_io import write_image
+from tola_plugin.data.text_degradation_dataset import TextDegradationDataset
+from tola_plugin.utils.cli_errors import UsageError
+
+
+def write_test_set(out: str, lmdb: Optional[str] = None, images: Optional[str] = None, labels: Optional[str] = None,
+                   index_list: Optional[str] = None, scale: int = 4, seed: int = 1) -> int:
+    """Degrade the HR lines of the LMDB ``lmdb`` or of the folder ``images`` (with its labels TSV ``labels``),
+    those of ``index_list`` (0-based; default all), at x``scale`` with ``seed``, into ``out``/hr, lr_x<scale> and
+    labels.tsv (written last: it marks a complete set). Prints one line; -> 0. UsageError when ``out`` already holds
+    a test set or two sources would get the same file name."""
+    if os.path.exists(os.path.join(out, 'labels.tsv')):
+        raise UsageError(f'{out} already holds a test set (labels.tsv); remove it or choose another --out')
+    dataset = TextDegradationDataset({
+        'name': 'test_set', 'phase': 'test', 'dataroot_gt': lmdb or images, 'labels': labels, 'index_list': index_list,
+        'io_backend': {'type': 'lmdb' if lmdb else 'disk'}, 'seed': seed, 'scales': [scale], 'lq_size': 'native'
+    })
+    hr_dir, lr_dir = os.path.join(out, 'hr'), os.path.join(out, f'lr_x{scale}')
+    os.makedirs(hr_dir, exist_ok=True)
+    os.makedirs(lr_dir, exist_ok=True)
+    rows, seen = [], {}
+    for index in range(len(dataset)):
+        item = dataset[index]
+        name = os.path.splitext(os.path.basename(item['gt_path']))[0] + '.png'
+        if name in seen:
+            raise UsageError(f'{item["gt_path"]} and {seen[name]} would both be written as {name}; rename one')
+        seen[name] = item['gt_path']
+        for folder, image in ((hr_dir, item['gt']), (lr_dir, item['lq'])):  # RGB in [0, 1] on 8-bit levels
+            write_image(
+                os.path.join(folder, name),
+                np.round(image.numpy().transpose(1, 2, 0) * 255.0).astype(np.uint8), order='RGB')
+        rows.append(f'{name}\t{item["text"]}\n')
+    with open(os.path.join(out, 'labels.tsv'), 'w', encoding='utf-8') as f:  # last: marks a complete set
+        f.writelines(rows)
+    print(f'wrote {len(rows)} test pairs (x{scale}, seed {seed}) to {out}')
+    return 0
