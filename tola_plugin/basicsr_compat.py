@@ -66,6 +66,7 @@ from basicsr.utils.options import ordered_yaml
 
 from tola_plugin.utils import cuda_math, distributed, run_lock
 from tola_plugin.utils.checkpoint_io import atomic_torch_save, weights_only_loads
+from tola_plugin.utils.devices import cuda_device_count
 from tola_plugin.utils.option_checks import OptionError, check_options
 from tola_plugin.utils.training_resume import (LOOP, find_resume_state, keep_option_settings, read_training_state,
                                                rng_preserved, scheduler_settings)
@@ -93,8 +94,7 @@ def init_dist(launcher, backend=None, **kwargs):
     if _LAUNCH.get('deferring'):
         _LAUNCH['launcher'] = launcher
         return
-    present = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    start_distributed({'num_gpu': present, 'dist_params': kwargs}, launcher)
+    start_distributed({'num_gpu': cuda_device_count(), 'dist_params': kwargs}, launcher)
 
 
 def start_distributed(opt, launcher):

@@ -1,7 +1,13 @@
-"""The one device resolver of the package: a name ('cpu', 'cuda', 'cuda:1', ...) or None -> a torch.device."""
+"""The one device resolver of the package: a name ('cpu', 'cuda', 'cuda:1', ...) or None -> a torch.device; and how
+many CUDA devices this machine has."""
 from typing import Optional
 
 import torch
+
+
+def cuda_device_count() -> int:
+    """CUDA devices present (0 without CUDA: ``device_count`` alone can report devices CUDA cannot initialise)."""
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def resolve_device(name: Optional[str] = None) -> torch.device:

@@ -19,10 +19,9 @@ import difflib
 import inspect
 from typing import Iterable, Mapping, Optional
 
-import torch
-
 from basicsr.utils.registry import ARCH_REGISTRY, DATASET_REGISTRY, LOSS_REGISTRY, MODEL_REGISTRY
 
+from tola_plugin.utils.devices import cuda_device_count
 from tola_plugin.utils.distributed import BACKENDS, DIST_PARAMS_KEYS, process_group_timeout
 
 # Dataset keys that BasicSR's pipelines and ``build_dataloader`` read (basicsr 1.4.2), valid for every dataset.
@@ -180,7 +179,7 @@ def check_scheduler(train: Mapping) -> None:
 def check_num_gpu(opt: Mapping) -> None:
     """``num_gpu`` (after BasicSR resolved 'auto') may not exceed the CUDA devices of this machine."""
     num_gpu = opt.get('num_gpu')
-    present = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    present = cuda_device_count()
     if isinstance(num_gpu, bool) or not isinstance(num_gpu, int) or num_gpu < 0:
         raise OptionError(f'num_gpu: expected "auto" or a number of GPUs >= 0, got {num_gpu!r}')
     if num_gpu > present:
