@@ -72,6 +72,20 @@ from tola_plugin.utils.training_resume import (LOOP, find_resume_state, keep_opt
                                                rng_preserved, scheduler_settings)
 
 
+def run_pipeline(pipeline) -> int:
+    """Run BasicSR's ``train_pipeline`` or ``test_pipeline`` from the current directory, as ``python -m
+    tola_plugin.train`` / ``.test`` do: every ``torch.load`` weights-only; afterwards the run's locks are released and
+    a distributed run's process group destroyed (torchrun / srun: NCCL warns, and may leak, when a group is never
+    destroyed). -> 0."""
+    try:
+        with weights_only_loads():
+            pipeline(os.getcwd())
+    finally:
+        run_lock.release_all()
+        distributed.end_process_group()
+    return 0
+
+
 def _warn_early(message: str) -> None:
     """A warning before BasicSR's logger exists (its file handler is added later): stderr now, the log later."""
     print(f'warning: {message}', file=sys.stderr, flush=True)

@@ -4,25 +4,14 @@ Usage: ``python -m tola_plugin.train -opt FILE.yml [--auto_resume] [--launcher p
 Every ``torch.load`` of the run is weights-only; bad options or input end in one ``error: ...`` line and exit
 status 2 (``utils/cli_errors.py``); a distributed run destroys its process group at exit.
 """
-import os
-
 from basicsr.train import train_pipeline
 
-import tola_plugin  # noqa: F401  (registers the plugin and the BasicSR overrides)
-from tola_plugin.utils import run_lock
-from tola_plugin.utils.checkpoint_io import weights_only_loads
+from tola_plugin.basicsr_compat import run_pipeline  # (the package __init__ has registered the plugin)
 from tola_plugin.utils.cli_errors import run_tool
-from tola_plugin.utils.distributed import end_process_group
 
 
 def run():
-    try:
-        with weights_only_loads():
-            train_pipeline(os.getcwd())
-    finally:
-        run_lock.release_all()
-        end_process_group()  # torchrun / srun runs: NCCL warns (and may leak) when a group is never destroyed
-    return 0
+    return run_pipeline(train_pipeline)
 
 
 def main():
