@@ -86,7 +86,7 @@ setup(
     long_description=open('README.md', encoding='utf-8').read(),
     long_description_content_type='text/markdown',
     packages=find_packages(include=['tola_plugin', 'tola_plugin.*', 'tola_cli']),
-    py_modules=['tola_plugin_hook'],
+    py_modules=['tola_plugin_hook', 'tola_plugin_shim'],
     cmdclass=CMDCLASS,
     package_data={
         'tola_plugin.vocab': ['*.txt'],

@@ -3,7 +3,8 @@
 The installed ``tola_plugin_hook.pth`` (setup.py) runs ``install()`` at interpreter start. That only puts a finder
 on ``sys.meta_path`` (standard library only: nothing heavy is imported at start). When the process first imports
 ``basicsr``, the finder steps aside and
-  1. installs the torchvision shim, so that basicsr 1.4.2's own imports work on torchvision >= 0.17;
+  1. installs the torchvision shim (``tola_plugin_shim``), so that basicsr 1.4.2's own imports work on torchvision
+     >= 0.17;
   2. lets basicsr import itself as usual;
   3. imports ``tola_plugin``: BasicSR's fixes (``tola_plugin/basicsr_compat.py``) and TOLA's archs, datasets,
      losses, metrics and models in BasicSR's registries.
@@ -15,32 +16,6 @@ import sys
 
 ENV_VAR = 'TOLA_PLUGIN_HOOK'
 _OFF, _ON = ('0', 'off', 'false', 'no'), ('', '1', 'on', 'true', 'yes')
-_OLD_TORCHVISION_MODULE = 'torchvision.transforms.functional_tensor'
-
-
-def install_torchvision_shim():
-    """Register ``torchvision.transforms.functional_tensor`` if torchvision no longer has it.
-
-    basicsr 1.4.2 (the last PyPI release) imports it; torchvision removed it in 0.17 (fixed upstream after the
-    release, never published). It is aliased to its private successor, or to a minimal stand-in exposing the
-    one function basicsr uses.
-    """
-    if _OLD_TORCHVISION_MODULE in sys.modules:
-        return
-    try:
-        import torchvision.transforms.functional_tensor  # noqa: F401  (old torchvision: nothing to do)
-        return
-    except ImportError:
-        pass
-    try:
-        from torchvision.transforms import _functional_tensor as module
-    except ImportError:
-        import types
-
-        from torchvision.transforms.functional import rgb_to_grayscale
-        module = types.ModuleType(_OLD_TORCHVISION_MODULE)
-        module.rgb_to_grayscale = rgb_to_grayscale
-    sys.modules[_OLD_TORCHVISION_MODULE] = module
 
 
 def hook_enabled(environ=os.environ) -> bool:
@@ -65,6 +40,8 @@ class _RegisteringLoader:
         return self.loader.create_module(spec)
 
     def exec_module(self, module):
+        # imported here, not at the top: at interpreter start the hook imports nothing but the standard library
+        from tola_plugin_shim import install_torchvision_shim
         install_torchvision_shim()
         # basicsr's resources and metadata are read through its own loader, as without the hook
         module.__loader__ = module.__spec__.loader = self.loader

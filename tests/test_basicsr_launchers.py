@@ -249,14 +249,15 @@ def test_install_regular_wheel_registers_hook(tmp_path):
     with open(os.path.join(site, 'tola_plugin_hook.pth'), encoding='utf-8') as f:
         assert f.read() == 'import tola_plugin_hook; tola_plugin_hook.install()\n'
     # what `import basicsr` then does is the same code as in this editable environment (tested above): here, only
-    # that the hook waits at start and would import the installed copy
+    # that the hook waits at start and would import the installed copies of the shim and the plugin
     proc = subprocess.run([
-        python, '-c', 'import importlib.util, sys, tola_plugin_hook; print(tola_plugin_hook.installed(), '
-        '"torch" in sys.modules, tola_plugin_hook.__file__, importlib.util.find_spec("tola_plugin").origin)'
+        python, '-c', 'import importlib.util as u, sys, tola_plugin_hook; print(tola_plugin_hook.installed(), '
+        '"torch" in sys.modules, "tola_plugin_shim" in sys.modules, tola_plugin_hook.__file__, '
+        'u.find_spec("tola_plugin_shim").origin, u.find_spec("tola_plugin").origin)'
     ], capture_output=True, text=True, timeout=300, cwd=tmp_path, check=True)
-    waiting, torch_imported, hook_file, plugin_file = proc.stdout.split()
-    assert waiting == 'True' and torch_imported == 'False'
-    assert hook_file.startswith(site) and plugin_file.startswith(site)
+    waiting, torch_imported, shim_imported, hook_file, shim_file, plugin_file = proc.stdout.split()
+    assert waiting == 'True' and torch_imported == 'False' and shim_imported == 'False'  # nothing but the finder
+    assert hook_file.startswith(site) and shim_file.startswith(site) and plugin_file.startswith(site)
 
 
 @pytest.mark.parametrize('name', sorted(os.listdir(os.path.join(REPO, 'options', 'baselines'))))

@@ -1,7 +1,7 @@
 """Every change this plugin makes to BasicSR 1.4.2 and its environment, in one place: ``tola_plugin/__init__``
 imports this module before anything else, so no other module of the package needs to care.
 
-0.   The torchvision shim, run before any ``import basicsr`` (``tola_plugin_hook.install_torchvision_shim``: the
+0.   The torchvision shim, run before any ``import basicsr`` (``tola_plugin_shim.install_torchvision_shim``: the
      import hook applies it before basicsr's own imports; here it covers a process without the hook): basicsr
      1.4.2 (the last PyPI release) imports ``torchvision.transforms.functional_tensor``, which torchvision
      removed in 0.17.
@@ -38,7 +38,7 @@ imports this module before anything else, so no other module of the package need
 """
 import sys
 
-from tola_plugin_hook import install_torchvision_shim
+from tola_plugin_shim import install_torchvision_shim
 
 install_torchvision_shim()
 

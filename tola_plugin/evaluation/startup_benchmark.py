@@ -20,7 +20,8 @@ import time
 from typing import Dict, List, Optional
 
 # what a build of the package reads, relative to the checkout
-SOURCES = ('setup.py', 'setup.cfg', 'README.md', 'tola_plugin_hook.py', 'tola_plugin', 'tola_cli')
+SOURCES = ('setup.py', 'setup.cfg', 'README.md', 'tola_plugin_hook.py', 'tola_plugin_shim.py', 'tola_plugin',
+           'tola_cli')
 LABELS = ('without', 'regular', 'editable', 'editable, no hook')
 
 
