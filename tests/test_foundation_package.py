@@ -245,11 +245,25 @@ def test_the_tool_convention_is_a_lint_rule(tmp_path):
     assert "TOL004 tool defines class 'Report'" in out.stdout
 
 
-def test_checkpoints_read_and_write_files_and_import_no_arch():
-    """checkpoints/ is file formats only (docs/architecture.md): no import of archs/, at module level or inside a
-    function; archs/backbone_builder.py builds and fills the modules."""
-    for path in sorted(glob.glob(os.path.join(PKG, 'checkpoints', '*.py'))):
-        tree = ast.parse(open(path, encoding='utf-8').read())
-        imported = [n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module]
-        imported += [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
-        assert not [m for m in imported if m.startswith('tola_plugin.archs')], path
+def test_imports_point_down_the_layers_as_a_lint_rule(tmp_path):
+    """Every import inside tola_plugin points down the layers of docs/architecture.md, imports inside functions too
+    (e.g. checkpoints/ reads and writes files and imports no arch): checked by `make lint` (lint/flake8_layers.py,
+    declared in setup.cfg). The package passes; an arrow up, one sideways and a folder without a layer are flagged."""
+    fake = tmp_path / 'tola_plugin'
+    for folder in ('checkpoints', 'archs', 'metrics', 'newfolder'):
+        (fake / folder).mkdir(parents=True)
+    (fake / 'checkpoints' / 'up.py').write_text(
+        'def build():\n    from tola_plugin.archs.tola_arch import TOLANet\n    return TOLANet\n', encoding='utf-8')
+    (fake / 'metrics' / 'sideways.py').write_text('from tola_plugin.losses import lpips_loss  # noqa: F401\n',
+                                                  encoding='utf-8')
+    (fake / 'archs' / 'down.py').write_text(
+        'from tola_plugin import utils  # noqa: F401\nfrom tola_plugin.checkpoints import tola  # noqa: F401\n'
+        'import tola_plugin.archs.lora  # noqa: F401\n', encoding='utf-8')
+    (fake / 'newfolder' / 'x.py').write_text('import os  # noqa: F401\n', encoding='utf-8')
+    out = subprocess.run([sys.executable, '-m', 'flake8', '--select', 'LAY', 'tola_plugin',
+                          str(fake)], cwd=REPO, capture_output=True, text=True)
+    flagged = sorted((os.path.relpath(line.split(':', 1)[0], str(fake)), line.split(': ', 1)[1].split(' ')[0])
+                     for line in out.stdout.splitlines())
+    assert out.returncode == 1 and flagged == [('checkpoints/up.py', 'LAY001'), ('metrics/sideways.py', 'LAY001'),
+                                               ('newfolder/x.py', 'LAY002')], out.stdout + out.stderr
+    assert 'tola_plugin.checkpoints (layer 1) imports tola_plugin.archs (layer 2)' in out.stdout

@@ -270,8 +270,8 @@ def rss_bytes(field: str) -> int:
 def peak_rss_child(route: str, opt_path: str, checkpoint, random_weights: bool, merged: str, lq) -> Dict:
     """In a fresh process: build ``route``'s network, restore ``lq`` (one line), report its peak RSS and the RSS
     after the imports (the Python, torch and library baseline)."""
-    import tola_plugin  # noqa: F401
-    from tola_plugin.inference import openvino_backend  # noqa: F401  (its imports belong to the baseline)
+    # the baseline: this module's imports, done when the fresh process unpickled this function (the package, torch,
+    # the OpenVINO backend's libraries)
     baseline = rss_bytes('VmRSS')
     if route == 'reference':
         net = build_reference(opt_path, checkpoint, random_weights)

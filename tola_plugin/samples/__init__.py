@@ -3,6 +3,8 @@ import os
 from importlib import resources
 from typing import Dict, List
 
+from tola_plugin.data.text_labels import read_labels_tsv
+
 
 def samples_dir() -> str:
     """The folder holding the sample PNGs (package data)."""
@@ -17,5 +19,4 @@ def sample_paths() -> List[str]:
 
 def sample_labels() -> Dict[str, str]:
     """{file name: transcription read from the image} (not official ground truth)."""
-    from tola_plugin.data.text_labels import read_labels_tsv
     return dict(read_labels_tsv(os.path.join(samples_dir(), 'labels.tsv')))
