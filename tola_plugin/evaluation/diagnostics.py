@@ -26,11 +26,12 @@ from typing import Dict, List, Mapping, Optional, Sequence
 import numpy as np
 
 from tola_plugin.evaluation import records as R
+from tola_plugin.evaluation.plots import recognition_diagnostics_figure
 from tola_plugin.evaluation.records import PREFIX, SUMMARY_METRICS
 from tola_plugin.evaluation.statistics import N_RESAMPLES, mcnemar_exact, paired_bootstrap
 from tola_plugin.inference.prior_csv import read_prior_csv
 from tola_plugin.metrics.text_metrics import EditOps, edit_operations, normalize
-from tola_plugin.utils.atomic_files import write_json
+from tola_plugin.utils.atomic_files import write_json, write_text
 from tola_plugin.utils.cli_errors import UsageError
 
 CATEGORIES = ('Chinese', 'English', 'Mixed', 'Num./Other')
@@ -356,9 +357,7 @@ def diagnose_evaluations(eval_dir: str, baseline: str, method: str, out: str, ev
     os.makedirs(out, exist_ok=True)
     write_json(os.path.join(out, 'diagnostics.json'), result)
     text = diagnostics_markdown(result)
-    with open(os.path.join(out, 'diagnostics.md'), 'w', encoding='utf-8') as f:
-        f.write(text)
+    write_text(os.path.join(out, 'diagnostics.md'), text)
     if plots:
-        from tola_plugin.evaluation.plots import recognition_diagnostics_figure
         recognition_diagnostics_figure(result, os.path.join(out, 'recognition_diagnostics'))
     return text

@@ -18,6 +18,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from tola_plugin.data.image_io import read_image_file
+from tola_plugin.evaluation.records import read_labels
 from tola_plugin.utils.cli_errors import UsageError
 
 CJK_FONTS = ('Noto Sans CJK SC', 'WenQuanYi Zen Hei', 'WenQuanYi Micro Hei', 'AR PL UMing CN', 'Droid Sans Fallback')
@@ -269,7 +270,6 @@ def plot_comparison_grid(row_dirs: Sequence[Tuple[str, str]], samples: Sequence[
     labels manifest ``labels_path``. UsageError when it has no label for a sample."""
     titles = None
     if labels_path:
-        from tola_plugin.evaluation.records import read_labels
         labels = read_labels(labels_path)
         missing = [s for s in samples if s not in labels]
         if missing:
