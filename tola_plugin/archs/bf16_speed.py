@@ -10,7 +10,6 @@ The result is cached per CPU model (name, family, model, stepping) and torch ver
 (``utils/user_cache.py``; one JSON file, written atomically): later runs read it. A cache file that cannot be read or
 parsed is measured again and rewritten.
 """
-import json
 import os
 import platform
 import statistics
@@ -20,7 +19,7 @@ from typing import Dict, Optional
 import torch
 import torch.nn.functional as F
 
-from tola_plugin.utils.checkpoint_io import atomic_write
+from tola_plugin.utils.atomic_files import read_json_dict, write_json
 from tola_plugin.utils.user_cache import cache_path
 
 AUTO_BF16_MIN_SPEEDUP = 1.3  # below it the gain does not pay for bf16's deviation (0.02 dB on the demo model)
@@ -98,12 +97,8 @@ def measure_bf16_speedup(shapes=SHAPES, rounds: int = ROUNDS) -> Dict:
 
 def _read_cache(path: str) -> Optional[Dict]:
     """The cache's entries, or None when the file is missing, unreadable or not ours (then it is measured again)."""
-    try:
-        with open(path, encoding='utf-8') as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return None
-    if not isinstance(data, dict) or data.get('format') != FORMAT or not isinstance(data.get('entries'), dict):
+    data = read_json_dict(path)
+    if data is None or data.get('format') != FORMAT or not isinstance(data.get('entries'), dict):
         return None
     return data['entries']
 
@@ -129,17 +124,12 @@ def bf16_speedup(measure=measure_bf16_speedup) -> Dict:
         entry = dict(measure(), measured=time.strftime('%Y-%m-%d %H:%M:%S'))
         entries = dict(entries or {}, **{key: entry})
         try:
-            atomic_write(path, lambda tmp: _write_json(tmp, {'format': FORMAT, 'entries': entries}))
+            write_json(path, {'format': FORMAT, 'entries': entries})
         except OSError:
             pass  # a read-only cache folder: the decision holds for this process and is measured again next time
         entry = dict(entry, source='measured')
     _measured[key] = entry
     return entry
-
-
-def _write_json(path: str, data: Dict) -> None:
-    with open(path, 'w', encoding='utf-8') as f:
-        json.dump(data, f, indent=1)
 
 
 def forget() -> None:

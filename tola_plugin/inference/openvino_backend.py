@@ -18,7 +18,6 @@ this CPU and a precision (``INFERENCE_PRECISION_HINT``) is cached by OpenVINO it
 memory-mapped), so one entry serves every precision and every machine that shares the folder.
 """
 import hashlib
-import json
 import os
 import shutil
 import sys
@@ -33,7 +32,7 @@ from diffusers.models.autoencoders.vae import DecoderOutput, DiagonalGaussianDis
 from diffusers.models.modeling_outputs import AutoencoderKLOutput
 from torch import nn
 
-from tola_plugin.utils.checkpoint_io import atomic_write
+from tola_plugin.utils.atomic_files import read_json_dict, write_json
 from tola_plugin.utils.user_cache import cache_path, cache_root
 
 FORMAT = 'tola_plugin.openvino_stages/2'
@@ -71,7 +70,7 @@ def file_sha256(path: str) -> str:
     unchanged file is hashed once (a 4 GB merged file takes a few seconds)."""
     real = os.path.realpath(path)
     memo_path = cache_path('openvino', HASHES)
-    memo = _read_json(memo_path) or {}
+    memo = read_json_dict(memo_path) or {}
     stat = _stat_key(real)
     known = memo.get(real)
     if isinstance(known, dict) and {k: known.get(k) for k in stat} == stat and isinstance(known.get('sha256'), str):
@@ -79,7 +78,7 @@ def file_sha256(path: str) -> str:
     digest = _sha256(real)
     memo[real] = dict(stat, sha256=digest)
     try:
-        atomic_write(memo_path, lambda tmp: _write_json(tmp, memo))
+        write_json(memo_path, memo)
     except OSError:
         pass  # a read-only cache: hashed again next time
     return digest
@@ -95,20 +94,6 @@ def tensors_sha256(modules: Sequence[nn.Module]) -> str:
             digest.update(f'{index}.{name}:{t.dtype}:{tuple(t.shape)};'.encode())
             digest.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b'')
     return digest.hexdigest()
-
-
-def _read_json(path: str) -> Optional[Dict]:
-    try:
-        with open(path, encoding='utf-8') as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def _write_json(path: str, data: Dict) -> None:
-    with open(path, 'w', encoding='utf-8') as f:
-        json.dump(data, f, indent=1)
 
 
 class _EncoderStage(nn.Module):
@@ -183,7 +168,7 @@ class StageCache:
 
     def valid(self) -> bool:
         """Whether the entry is complete and intact (sizes checked; hashes when a file's mtime changed)."""
-        manifest = _read_json(os.path.join(self.folder, MANIFEST))
+        manifest = read_json_dict(os.path.join(self.folder, MANIFEST))
         if not manifest or manifest.get('format') != FORMAT or manifest.get('key') != self.key \
                 or manifest.get('openvino') != self.version or not isinstance(manifest.get('files'), dict):
             return False
@@ -230,7 +215,7 @@ class StageCache:
                 'format': FORMAT, 'key': self.key, 'openvino': self.version, 'torch': torch.__version__, 'files': files,
                 'seconds': round(time.perf_counter() - start, 1)
             }
-            _write_json(os.path.join(staging, MANIFEST), manifest)
+            write_json(os.path.join(staging, MANIFEST), manifest)
             if self.valid():  # another process finished first: keep its entry
                 return
             if os.path.lexists(self.folder):  # invalid (stale, corrupt, other version): out of the way first
