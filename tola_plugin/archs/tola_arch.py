@@ -4,7 +4,8 @@ One forward = Algorithm 1, top to bottom: frozen TransOCR -> IDM tokens + confid
 -> z_LR; q-sample at the fixed t; MoM text encoder once; IDM (LoRA) once; ẑ0; LRC; frozen VAE decoder.
 No TDM, no MoM U-Net (its I_cond only feeds the TDM), no reverse loop.
 
-Every paper variant/control is a constructor switch (see docs/tola.md for the table of option files).
+Every paper variant and control is a constructor option (docs/tola.md has the table of option files); the ones
+that change no weight are inference switches, set through ``set_switches`` (``SWITCHES``).
 """
 import contextlib
 import numbers
