@@ -25,9 +25,9 @@ def canvas_rgb8(img: np.ndarray, width: int = CANVAS_W, height: int = CANVAS_H, 
     Resized with PIL bicubic on 8-bit RGB, as DiffTSR's dataset and inference do (PIL antialiases when
     shrinking, cv2 does not); images already at the canvas size are passed through unchanged.
     """
-    rgb = cv2.cvtColor(img, cv2.COLOR_BGR2RGB) if order == 'BGR' else img
     if order not in ('BGR', 'RGB'):
         raise ValueError(f"channel order must be 'BGR' or 'RGB', got {order!r}")
+    rgb = cv2.cvtColor(img, cv2.COLOR_BGR2RGB) if order == 'BGR' else img
     if rgb.shape[:2] != (height, width):
         rgb = np.asarray(Image.fromarray(rgb).resize((width, height), Image.BICUBIC))
     return rgb
