@@ -116,7 +116,7 @@ setup(
     ],
     extras_require={
         'eval': ['pyiqa==0.1.16', 'rapidocr-onnxruntime==1.4.4', 'rapidfuzz', 'scipy', 'matplotlib', 'huggingface_hub'],
-        'openvino': ['openvino==2026.4.1'],  # the CPU backend of the inference entry points (docs/inference.md)
+        'openvino': ['openvino==2025.4.1'],  # the CPU backend of the inference entry points (docs/inference.md)
         'web': ['gradio==6.31.0'],
         'test': ['pytest', 'pytest-xdist==3.8.0', 'selenium==4.51.0'],
         'lint': ['flake8==7.5.0', 'isort==9.0.2', 'yapf==0.43.0'],
