@@ -13,7 +13,7 @@ LAYERS = {
     'utils': 0, 'text': 0, 'vocab': 0, 'version': 0,
     'data': 1, 'checkpoints': 1, 'basicsr_compat': 1,
     'archs': 2, 'samples': 2, 'rendered_samples': 2,
-    'ocr': 3, 'metrics': 3, 'losses': 3,
+    'ocr': 3, 'metrics': 3, 'losses': 3, 'runtime': 3,
     'inference': 4, 'models': 4,
     'evaluation': 5,
     'demo': 6,

@@ -39,15 +39,15 @@ def pytest_runtest_setup(item):
 
 @pytest.fixture(autouse=True)
 def _backend_auto_is_torch_unless_marked(request, monkeypatch):
-    """Outside tests marked ``openvino`` the entry points' backend 'auto' resolves to torch: OpenVINO runs only in
-    the second pytest session of make test (a process that had run OpenVINO crashed in a later in-process training
-    with DataLoader workers; docs/testing.md)."""
+    """Outside tests marked ``openvino`` the entry points' backend 'auto' resolves to torch: converting each test's
+    model for OpenVINO and qualifying it would cost seconds per test (tests/test_runtime_qualification.py and
+    tests/test_inference_openvino.py cover that route)."""
     if request.node.get_closest_marker('openvino') is not None:
         return
-    from tola_plugin.inference import runtime
-    real = runtime.resolve_backend
-    monkeypatch.setattr(runtime, 'resolve_backend',
-                        lambda backend, device: real('torch' if backend == 'auto' else backend, device))
+    from tola_plugin.runtime import placement
+    real = placement.resolve_backends
+    monkeypatch.setattr(placement, 'resolve_backends',
+                        lambda backend, device, notes: real('torch' if backend == 'auto' else backend, device, notes))
 
 
 def pytest_runtest_teardown(item):

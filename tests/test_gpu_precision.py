@@ -13,6 +13,7 @@ from basicsr.models import build_model
 import tola_plugin.basicsr_compat as compat
 from tola_plugin.archs import precision as P
 from tola_plugin.archs.tola_arch import TOLANet
+from tola_plugin.runtime import plan
 from tola_plugin.utils import cuda_math
 from tola_testing import REPO, load_yaml, one_thread, tiny_net_opt, tiny_options  # noqa: F401
 
@@ -28,10 +29,11 @@ def simulate_gpu(monkeypatch, native_bf16):
 @pytest.mark.parametrize('native_bf16', [True, False], ids=['ampere', 'turing'])
 def test_auto_on_cuda_uses_native_bf16_only(monkeypatch, native_bf16):
     simulate_gpu(monkeypatch, native_bf16)
-    assert P.resolve_precision('auto', 'cuda') == (torch.bfloat16 if native_bf16 else torch.float16)
+    assert plan.low_precision(torch.device('cuda')) == [torch.bfloat16 if native_bf16 else torch.float16]
+    assert P.requested_dtype('auto', 'cuda') == torch.float32  # without the runtime's decision
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
-        assert P.resolve_precision('bf16', 'cuda') == torch.bfloat16
+        assert P.requested_dtype('bf16', 'cuda') == torch.bfloat16
     assert len(caught) == (0 if native_bf16 else 1)
 
 

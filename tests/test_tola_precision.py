@@ -1,4 +1,5 @@
-"""The precision switch: what each setting resolves to per device and CPU, and that TOLANet honours it."""
+"""The precision switch: what each setting resolves to per device and CPU (without a runtime decision, and the order
+in which the runtime tries them), the bf16 speed measurement, and that TOLANet honours it."""
 import json
 import os
 import warnings
@@ -7,11 +8,11 @@ import pytest
 import torch
 
 import tola_plugin  # noqa: F401
-from tola_plugin.archs import bf16_speed
 from tola_plugin.archs import precision as P
 from tola_plugin.archs.tola_arch import TOLANet
+from tola_plugin.runtime import bf16_speed, plan
 from tola_plugin.utils import user_cache
-from tola_testing import one_thread, tiny_net_opt  # noqa: F401
+from tola_testing import REPO, one_thread, tiny_net_opt  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 
@@ -20,7 +21,7 @@ def resolve(precision):
     """(dtype, the warning messages) of ``precision`` on the CPU."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
-        dtype = P.resolve_precision(precision, 'cpu')
+        dtype = P.requested_dtype(precision, 'cpu')
     return dtype, [str(w.message) for w in caught]
 
 
@@ -29,13 +30,20 @@ def resolve(precision):
                                                             (True, 2.4, False), (True, 2.4, True)])
 def test_resolution_on_cpu(monkeypatch, native_bf16, speedup, amx_fp16):
     measured = []
+    monkeypatch.setattr(plan, 'cpu_has_native_bf16', lambda: native_bf16)
     monkeypatch.setattr(P, 'cpu_has_native_bf16', lambda: native_bf16)
     monkeypatch.setattr(P, 'cpu_has_amx_fp16', lambda: amx_fp16)
     monkeypatch.setattr(bf16_speed, 'bf16_speedup', lambda: measured.append(1) or {'speedup': speedup})
     faster = native_bf16 and speedup >= bf16_speed.AUTO_BF16_MIN_SPEEDUP
     assert resolve('fp32') == (torch.float32, [])
-    assert resolve('auto') == (torch.bfloat16 if faster else torch.float32, [])  # never a slow choice
+    assert resolve('auto') == (torch.float32, [])  # without a runtime decision: never an unproven fast path
+    assert measured == []
+    cpu = torch.device('cpu')
+    paths = [p.name for p in plan.candidate_paths(cpu, ['openvino', 'torch'], 'auto')]
+    assert paths == (['openvino bf16', 'openvino fp32', 'torch bf16', 'torch fp32']
+                     if faster else ['openvino fp32', 'torch fp32'])  # bf16 first only where it is faster
     assert measured == ([1] if native_bf16 else [])  # where bf16 is emulated nothing is measured
+    assert [p.name for p in plan.candidate_paths(cpu, ['torch'], 'bf16')] == ['torch bf16']  # explicit: as asked
     dtype, messages = resolve('bf16')
     assert dtype == torch.bfloat16
     if native_bf16:
@@ -45,15 +53,17 @@ def test_resolution_on_cpu(monkeypatch, native_bf16, speedup, amx_fp16):
     dtype, messages = resolve('fp16')
     assert dtype == torch.float16 and len(messages) == (0 if amx_fp16 else 1)
     with pytest.raises(ValueError, match='precision'):
-        P.resolve_precision('int8', 'cpu')
+        P.requested_dtype('int8', 'cpu')
 
 
 def test_auto_on_cuda_never_measures_the_cpu(monkeypatch):
-    """CUDA simulated: auto is bf16 on GPUs with native bf16, fp16 on older ones, without the CPU measurement."""
+    """CUDA simulated: auto tries bf16 on GPUs with native bf16, fp16 on older ones, then fp32, without the CPU
+    measurement."""
     monkeypatch.setattr(bf16_speed, 'bf16_speedup', lambda: pytest.fail('measured the CPU for a GPU'))
-    for native, expected in ((True, torch.bfloat16), (False, torch.float16)):
-        monkeypatch.setattr(P, 'cuda_has_native_bf16', lambda: native)
-        assert P.resolve_precision('auto', 'cuda:0') == expected
+    for native, expected in ((True, 'torch bf16'), (False, 'torch fp16')):
+        monkeypatch.setattr(plan, 'cuda_has_native_bf16', lambda: native)
+        paths = plan.candidate_paths(torch.device('cuda', 0), ['torch'], 'auto')
+        assert [p.name for p in paths] == [expected, 'torch fp32']
 
 
 @pytest.fixture
@@ -76,7 +86,7 @@ def test_bf16_decision_is_measured_once_and_cached(cache_home):
     assert first['source'] == 'measured' and first['speedup'] == 2.0 and runs == [1]
     entries = json.loads(cache_home.read_text())['entries']
     assert list(entries) == [bf16_speed.cache_key()] and entries[bf16_speed.cache_key()]['speedup'] == 2.0
-    assert 'torch ' + torch.__version__ in bf16_speed.cache_key()  # per CPU model and torch version
+    assert 'torch ' + torch.__version__ in bf16_speed.cache_key() and ' flags ' in bf16_speed.cache_key()
     assert bf16_speed.bf16_speedup(measure)['speedup'] == 2.0 and runs == [1]  # this process remembers
     bf16_speed.forget()  # a new process reads the file
     again = bf16_speed.bf16_speedup(measure)
@@ -84,7 +94,7 @@ def test_bf16_decision_is_measured_once_and_cached(cache_home):
     assert not [p for p in os.listdir(cache_home.parent) if p.endswith('.tmp')]  # written atomically
 
 
-@pytest.mark.parametrize('corrupt', ['{"format": "tola_plugin.bf16_speed/1", "entr', '[]', '', 'KEY'])
+@pytest.mark.parametrize('corrupt', ['{"format": "tola_plugin.bf16_speed/2", "entr', '[]', '', 'KEY'])
 def test_corrupt_bf16_cache_is_measured_again(cache_home, corrupt):
     cache_home.parent.mkdir(parents=True)
     if corrupt == 'KEY':  # our format, but this CPU's entry broken
@@ -96,10 +106,17 @@ def test_corrupt_bf16_cache_is_measured_again(cache_home, corrupt):
 
 
 def test_bf16_measurement_times_both_precisions(cache_home):
-    """The real micro-benchmark on two small shapes: both sides timed, the ratio is theirs."""
+    """The real micro-benchmark on two small shapes, in a child process: both sides timed, the ratio is theirs."""
     result = bf16_speed.measure_bf16_speedup(shapes=((8, 8, 16), (16, 4, 8)), rounds=1)
-    assert {'fp32_s', 'bf16_s'} <= set(result)
+    assert {'fp32_s', 'bf16_s'} <= set(result) and result['finite']
     assert result['speedup'] == pytest.approx(result['fp32_s'] / result['bf16_s'])
+
+
+def test_bf16_measurement_that_crashes_is_fp32(cache_home, monkeypatch):
+    """A bf16 kernel that kills the measuring child (simulated) is a speedup of 0: bf16 is not tried."""
+    monkeypatch.setattr(bf16_speed, 'PROBE', os.path.join(REPO, 'tests', 'data', 'runtime', 'segfault.py'))
+    result = bf16_speed.measure_bf16_speedup(rounds=1)
+    assert result['speedup'] == 0.0 and 'died by SIGSEGV' in result['failed']
 
 
 def test_cache_folder_follows_xdg(monkeypatch, tmp_path):

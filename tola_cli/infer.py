@@ -34,7 +34,7 @@ DEFAULT_MAX_OUTPUT_MEGAPIXELS = 100.0
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog='tola-infer', description=__doc__, allow_abbrev=False,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument('-i', '--input', required=True, help='an image file or a folder of images')
+    parser.add_argument('-i', '--input', help='an image file or a folder of images (required unless --show-runtime)')
     parser.add_argument('-o', '--output', default='results/tola_infer', help='output folder (results/tola_infer)')
     model = parser.add_mutually_exclusive_group()
     model.add_argument(
@@ -61,11 +61,16 @@ def build_parser() -> argparse.ArgumentParser:
         'folder (default: as many as fit in half the free memory, 1-8)')
     parser.add_argument('--device', help='cpu, cuda, cuda:1, ... (default: cuda when available, else cpu)')
     parser.add_argument('--precision', choices=('fp32', 'bf16', 'fp16', 'auto'),
-                        help="compute precision (default: the model's, fp32; auto: bf16 where measured faster)")
+                        help="compute precision (default: the model's, fp32; auto: bf16 where faster and qualified)")
     parser.add_argument(
         '--backend', choices=('auto', 'openvino', 'torch'), default='auto',
-        help='runtime of the IDM and VAE (auto: OpenVINO on the CPU when installed, else torch; on a GPU torch; '
+        help='runtime of the IDM and VAE (auto: OpenVINO on the CPU where it qualifies, else torch; on a GPU torch; '
         'docs/inference.md)')
+    parser.add_argument(
+        '--requalify', action='store_true',
+        help="forget this machine's verdicts on the model's fast paths and qualify them again (docs/inference.md)")
+    parser.add_argument('--show-runtime', action='store_true',
+                        help='decide where and how the model runs (qualifying what needs it), print it and exit')
     parser.add_argument(
         '--color-fix', choices=('none', 'wavelet', 'adain'), default='none',
         help="match the output's colours to the input's (none: the network's own, as the paper; "
@@ -96,6 +101,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     """Parse and check the arguments with the standard library only (``--help`` exits here, fast)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if not args.input and not args.show_runtime:
+        parser.error('the following arguments are required: -i/--input')
     if args.checkpoint and not args.opt:
         parser.error('--checkpoint goes with -opt (a merged --model already holds its adaptation)')
     if args.batch_size is not None and args.batch_size < 1:

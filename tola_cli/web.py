@@ -12,6 +12,7 @@ nothing is fetched from the internet (docs/web.md). Needs the [web] extra (gradi
 """
 import argparse
 import math
+import sys
 
 from tola_cli.infer import DEFAULT_MAX_OUTPUT_MEGAPIXELS, DEFAULT_MAX_WINDOWS
 
@@ -83,6 +84,7 @@ def run(args: argparse.Namespace, block: bool = True):
     pipeline = TOLAPipeline.from_merged(args.model, switches=switches, device=args.device, backend=args.backend,
                                         color_fix=args.color_fix, max_windows=args.max_windows,
                                         max_output_pixels=args.max_output_megapixels * 1e6)
+    print(f'tola-web: {web_app.runtime_line(pipeline)}', file=sys.stderr, flush=True)
     web_app.warm_up(pipeline, args.detect)
     app = web_app.build_app(pipeline, detect=args.detect, demo_model=args.model is None,
                             max_megapixels=args.max_megapixels, model_name=args.model or DEMO_MODEL)

@@ -1,19 +1,11 @@
-"""Inference precision: 'fp32' | 'bf16' | 'fp16' | 'auto' -> the dtype a forward runs its matmuls and convolutions in.
+"""Precision: 'fp32' | 'bf16' | 'fp16' | 'auto' -> the dtype a forward runs its matmuls and convolutions in.
 
-Low precision runs through ``torch.autocast`` (weights stay fp32; the output is returned as fp32). On CUDA every
-choice is native ('bf16' needs a GPU with bf16, Ampere or newer). On a CPU:
-
-- 'auto' is decided by measurement where the CPU has bf16 instructions (AVX512-BF16 or AMX): bf16 where the route's
-  dominant convolutions measured at least 1.3x faster in bf16 than in fp32 (``bf16_speed.py``: timed once, about a
-  second, cached per CPU model and torch version), fp32 elsewhere. Flags alone do not tell: on an AVX512-BF16 Xeon
-  without AMX bf16 ran at 0.55x the fp32 speed, on AMD EPYC (Zen 4 and 5, also without AMX) at about 2x. Without
-  bf16 instructions bf16 is emulated and many times slower, and 'auto' is fp32 without measuring. 'auto' never
-  picks fp16 on a CPU.
-- an explicit 'bf16' on a CPU without bf16 instructions, or 'fp16' without AMX-FP16, runs with a warning that it
-  will be slower than fp32.
-
-So 'auto' is bf16 on CUDA (fp16 on GPUs without native bf16: before Ampere, e.g. T4, V100) and on CPUs where bf16
-measured faster, fp32 on every other CPU. docs/inference.md lists the measured speed and deviation of each precision.
+Low precision runs through ``torch.autocast`` (weights stay fp32; the output is returned as fp32). An explicit 'bf16'
+or 'fp16' is the user's choice and runs as asked (with a warning where it will be slower than fp32: bf16 without the
+CPU's bf16 instructions, fp16 without AMX-FP16, bf16 on a GPU without native bf16). 'auto' is the runtime decision's
+to make (``tola_plugin/runtime``): the inference entry points try a low precision only where it is faster and has
+qualified on this machine; a network run without that decision (training, BasicSR's validation, a TOLANet called
+directly) computes 'auto' in fp32. So 'auto' never runs an unproven fast path. docs/inference.md, "Precision".
 
 Safe at t = 999 (docs/training_gpus.md, "Precision"): TOLANet keeps Algorithm 1's arithmetic and the IDM's output
 convolution in fp32 under autocast, and ``decoder_autocast`` runs the VAE decoder in fp32 when the precision is
@@ -23,8 +15,6 @@ import contextlib
 import warnings
 
 import torch
-
-from tola_plugin.archs import bf16_speed
 
 PRECISIONS = ('fp32', 'bf16', 'fp16', 'auto')
 _DTYPES = {'fp32': torch.float32, 'bf16': torch.bfloat16, 'fp16': torch.float16}
@@ -46,14 +36,6 @@ def cuda_has_native_bf16() -> bool:
     return bool(torch.cuda.is_bf16_supported(including_emulation=False))
 
 
-def cpu_bf16_is_faster() -> bool:
-    """Whether bf16 measured at least ``AUTO_BF16_MIN_SPEEDUP`` times faster than fp32 on this CPU (measured once,
-    cached: ``bf16_speed.bf16_speedup``); False without bf16 instructions (emulated), without measuring."""
-    if not cpu_has_native_bf16():
-        return False
-    return bf16_speed.bf16_speedup()['speedup'] >= bf16_speed.AUTO_BF16_MIN_SPEEDUP
-
-
 def _slow_on_cpu(dtype: torch.dtype) -> str:
     """Why ``dtype`` is slower than fp32 on this CPU ('' when it need not be)."""
     if dtype == torch.bfloat16 and not cpu_has_native_bf16():
@@ -63,20 +45,23 @@ def _slow_on_cpu(dtype: torch.dtype) -> str:
     return ''
 
 
-def resolve_precision(precision: str, device) -> torch.dtype:
-    """The compute dtype of ``precision`` on ``device`` (a torch.device or its name). 'auto' on a CPU with bf16
-    instructions reads (or, once per machine, takes) the bf16 measurement. Warns (UserWarning) when an explicit
-    low precision will be slower than fp32 on this hardware."""
+def precision_dtype(precision: str) -> torch.dtype:
+    """The dtype of an explicit precision ('fp32', 'bf16', 'fp16'); 'auto' is not a dtype (``requested_dtype``)."""
+    if precision not in _DTYPES:
+        raise ValueError(f'precision must be one of {tuple(_DTYPES)}, got {precision!r}')
+    return _DTYPES[precision]
+
+
+def requested_dtype(precision: str, device) -> torch.dtype:
+    """The compute dtype of ``precision`` on ``device`` (a torch.device or its name) where no runtime decision was
+    made: an explicit choice as asked, 'auto' as fp32 (module docstring). Warns (UserWarning) when an explicit low
+    precision will be slower than fp32 on this hardware."""
     if precision not in PRECISIONS:
         raise ValueError(f'precision must be one of {PRECISIONS}, got {precision!r}')
-    kind = torch.device(device).type
-    if precision == 'auto':
-        if kind == 'cuda':
-            return torch.bfloat16 if cuda_has_native_bf16() else torch.float16
-        return torch.bfloat16 if kind == 'cpu' and cpu_bf16_is_faster() else torch.float32
+    if precision in ('auto', 'fp32'):
+        return torch.float32
     dtype = _DTYPES[precision]
-    if dtype == torch.float32:
-        return dtype
+    kind = torch.device(device).type
     if kind == 'cpu':
         reason = _slow_on_cpu(dtype)
         if reason:
@@ -84,6 +69,11 @@ def resolve_precision(precision: str, device) -> torch.dtype:
     elif kind == 'cuda' and dtype == torch.bfloat16 and not cuda_has_native_bf16():
         warnings.warn("precision 'bf16': this GPU has no native bf16; use fp16 or auto", stacklevel=2)
     return dtype
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """'fp32', 'bf16' or 'fp16' of a compute dtype."""
+    return {v: k for k, v in _DTYPES.items()}[dtype]
 
 
 def autocast(dtype: torch.dtype, device) -> contextlib.AbstractContextManager:

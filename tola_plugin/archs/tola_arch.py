@@ -22,7 +22,7 @@ from basicsr.utils.registry import ARCH_REGISTRY
 from tola_plugin.archs.backbone_builder import build_backbone
 from tola_plugin.archs.diffusion_schedule import schedule_constants
 from tola_plugin.archs.lora import IDM_LORA_TARGETS, VAE_ENCODER_LORA_TARGETS, add_lora, check_lora_settings
-from tola_plugin.archs.precision import PRECISIONS, autocast, decoder_autocast, full_precision, resolve_precision
+from tola_plugin.archs.precision import PRECISIONS, autocast, decoder_autocast, full_precision, requested_dtype
 from tola_plugin.archs.tola_adaptation import TOLAAdaptationMixin
 from tola_plugin.archs.tola_loading import TOLALoadingMixin
 from tola_plugin.archs.vae_arch import LATENT_MODES, LATENT_SCALE
@@ -90,8 +90,9 @@ class TOLANet(TOLAAdaptationMixin, TOLALoadingMixin, nn.Module):
             embeddings of the MoM text encoder used as context, without its position embedding and layers).
         clamp_output: clamp the decoded image to [0, 1] (True; the output image range).
         precision: 'fp32' (default), 'bf16', 'fp16' or 'auto': the compute dtype of the VAE, MoM, IDM and LRC
-            (autocast; the output stays fp32; the TransOCR text prior always runs in fp32). 'auto': bf16 on CUDA
-            and on CPUs where it measured faster, else fp32 (``archs/precision.py``).
+            (autocast; the output stays fp32; the TransOCR text prior always runs in fp32). 'auto': the inference
+            entry points' runtime decision (a low precision where it is faster and qualified on this machine,
+            ``tola_plugin/runtime``); a network run without one computes 'auto' in fp32 (``archs/precision.py``).
         text_decoding: how the greedy TransOCR prior is decoded, the same function either way (docs/inference.md):
             'incremental' (default: cached keys/values, only the 23 steps the prior reads, stopping once every
             image has emitted END) or 'full_prefix' (DiffTSR's loop: the whole prefix re-run for 24 steps; the
@@ -109,6 +110,7 @@ class TOLANet(TOLAAdaptationMixin, TOLALoadingMixin, nn.Module):
         check_lora_settings(lora_rank, lora_alpha, idm_lora, vae_lora, vae_lora_active)
         self.options = options  # constructor arguments (the adaptation settings read the LRC's)
         self.inference_only = False  # set by prepare_for_inference
+        self.plan = None  # the runtime decision (tola_plugin.runtime), when an entry point made one
         self.set_switches(**{name: options[name] for name in SWITCHES})
 
         # Frozen backbone (official weights, strict), then LoRA on top (peft freezes every base weight).
@@ -149,6 +151,10 @@ class TOLANet(TOLAAdaptationMixin, TOLALoadingMixin, nn.Module):
         """Set inference switches (``SWITCHES``: timestep, latent, noise, text_prior, confidence, context_route,
         clamp_output, precision, text_decoding; ``check_switches``); returns the network."""
         self.check_switches(switches)
+        if 'precision' in switches and getattr(self, 'plan', None) is not None:
+            raise ValueError('TOLANet: the precision of a placed network is its runtime\'s decision '
+                             f'({self.plan.describe()}); change it through TOLAPipeline.set_switches or '
+                             'Runtime.replan, which decide again')
         state = {**self.switches(), **switches}
         if state['context_route'] == 'direct' and state['text_prior'] == 'none':
             raise ValueError("TOLANet: context_route 'direct' needs a text prior (text_prior 'none' removes it)")
@@ -191,7 +197,7 @@ class TOLANet(TOLAAdaptationMixin, TOLALoadingMixin, nn.Module):
             paper), 'tokens' (B, 24), 'confidences' (B, 24) (None when unweighted), 'prior_texts' (B strings: the
             text the tokens encode; None without a text branch).
         """
-        dtype = resolve_precision(self.precision, lq.device)
+        dtype = self.compute_dtype(lq.device)
         # inference-only networks run without autograd bookkeeping
         with torch.inference_mode() if self.inference_only else contextlib.nullcontext():
             # 1-2. Text prior: frozen TransOCR -> tokens + confidences, normalised and mapped to IDM indices. Always
@@ -233,6 +239,12 @@ class TOLANet(TOLAAdaptationMixin, TOLALoadingMixin, nn.Module):
             return image
         return dict(image=image, z_lr=z_lr, z_t=z_t, eps=eps, eps_hat=eps_hat, z0=z0, r=r, delta_r=delta_r,
                     z0_corr=z0_corr, tokens=tokens, confidences=confidences, prior_texts=prior_texts)
+
+    def compute_dtype(self, device) -> torch.dtype:
+        """The dtype the forward computes in: the runtime plan's (``tola_plugin.runtime``: a precision qualified
+        on this machine) when an entry point placed the network, else the precision switch as asked ('auto': fp32;
+        ``archs/precision.requested_dtype``)."""
+        return self.plan.dtype if self.plan is not None else requested_dtype(self.precision, device)
 
     # --------------------------------------------------------------------------------- forward parts
     def predict_text_prior(self, lq: torch.Tensor, gt_tokens: Optional[torch.Tensor] = None):

@@ -36,7 +36,7 @@ from typing import Dict, List, Optional, Sequence
 import torch
 
 from tola_plugin.archs.mom_arch import DiffTSRMoM
-from tola_plugin.archs.precision import cpu_has_native_bf16, resolve_precision
+from tola_plugin.archs.precision import cpu_has_native_bf16
 from tola_plugin.archs.tola_arch import TOLANet
 from tola_plugin.data.text_degradation_dataset import TextDegradationDataset, held_out_dataset_opt
 from tola_plugin.data.text_labels import text_targets
@@ -44,9 +44,10 @@ from tola_plugin.data.text_line_source import to_canvas
 from tola_plugin.data.text_render import TextLineRenderer
 from tola_plugin.evaluation.benchmarking import build_benchmark_tola
 from tola_plugin.evaluation.complexity import count_macs
-from tola_plugin.inference.openvino_backend import openvino_missing
-from tola_plugin.inference.runtime import place_network
 from tola_plugin.models.tola_model import TOLAModel
+from tola_plugin.runtime.machine import package_version
+from tola_plugin.runtime.openvino_stages import openvino_missing
+from tola_plugin.runtime.placement import NoPathLeft, Runtime
 
 STAGES = ('text prior', 'VAE encode', 'MoM text', 'IDM', 'LRC', 'VAE decode')
 #: the issue's targets (2-core CPU with native bf16, batch 1, full size)
@@ -96,11 +97,16 @@ def export_merged(opt_path: str, checkpoint, random_weights: bool, path: str) ->
 
 
 def load_route(route: str, merged: str, device):
-    """The inference network of ``route`` ('torch', 'openvino' or 'default') from the merged file."""
-    backend = {'torch': 'torch', 'openvino': 'openvino', 'default': 'auto'}[route]
-    switches = {'precision': 'auto'} if route == 'default' else {}
-    net, _, _ = place_network(TOLANet.load_for_inference(merged, **switches), device, backend, source=merged)
-    return net
+    """The inference network of ``route`` from the merged file, placed by the runtime decision (its plan:
+    ``net.plan``): 'default' is what the entry points run here (backend auto, precision auto); '<backend>
+    <precision>' (e.g. 'openvino bf16') insists on that path. -> (net, its Runtime); a path that does not qualify on
+    this machine raises NoPathLeft with the reason."""
+    if route == 'default':
+        backend, precision = 'auto', 'auto'
+    else:
+        backend, precision = route.split()
+    net = TOLANet.load_for_inference(merged, precision=precision)
+    return net, Runtime(net, device, backend, source=merged, say=_say)
 
 
 def runtime_weight_bytes(net) -> int:
@@ -273,14 +279,18 @@ def peak_rss_child(route: str, opt_path: str, checkpoint, random_weights: bool, 
     # the baseline: this module's imports, done when the fresh process unpickled this function (the package, torch,
     # the OpenVINO backend's libraries)
     baseline = rss_bytes('VmRSS')
+    runtime = None
     if route == 'reference':
         net = build_reference(opt_path, checkpoint, random_weights)
     else:
-        net = load_route(route, merged, 'cpu')
+        net, runtime = load_route(route, merged, 'cpu')
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter('ignore')
         net(lq, noise_seeds=[0])
-    return {'peak_rss_bytes': rss_bytes('VmHWM'), 'import_rss_bytes': baseline}
+    worker = runtime.worker_peak_rss() if runtime is not None else 0  # OpenVINO's own process
+    return {
+        'peak_rss_bytes': rss_bytes('VmHWM') + worker, 'import_rss_bytes': baseline, 'worker_peak_rss_bytes': worker
+    }
 
 
 def peak_rss(route: str, *args) -> Dict:
@@ -305,20 +315,22 @@ def quality(merged: str, test_opt: str, backends: Sequence[str], precisions: Seq
     items = [dataset[i] for i in range(len(dataset) if limit is None else min(limit, len(dataset)))]
     lq = torch.stack([it['lq'] for it in items]).float()
     hr = [tensor2img(it['gt']) for it in items]
-    rows, ref_tokens = {}, None
+    rows, ref_tokens, passed_over = {}, None, {}
     for backend in backends:
-        net = load_route(backend, merged, 'cpu')
         fp32_images = None
         for precision in ['fp32'] + [p for p in precisions if p != 'fp32']:
-            net.set_switches(precision=precision)
+            try:
+                net, runtime = load_route(f'{backend} {precision}', merged, 'cpu')
+            except NoPathLeft as err:
+                passed_over[f'{backend} {precision}'] = str(err)
+                continue
             with torch.no_grad(), warnings.catch_warnings():
                 warnings.simplefilter('ignore')
                 out = net(lq, noise_seeds=list(range(len(items))), return_intermediates=True)
             images = [tensor2img(x) for x in out['image']]
             if ref_tokens is None:
                 ref_tokens = out['tokens']
-            if precision == 'fp32':
-                fp32_images = images
+            fp32_images = fp32_images or images  # fp32 first; without it (disqualified) the first that ran
             rows[f'{backend} {precision}'] = {
                 'psnr_vs_hr_db': statistics.mean(
                     calculate_psnr(a, b, crop_border=0, test_y_channel=True) for a, b in zip(images, hr)),
@@ -326,8 +338,9 @@ def quality(merged: str, test_opt: str, backends: Sequence[str], precisions: Seq
                     calculate_psnr(a, b, crop_border=0, test_y_channel=True) for a, b in zip(images, fp32_images)),
                 'same_text_prior': float((out['tokens'] == ref_tokens).all(1).float().mean()),
             }
-        del net
-    return {'lines': len(items), 'model': merged, 'test_opt': test_opt, 'rows': rows}
+            runtime.close()
+            del net
+    return {'lines': len(items), 'model': merged, 'test_opt': test_opt, 'rows': rows, 'passed_over': passed_over}
 
 
 # ------------------------------------------------------------------------------------------------- report
@@ -425,9 +438,8 @@ def machine() -> Dict:
         'cpu_capability': torch.backends.cpu.get_cpu_capability(), 'threads': torch.get_num_threads(),
         'cpu_count': os.cpu_count(), 'native_bf16': cpu_has_native_bf16()
     }
-    with contextlib.suppress(ImportError):
-        import openvino
-        info['openvino'] = openvino.__version__
+    if package_version('openvino'):
+        info['openvino'] = package_version('openvino')
     with contextlib.suppress(OSError):
         with open('/proc/cpuinfo', encoding='utf-8') as f:
             names = [line.split(':', 1)[1].strip() for line in f if line.startswith('model name')]
@@ -463,47 +475,55 @@ def run_benchmark(opt_path: str, checkpoint=None, random_weights: bool = False, 
         start = time.perf_counter()
         export_merged(opt_path, checkpoint, random_weights, merged)
         result['export_s'] = time.perf_counter() - start
-        nets, result['load_s'] = {}, {}
-        for route in ['reference'] + backends:
+        nets, runtimes, result['load_s'], result['passed_over'] = {}, {}, {}, {}
+        start = time.perf_counter()
+        nets['reference'] = build_reference(opt_path, checkpoint, random_weights)
+        result['load_s']['reference'] = time.perf_counter() - start
+        start = time.perf_counter()
+        nets['default'], runtimes['default'] = load_route('default', merged, 'cpu')
+        result['load_s']['default'] = time.perf_counter() - start  # qualification and conversion on a cache miss
+        default = runtimes['default'].plan
+        result['default_plan'] = default.to_dict()
+        result['default_dtype'] = default.precision
+        result['default_backend'] = default.backend
+        routes = [f'{b} {p}' for b in backends for p in precisions]
+        for route in routes:
+            if route == default.path.name:  # the same network: memory for one copy
+                continue
             start = time.perf_counter()
-            nets[route] = build_reference(opt_path, checkpoint, random_weights) if route == 'reference' else \
-                load_route(route, merged, 'cpu')
-            result['load_s'][route] = time.perf_counter() - start  # OpenVINO: its conversion on a cache miss
-        result['default_dtype'] = str(resolve_precision('auto', 'cpu')).replace('torch.', '')
-        result['default_backend'] = 'openvino' if 'openvino' in backends else 'torch'
-        nets['default'] = nets[result['default_backend']]  # the same network, precision auto (memory: one copy)
-        macs = route_macs(nets['torch'], lines[:1])
+            try:
+                nets[route], runtimes[route] = load_route(route, merged, 'cpu')
+            except NoPathLeft as err:  # not qualified here: reported, not timed
+                result['passed_over'][route] = str(err)
+                _say(f'{route}: not timed: {err}')
+                continue
+            result['load_s'][route] = time.perf_counter() - start
+        macs = route_macs(nets['reference'], lines[:1])
         result['macs'] = macs
         result['route_gmac'] = sum(macs.values()) / 1e9
-        result['weight_bytes'] = {
-            route: runtime_weight_bytes(nets['reference' if route == 'reference' else 'torch'])
-            for route in ['reference'] + backends + ['default']
-        }
-        timers = {route: StageTimer(nets[route]) for route in ['reference'] + backends}
-        timers['default'] = timers[result['default_backend']]
-        variants = [('reference', 'fp32')] + [(b, p) for b in backends for p in precisions] + [('default', 'auto')]
-        dtypes = {
-            'fp32': 'fp32', 'bf16': 'bf16', 'fp16': 'fp16',
-            'auto': result['default_dtype'].replace('float32', 'fp32').replace('bfloat16',
-                                                                               'bf16').replace('float16', 'fp16')
-        }
+        weights = runtime_weight_bytes(nets['reference'])  # the same tensors on every route
+        result['weight_bytes'] = {route: weights for route in ['reference', 'torch', 'default'] + routes}
+        timers = {route: StageTimer(net) for route, net in nets.items()}
+        variants = list(nets)
         runs, outputs = defaultdict(list), {}
         lq = lines[:1]
         for repeat in range(repeats + 1):  # interleaved: each variant's runs spread over the whole benchmark
-            for route, precision in variants:
-                nets[route].set_switches(precision=precision)
-                out, total, stages = restore(nets[route], timers[route], lq)
-                name = route if route in ('reference', 'default') else f'{route} {precision}'
+            for name in variants:
+                out, total, stages = restore(nets[name], timers[name], lq)
                 _say(f'{name} {"warm-up" if repeat == 0 else f"run {repeat}"}: {total:.2f} s')
                 if repeat:
                     runs[name].append({'total': total, 'stages': stages})
                 outputs[name] = out
         result['timings'] = {}
-        for route, precision in variants:
-            name = route if route in ('reference', 'default') else f'{route} {precision}'
-            result['timings'][f'{name} batch 1'] = dict(route=name, dtype=dtypes[precision],
-                                                        **median_row(runs[name], 1))
+        for name in variants:
+            dtype = 'fp32' if name == 'reference' else nets[name].plan.precision
+            result['timings'][f'{name} batch 1'] = dict(route=name, dtype=dtype, **median_row(runs[name], 1))
+        if default.path.name in routes:  # its row under its own name too
+            result['timings'][f'{default.path.name} batch 1'] = dict(result['timings']['default batch 1'],
+                                                                     route=default.path.name)
         ref = outputs['reference']
+        if default.path.name in routes:
+            outputs[default.path.name] = outputs['default']
         result['parity'] = {
             name: {
                 'same_tokens': bool(torch.equal(ref['tokens'], out['tokens'])), 'image_rel_diff': float(
@@ -515,7 +535,6 @@ def run_benchmark(opt_path: str, checkpoint=None, random_weights: bool = False, 
         # the photo path: photo_lines windows of the default network in one call vs as many single calls
         if photo_lines > 1:
             net, timer = nets['default'], timers['default']
-            net.set_switches(precision='auto')
             batched, single = [], []
             for repeat in range(max(1, repeats - 1) + 1):
                 b = restore(net, timer, lines[:photo_lines])[1]
@@ -529,9 +548,11 @@ def run_benchmark(opt_path: str, checkpoint=None, random_weights: bool = False, 
                 'speedup': statistics.median(single) / statistics.median(batched)
             }
             result['timings'][f'default batch {photo_lines}'] = dict(
-                route='default', dtype=dtypes['auto'],
+                route='default', dtype=default.precision,
                 **median_row([{'total': t, 'stages': {}} for t in batched], photo_lines))
-        del nets, timers
+        for runtime in runtimes.values():
+            runtime.close()
+        del nets, timers, runtimes
         if memory:
             result['memory'] = {
                 route: peak_rss(route, opt_path, checkpoint, random_weights, merged, lines[:1])

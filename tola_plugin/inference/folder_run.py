@@ -134,7 +134,7 @@ def remove_stale_temporaries(jobs: List[Job], out_dir: str) -> List[str]:
 
 def load_pipeline(args):
     """TOLAPipeline from --model / -opt (default: the demo model) with the inference switches --precision, --timestep
-    and --noise, placed by --device and --backend (``runtime.place_network``)."""
+    and --noise, placed by --device, --backend and --requalify (``tola_plugin.runtime.Runtime``)."""
     switches = {
         k: v
         for k, v in (('precision', args.precision), ('timestep', args.timestep), ('noise', args.noise)) if v is not None
@@ -142,7 +142,8 @@ def load_pipeline(args):
     options = dict(overlap=args.overlap, pad_mode=args.pad_mode, batch_size=args.batch_size,
                    background=args.alpha_background, max_pixels=round(args.max_megapixels * 1e6),
                    max_windows=args.max_windows, max_output_pixels=args.max_output_megapixels * 1e6,
-                   color_fix=args.color_fix, switches=switches, device=args.device, backend=args.backend)
+                   color_fix=args.color_fix, switches=switches, device=args.device, backend=args.backend,
+                   requalify=args.requalify)
     if args.opt:
         return TOLAPipeline.from_options(args.opt, args.checkpoint, **options)
     return TOLAPipeline.from_merged(args.model, **options)
@@ -197,6 +198,11 @@ def run(args) -> int:
     device = resolve_device(args.device)  # a bad device is an error before minutes of loading
     if args.backend == 'openvino' and device.type != 'cpu':
         raise ValueError(f'--backend openvino runs on the CPU, --device is {device} (use --backend auto or torch)')
+    if args.show_runtime:
+        pipe = load_pipeline(args)
+        print(pipe.plan.describe(), flush=True)
+        pipe.close()
+        return 0
     inputs, scan = list_inputs(args.input, args.recursive, skip_dir=args.output)
     jobs = plan_outputs(inputs, args.input, args.output, args.suffix, args.ext, args.detect)
     created = not os.path.isdir(args.output)
@@ -228,10 +234,13 @@ def _run_locked(args, jobs: List[Job], scan: FolderScan) -> int:
     loaded = time.perf_counter()
     try:
         if todo:
+            _say(f'tola-infer: {pipe.plan.describe()}')
             _restore_jobs(args, pipe, todo, prior, summary)
     except KeyboardInterrupt:
         summary.interrupted = True
     finally:
+        if pipe is not None:
+            pipe.close()
         elapsed = time.perf_counter() - loaded
         _print_summary(args, summary, scan, loaded - start, elapsed)
     if summary.interrupted:

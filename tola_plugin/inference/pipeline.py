@@ -23,23 +23,31 @@ from tola_plugin.archs.tola_arch import TOLANet, image_noise_seed
 from tola_plugin.data.image_io import (DEFAULT_MAX_PIXELS, WHITE, budget_error, check_background, check_max_pixels,
                                        convert_array, convert_pil, read_image_file)
 from tola_plugin.data.text_line_source import CANVAS_H
+from tola_plugin.inference.batching import auto_batch_size
 from tola_plugin.inference.color_fix import apply_color_fix, check_color_fix
 from tola_plugin.inference.line_geometry import (PAD_MODES, LineLayout, blend_tiles, cut_tiles, line_width, plan_line,
                                                  resize_rgb, to_canvas_height, to_uint8)
-from tola_plugin.inference.openvino_backend import uses_openvino
 from tola_plugin.inference.photo_geometry import expand_quad, paste_strip, reading_quad, rectify, scale_quad
-from tola_plugin.inference.runtime import auto_batch_size, place_network
 from tola_plugin.inference.work_bounds import (DEFAULT_MAX_OUTPUT_PIXELS, DEFAULT_MAX_WINDOWS, capped_scale,
                                                check_outscale, check_positive, check_positive_int, check_windows,
                                                output_size)
 from tola_plugin.ocr.ppocr import PPOCRv4Detector, PPOCRv4Recognizer, UndetectableShape
-from tola_plugin.utils.devices import resolve_device
+from tola_plugin.runtime.child_process import ChildFailure
+from tola_plugin.runtime.placement import NoPathLeft, Runtime
 
 # The merged model that `make demo` exports (relative to the working directory, like the demo's experiments/).
 DEMO_MODEL = os.path.join('experiments', 'demo_TOLA', 'TOLA_demo_merged.safetensors')
 WINDOW_SEPARATOR = ' | '  # between the text priors of the windows of one wide line
 AUTO_OUTSCALE_RANGE = (1.0, 4.0)  # detect mode without outscale: lines to the canvas height, within this range
 
+
+class NonFiniteOutput(RuntimeError):
+    """The network returned NaN or infinity: never written; the batch is run again on the next path."""
+
+
+# A failure of the path the network runs on (its output, its worker): the runtime moves to the next path and the batch
+# runs again (``TOLAPipeline._run_batch``).
+PATH_FAILURES = (NonFiniteOutput, ChildFailure)
 # What one image's failure may raise (bad input, a bound, out of memory, a library refusing it): the image fails,
 # its neighbours go on (``restore_each``). Anything else is a bug and propagates.
 IMAGE_ERRORS = (ValueError, OSError, RuntimeError, MemoryError, cv2.error)
@@ -177,9 +185,20 @@ class TOLAPipeline:
         self.max_windows = check_positive_int(max_windows, 'max_windows')
         self.max_output_pixels = check_positive(max_output_pixels, 'max_output_pixels')
         self.device = next(iter(net.parameters()), torch.zeros(0)).device
-        self.backend = 'openvino' if uses_openvino(net) else 'torch'
+        self.runtime: Optional[Runtime] = None  # the runtime decision of from_merged / from_options
         self.detector = None  # PP-OCRv4 models, built on first use (rapidocr + onnxruntime)
         self.recognizer = None
+
+    @property
+    def plan(self):
+        """The runtime decision (``tola_plugin.runtime.RuntimePlan``: device, backend, precision and why), or None
+        for a network given as it is."""
+        return self.runtime.plan if self.runtime is not None else None
+
+    @property
+    def backend(self) -> str:
+        """'openvino' or 'torch': where the IDM and VAE run."""
+        return self.plan.backend if self.plan is not None else 'torch'
 
     @property
     def batch_size(self) -> int:
@@ -191,49 +210,70 @@ class TOLAPipeline:
     # ------------------------------------------------------------------------------------------ loading
     @classmethod
     def from_merged(cls, path: Optional[str] = None, switches: Optional[Dict] = None, device=None,
-                    backend: str = 'auto', allow_tf32: bool = False, **options) -> 'TOLAPipeline':
+                    backend: str = 'auto', allow_tf32: bool = False, requalify: bool = False,
+                    **options) -> 'TOLAPipeline':
         """From a merged model (``tools/export_merged.py``) through ``TOLANet.load_for_inference`` (memory-mapped,
         inference-only); ``path`` None: the demo model (DEMO_MODEL, written by ``make demo``). switches: TOLANet
         inference switches ({'precision': 'auto', 'timestep': 949, ...}; ``TOLANet.set_switches``). device, backend
-        ('auto', 'openvino', 'torch'), allow_tf32: where it runs (``runtime.place_network``: by default CUDA when
-        available, else the CPU with the IDM and VAE on OpenVINO when installed). options: see the class."""
+        ('auto', 'openvino', 'torch'), allow_tf32, requalify: where and how it runs (``tola_plugin.runtime.Runtime``:
+        by default CUDA when available, else the CPU with the IDM and VAE on OpenVINO where it qualifies; requalify
+        drops this machine's cached verdicts of the model first). options: see the class."""
         if path is None:
             if not os.path.isfile(DEMO_MODEL):
                 raise FileNotFoundError(f'no model given and the demo model {DEMO_MODEL} does not exist (relative to '
                                         f'{os.getcwd()}); run `make demo` first, or give a merged model')
             path = DEMO_MODEL
         net = TOLANet.load_for_inference(path, **dict(switches or {}))
-        return cls._placed(net, device, backend, allow_tf32, path, options)
+        return cls._placed(net, device, backend, allow_tf32, requalify, path, options)
 
     @classmethod
     def from_options(cls, option_file: str, checkpoint: Optional[str] = None, switches: Optional[Dict] = None,
-                     device=None, backend: str = 'auto', allow_tf32: bool = False, **options) -> 'TOLAPipeline':
+                     device=None, backend: str = 'auto', allow_tf32: bool = False, requalify: bool = False,
+                     **options) -> 'TOLAPipeline':
         """From a TOLA option file (its ``network_g``) and adaptation checkpoint (default: its
         ``path.pretrain_network_g``), made inference-only (``TOLANet.prepare_for_inference``: LoRA merged, same
-        outputs, no adapter overhead). switches, device, backend, allow_tf32: as ``from_merged``."""
+        outputs, no adapter overhead). switches, device, backend, allow_tf32, requalify: as ``from_merged``."""
         net = TOLANet.from_options(option_file, checkpoint, **dict(switches or {})).prepare_for_inference()
-        return cls._placed(net, device, backend, allow_tf32, None, options)
+        return cls._placed(net, device, backend, allow_tf32, requalify, None, options)
 
     @classmethod
-    def _placed(cls, net, device, backend, allow_tf32, source, options) -> 'TOLAPipeline':
-        net, device, backend = place_network(net, device, backend, allow_tf32, source)
+    def _placed(cls, net, device, backend, allow_tf32, requalify, source, options) -> 'TOLAPipeline':
         pipe = cls(net, **options)
-        pipe.device, pipe.backend = device, backend
+        pipe.runtime = Runtime(net, device, backend, allow_tf32, source, requalify)
+        pipe.device = pipe.runtime.device
         return pipe
 
     def set_switches(self, **switches) -> 'TOLAPipeline':
-        """Change the network's inference switches (precision, timestep, noise, ...: ``TOLANet.set_switches``)."""
+        """Change the network's inference switches (precision, timestep, noise, ...: ``TOLANet.set_switches``); a new
+        precision is decided again by the runtime (qualified where needed)."""
+        precision = switches.pop('precision', None)
         self.net.set_switches(**switches)
+        if precision is not None:
+            if self.runtime is None:
+                self.net.set_switches(precision=precision)
+            else:
+                self.runtime.replan(precision)
         return self
 
     def to(self, device, allow_tf32: bool = False) -> 'TOLAPipeline':
-        """Move the network to ``device`` ('cpu', 'cuda', 'cuda:1', ...) as ``runtime.place_network`` does (TF32
-        off on CUDA unless ``allow_tf32``); CUDA without a GPU, or a GPU for a network on OpenVINO, is a ValueError."""
-        if uses_openvino(self.net) and resolve_device(str(device)).type != 'cpu':
-            raise ValueError(f'device {str(device)!r}: this pipeline runs its IDM and VAE on OpenVINO (CPU); load it '
-                             "with backend='torch' for a GPU")
-        _, self.device, _ = place_network(self.net, device, 'torch', allow_tf32)
+        """Run on ``device`` ('cpu', 'cuda', 'cuda:1', ...): the runtime decides again there with the backend asked
+        before ('auto': torch on a GPU; an explicit 'openvino' on a GPU is a ValueError), TF32 off on CUDA unless
+        ``allow_tf32``; CUDA without a GPU is a ValueError."""
+        if self.runtime is None:
+            self.runtime = Runtime(self.net, device, 'torch', allow_tf32)
+        else:
+            backend, source = self.runtime.backend, self.runtime.source.merged
+            self.runtime.close()
+            self.runtime = Runtime(self.net, device, backend, allow_tf32, source)
+        self.device = self.runtime.device
         return self
+
+    def close(self) -> None:
+        """End the runtime's worker process (OpenVINO), if any; the network then runs on torch as its precision switch
+        asks (``TOLANet.compute_dtype``)."""
+        if self.runtime is not None:
+            self.runtime.close()
+            self.runtime = None
 
     # ------------------------------------------------------------------------------------------ running
     def __call__(self, images: ImageInputs, detect: bool = False, outscale: Optional[float] = None, seed: int = 0,
@@ -386,6 +426,10 @@ class TOLAPipeline:
         with torch.inference_mode():
             batch = batch.to(self.device)
             out = self.net(batch, noise_seeds=list(seeds), return_intermediates=True)
+            if not bool(torch.isfinite(out['image']).all()):
+                plan = getattr(self.net, 'plan', None)  # the net's: the plain route's while it judges
+                where = plan.path.name if plan is not None else 'the network'
+                raise NonFiniteOutput(f'{where} returned non-finite pixels (NaN or infinity); nothing written')
             restored = apply_color_fix(self.color_fix, out['image'].float(), batch)
         images = restored.permute(0, 2, 3, 1).cpu().numpy()
         texts = out['prior_texts'] if out['prior_texts'] is not None else [''] * len(seeds)
@@ -395,6 +439,30 @@ class TOLAPipeline:
             for i, text in enumerate(texts)
         ]
         return images, list(texts), confidences
+
+    def _run_batch(self, lq: np.ndarray, seeds: List[int]):
+        """``_run_windows`` on the runtime's path; when that path fails (``PATH_FAILURES``) the batch runs again on
+        the next path that works. A non-finite output is first judged by the plain fp32 torch route: finite there,
+        the path is to blame (it is disqualified and the plain route's result kept); non-finite there too, the
+        input is (the images fail, the path stays). Without a path left the batch fails with the reasons."""
+        while True:
+            try:
+                return self._run_windows(lq, seeds)
+            except PATH_FAILURES as err:
+                if self.runtime is None:
+                    raise
+                judged = None
+                if isinstance(err, NonFiniteOutput) and not self.runtime.plan.path.plain:
+                    with self.runtime.plain_route():
+                        judged = self._run_windows(lq, seeds)  # NonFiniteOutput: the input's failure
+                try:
+                    self.runtime.fail(err)
+                except NoPathLeft as none_left:
+                    if judged is not None:
+                        return judged
+                    raise RuntimeError(f'no output written: {none_left}') from None
+                if judged is not None:
+                    return judged
 
     def _restore_lines(self, lines: List[_Line]) -> Dict[int, BaseException]:
         """Run the network on every canvas of ``lines`` in batches of ``batch_size``; fill each line's restored
@@ -409,7 +477,7 @@ class TOLAPipeline:
         for start in range(0, len(owners), size):
             batch = owners[start:start + size]
             try:
-                images, batch_texts, batch_conf = self._run_windows(
+                images, batch_texts, batch_conf = self._run_batch(
                     np.stack([line.tiles[k] for line, k in batch]), [line.seeds[k] for line, k in batch])
             except IMAGE_ERRORS as err:
                 failed.update((id(line), err) for line, _ in batch)

@@ -106,7 +106,7 @@ def restore_upload(pipeline: TOLAPipeline, path: str, name: str = '', detect: bo
     seconds = time.perf_counter() - start
     out_h, out_w = restoration.image.shape[:2]
     what = (f'{len(restoration.lines)} detected line(s)' if detect else 'one line')
-    summary = (f'Restored **{name}** ({what}) in **{seconds:.2f} s** on {pipeline.device}: '
+    summary = (f'Restored **{name}** ({what}) in **{seconds:.2f} s** on {_path(pipeline)}: '
                f'{width}×{height} → {out_w}×{out_h} pixels.')
     if detect and not restoration.lines:
         summary += ' PP-OCRv4 found no text line, so the output is the input resized.'
@@ -132,6 +132,18 @@ def _payload_path(payload) -> Optional[Dict]:
     return dict(path=path, name=payload.get('orig_name') or os.path.basename(path))
 
 
+def _path(pipeline: TOLAPipeline) -> str:
+    """'cpu, openvino bf16': where the pipeline's network runs now."""
+    plan = pipeline.plan
+    return f'{pipeline.device}, ' + (f'{plan.backend} {plan.precision}' if plan is not None else 'torch')
+
+
+def runtime_line(pipeline: TOLAPipeline) -> str:
+    """The runtime decision in one line (``RuntimePlan.describe``), as tola-infer prints it."""
+    plan = pipeline.plan
+    return plan.describe() if plan is not None else f'runtime: {pipeline.device}, torch (the network as given)'
+
+
 def build_app(pipeline: TOLAPipeline, detect: bool = False, demo_model: bool = False,
               max_megapixels: float = DEFAULT_MAX_MEGAPIXELS, examples: Optional[Sequence[str]] = None,
               model_name: str = '') -> gr.Blocks:
@@ -147,7 +159,7 @@ def build_app(pipeline: TOLAPipeline, detect: bool = False, demo_model: bool = F
             if upload is None:
                 return (*empty, 'Upload or paste an image, or pick an example, then press **Restore**.')
             page = restore_upload(pipeline, upload['path'], upload['name'], detect, max_megapixels, color_fix)
-        except ValueError as err:
+        except (ValueError, RuntimeError) as err:  # bad input; no path could restore it (never a non-finite image)
             return (*empty, f'**Error:** {err}')
         return page.input, page.restored, page.overlay, page.rows, page.summary
 
@@ -155,6 +167,7 @@ def build_app(pipeline: TOLAPipeline, detect: bool = False, demo_model: bool = F
         gr.Markdown('# TOLA: one-step text image super-resolution\n'
                     f'Model: `{model_name or "given TOLAPipeline"}`' +
                     (' · detect mode: PP-OCRv4 finds the lines' if detect else ''))
+        gr.Markdown(f'`{runtime_line(pipeline)}`', elem_id='tola-runtime')
         if demo_model:
             gr.Markdown(DEMO_NOTE, elem_id='tola-demo-note')
         with gr.Row():

@@ -29,7 +29,7 @@ from basicsr.utils import get_root_logger
 from basicsr.utils.dist_util import master_only
 from basicsr.utils.registry import MODEL_REGISTRY
 
-from tola_plugin.archs.precision import check_training_precision, resolve_precision
+from tola_plugin.archs.precision import check_training_precision, requested_dtype
 from tola_plugin.archs.tola_arch import image_noise_seed
 from tola_plugin.checkpoints.tola import write_adaptation_checkpoint
 from tola_plugin.losses.ocr_ce_loss import IGNORE_INDEX
@@ -69,7 +69,7 @@ class TOLAModel(SRModel):
             raise ValueError('TOLAModel: train needs at least one of pixel_opt, perceptual_opt, ocr_opt')
         self.grad_clip_norm = train_opt.get('grad_clip_norm', 1.0)
         self.accumulate_grad_batches = self._accumulation(train_opt.get('accumulate_grad_batches', 1))
-        check_training_precision(resolve_precision(self.bare_net.precision, self.device))
+        check_training_precision(requested_dtype(self.bare_net.precision, self.device))
         self.setup_optimizers()
         self.setup_schedulers()
 

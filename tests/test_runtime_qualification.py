@@ -1,0 +1,239 @@
+"""Every fast path proves itself on this machine (tola_plugin/runtime): qualification in a child process, its cached
+verdict, the fallback order, and what happens when a path is broken — simulated here, so that these tests hold on a
+CPU whose OpenVINO (or torch bf16) really is broken: a stage that returns NaN, a worker that dies by SIGSEGV or
+hangs, a path that fails while serving, no path left, a cache folder that cannot be written."""
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from tola_plugin.archs.tola_arch import TOLANet
+from tola_plugin.inference.pipeline import TOLAPipeline
+from tola_plugin.runtime import openvino_client, openvino_stages, plan, qualification
+from tola_plugin.runtime.child_process import ChildFailure, run_child
+from tola_plugin.runtime.placement import NoPathLeft
+from conftest import REPO
+from inference_testing import write_tiny_merged
+from tola_testing import one_thread  # noqa: F401
+
+pytestmark = [pytest.mark.usefixtures('one_thread'), pytest.mark.openvino]
+FAILING_WORKER = os.path.join(REPO, 'tests', 'data', 'runtime', 'failing_worker.py')
+LINE = np.random.default_rng(0).integers(0, 256, (32, 200, 3), dtype=np.uint8)
+
+
+@pytest.fixture(scope='module')
+def model(tmp_path_factory):
+    """A tiny merged model, converted to OpenVINO once for the module (the shared test cache keeps the IR)."""
+    path = write_tiny_merged(tmp_path_factory.mktemp('qualify') / 'tiny_merged.safetensors')
+    TOLAPipeline.from_merged(path, backend='openvino', batch_size=1).close()
+    return path
+
+
+@pytest.fixture
+def verdicts(tmp_path, monkeypatch):
+    """A verdict cache of the test's own (the IR and compiled caches stay shared); returns its path."""
+    path = tmp_path / 'qualification.json'
+    monkeypatch.setattr(qualification, 'cache_file', lambda: str(path))
+    monkeypatch.setattr(qualification, '_memory', {})
+    return path
+
+
+@pytest.fixture
+def bf16_first(monkeypatch):
+    """'auto' tries bf16 first on this CPU (as where bf16 measured faster), whatever this CPU is."""
+    monkeypatch.setattr(plan, 'low_precision', lambda device: [torch.bfloat16] if device.type == 'cpu' else [])
+
+
+def entries(path):
+    return json.loads(path.read_text(encoding='utf-8'))['entries']
+
+
+def nan_for(stage, dtype):
+    """OpenVINOWorker.run that returns NaN for ``stage`` in ``dtype`` (a broken kernel), the real output otherwise."""
+    real = openvino_client.OpenVINOWorker.run
+
+    def run(self, name, *tensors):
+        out = real(self, name, *tensors)
+        return torch.full_like(out, float('nan')) if name == stage and self.dtype == dtype else out
+
+    return run
+
+
+def test_auto_passes_over_a_path_that_returns_nan(model, verdicts, bf16_first, monkeypatch, capsys):
+    monkeypatch.setattr(openvino_client.OpenVINOWorker, 'run', nan_for('idm', torch.bfloat16))
+    pipe = TOLAPipeline.from_merged(model, switches={'precision': 'auto'}, batch_size=1)
+    try:
+        assert (pipe.plan.backend, pipe.plan.precision) == ('openvino', 'fp32')  # the next path
+        assert pipe.plan.passed_over[0][0] == 'openvino bf16' and 'idm: non-finite' in pipe.plan.passed_over[0][1]
+        err = capsys.readouterr().err
+        notes = [line for line in err.splitlines() if 'openvino bf16 is not used' in line]
+        assert len(notes) == 1 and 'non-finite' in notes[0] and '--requalify' in notes[0]  # one line: what, the way
+        saved = entries(verdicts)
+        bf16 = [v for k, v in saved.items() if 'openvino' in k and ' bf16 |' in k]
+        fp32 = [v for k, v in saved.items() if 'openvino' in k and ' fp32 |' in k]
+        assert len(bf16) == 1 and not bf16[0]['qualified'] and bf16[0]['errors']['idm'] == 'non-finite'
+        assert len(fp32) == 1 and fp32[0]['qualified']
+        assert np.isfinite(pipe(LINE).image).all()
+    finally:
+        pipe.close()
+    # the next run reads the verdicts: no probe for either path
+    monkeypatch.setattr(qualification, 'compare', lambda *a: pytest.fail('measured again'))
+    again = TOLAPipeline.from_merged(model, switches={'precision': 'auto'}, batch_size=1)
+    assert again.plan.path.name == 'openvino fp32' and 'cached' in again.plan.passed_over[0][1]
+    again.close()
+
+
+def test_explicit_request_of_a_disqualified_path_is_an_error(model, verdicts, monkeypatch):
+    monkeypatch.setattr(openvino_client.OpenVINOWorker, 'run', nan_for('vae_decoder', torch.float32))
+    with pytest.raises(NoPathLeft) as caught:
+        TOLAPipeline.from_merged(model, backend='openvino', batch_size=1)
+    message = str(caught.value)
+    assert 'openvino fp32' in message and 'vae_decoder: non-finite' in message
+    assert '--backend torch --precision fp32' in message and '--requalify' in message  # the ways out
+
+
+@pytest.mark.parametrize('mode, how', [('segv-on-load', 'died by SIGSEGV'), ('hang-on-load', 'hung'),
+                                       ('error-on-load', 'bad IR')])
+def test_a_worker_that_crashes_or_hangs_is_passed_over(model, verdicts, monkeypatch, capsys, mode, how):
+    monkeypatch.setattr(openvino_client, 'WORKER', FAILING_WORKER)
+    monkeypatch.setenv('FAILING_WORKER', mode)
+    monkeypatch.setitem(openvino_client.TIMEOUTS, 'load', 3.0)
+    rebuilt = []
+    monkeypatch.setattr(openvino_stages.StageCache, 'remove', lambda self: rebuilt.append(1))  # keep the shared IR
+    pipe = TOLAPipeline.from_merged(model, batch_size=1)  # auto: OpenVINO fp32 fails to start -> torch
+    assert pipe.plan.path.name == 'torch fp32' and how in pipe.plan.passed_over[0][1]
+    assert rebuilt == [1]  # a cached entry that cannot be loaded is converted again once before giving up
+    assert np.isfinite(pipe(LINE).image).all()
+    assert how in capsys.readouterr().err
+    assert not [v for v in entries(verdicts).values() if v['qualified']]
+
+
+def test_a_path_that_fails_while_serving_falls_back_and_is_remembered(model, verdicts, capsys):
+    plain = TOLAPipeline.from_merged(model, backend='torch', batch_size=1)
+    expected = plain(LINE, names=['a.png']).image
+    pipe = TOLAPipeline.from_merged(model, batch_size=1)
+    assert pipe.plan.path.name == 'openvino fp32'
+    os.kill(pipe.runtime.worker.proc.pid, signal.SIGSEGV)  # the worker crashes between two images
+    out = pipe(LINE, names=['a.png'])
+    assert pipe.plan.path.name == 'torch fp32' and 'SIGSEGV' in pipe.plan.passed_over[-1][1]
+    assert np.array_equal(out.image, expected)  # the batch ran again on torch: the plain route's output
+    assert 'failed while serving' in capsys.readouterr().err
+    saved = [v for k, v in entries(verdicts).items() if 'openvino' in k]
+    assert saved and not saved[0]['qualified'] and 'failed while serving' in saved[0]['reason']
+
+
+def test_a_path_that_returns_nan_while_serving_is_judged_by_the_plain_route(model, verdicts, monkeypatch, capsys):
+    plain = TOLAPipeline.from_merged(model, backend='torch', batch_size=1)
+    expected = plain(LINE, names=['a.png']).image
+    pipe = TOLAPipeline.from_merged(model, batch_size=1)
+    assert pipe.plan.path.name == 'openvino fp32'
+    monkeypatch.setattr(openvino_client.OpenVINOWorker, 'run', nan_for('vae_decoder', torch.float32))
+    out = pipe(LINE, names=['a.png'])
+    assert np.array_equal(out.image, expected)  # the plain route's result, judged finite, is kept
+    assert pipe.plan.path.name == 'torch fp32' and 'non-finite' in pipe.plan.passed_over[-1][1]
+    assert 'failed while serving' in capsys.readouterr().err
+
+
+def test_no_nonfinite_image_is_ever_written(model, verdicts, monkeypatch, tmp_path, capsys):
+    """NaN on every path (the input's fault): the image fails (reported, never written), the path stays; the folder
+    run goes on and exits 1."""
+    from tola_cli import infer
+    real = TOLANet.forward
+
+    def poisoned(self, lq, *args, **kwargs):
+        out = real(self, lq, *args, **kwargs)
+        bad = [i for i, s in enumerate(kwargs.get('noise_seeds') or []) if s == poisoned.seed]
+        if isinstance(out, dict) and bad:
+            out['image'][bad] = float('nan')
+        return out
+
+    folder, out_dir = tmp_path / 'in', tmp_path / 'out'
+    folder.mkdir()
+    for name in ('good.png', 'bad.png'):
+        import cv2
+        cv2.imwrite(str(folder / name), LINE)
+    from tola_plugin.archs.tola_arch import image_noise_seed
+    poisoned.seed = image_noise_seed('bad.png', 0)
+    monkeypatch.setattr(TOLANet, 'forward', poisoned)
+    status = infer.main(['-i', str(folder), '-o', str(out_dir), '--model', model, '--batch-size', '1'])
+    assert status == 1
+    assert sorted(os.listdir(out_dir)) == ['good.png', 'prior.csv']
+    err = capsys.readouterr().err
+    assert 'bad.png' in err and 'torch fp32 returned non-finite pixels' in err and 'nothing written' in err
+    assert [v['qualified'] for v in entries(verdicts).values()] == [True]  # OpenVINO was not to blame
+
+
+def test_unwritable_cache_runs_on_torch_and_says_so(model, monkeypatch, tmp_path, capsys):
+    blocker = tmp_path / 'not_a_folder'
+    blocker.write_text('x')
+    monkeypatch.setenv('XDG_CACHE_HOME', str(blocker))  # the cache folder cannot be made
+    monkeypatch.setattr(qualification, '_memory', {})
+    pipe = TOLAPipeline.from_merged(model, batch_size=1)
+    assert pipe.plan.path.name == 'torch fp32' and 'cache folder cannot be written' in pipe.plan.passed_over[0][1]
+    assert 'XDG_CACHE_HOME' in capsys.readouterr().err
+    assert np.isfinite(pipe(LINE).image).all()
+
+
+def test_torch_low_precision_qualifies_in_a_child(model, verdicts, monkeypatch):
+    """torch bf16 on a CPU qualifies in a child process (the real one here); a child that dies is a failed path."""
+    pipe = TOLAPipeline.from_merged(model, switches={'precision': 'bf16'}, backend='torch', batch_size=1)
+    assert pipe.plan.path.name == 'torch bf16' and 'qualified on this machine' in pipe.plan.reason
+    assert pipe.net.compute_dtype('cpu') == torch.bfloat16 and np.isfinite(pipe(LINE).image).all()
+    qualification.forget()
+    monkeypatch.setattr('tola_plugin.runtime.placement.python_command',
+                        lambda module=None, script=None: [sys.executable, '-c', 'import os; os.abort()'])
+    with pytest.raises(NoPathLeft, match='died by SIGABRT'):
+        TOLAPipeline.from_merged(model, switches={'precision': 'bf16'}, backend='torch', batch_size=1)
+
+
+def test_requalify_forgets_the_verdicts_of_the_model(model, verdicts, monkeypatch):
+    TOLAPipeline.from_merged(model, batch_size=1).close()
+    assert [v['qualified'] for v in entries(verdicts).values()] == [True]
+    probes = []
+    real = qualification.compare
+    monkeypatch.setattr(qualification, 'compare', lambda *a: probes.append(1) or real(*a))
+    TOLAPipeline.from_merged(model, batch_size=1).close()
+    assert probes == []
+    TOLAPipeline.from_merged(model, batch_size=1, requalify=True).close()
+    assert probes == [1]
+
+
+def test_child_failures_are_named():
+    with pytest.raises(ChildFailure, match=r'died by SIGSEGV \(signal 11\)'):
+        run_child([sys.executable, '-c', 'import os, signal; os.kill(os.getpid(), signal.SIGSEGV)'], 'x', 60)
+    with pytest.raises(ChildFailure, match='hung: still running after 1 s'):
+        run_child([sys.executable, '-c', 'import time; time.sleep(60)'], 'x', 1)
+    with pytest.raises(ChildFailure, match='exit status 3: boom'):
+        run_child([sys.executable, '-c', 'import sys; sys.stderr.write("boom"); sys.exit(3)'], 'x', 60)
+
+
+def test_openvino_never_loads_into_the_users_process(model):
+    """OpenVINO runs in its worker only, so the crash of issue 23 (OpenVINO in process, then forked DataLoader
+    workers) cannot happen: after an OpenVINO restore this process has no OpenVINO and forks loader workers."""
+    code = f'''
+import sys, numpy as np, torch
+from torch.utils.data import DataLoader
+from tola_plugin import TOLAPipeline
+pipe = TOLAPipeline.from_merged({model!r}, batch_size=1)
+assert pipe.backend == 'openvino', pipe.plan.describe()
+pipe(np.zeros((32, 128, 3), np.uint8))
+assert 'openvino' not in sys.modules, 'OpenVINO was imported into the user process'
+batches = list(DataLoader(torch.arange(8.0), batch_size=2, num_workers=2, multiprocessing_context='fork'))
+assert len(batches) == 4
+print('ok')
+'''
+    proc = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, OMP_NUM_THREADS='1'))
+    assert proc.returncode == 0 and proc.stdout.strip().endswith('ok'), proc.stderr[-3000:]
+
+
+def test_show_runtime_prints_the_decision(model, verdicts, capsys):
+    from tola_cli import infer
+    assert infer.main(['--show-runtime', '--model', model]) == 0
+    line = capsys.readouterr().out.strip()
+    assert line.startswith('runtime: cpu, openvino fp32 (asked backend auto, precision fp32): qualified')

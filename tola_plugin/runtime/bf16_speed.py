@@ -1,0 +1,106 @@
+"""Whether bf16 is faster than fp32 on this CPU, measured once and cached: which precision ``auto`` tries first.
+
+Whether a CPU with bf16 instructions runs TOLA faster in bf16 depends on more than its flags: on a Xeon with
+AVX512-BF16 but no AMX bf16 convolutions ran at 0.55x the fp32 speed, on AMD EPYC (Zen 4, Zen 5: AVX512-BF16, no AMX)
+at about 2x (docs/inference.md, "Precision"). So ``bf16_speedup`` times the route's dominant convolutions
+(``bf16_speed_probe.SHAPES``) in fp32 and under bf16 autocast, in a child process (``bf16_speed_probe.py``: a bf16
+kernel that crashes there ends the child, not the user's run), and ``auto`` tries bf16 first where it measured at
+least ``AUTO_BF16_MIN_SPEEDUP`` times faster. Whether bf16 then computes what fp32 computes is the qualification's
+business (``qualification.py``).
+
+The result is cached per machine (``machine.cpu_identity``: CPU model and flags, torch version and kernels) in the
+user's cache folder (``utils/user_cache.py``; one JSON file, written atomically): later runs read it. A cache file
+that cannot be read or parsed is measured again and rewritten; a child that fails is a measurement of 0 (fp32).
+"""
+import json
+import os
+import time
+from typing import Dict, Optional
+
+from tola_plugin.runtime.child_process import ChildFailure, python_command, run_child
+from tola_plugin.runtime.machine import cpu_identity
+from tola_plugin.utils.atomic_files import read_json_dict, write_json
+from tola_plugin.utils.user_cache import cache_path
+
+AUTO_BF16_MIN_SPEEDUP = 1.3  # below it the gain does not pay for bf16's deviation (0.02 dB on the demo model)
+CACHE_FILE = 'cpu_bf16_speed.json'
+FORMAT = 'tola_plugin.bf16_speed/2'
+PROBE = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'bf16_speed_probe.py')
+TIMEOUT = 300.0  # seconds: the measurement takes 2-5 s; an emulated bf16 is abandoned after its first round
+
+_measured: Dict[str, Dict] = {}  # per process: the cache entry of this CPU, once read or measured
+
+
+def cache_key() -> str:
+    """The cache's key of this machine (``machine.cpu_identity``)."""
+    return cpu_identity()
+
+
+def measure_bf16_speedup(shapes=None, rounds: Optional[int] = None) -> Dict:
+    """The measurement of ``bf16_speed_probe.py`` in a child process -> {'speedup', 'fp32_s', 'bf16_s', 'threads',
+    'finite'}; a child that crashes, hangs or fails is {'speedup': 0.0, 'failed': how} (bf16 is not tried)."""
+    import torch
+    command = python_command(script=PROBE) + ['--threads', str(torch.get_num_threads())]
+    if shapes is not None:
+        command += ['--shapes', json.dumps([list(s) for s in shapes])]
+    if rounds is not None:
+        command += ['--rounds', str(rounds)]
+    try:
+        result = json.loads(run_child(command, 'the bf16 speed measurement', TIMEOUT).stdout.strip().splitlines()[-1])
+    except (ChildFailure, ValueError, IndexError) as err:
+        return {'speedup': 0.0, 'failed': str(err)}
+    if not result.get('finite', True):
+        result = dict(result, speedup=0.0, failed='bf16 convolutions returned non-finite values')
+    return result
+
+
+def _read_cache(path: str) -> Optional[Dict]:
+    """The cache's entries, or None when the file is missing, unreadable or not ours (then it is measured again)."""
+    data = read_json_dict(path)
+    if data is None or data.get('format') != FORMAT or not isinstance(data.get('entries'), dict):
+        return None
+    return data['entries']
+
+
+def _valid(entry) -> bool:
+    return isinstance(entry, dict) and isinstance(entry.get('speedup'), (int, float)) and entry['speedup'] >= 0
+
+
+def bf16_speedup(measure=measure_bf16_speedup) -> Dict:
+    """This CPU's cache entry ({'speedup', 'fp32_s', 'bf16_s', 'threads', 'measured', 'source'}): from this process's
+    memory, else the cache file, else measured now (``measure()``) and written to the cache file atomically; a
+    cache file that is corrupt, or holds a broken entry for this CPU, is measured again and rewritten. 'source' says
+    which: 'cache' or 'measured'."""
+    key = cache_key()
+    if key in _measured:
+        return _measured[key]
+    path = cache_file()
+    entries = _read_cache(path)
+    entry = (entries or {}).get(key)
+    if _valid(entry):
+        entry = dict(entry, source='cache')
+    else:
+        entry = dict(measure(), measured=time.strftime('%Y-%m-%d %H:%M:%S'))
+        entries = dict(entries or {}, **{key: entry})
+        try:
+            write_json(path, {'format': FORMAT, 'entries': entries})
+        except OSError:
+            pass  # a read-only cache folder: the decision holds for this process and is measured again next time
+        entry = dict(entry, source='measured')
+    _measured[key] = entry
+    return entry
+
+
+def bf16_is_faster() -> bool:
+    """Whether bf16 measured at least ``AUTO_BF16_MIN_SPEEDUP`` times faster than fp32 on this CPU."""
+    return bf16_speedup()['speedup'] >= AUTO_BF16_MIN_SPEEDUP
+
+
+def forget() -> None:
+    """Drop this process's memory of the decision (tests; the cache file is left as it is)."""
+    _measured.clear()
+
+
+def cache_file() -> str:
+    """Where the decision is cached (its folder created)."""
+    return cache_path(CACHE_FILE)

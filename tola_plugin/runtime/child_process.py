@@ -1,0 +1,71 @@
+"""Running a piece of third-party code in a child process, so that a crash, a hang or a runaway there is a message
+here, never the end of the user's process: one place that starts the children of the runtime decision, bounds them
+in time and says how they ended."""
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence
+
+TAIL = 600  # characters of a failed child's stderr kept in its message
+
+
+class ChildFailure(RuntimeError):
+    """A child process that did not finish its job: ``how`` says why in a few words (died by SIGSEGV, hung past
+    600 s, exit status 1: ...)."""
+
+    def __init__(self, what: str, how: str):
+        super().__init__(f'{what}: {how}')
+        self.what, self.how = what, how
+
+
+def python_command(script: Optional[str] = None, module: Optional[str] = None) -> List[str]:
+    """This interpreter running ``script`` (a file; ``child_environment`` keeps the file's folder off sys.path) or
+    ``module`` (``-m``), unbuffered."""
+    if (script is None) == (module is None):
+        raise ValueError('python_command: give a script or a module')
+    return [sys.executable, '-u', script] if script else [sys.executable, '-u', '-m', module]
+
+
+def child_environment(extra: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """The environment of a child: ours, a script's own folder not on its path (PYTHONSAFEPATH), ``extra`` on top."""
+    env = dict(os.environ, PYTHONSAFEPATH='1')
+    env.update(extra or {})
+    return env
+
+
+def describe_exit(returncode: int, stderr: str = '') -> str:
+    """How a child ended, in words: 'died by SIGSEGV (signal 11)' or 'exit status 2: <last lines of stderr>'."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f'signal {-returncode}'
+        return f'died by {name} (signal {-returncode})'
+    tail = stderr.strip()[-TAIL:]
+    return f'exit status {returncode}' + (f': {tail}' if tail else '')
+
+
+@dataclass
+class ChildResult:
+    stdout: str
+    stderr: str
+    seconds: float
+
+
+def run_child(command: Sequence[str], what: str, timeout: float, env: Optional[Dict[str, str]] = None,
+              cwd: Optional[str] = None) -> ChildResult:
+    """Run ``command`` to its end within ``timeout`` seconds; -> its output. A child that dies by a signal, exits
+    with a non-zero status or runs past the timeout (it is killed) raises ChildFailure naming ``what`` and how."""
+    import time
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run(
+            list(command), capture_output=True, text=True, timeout=timeout, env=child_environment(env), cwd=cwd,
+            stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise ChildFailure(what, f'hung: still running after {timeout:g} s, killed') from None
+    if proc.returncode != 0:
+        raise ChildFailure(what, describe_exit(proc.returncode, proc.stderr))
+    return ChildResult(proc.stdout, proc.stderr, time.perf_counter() - start)

@@ -1,0 +1,54 @@
+"""Converts TOLA's stages to OpenVINO IR, in a child process of ``openvino_stages.StageCache.build`` (OpenVINO never
+loads into the user's process): ``python -m tola_plugin.runtime.openvino_convert SPEC_JSON OUT_DIR`` reads the IDM
+and VAE of ``stage_source.load_stages(SPEC)`` and writes ``<stage>.xml`` / ``.bin`` for each stage into OUT_DIR
+(fp32 weights: the precision is chosen when the IR is compiled; batch and image size dynamic)."""
+import json
+import os
+import sys
+import warnings
+
+import torch
+
+from tola_plugin.runtime.stage_source import load_stages
+from tola_plugin.runtime.stages import STAGES, stage_modules
+
+
+def conversion_jobs(idm, vae, context_dim: int):
+    """stage -> (example inputs, input shapes with -1 = dynamic) for ``ov.convert_model``."""
+    import openvino as ov
+    latent = int(vae.config.latent_channels)
+    gen = torch.Generator().manual_seed(0)
+    image = torch.rand(2, 3, 32, 128, generator=gen)
+    z = torch.randn(2, latent, 8, 32, generator=gen)
+    channels = int(idm.config.in_channels)
+    sample = torch.randn(2, channels, 8, 32, generator=gen)
+    timestep = torch.full((2, ), 999, dtype=torch.long)
+    context = torch.randn(2, 24, context_dim, generator=gen)
+    dynamic = ov.PartialShape
+    return {
+        'vae_encoder': ((image, ), [dynamic([-1, 3, -1, -1])]), 'vae_decoder': ((z, ), [dynamic([-1, latent, -1, -1])]),
+        'idm': ((sample, timestep, context),
+                [dynamic([-1, channels, -1, -1]),
+                 dynamic([-1]), dynamic([-1, -1, context_dim])])
+    }
+
+
+def convert(spec, out_dir: str) -> None:
+    import openvino as ov
+    idm, vae, context_dim = load_stages(spec)
+    modules = stage_modules(idm, vae)
+    jobs = conversion_jobs(idm, vae, context_dim)
+    for stage in STAGES:
+        example, shapes = jobs[stage]
+        with torch.no_grad(), warnings.catch_warnings():
+            # the trace's TracerWarnings name diffusers' shape checks (asserts, the >= 64 batch branch of a
+            # .contiguous() call): the same values either way; shapes stay dynamic (``input``)
+            warnings.simplefilter('ignore', torch.jit.TracerWarning)
+            warnings.simplefilter('ignore', FutureWarning)  # torch.jit.trace's deprecation, OpenVINO's call
+            model = ov.convert_model(modules[stage].eval(), example_input=example, input=shapes)
+        ov.save_model(model, os.path.join(out_dir, f'{stage}.xml'), compress_to_fp16=False)
+        del model
+
+
+if __name__ == '__main__':
+    convert(json.loads(sys.argv[1]), sys.argv[2])

@@ -1,0 +1,259 @@
+"""The runtime of one inference network, decided once and visible: ``Runtime(net, device, backend)`` resolves the
+device, the backend and the precision into one ``RuntimePlan``, applies it to the network, and while serving moves
+to the next path that qualifies when the current one fails (``fail``).
+
+The decision: the device (given, else CUDA when available, else the CPU); the backends to try (``backend`` 'auto':
+OpenVINO then torch on a CPU, torch on a GPU; 'openvino' or 'torch' alone); the precision (the network's switch:
+explicit, or 'auto': a low precision first where it is faster, then fp32); the paths in that order
+(``plan.candidate_paths``). A path other than the plain fp32 torch route must qualify (``qualification.py``); one that
+does not, or cannot start (OpenVINO missing, its cache folder not writable, a conversion that fails), is passed over
+with one line saying why and how to re-qualify. When no path is left an explicit request is an error naming every
+failure and the way out.
+"""
+import contextlib
+import json
+import os
+import sys
+from typing import Callable, List, Optional
+
+import numpy as np
+import torch
+
+from tola_plugin.archs.precision import dtype_name
+from tola_plugin.runtime import openvino_stages, qualification
+from tola_plugin.runtime.child_process import ChildFailure, python_command, run_child
+from tola_plugin.runtime.openvino_client import OpenVINOWorker
+from tola_plugin.runtime.plan import BACKENDS, Path, RuntimePlan, candidate_paths
+from tola_plugin.runtime.stage_source import StageSource
+from tola_plugin.runtime.stages import STAGES, RoutedIDM, RoutedVAE
+from tola_plugin.utils.cuda_math import set_tf32
+from tola_plugin.utils.devices import resolve_device
+
+REQUALIFY = ('re-qualify with `tola-infer --requalify` (TOLAPipeline.from_merged(..., requalify=True)), or delete '
+             'the verdicts in qualification.json of the cache folder (docs/inference.md, "Qualification")')
+TORCH_PROBE_TIMEOUT = 900.0  # seconds for the torch child: importing the package, loading, three stages
+
+
+class NoPathLeft(RuntimeError):
+    """Every path of the request failed to qualify or failed while serving."""
+
+
+def say(message: str) -> None:
+    print(f'tola-plugin: {message}', file=sys.stderr, flush=True)
+
+
+def resolve_backends(backend: str, device: torch.device, notes: List) -> List[str]:
+    """The backends to try for ``backend`` (one of BACKENDS) on ``device``, preferred first; what 'auto' leaves out
+    is appended to ``notes`` as (path, why). An explicit 'openvino' that cannot run is a ValueError naming the fix."""
+    if backend not in BACKENDS:
+        raise ValueError(f'backend must be one of {BACKENDS}, got {backend!r}')
+    if backend == 'torch':
+        return ['torch']
+    if device.type != 'cpu':
+        if backend == 'openvino':
+            raise ValueError(f'backend openvino runs on the CPU, the device is {device} (use backend torch or auto)')
+        return ['torch']
+    missing = openvino_stages.openvino_missing()
+    if missing:
+        if backend == 'openvino':
+            raise ValueError(f'backend openvino: {missing}')
+        notes.append(('openvino', missing))
+        return ['torch']
+    return ['openvino'] if backend == 'openvino' else ['openvino', 'torch']
+
+
+class Runtime:
+    """Where and how the inference TOLANet ``net`` runs (module docstring). ``source``: the merged file ``net`` was
+    loaded from (names the model in the caches; None: a hash of its stage tensors). ``requalify``: drop this
+    machine's cached verdicts of the model first. ``say``: where the one-line notes go (stderr)."""
+
+    def __init__(self, net, device=None, backend: str = 'auto', allow_tf32: bool = False, source: Optional[str] = None,
+                 requalify: bool = False, say: Callable[[str], None] = say):
+        self.net, self.say = net, say
+        self.device = resolve_device(None if device is None else str(device))
+        self.backend, self.allow_tf32 = backend, allow_tf32
+        self.source = StageSource(net.idm, net.vae, source)
+        self.worker: Optional[OpenVINOWorker] = None
+        self._reference = None
+        self._qualified_reason = ''
+        if self.device.type == 'cuda':
+            set_tf32(allow_tf32)
+        net.plan = None
+        net.to(self.device)
+        if requalify:
+            qualification.forget(self.source.digest)
+        self.plan = self._decide()
+
+    # ------------------------------------------------------------------------------------------------ deciding
+    def _decide(self) -> RuntimePlan:
+        passed: List = []
+        backends = resolve_backends(self.backend, self.device, passed)
+        self.candidates = candidate_paths(self.device, backends, self.net.precision)
+        return self._first_that_works(passed)
+
+    def _first_that_works(self, passed: List) -> RuntimePlan:
+        while self.candidates:
+            path = self.candidates.pop(0)
+            why = self._start(path)
+            if not why:
+                reason = 'the plain fp32 torch route' if path.plain else self._qualified_reason
+                plan = RuntimePlan(self.device, path.backend, path.dtype, (self.backend, self.net.precision), reason,
+                                   tuple(passed))
+                self.net.plan = plan
+                return plan
+            passed.append((path.name, why))
+            if self.candidates:
+                self.say(f'{path.name} is not used: {why}; trying {self.candidates[0].name} ({REQUALIFY})')
+        failures = '; '.join(f'{name}: {why}' for name, why in passed)
+        raise NoPathLeft(f'backend {self.backend}, precision {self.net.precision} on {self.device}: no path can run '
+                         f'({failures}). Ask for another path (--backend torch --precision fp32 is the plain route '
+                         f'and always runs), or {REQUALIFY}')
+
+    def _start(self, path: Path) -> str:
+        """Make ``path`` the network's way of running: '' when it runs (qualified or plain), else why not."""
+        self._close_worker()
+        self.net.idm, self.net.vae = self.source.idm, self.source.vae
+        if path.plain:
+            return ''
+        key = qualification.verdict_key(self.device, path.backend, path.dtype, self.source.digest)
+        if path.backend == 'torch':
+            verdict = qualification.qualify(key, lambda: self._torch_probe(path.dtype), self.reference, path.dtype)
+        else:
+            cached = qualification.cached_verdict(key)
+            if cached is not None and not cached.qualified:
+                return f'{cached.reason} (verdict cached on this machine)'
+            why, verdict = self._start_openvino(path)
+            if verdict is not None:  # it crashed or failed loading: remembered like a wrong result
+                qualification.store_verdict(key, verdict)
+            if why:
+                return why
+            verdict = qualification.qualify(key, self._openvino_probe, self.reference, path.dtype)
+            if verdict.qualified:
+                self.net.idm = RoutedIDM(self._run_openvino, self.source.idm.config)
+                self.net.vae = RoutedVAE(self._run_openvino, self.source.vae.config)
+        if not verdict.qualified:
+            self._close_worker()
+            return verdict.reason + (' (verdict cached on this machine)' if verdict.source == 'cache' else '')
+        self._qualified_reason = (
+            'qualified on this machine' +
+            (f' in {verdict.seconds:g} s' if verdict.source == 'measured' else ' (cached verdict)'))
+        return ''
+
+    def reference(self):
+        """The fp32 torch route's stage inputs and outputs on the probe (computed once)."""
+        if self._reference is None:
+            self._reference = qualification.record_reference(self.net, self.device)
+        return self._reference
+
+    # ------------------------------------------------------------------------------------------------ openvino
+    def _start_openvino(self, path: Path):
+        """Start the worker for ``path`` (the IR converted first when needed) -> (why not, or '' when it runs; the
+        verdict to remember when OpenVINO itself failed, else None). What is not OpenVINO's fault (a cache folder
+        that cannot be written, a failed conversion) holds for this run only."""
+        try:
+            cache_dir = openvino_stages.compiled_cache_dir()
+            if not os.access(cache_dir, os.W_OK):
+                raise OSError(f'{cache_dir} is not writable')
+        except OSError as err:
+            return (f'the cache folder cannot be written ({err}); OpenVINO keeps its converted stages there: set '
+                    'XDG_CACHE_HOME to a writable folder'), None
+        for attempt in (1, 2):
+            stages = openvino_stages.StageCache(self.source.digest)
+            try:
+                stages.ensure(self.source)
+            except (ChildFailure, OSError) as err:
+                return f'the conversion to OpenVINO failed: {err}', None
+            try:
+                self.worker = OpenVINOWorker(stages.paths(), path.dtype, torch.get_num_threads(), cache_dir)
+                return '', None
+            except ChildFailure as err:
+                if attempt == 2:
+                    why = f'OpenVINO could not load the stages: {err.how}'
+                    return why, qualification.Verdict(False, why)
+                self.say(f'OpenVINO could not load the cached stages ({err.how}); converting them again')
+                stages.remove()
+        return '', None
+
+    def _run_openvino(self, stage: str, *tensors: torch.Tensor) -> torch.Tensor:
+        return self.worker.run(stage, *tensors)
+
+    def _openvino_probe(self):
+        reference = self.reference()
+        return {stage: self.worker.run(stage, *reference[stage][0]) for stage in STAGES}
+
+    # ------------------------------------------------------------------------------------------------ torch
+    def _torch_probe(self, dtype: torch.dtype):
+        """The stages in ``dtype`` on torch, in a child (``torch_probe.py``), on the reference's inputs."""
+        cases, outputs = qualification.scratch_file('.npz'), qualification.scratch_file('.npz')
+        try:
+            qualification.save_cases(self.reference(), cases)
+            command = python_command(module='tola_plugin.runtime.torch_probe') + [
+                json.dumps(self.source.spec()), cases,
+                str(self.device), dtype_name(dtype), outputs
+            ]
+            run_child(command, f'the torch {dtype_name(dtype)} probe', TORCH_PROBE_TIMEOUT,
+                      env={'OMP_NUM_THREADS': str(torch.get_num_threads())})
+            with np.load(outputs, allow_pickle=False) as arrays:
+                return {stage: torch.from_numpy(arrays[stage]) for stage in STAGES}
+        finally:
+            for path in (cases, outputs):
+                if os.path.exists(path):
+                    os.remove(path)
+
+    # ------------------------------------------------------------------------------------------------ serving
+    def fail(self, error: BaseException) -> RuntimePlan:
+        """The current path failed while serving (``error``: a non-finite output, its worker dead or hung): record
+        the verdict, say so, and move to the next path that works; NoPathLeft when none is left."""
+        failed = self.plan
+        why = f'failed while serving: {error}'
+        if not failed.path.plain:
+            key = qualification.verdict_key(self.device, failed.backend, failed.dtype, self.source.digest)
+            qualification.store_verdict(key, qualification.Verdict(False, why))
+        passed = list(failed.passed_over) + [(failed.path.name, why)]
+        if self.candidates:
+            self.say(f'{failed.path.name} {why}; trying {self.candidates[0].name} ({REQUALIFY})')
+        self.plan = self._first_that_works(passed)
+        self.say(self.plan.describe())
+        return self.plan
+
+    @contextlib.contextmanager
+    def plain_route(self):
+        """The plain fp32 torch route for the duration of the block (the judge of a non-finite output: when it is
+        finite there, the current path is to blame)."""
+        saved = self.net.idm, self.net.vae, self.net.plan
+        self.net.idm, self.net.vae = self.source.idm, self.source.vae
+        self.net.plan = RuntimePlan.reference(self.device)
+        try:
+            yield
+        finally:
+            self.net.idm, self.net.vae, self.net.plan = saved
+
+    def replan(self, precision: Optional[str] = None) -> RuntimePlan:
+        """Decide again (after the network's precision switch changed to ``precision``)."""
+        self.net.plan = None
+        if precision is not None:
+            self.net.set_switches(precision=precision)
+        self.plan = self._decide()
+        return self.plan
+
+    def worker_peak_rss(self) -> int:
+        """Peak resident memory of the OpenVINO worker (bytes; 0 without one): the benchmark adds it to ours."""
+        if self.worker is None or not self.worker.alive():
+            return 0
+        with open(f'/proc/{self.worker.proc.pid}/status', encoding='ascii') as f:
+            for line in f:
+                if line.startswith('VmHWM:'):
+                    return int(line.split()[1]) * 1024
+        return 0
+
+    def _close_worker(self) -> None:
+        if self.worker is not None:
+            self.worker.close()
+            self.worker = None
+
+    def close(self) -> None:
+        """End the worker, give the network its torch modules back (no plan: it runs as its precision switch asks)
+        and remove what was exported for the children."""
+        self._close_worker()
+        self.net.idm, self.net.vae, self.net.plan = self.source.idm, self.source.vae, None
+        self.source.close()

@@ -1,0 +1,194 @@
+"""Qualification: a path that we did not write (an OpenVINO stage in a precision, torch bf16/fp16 on a CPU, bf16/fp16
+on CUDA) serves only after it has computed, in a child process on this machine, what the plain fp32 torch route
+computes.
+
+The probe is one 128x512 input (``probe_image``) through the real model: the fp32 torch route runs it here and
+records each stage's inputs and output (``record_reference``); the candidate runs the same stage inputs in its child
+(the OpenVINO worker that would then serve, or ``torch_probe.py``) and its outputs must be finite and within
+``BOUNDS`` of the reference (relative RMS error per stage, ``compare``). The verdict (qualified or not, why, the
+errors) is cached in ``qualification.json`` beside the bf16 decision, keyed by the device (CPU model and flags, or the
+GPU), the runtime versions, the forced kernels, the backend, the precision and the model's digest; it is written
+atomically and read by every later run. ``--requalify`` (``forget``) drops this machine's verdicts of a model.
+"""
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Tuple
+
+import numpy as np
+import torch
+
+from tola_plugin.archs.precision import dtype_name
+from tola_plugin.runtime.machine import device_identity, package_version
+from tola_plugin.runtime.plan import RuntimePlan
+from tola_plugin.runtime.stages import STAGES, RoutedIDM, RoutedVAE, run_torch_stage, stage_modules
+from tola_plugin.utils.atomic_files import read_json_dict, write_json
+from tola_plugin.utils.user_cache import cache_path
+
+FORMAT = 'tola_plugin.qualification/1'
+CACHE_FILE = 'qualification.json'
+PROBE_SHAPE = (1, 3, 128, 512)  # one canvas, as the entry points run it
+#: largest relative RMS error (||candidate - reference|| / ||reference|| per stage output) a precision may show: 100x
+#: the largest measured on the tiny test model and the demo model (OpenVINO and torch, docs/inference.md
+#: "Qualification": fp32 2.9e-6, bf16 3.5e-2, fp16 1.7e-3), capped at 0.35: a third of the error of an all-zero
+#: output, which a wrong kernel reaches (bf16's 100x would be 3.5 and catch nothing)
+BOUNDS = {torch.float32: 3e-4, torch.bfloat16: 0.35, torch.float16: 0.17}
+
+_memory: Dict[str, Dict] = {}  # verdicts of this process when the cache file cannot be written
+
+
+@dataclass
+class Verdict:
+    """Whether ``path`` qualified on this machine, and why (``reason``: the failure, or how it qualified)."""
+    qualified: bool
+    reason: str
+    errors: Dict[str, float] = field(default_factory=dict)
+    source: str = 'measured'  # 'measured' now, or 'cache'
+    seconds: float = 0.0
+
+    def to_dict(self) -> Dict:
+        return {
+            'qualified': self.qualified, 'reason': self.reason, 'errors': self.errors, 'seconds': self.seconds,
+            'measured': time.strftime('%Y-%m-%d %H:%M:%S')
+        }
+
+
+def probe_image(shape=PROBE_SHAPE) -> torch.Tensor:
+    """A deterministic text-like probe in [0, 1]: dark strokes (smoothed random blobs) on a light, shaded ground."""
+    gen = torch.Generator().manual_seed(20261125)
+    b, c, h, w = shape
+    blobs = torch.nn.functional.avg_pool2d(torch.rand(b, 1, h, w, generator=gen), 5, 1, 2)
+    strokes = (blobs > 0.55).float()
+    ground = 0.85 + 0.1 * torch.linspace(0, 1, w).view(1, 1, 1, w) * torch.rand(b, c, 1, 1, generator=gen)
+    return (ground * (1 - 0.8 * strokes)).expand(b, c, h, w).clamp(0, 1).contiguous()
+
+
+def record_reference(net, device: torch.device) -> Dict[str, Tuple[List[torch.Tensor], torch.Tensor]]:
+    """The fp32 torch route of the inference TOLANet ``net`` (its torch IDM and VAE) on the probe: stage ->
+    (inputs, output), CPU tensors. The stages' inputs are what Algorithm 1 feeds them."""
+    modules = stage_modules(net.idm, net.vae)
+    cases = {}
+
+    def runner(stage, *tensors):
+        out = run_torch_stage(modules[stage], stage, tensors, torch.float32, device)
+        cases[stage] = ([t.detach().cpu() for t in tensors], out)
+        return out.to(device)
+
+    idm, vae, plan = net.idm, net.vae, net.plan
+    net.idm, net.vae, net.plan = RoutedIDM(runner), RoutedVAE(runner, vae.config), RuntimePlan.reference(device)
+    try:
+        with torch.inference_mode():
+            net(probe_image().to(device), noise_seeds=[0])
+    finally:
+        net.idm, net.vae, net.plan = idm, vae, plan
+    return cases
+
+
+def relative_rms(candidate: torch.Tensor, reference: torch.Tensor) -> float:
+    """||candidate - reference|| / ||reference|| in float64; inf when the candidate is not finite or misshaped."""
+    if tuple(candidate.shape) != tuple(reference.shape) or not bool(torch.isfinite(candidate).all()):
+        return float('inf')
+    ref = reference.double()
+    return float((candidate.double() - ref).norm() / ref.norm().clamp_min(1e-30))
+
+
+def compare(reference: Dict, outputs: Dict[str, torch.Tensor], dtype: torch.dtype) -> Verdict:
+    """The verdict of a candidate's stage ``outputs`` against the reference, in compute dtype ``dtype``."""
+    errors = {stage: relative_rms(outputs[stage], reference[stage][1]) for stage in STAGES}
+    bound = BOUNDS[dtype]
+    bad = [stage for stage in STAGES if not errors[stage] <= bound]
+    shown = {k: (v if np.isfinite(v) else 'non-finite') for k, v in errors.items()}
+    if bad:
+        what = ', '.join(f'{s}: ' + ('non-finite or misshaped output'
+                                     if not np.isfinite(errors[s]) else f'relative error {errors[s]:.2g} > {bound:g}')
+                         for s in bad)
+        return Verdict(False, f'wrong results ({what})', shown)
+    worst = max(errors.values())
+    return Verdict(True, f'matches the fp32 torch route (largest relative error {worst:.2g}, bound {bound:g})', shown)
+
+
+def save_cases(reference: Dict, path: str) -> None:
+    """The reference's stage inputs as an .npz (``<stage>.<i>``) for a child."""
+    arrays = {f'{stage}.{i}': t.numpy() for stage, (inputs, _) in reference.items() for i, t in enumerate(inputs)}
+    np.savez(path, **arrays)
+
+
+# ------------------------------------------------------------------------------------------------------ verdicts
+def verdict_key(device: torch.device, backend: str, dtype: torch.dtype, digest: str) -> str:
+    """The cache key of a verdict (module docstring)."""
+    runtime = f'openvino {package_version("openvino")}' if backend == 'openvino' else 'torch'
+    return f'{device_identity(device)} | {runtime} {dtype_name(dtype)} | model {digest[:16]} | {FORMAT}'
+
+
+def cache_file() -> str:
+    return cache_path(CACHE_FILE)
+
+
+def _entries() -> Dict:
+    try:
+        data = read_json_dict(cache_file())
+    except OSError:  # the cache folder cannot be made: this process's memory only
+        data = None
+    entries = data.get('entries') if data and data.get('format') == FORMAT else None
+    return dict(entries) if isinstance(entries, dict) else {}
+
+
+def cached_verdict(key: str) -> Optional[Verdict]:
+    """The verdict cached for ``key`` (this process's memory first), or None."""
+    entry = _memory.get(key) or _entries().get(key)
+    if not isinstance(entry, dict) or not isinstance(entry.get('qualified'), bool):
+        return None
+    return Verdict(entry['qualified'], str(entry.get('reason', '')), dict(entry.get('errors') or {}), 'cache',
+                   float(entry.get('seconds') or 0.0))
+
+
+def store_verdict(key: str, verdict: Verdict) -> bool:
+    """Cache ``verdict`` (atomically; this process's memory as well). False when the cache file cannot be written
+    (the verdict then holds for this process only)."""
+    _memory[key] = verdict.to_dict()
+    entries = _entries()
+    entries[key] = verdict.to_dict()
+    try:
+        write_json(cache_file(), {'format': FORMAT, 'entries': entries})
+    except OSError:
+        return False
+    return True
+
+
+def forget(digest: Optional[str] = None) -> int:
+    """Drop the cached verdicts of this machine (of the model ``digest`` only, if given); returns how many."""
+    mark = f'| model {digest[:16]} |' if digest else ''
+    drop = [k for k in set(_entries()) | set(_memory) if mark in k]
+    for key in drop:
+        _memory.pop(key, None)
+    entries = {k: v for k, v in _entries().items() if k not in drop}
+    try:
+        write_json(cache_file(), {'format': FORMAT, 'entries': entries})
+    except OSError:
+        pass
+    return len(drop)
+
+
+def qualify(key: str, run_candidate: Callable[[], Dict[str, torch.Tensor]], reference: Callable[[], Dict],
+            dtype: torch.dtype) -> Verdict:
+    """The verdict of ``key``: cached, else measured now: ``run_candidate()`` (the candidate's stage outputs, from its
+    child; a ChildFailure or RuntimeError is the verdict's reason) against ``reference()``, then cached."""
+    cached = cached_verdict(key)
+    if cached is not None:
+        return cached
+    start = time.perf_counter()
+    try:
+        verdict = compare(reference(), run_candidate(), dtype)
+    except RuntimeError as err:
+        verdict = Verdict(False, str(err))
+    verdict.seconds = round(time.perf_counter() - start, 2)
+    store_verdict(key, verdict)
+    return verdict
+
+
+def scratch_file(suffix: str) -> str:
+    """A private temporary file name (the caller removes it)."""
+    handle, path = tempfile.mkstemp(suffix=suffix, prefix='tola-qualify-')
+    os.close(handle)
+    return path

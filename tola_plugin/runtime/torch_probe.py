@@ -1,0 +1,33 @@
+"""Runs TOLA's stages on torch in a low precision, in a child process of the qualification (a kernel that crashes
+there ends the child, not the user's run): ``python -m tola_plugin.runtime.torch_probe SPEC_JSON CASES_NPZ DEVICE
+PRECISION OUT_NPZ``. CASES holds each stage's inputs (``<stage>.<i>``); OUT receives each stage's output
+(``<stage>``), computed as ``TOLANet.forward`` computes it in that precision (``stages.run_torch_stage``)."""
+import json
+import sys
+
+import numpy as np
+import torch
+
+from tola_plugin.archs.precision import precision_dtype
+from tola_plugin.runtime.stage_source import load_stages
+from tola_plugin.runtime.stages import STAGES, run_torch_stage, stage_modules
+
+
+def probe(spec, cases_path: str, device: str, precision: str, out_path: str) -> None:
+    idm, vae, _ = load_stages(spec)
+    device = torch.device(device)
+    if device.type == 'cuda':
+        torch.backends.cuda.matmul.allow_tf32 = False  # IEEE fp32 where fp32 is asked (docs/training_gpus.md)
+        torch.backends.cudnn.allow_tf32 = False
+    modules = {name: module.to(device) for name, module in stage_modules(idm, vae).items()}
+    with np.load(cases_path, allow_pickle=False) as cases:
+        outputs = {}
+        for stage in STAGES:
+            count = sum(1 for key in cases.files if key.startswith(stage + '.'))
+            inputs = [torch.from_numpy(cases[f'{stage}.{i}']) for i in range(count)]
+            outputs[stage] = run_torch_stage(modules[stage], stage, inputs, precision_dtype(precision), device).numpy()
+    np.savez(out_path, **outputs)
+
+
+if __name__ == '__main__':
+    probe(json.loads(sys.argv[1]), *sys.argv[2:6])
