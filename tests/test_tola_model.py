@@ -175,6 +175,22 @@ def test_validation_reports_image_and_ocr_metrics(tmp_path, rendered_sets):
     assert len(glob.glob(str(tmp_path / ds_opt['name'] / '*.png'))) == 2
 
 
+def test_a_nonfinite_output_is_never_saved(tmp_path, rendered_sets, monkeypatch):
+    """BasicSR's validation saves what ``test`` leaves in ``self.output``: a non-finite output is an error naming the
+    images, and nothing is written."""
+    from basicsr.data import build_dataloader
+    opt = tiny_options(load_yaml(os.path.join(REPO, 'options/test/test_TOLA.yml')), rendered_sets, tmp_path)
+    opt['path'].pop('pretrain_network_g', None)
+    model = build_model(opt)
+    real = model.bare_net.forward
+    monkeypatch.setattr(model.bare_net, 'forward', lambda *a, **k: real(*a, **k) * float('nan'))
+    ds_opt = opt['datasets']['test_1']
+    loader = build_dataloader(build_dataset(ds_opt), ds_opt, num_gpu=0, dist=False)
+    with pytest.raises(FloatingPointError, match=r'non-finite pixels .*000001\.png.*nothing written'):
+        model.validation(loader, current_iter='t', tb_logger=None, save_img=True)
+    assert glob.glob(str(tmp_path / '**' / '*.png'), recursive=True) == []
+
+
 def _option_files():
     files = sorted(glob.glob(os.path.join(REPO, 'options', 'ablations', '*.yml')))
     return files + [

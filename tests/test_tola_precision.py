@@ -40,8 +40,9 @@ def test_resolution_on_cpu(monkeypatch, native_bf16, speedup, amx_fp16):
     assert measured == []
     cpu = torch.device('cpu')
     paths = [p.name for p in plan.candidate_paths(cpu, ['openvino', 'torch'], 'auto')]
-    assert paths == (['openvino bf16', 'openvino fp32', 'torch bf16', 'torch fp32']
-                     if faster else ['openvino fp32', 'torch fp32'])  # bf16 first only where it is faster
+    assert paths == (
+        ['openvino bf16', 'openvino fp32', 'torch bf16', 'torch fp32'] if faster else ['openvino fp32', 'torch fp32']
+    )  # bf16 first only where it is faster
     assert measured == ([1] if native_bf16 else [])  # where bf16 is emulated nothing is measured
     assert [p.name for p in plan.candidate_paths(cpu, ['torch'], 'bf16')] == ['torch bf16']  # explicit: as asked
     dtype, messages = resolve('bf16')

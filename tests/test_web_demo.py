@@ -5,6 +5,7 @@ merged model), drive Debian's Chromium through Selenium, and stop both themselve
 printed, only where no Chromium and chromedriver are installed (tools/setup_env.sh installs them when run as root).
 """
 import os
+import re
 import shutil
 import urllib.request
 
@@ -48,6 +49,7 @@ def test_restore_upload_line_sizes_and_text():
     # StandInRestorer's prior is its noise seed: seeded by the uploaded file's name, as tola-infer seeds by file name
     assert (number, prior, confidence, before) == (1, str(image_noise_seed('line_1x4.png', 0)), 0.5, LINE_TEXT)
     assert 'line_1x4.png' in page.summary and '128×32 → 512×128' in page.summary
+    assert 'on cpu, torch' in page.summary
 
 
 def test_restore_upload_refuses_non_image_and_too_large(not_an_image):
@@ -132,6 +134,8 @@ def test_page_restores_an_uploaded_line(demo_server, chromium, tmp_path):
     assert LINE_TEXT in state.table  # PP-OCRv4's reading of the input
     text = page_text(chromium)
     assert 'tiny demo backbone' in text and "not the paper's weights" in text  # served without --model
+    runtime = text[text.index('runtime: cpu,'):].split('\n')[0]  # where it runs, and why (RuntimePlan.describe)
+    assert re.match(r'runtime: cpu, (openvino|torch) fp32 \(asked backend auto, precision fp32\): \w', runtime), runtime
     assert not urls_off_host(state.resources, '127.0.0.1')  # fonts, scripts, images: all from the demo server
     shot = read_image_file(str(tmp_path / 'tola_web.png'))  # the page was drawn: a full window, not a blank one
     width, height = chromium.execute_script('return [window.innerWidth, window.innerHeight]')  # the viewport

@@ -84,7 +84,7 @@ def run(args: argparse.Namespace, block: bool = True):
     pipeline = TOLAPipeline.from_merged(args.model, switches=switches, device=args.device, backend=args.backend,
                                         color_fix=args.color_fix, max_windows=args.max_windows,
                                         max_output_pixels=args.max_output_megapixels * 1e6)
-    print(f'tola-web: {web_app.runtime_line(pipeline)}', file=sys.stderr, flush=True)
+    print(f'tola-web: {pipeline.describe_runtime()}', file=sys.stderr, flush=True)
     web_app.warm_up(pipeline, args.detect)
     app = web_app.build_app(pipeline, detect=args.detect, demo_model=args.model is None,
                             max_megapixels=args.max_megapixels, model_name=args.model or DEMO_MODEL)

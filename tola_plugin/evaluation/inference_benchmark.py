@@ -5,16 +5,18 @@ Speed (full-size weights, random or the option file's; rendered 128x512 lines, b
 interleaved, median of ``repeats`` runs after a warm-up, batch 1:
 
   reference        DiffTSR's way: greedy TransOCR re-running the whole prefix for 24 steps, LoRA unmerged, fp32.
-  torch <p>        ``TOLANet.load_for_inference`` of the merged file on torch, precision p.
-  openvino <p>     the same with the IDM and VAE on OpenVINO (``inference/openvino_backend.py``).
-  default          what tola-infer / TOLAPipeline / tola-web run by default here (``runtime.place_network``:
-                   OpenVINO on a CPU when installed, precision auto).
+  torch <p>        ``TOLANet.load_for_inference`` of the merged file on torch, precision p (qualified first).
+  openvino <p>     the same with the IDM and VAE on OpenVINO, in its worker process (``tola_plugin/runtime``).
+  default          what tola-infer / TOLAPipeline / tola-web run by default here (``runtime.placement.Runtime``:
+                   backend auto, precision auto; its plan is in the result). A route that does not qualify on
+                   this machine is reported under 'passed_over', not timed.
 
 Per row: seconds per image, the stages (text prior, VAE encode, MoM text, IDM, LRC, VAE decode), GMAC/s of the
 route's counted multiply-adds (``complexity.count_macs`` of the tensor stages) and their share of the machine's
 matmul ceiling in that precision (a 2048x2048 torch matmul, measured here: ``matmul_ceiling``). The batched photo
 path: ``photo_lines`` windows in one call of the default network vs as many single calls. Peak RSS of one restore of
-each route in a fresh process, above the import baseline, against the bytes of the weights it runs. Quality on
+each route in a fresh process (with its OpenVINO worker's), above the import baseline, against the bytes of the
+weights it runs. Quality on
 trained weights (``quality``): the held-out lines of a test option file restored with a merged model in each
 precision and backend: PSNR (Y) against HR and against fp32, and whether the text prior's ids equal fp32's.
 ``TARGETS`` are the issue's; ``check_targets`` says which are met.

@@ -200,7 +200,7 @@ def run(args) -> int:
         raise ValueError(f'--backend openvino runs on the CPU, --device is {device} (use --backend auto or torch)')
     if args.show_runtime:
         pipe = load_pipeline(args)
-        print(pipe.plan.describe(), flush=True)
+        print(pipe.describe_runtime(), flush=True)
         pipe.close()
         return 0
     inputs, scan = list_inputs(args.input, args.recursive, skip_dir=args.output)
@@ -234,7 +234,7 @@ def _run_locked(args, jobs: List[Job], scan: FolderScan) -> int:
     loaded = time.perf_counter()
     try:
         if todo:
-            _say(f'tola-infer: {pipe.plan.describe()}')
+            _say(f'tola-infer: {pipe.describe_runtime()}')
             _restore_jobs(args, pipe, todo, prior, summary)
     except KeyboardInterrupt:
         summary.interrupted = True

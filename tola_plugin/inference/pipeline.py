@@ -195,6 +195,12 @@ class TOLAPipeline:
         for a network given as it is."""
         return self.runtime.plan if self.runtime is not None else None
 
+    def describe_runtime(self) -> str:
+        """Where and how the network runs, in one line (``RuntimePlan.describe``)."""
+        if self.plan is not None:
+            return self.plan.describe()
+        return f'runtime: {self.device}, torch (the network as given, no runtime decision)'
+
     @property
     def backend(self) -> str:
         """'openvino' or 'torch': where the IDM and VAE run."""

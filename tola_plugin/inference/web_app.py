@@ -138,12 +138,6 @@ def _path(pipeline: TOLAPipeline) -> str:
     return f'{pipeline.device}, ' + (f'{plan.backend} {plan.precision}' if plan is not None else 'torch')
 
 
-def runtime_line(pipeline: TOLAPipeline) -> str:
-    """The runtime decision in one line (``RuntimePlan.describe``), as tola-infer prints it."""
-    plan = pipeline.plan
-    return plan.describe() if plan is not None else f'runtime: {pipeline.device}, torch (the network as given)'
-
-
 def build_app(pipeline: TOLAPipeline, detect: bool = False, demo_model: bool = False,
               max_megapixels: float = DEFAULT_MAX_MEGAPIXELS, examples: Optional[Sequence[str]] = None,
               model_name: str = '') -> gr.Blocks:
@@ -167,7 +161,7 @@ def build_app(pipeline: TOLAPipeline, detect: bool = False, demo_model: bool = F
         gr.Markdown('# TOLA: one-step text image super-resolution\n'
                     f'Model: `{model_name or "given TOLAPipeline"}`' +
                     (' · detect mode: PP-OCRv4 finds the lines' if detect else ''))
-        gr.Markdown(f'`{runtime_line(pipeline)}`', elem_id='tola-runtime')
+        gr.Markdown(f'`{pipeline.describe_runtime()}`', elem_id='tola-runtime')
         if demo_model:
             gr.Markdown(DEMO_NOTE, elem_id='tola-demo-note')
         with gr.Row():

@@ -190,6 +190,10 @@ class TOLAModel(SRModel):
         net.eval()
         with torch.no_grad():
             self.output = net(self.lq, gt_tokens=self.idm_tokens, noise_seeds=seeds)
+            if not bool(torch.isfinite(self.output).all()):  # never saved nor scored (docs/inference.md)
+                names = ', '.join(self.lq_paths or []) or 'this batch'
+                raise FloatingPointError(f'TOLANet returned non-finite pixels (NaN or infinity) for {names} '
+                                         f'(precision {net.precision}); nothing written')
             if self.ocr_records is not None and self.texts is not None:
                 # the frozen TransOCR (the paper's T-ACC/T-NED recognizer) reads the restored images
                 self.ocr_records[0].extend(self.bare_net.transocr.recognize(self.output))

@@ -93,9 +93,9 @@ class StageCache:
             path = os.path.join(folder, name)
             stat = os.stat(path)
             files[name] = {'bytes': stat.st_size, 'mtime_ns': stat.st_mtime_ns, 'sha256': sha256_of(path)}
-        write_json(os.path.join(folder, MANIFEST), {
-            'format': FORMAT, 'key': self.key, 'openvino': self.version, 'files': files, 'seconds': seconds
-        })
+        write_json(
+            os.path.join(folder, MANIFEST),
+            {'format': FORMAT, 'key': self.key, 'openvino': self.version, 'files': files, 'seconds': seconds})
         return seconds
 
     def remove(self) -> None:

@@ -1,8 +1,9 @@
 """The user's cache folder of tola-plugin: ``$XDG_CACHE_HOME/tola-plugin`` (``~/.cache/tola-plugin`` when the
 variable is unset or empty, as the XDG base directory specification says). It holds what is measured or built once
-per machine and reused by every run: the bf16 speed decision of ``precision: auto`` (``archs/bf16_speed.py``) and the
-compiled OpenVINO stages of merged models (``inference/openvino_backend.py``). Deleting it is always safe: each
-entry is measured or built again when needed (docs/inference.md, "The cache")."""
+per machine and reused by every run: the bf16 speed measurement and the qualification verdicts of the fast paths
+(``runtime/bf16_speed.py``, ``runtime/qualification.py``) and the converted OpenVINO stages of models
+(``runtime/openvino_stages.py``). Deleting it is always safe: each entry is measured or built again when needed
+(docs/inference.md, "The cache")."""
 import os
 
 APP = 'tola-plugin'
