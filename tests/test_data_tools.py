@@ -1,6 +1,6 @@
 """tools/ and their modules in tola_plugin/data: make_lmdb round trip, 98/2 split, RT50 screening thresholds,
 RealCE-200 and RT50 builds."""
-import importlib.util
+import importlib
 import os
 
 import cv2
@@ -18,14 +18,10 @@ from tola_plugin.data.image_checks import (RT50_THRESHOLDS, dhash, failed_qualit
 from tola_plugin.data.text_line_source import LmdbLineSource
 from tola_plugin.utils.cli_errors import UsageError
 
-TOOLS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'tools')
-
 
 def _tool(name):
-    spec = importlib.util.spec_from_file_location(f'tools_{name}', os.path.join(TOOLS, name + '.py'))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The command line ``tola-<name>`` (tola_cli/<name>.py; tools/<name>.py is its alias in a clone)."""
+    return importlib.import_module(f'tola_cli.{name}')
 
 
 def _text_image(text, w=512, h=128, seed=0, bg=185, fg=95, noise=4.0):

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Build RealCE-200 (paper supp. "RealCE-200 Construction") from the RealCE validation split.
 
 For every official text annotation (``<root>/<split>/annos/<stem>.txt``, GBK, lines
@@ -17,16 +16,15 @@ Outputs in --out: lr/Rxxx.png, hr/Rxxx.png, labels.tsv (for PairedTextDataset), 
 annotation with its decision).
 
 Example:
-    python tools/build_realce200.py --root data/Real-CE --out data/RealCE-200
+    tola-build-realce200 --root data/Real-CE --out data/RealCE-200
 """
 import argparse
 
-from tola_plugin.data.realce200 import build_realce200
-from tola_plugin.utils.cli_errors import run_tool
+from tola_cli.command import run_command
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    p = argparse.ArgumentParser(prog='tola-build-realce200', description=__doc__.split('\n\n')[0])
     p.add_argument('--root', required=True, help='RealCE root holding <split>/{13mm,52mm,annos}')
     p.add_argument('--out', required=True, help='output folder (must be empty or absent)')
     p.add_argument('--split', default='val', help='RealCE split folder [val]')
@@ -52,11 +50,16 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    from tola_plugin.data.realce200 import build_realce200
     return build_realce200(args.root, args.out, args.split, args.lr_focal, args.ref_focal, args.anno_encoding,
                            args.count, args.seed, args.min_chars, args.max_chars, args.min_box_width,
                            args.min_box_height, args.aspect, args.min_ref_sharpness, args.min_contrast,
                            args.dhash_distance)
 
 
+def cli(argv=None):
+    run_command(main, parse_args, argv)
+
+
 if __name__ == '__main__':
-    run_tool(main)
+    cli()

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Export a trained TOLA model as one merged, pickle-free safetensors file.
 
 The network is built from a TOLA option file (its ``network_g``: backbone checkpoints and switches), the
@@ -8,17 +7,17 @@ metadata. ``TOLANet.from_merged(path)``, ``TOLANet.load_for_inference(path)`` an
 read it back (on a CPU the inference entry points convert its IDM and VAE for OpenVINO on first use and cache them:
 docs/inference.md, "Backends").
 
-    python tools/export_merged.py -opt options/test/test_TOLA.yml \\
+    tola-export-merged -opt options/test/test_TOLA.yml \\
         --checkpoint experiments/TOLA_CTR/models/net_g_latest.pth --out checkpoints/TOLA_merged.safetensors --verify
 """
 import argparse
 
-from tola_plugin.inference.weight_files import export_merged
-from tola_plugin.utils.cli_errors import run_tool
+from tola_cli.command import run_command
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(prog='tola-export-merged', description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('-opt', required=True, help='TOLA option file (network_g, path.pretrain_network_g)')
     parser.add_argument('--checkpoint', help='adaptation checkpoint (default: path.pretrain_network_g)')
     parser.add_argument('--out', required=True, help='output .safetensors file')
@@ -27,8 +26,18 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if not args.out.endswith('.safetensors'):
         parser.error('--out must end with .safetensors')
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    from tola_plugin.inference.weight_files import export_merged
     return export_merged(args.opt, args.out, args.checkpoint, args.verify)
 
 
+def cli(argv=None):
+    run_command(main, parse_args, argv)
+
+
 if __name__ == '__main__':
-    run_tool(main)
+    cli()

@@ -3,21 +3,20 @@ r"""Draw the paper's result figures (PNG + PDF).
     # (1) quality-latency scatter: seconds per image from a CSV (method,seconds_per_image) and/or the JSON of
     #     tools/benchmark_inference.py, PSNR/ACC from tools/evaluate.py summaries (or psnr/t_acc columns in the
     #     CSV); without ACC anywhere, the PSNR panel alone
-    python tools/plot_results.py latency --latency latency.csv --summary results/eval/summary.json \
+    tola-plot-results latency --latency latency.csv --summary results/eval/summary.json \
         --highlight TOLA --out figures/quality_latency
-    python tools/plot_results.py latency --benchmark results/benchmark/inference.json --latency others.csv \
+    tola-plot-results latency --benchmark results/benchmark/inference.json --latency others.csv \
         --summary results/eval/summary.json --highlight TOLA --out figures/quality_latency
     # (2) recognition diagnostics (three panels) from tools/diagnose.py output
-    python tools/plot_results.py diagnostics --diagnostics results/diagnostics/diagnostics.json \
+    tola-plot-results diagnostics --diagnostics results/diagnostics/diagnostics.json \
         --out figures/recognition_diagnostics
     # (3) comparison grid: rows LR, methods, HR; columns samples (titles from a labels manifest)
-    python tools/plot_results.py grid --row LR=data/LR --row DiffTSR=results/DiffTSR --row TOLA=results/TOLA \
+    tola-plot-results grid --row LR=data/LR --row DiffTSR=results/DiffTSR --row TOLA=results/TOLA \
         --row HR=data/HR --samples 00001.png,00002.png --labels data/labels.tsv --out figures/grid
 """
 import argparse
 
-from tola_plugin.evaluation import plots
-from tola_plugin.utils.cli_errors import run_tool
+from tola_cli.command import run_command
 
 
 def parse_name_value(spec: str):
@@ -32,7 +31,8 @@ def parse_samples(spec: str):
 
 
 def build_parser():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog='tola-plot-results', description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest='figure', required=True)
     lat = sub.add_parser('latency', help='quality-latency scatter (PSNR and ACC vs seconds per image)')
     lat.add_argument('--latency', help='CSV: method,seconds_per_image[,psnr,t_acc]')
@@ -56,8 +56,13 @@ def build_parser():
     return p
 
 
+def parse_args(argv=None) -> argparse.Namespace:
+    return build_parser().parse_args(argv)
+
+
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
+    from tola_plugin.evaluation import plots
     if args.figure == 'latency':
         paths = plots.plot_quality_latency(args.out, args.latency, args.benchmark, args.benchmark_method,
                                            args.benchmark_route, args.summary, args.highlight)
@@ -69,5 +74,9 @@ def main(argv=None) -> int:
     return 0
 
 
+def cli(argv=None):
+    run_command(main, parse_args, argv)
+
+
 if __name__ == '__main__':
-    run_tool(main)
+    cli()

@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Screen real text images with the RT50 admission protocol (paper supp. "RT50 Construction") and
 assemble the fixed set.
 
@@ -17,13 +16,12 @@ PairedTextDataset), manifest.tsv (ID, label, category, difficulty, source, stati
 SHA-256 of source and canvas file). --screen-only stops after screening.tsv.
 
 Example:
-    python tools/screen_rt50.py --images raw/ --candidates raw/candidates.tsv --out data/RT50
+    tola-screen-rt50 --images raw/ --candidates raw/candidates.tsv --out data/RT50
 """
 import argparse
 
-from tola_plugin.data.image_checks import RT50_LABEL_LENGTHS, RT50_THRESHOLDS
-from tola_plugin.data.rt50_screening import DIFFICULTIES, build_rt50
-from tola_plugin.utils.cli_errors import run_tool
+from tola_cli.command import run_command
+from tola_cli.defaults import RT50_DIFFICULTIES, RT50_LABEL_LENGTHS, RT50_THRESHOLDS
 
 
 def parse_quota(text: str, allowed):
@@ -38,14 +36,14 @@ def parse_quota(text: str, allowed):
 
 def parse_args(argv=None):
     t = RT50_THRESHOLDS
-    p = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    p = argparse.ArgumentParser(prog='tola-screen-rt50', description=__doc__.split('\n\n')[0])
     p.add_argument('--images', required=True, help='folder of candidate images')
     p.add_argument('--candidates', required=True, help='TSV with header: filename, label[, source, difficulty]')
     p.add_argument('--out', required=True, help='output folder (must be empty or absent)')
     p.add_argument('--screen-only', action='store_true', help='write screening.tsv only, select nothing')
     p.add_argument('--composition', type=lambda s: parse_quota(s, RT50_LABEL_LENGTHS),
                    default={'chinese': 17, 'english': 17, 'numeric': 16}, help='[chinese=17,english=17,numeric=16]')
-    p.add_argument('--difficulty', type=lambda s: parse_quota(s, DIFFICULTIES),
+    p.add_argument('--difficulty', type=lambda s: parse_quota(s, RT50_DIFFICULTIES),
                    default={'mild': 10, 'medium': 20, 'hard': 20},
                    help='quotas used when the difficulty column exists [mild=10,medium=20,hard=20]')
     for category, (lo, hi) in RT50_LABEL_LENGTHS.items():
@@ -64,6 +62,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    from tola_plugin.data.rt50_screening import build_rt50
     lengths = {
         'chinese': tuple(args.chinese_len), 'english': tuple(args.english_len), 'numeric': tuple(args.numeric_len)
     }
@@ -77,5 +76,9 @@ def main(argv=None) -> int:
                       args.dhash_distance, args.screen_only)
 
 
+def cli(argv=None):
+    run_command(main, parse_args, argv)
+
+
 if __name__ == '__main__':
-    run_tool(main)
+    cli()

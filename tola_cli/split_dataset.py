@@ -1,4 +1,3 @@
-#!/usr/bin/env python
 """Deterministic train/validation partition by index (paper: local 98%/2% split of 63,644 CTR HR lines
 into 62,371 / 1,273).
 
@@ -8,16 +7,15 @@ The validation size is round(N * val_fraction); which indices go to validation i
 (numpy PCG64 permutation) or, with --method stride, every k-th index.
 
 Example:
-    python tools/split_dataset.py --lmdb data/ctr/hr.lmdb --out-dir data/ctr/split
+    tola-split-dataset --lmdb data/ctr/hr.lmdb --out-dir data/ctr/split
 """
 import argparse
 
-from tola_plugin.data.dataset_split import write_split
-from tola_plugin.utils.cli_errors import run_tool
+from tola_cli.command import run_command
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
+    parser = argparse.ArgumentParser(prog='tola-split-dataset', description=__doc__.split('\n\n')[0])
     src = parser.add_mutually_exclusive_group(required=True)
     src.add_argument('--lmdb', help='FudanVI LMDB: split indices 0..num-samples-1')
     src.add_argument('--index-list', help='file of 0-based indices to split (e.g. a selection of an LMDB)')
@@ -32,8 +30,13 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    from tola_plugin.data.dataset_split import write_split
     return write_split(args.out_dir, args.lmdb, args.index_list, args.num, args.val_fraction, args.method, args.seed)
 
 
+def cli(argv=None):
+    run_command(main, parse_args, argv)
+
+
 if __name__ == '__main__':
-    run_tool(main)
+    cli()
