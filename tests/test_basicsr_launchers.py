@@ -103,6 +103,29 @@ def test_hook_finder_answers_once_and_a_failing_plugin_is_named(monkeypatch):
     assert Loader.executed and isinstance(module.__loader__, Loader)  # basicsr's own loader ran, and stays
 
 
+def test_python_m_launchers_run_without_runtime_warning(tmp_path):
+    """basicsr's __init__ imports basicsr.train and basicsr.test itself; in ``python -m basicsr.train`` the hook
+    forgets that copy once the plugin is registered, so runpy runs the launcher without "RuntimeWarning:
+    'basicsr.train' found in sys.modules" (the launcher still parses with the plugin's options: -h)."""
+    procs = {
+        m: subprocess.Popen([sys.executable, '-m', m, '-h'], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=tmp_path)
+        for m in ('basicsr.train', 'basicsr.test')
+    }
+    for module, proc in procs.items():
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0 and '--force_yml' in out, err[-2000:]
+        assert 'RuntimeWarning' not in err and 'found in sys.modules' not in err, (module, err[-2000:])
+
+
+def test_hook_knows_the_module_python_m_runs():
+    from tola_plugin_hook import module_run_as_main
+    assert module_run_as_main(['-m'], ['python', '-X', 'dev', '-m', 'basicsr.train', '-opt', 'x']) == 'basicsr.train'
+    assert module_run_as_main(['-m'], ['python', '-mbasicsr.test']) == 'basicsr.test'
+    assert module_run_as_main(['train.py'], ['python', 'train.py', '-m', 'basicsr.train']) is None  # a script
+    assert module_run_as_main(['-c'], ['python', '-c', 'import basicsr']) is None
+
+
 def read_logs(folder, prefix):
     return ''.join(open(p, encoding='utf-8').read() for p in sorted(glob.glob(os.path.join(folder, f'{prefix}_*.log'))))
 
