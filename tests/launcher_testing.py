@@ -1,6 +1,7 @@
 """Helpers of the BasicSR-launcher tests: a checkout-like folder with BasicSR's own train.py/test.py, any option file
 of ours shrunk to a one-iteration CPU run, the commands of a docs page, and BasicSR's launchers run in process."""
 import copy
+import importlib
 import os
 import re
 import runpy
@@ -8,6 +9,7 @@ import shlex
 import shutil
 import sys
 import warnings
+from importlib.metadata import entry_points
 
 import yaml
 
@@ -112,7 +114,8 @@ def run_tool_in_process(script, args):
 
 
 def doc_commands(relative):
-    """The ``python ...`` commands of the ```bash blocks of a docs page, continuation lines joined, as argv lists."""
+    """The ``python ...`` and ``tola-...`` commands of the ```bash blocks of a docs page, continuation lines joined,
+    as argv lists (``python`` itself dropped; a console script keeps its name first)."""
     text = open(os.path.join(REPO, relative), encoding='utf-8').read()
     commands = []
     for block in re.findall(r'```bash\n(.*?)```', text, re.S):
@@ -120,19 +123,33 @@ def doc_commands(relative):
             line = line.split('  #')[0].strip()
             if line.startswith('python '):
                 commands.append(shlex.split(line)[1:])
+            elif line.startswith('tola-'):
+                commands.append(shlex.split(line))
     return commands
 
 
-def run_doc_command(argv, cwd, monkeypatch, total_iter=1):
-    """Run one command of a docs page in ``cwd``: BasicSR's launchers on the tiny version of their option file
-    (written under ``cwd`` at the same relative path), the tools through their ``main``."""
+def console_script(name):
+    """The module of the installed console script ``name`` (its entry point in the package's metadata)."""
+    (entry, ) = entry_points(group='console_scripts', name=name)
+    return importlib.import_module(entry.module)
+
+
+def run_doc_command(argv, cwd, monkeypatch, total_iter=1, shrink=True):
+    """Run one command of a docs page in ``cwd`` as a shell would (``$VARIABLES`` expanded): BasicSR's launchers in
+    process, on the tiny version of their option file (written under ``cwd`` at the same relative path) when
+    ``shrink``, else on the option file the command names; the tools (``tools/X.py``, console scripts) through their
+    ``main``."""
+    argv = [os.path.expandvars(a) for a in argv]
     if argv[0] == '-m' and argv[1] in ('basicsr.train', 'basicsr.test'):
         args = list(argv[2:])
-        opt_at = args.index('-opt') + 1
-        write_tiny_option_file(args[opt_at], cwd, total_iter)
+        if shrink:
+            write_tiny_option_file(args[args.index('-opt') + 1], cwd, total_iter)
         return run_basicsr_in_process(argv[1], args, cwd, monkeypatch)
+    monkeypatch.chdir(cwd)
     if argv[0].startswith('tools/'):
-        monkeypatch.chdir(cwd)
         assert run_tool_in_process(os.path.basename(argv[0]), argv[1:]) == 0, argv
+        return None
+    if argv[0].startswith('tola-'):
+        assert console_script(argv[0]).main(argv[1:]) == 0, argv
         return None
     raise AssertionError(f'no way to run {argv} in the tests')

@@ -182,10 +182,6 @@ def run_weight_files(opt: Mapping) -> List[Tuple[str, str, Tuple[WeightFile, ...
     entry (``val.metrics.lpips (calculate_tola_lpips)``), ``override`` is the ``--force_yml`` entry that leaves it out
     (``val:metrics:lpips=~``)."""
     parts = []
-    for name, metric in (((opt.get('val') or {}).get('metrics')) or {}).items():
-        kind = metric.get('type') if isinstance(metric, Mapping) else None
-        if kind in METRIC_TYPES:
-            parts.append((f'val.metrics.{name} ({kind})', f'val:metrics:{name}=~', METRIC_WEIGHTS[METRIC_TYPES[kind]]))
     if opt.get('is_train'):
         for key, loss in (opt.get('train') or {}).items():
             kind = loss.get('type') if isinstance(loss, Mapping) else None
@@ -197,24 +193,31 @@ def run_weight_files(opt: Mapping) -> List[Tuple[str, str, Tuple[WeightFile, ...
             else:
                 continue
             parts.append((f'train.{key} ({kind})', f'train:{key}=~', files))
+    for name, metric in (((opt.get('val') or {}).get('metrics')) or {}).items():
+        kind = metric.get('type') if isinstance(metric, Mapping) else None
+        if kind in METRIC_TYPES:
+            parts.append((f'val.metrics.{name} ({kind})', f'val:metrics:{name}=~', METRIC_WEIGHTS[METRIC_TYPES[kind]]))
     return parts
 
 
 def require_run_weights(opt: Mapping) -> None:
     """Check the weight files of every part of a run (``run_weight_files``) before anything is built. The missing
-    ones are one FileNotFoundError naming each file, its folder and where it comes from, then the choice: copy them
-    there, or run without those parts (the ``--force_yml`` overrides, listed). A corrupt file or one that needs
-    pickled code is ``require_weight_files``' error."""
+    ones are one FileNotFoundError, one line per file (the part that reads it, the file, its folder, where it comes
+    from), then the choice: copy them there, or run without those parts (their ``--force_yml`` overrides). A corrupt
+    file or one that needs pickled code is ``require_weight_files``' error."""
     missing, overrides = [], []
     for where, override, files in run_weight_files(opt):
-        try:
-            require_weight_files(where, files)
-        except FileNotFoundError as err:
-            missing.append(str(err))
+        absent = [w for w in files if not os.path.isfile(weight_path(w))]
+        for weight in absent:
+            missing.append(f'- {where}: {weight.name} in {os.path.dirname(weight_path(weight))} (from {weight.url})')
+        if absent:
             overrides.append(override)
+        else:
+            require_weight_files(where, files)
     if missing:
-        raise FileNotFoundError(f'{"; ".join(missing)}. Either copy the file(s) there, or run without '
-                                f'{"that part" if len(missing) == 1 else "those parts"}: --force_yml '
+        raise FileNotFoundError('weight files of this run are missing (nothing is downloaded at run time):\n' +
+                                '\n'.join(missing) + '\nCopy them there (TORCH_HOME sets the folder), or run without '
+                                f'{"that part" if len(overrides) == 1 else "those parts"}: --force_yml '
                                 f'{" ".join(overrides)}')
 
 
