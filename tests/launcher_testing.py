@@ -26,6 +26,7 @@ TINY_NETWORKS = {
     'EDSR': dict(num_feat=8, num_block=1),
     'RCAN': dict(num_feat=16, num_group=1, num_block=1),
     'VGGStyleDiscriminator': dict(num_feat=4),
+    'UNetDiscriminatorSN': dict(num_feat=4),
 }
 
 
@@ -42,8 +43,9 @@ def make_checkout(root):
 
 def tiny_options(opt, total_iter=1):
     """One of our option files (dict) shrunk for a CPU test: tiny networks, ``total_iter`` iterations of batch 2,
-    validation and a checkpoint at the end; the ImageNet-weighted parts (VGG19 perceptual loss of
-    ESRGAN, LPIPS trunks) without their files. Data paths, models, losses and everything else stay as the file says.
+    validation and a checkpoint at the end; the ImageNet-weighted parts (VGG19 perceptual loss of ESRGAN, LPIPS
+    trunks) without their files, the text-aware models' TransOCR the demo backbone's. Data paths, models, losses
+    and everything else stay as the file says.
     """
     opt = copy.deepcopy(opt)
     opt['num_gpu'] = 0
@@ -67,6 +69,8 @@ def tiny_options(opt, total_iter=1):
         scheduler = train['scheduler']
         if scheduler['type'] == 'CosineAnnealingRestartLR':
             scheduler.update(periods=[total_iter], restart_weights=[1])
+        if train.get('ocr_recognizer'):
+            train['ocr_recognizer'] = 'demo'  # the official transocr.pth cannot be here: the demo backbone's TransOCR
         perceptual = train.get('perceptual_opt')
         if perceptual and perceptual['type'] == 'LPIPSLoss':
             perceptual['pretrained_backbone'] = False

@@ -184,15 +184,19 @@ def render_ctr_layout(root):
 
 
 def test_side_by_side_doc_commands(tmp_path, monkeypatch, one_thread):  # noqa: F811
-    """docs/baselines.md, "One comparison": every command in order (TOLA and each baseline trained one iteration
-    of a tiny network and tested by BasicSR's launchers), then the evaluation table of all methods."""
+    """docs/baselines.md, "One comparison" and "Text-aware baselines": every command in order (TOLA and each baseline
+    trained one iteration of a tiny network and tested by BasicSR's launchers), then the evaluation table."""
     render_ctr_layout(str(tmp_path))
     monkeypatch.setenv('TORCH_HOME', str(tmp_path / 'no_weights'))  # LPIPS, DISTS, FID: skipped, said so
     commands = doc_commands('docs/baselines.md')
-    assert [c[1] for c in commands[:2]] == ['basicsr.train', 'basicsr.test'] and commands[-1][0] == 'tools/evaluate.py'
-    evaluate = commands.pop()
+    (evaluate, ) = [c for c in commands if c[0] == 'tools/evaluate.py']
+    commands.remove(evaluate)
+    assert [c[1] for c in commands[:2]] == ['basicsr.train', 'basicsr.test']
     for argv in commands:
         run_doc_command(argv, str(tmp_path), monkeypatch)
+    for name in ('TextSwinIR_x4_CTR_test', 'TextESRGAN_x4_CTR_test'):  # the text-aware baselines, tested
+        images = glob.glob(str(tmp_path / 'results' / name / 'visualization' / 'CTR_TSR_Test_x4' / '*.png'))
+        assert len(images) == 2, name
 
     methods = dict(a.split('=', 1) for a in evaluate if '=' in a and not a.startswith('--'))
     assert set(methods) == {'TOLA', 'ESRGAN', 'RRDBNet', 'SwinIR', 'EDSR', 'RCAN'}
@@ -317,9 +321,11 @@ def test_install_regular_wheel_registers_hook(tmp_path):
 
 @pytest.mark.parametrize('name', sorted(os.listdir(os.path.join(REPO, 'options', 'baselines'))))
 def test_baseline_files_are_stock_basicsr_with_our_data(name):
-    """Nothing of ours in a baseline file beyond the datasets (strictly checked), and its networks build (tiny)."""
+    """Nothing of ours in a baseline file beyond the datasets (strictly checked) and, in the text-aware files
+    (train_Text*.yml), the text-aware version of the BasicSR model with its ocr_opt; its networks build (tiny)."""
     opt = load_yaml(os.path.join(REPO, 'options', 'baselines', name))
-    assert opt['model_type'] in ('SRModel', 'ESRGANModel', 'SwinIRModel') and opt['scale'] == 4
+    model = opt['model_type'][4:] if name.startswith('train_Text') else opt['model_type']
+    assert model in ('SRModel', 'ESRGANModel', 'SwinIRModel') and opt['scale'] == 4
     for key in ('network_g', 'network_d'):
         if key in opt:
             assert ARCH_REGISTRY.get(opt[key]['type']).__module__.startswith('basicsr.archs.'), opt[key]['type']
