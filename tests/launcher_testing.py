@@ -26,7 +26,7 @@ TINY_NETWORKS = {
     'EDSR': dict(num_feat=8, num_block=1),
     'RCAN': dict(num_feat=16, num_group=1, num_block=1),
     'VGGStyleDiscriminator': dict(num_feat=4),
-    'UNetDiscriminatorSN': dict(num_feat=4),
+    'UNetDiscriminatorSN_basicsr': dict(num_feat=4),
 }
 
 

@@ -114,7 +114,7 @@ def test_text_aware_option_files_are_the_stock_ones_plus_ocr_on_whole_lines():
         assert a['train'].pop('ocr_recognizer') == 'checkpoints/transocr.pth' and a['train'] == b['train']
         assert 'gt_size' not in a['datasets']['train'] and b['datasets']['train'].pop('gt_size') == 128
         assert a['datasets'] == b['datasets'] and a['network_g'] == b['network_g'] and a['val'] == b['val']
-    assert a['network_d']['type'] == 'UNetDiscriminatorSN' and b['network_d']['type'] == 'VGGStyleDiscriminator'
+    assert a['network_d']['type'] == 'UNetDiscriminatorSN_basicsr' and b['network_d']['type'] == 'VGGStyleDiscriminator'
 
 
 def test_parts_that_do_not_fit_say_so(rendered_sets, tmp_path, monkeypatch):
