@@ -64,6 +64,43 @@ def test_make_lmdb_round_trip(tmp_path):
                       str(tmp_path / 'x')]) == 0
 
 
+def test_one_label_rule_from_the_first_tool_on(tmp_path, capsys):
+    """docs/data.md, "Labels": a phrase with spaces passes every tool (whitespace is removed for the recognizers);
+    an invalid label stops tola-make-lmdb, the first tool, naming the labels file's line and the flag that drops it;
+    with --skip-invalid-labels (make_lmdb, make_test_set) such lines are left out with a warning."""
+    images = tmp_path / 'imgs'
+    images.mkdir()
+    rows = [('a.png', 'Hello World'), ('b.png', 'ok'), ('c.png', 'snow\u2603man'), ('d.png', 'z' * 25)]
+    for name, _ in rows:
+        ok, buf = cv2.imencode('.png', _text_image(name, 200, 50))
+        (images / name).write_bytes(buf.tobytes())
+    labels = tmp_path / 'labels.tsv'
+    labels.write_text('\n'.join(f'{n}\t{t}' for n, t in rows[:2]) + '\n\n' + '\n'.join(f'{n}\t{t}'
+                                                                                       for n, t in rows[2:]),
+                      encoding='utf-8')  # a blank line: the line numbers are the file's
+    tool = _tool('make_lmdb')
+    with pytest.raises(ValueError) as err:
+        tool.main(['--images', str(images), '--labels', str(labels), '--out', str(tmp_path / 'no.lmdb')])
+    assert str(err.value).startswith(f'2 invalid label(s) in {labels} (add --skip-invalid-labels to drop them)')
+    assert f'{labels}:4 (c.png): character' in str(err.value) and 'U+2603' in str(err.value)
+    assert f'{labels}:5 (d.png): label' in str(err.value) and not (tmp_path / 'no.lmdb').exists()
+    out = str(tmp_path / 'ok.lmdb')
+    assert tool.main(['--images', str(images), '--labels', str(labels), '--out', out, '--skip-invalid-labels']) == 0
+    assert 'warning: ' in capsys.readouterr().err and LmdbLineSource(out).labels == ['Hello World', 'ok']
+    test_set = tmp_path / 'test'
+    assert _tool('make_test_set').main(['--lmdb', out, '--out', str(test_set)]) == 0
+    assert (test_set / 'labels.tsv').read_text(encoding='utf-8').splitlines()[0].endswith('\tHello World')
+    # a folder with the invalid ones: make_test_set names its own flag (not the dataset option)
+    with pytest.raises(ValueError, match=r'invalid label.*add --skip-invalid-labels to drop them'):
+        _tool('make_test_set').main(['--images', str(images), '--labels', str(labels), '--out', str(tmp_path / 't2')])
+    assert _tool('make_test_set').main(
+        ['--images',
+         str(images), '--labels',
+         str(labels), '--out',
+         str(tmp_path / 't3'), '--skip-invalid-labels']) == 0
+    assert len((tmp_path / 't3' / 'labels.tsv').read_text(encoding='utf-8').splitlines()) == 2
+
+
 def test_split_matches_paper_counts_and_is_deterministic(tmp_path):
     tool = _tool('split_dataset')
     train, val = split_indices(list(range(63644)))
