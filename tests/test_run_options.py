@@ -132,6 +132,8 @@ def test_weight_files_of_a_run_are_checked_at_start(tmp_path, monkeypatch):
     W.require_run_weights(dict(esrgan, train={'perceptual_opt': {'type': 'LPIPSLoss', 'pretrained_backbone': False}}))
     with pytest.raises(FileNotFoundError, match='train.perceptual_opt \\(LPIPSLoss\\): vgg16-397923af.pth'):
         W.require_run_weights(dict(esrgan, train={'perceptual_opt': {'type': 'LPIPSLoss'}}))
+    # a loss of weight 0 is off (TOLAModel builds none): make demo's file runs without the VGG16 file
+    W.require_run_weights(as_parsed(load_yaml(os.path.join(REPO, 'options', 'demo', 'train_TOLA_demo.yml'))))
 
 
 def string_values(node, where=''):

@@ -185,6 +185,8 @@ def run_weight_files(opt: Mapping) -> List[Tuple[str, str, Tuple[WeightFile, ...
     if opt.get('is_train'):
         for key, loss in (opt.get('train') or {}).items():
             kind = loss.get('type') if isinstance(loss, Mapping) else None
+            if kind is not None and loss.get('loss_weight', 1.0) == 0:
+                continue  # off: TOLAModel builds no loss of weight 0 (the demo's LPIPS-VGG without its file)
             if kind == 'LPIPSLoss':
                 files = LPIPS_LOSS_WEIGHTS if loss.get('pretrained_backbone', True) else (LPIPS_VGG_LINEAR, )
             elif kind == 'PerceptualLoss':
