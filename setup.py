@@ -73,7 +73,6 @@ else:
 
     CMDCLASS['editable_wheel'] = EditableWheelWithHook
 
-
 # The tools a user runs from any folder (tola_cli/<name>.py: parsed before the package is imported; tools/<name>.py is
 # an alias in a clone): console scripts tola-<name with dashes>, or python -m tola_cli.<name>.
 CLI_TOOLS = ('render_text', 'make_lmdb', 'split_dataset', 'make_test_set', 'evaluate', 'diagnose', 'plot_results',

@@ -253,8 +253,9 @@ def test_own_data_doc_commands(tmp_path, monkeypatch, capsys, caplog, one_thread
 
     assert 'note: short_run: 4 iterations' in capsys.readouterr().err
     for prefix in ('TOLA_', 'RRDBN'):  # the short run: 4 iterations, a loss line each, then the validation
-        assert all(re.search(rf'\[{prefix}..\]\[epoch:\s+0, iter:\s+{i}, lr.*l_pix: ', caplog.text)
-                   for i in (1, 2, 3, 4)), prefix
+        assert all(
+            re.search(rf'\[{prefix}..\]\[epoch:\s+0, iter:\s+{i}, lr.*l_pix: ', caplog.text)
+            for i in (1, 2, 3, 4)), prefix
         assert not re.search(rf'\[{prefix}..\]\[epoch:\s+\d+, iter:\s+5,', caplog.text)
     assert len(re.findall(r'Validation CTR_TSR_val\n', caplog.text)) == 2  # once per run, after its last iteration
     test_set = work / 'datasets' / 'own' / 'test'
@@ -273,8 +274,9 @@ def test_own_data_doc_commands(tmp_path, monkeypatch, capsys, caplog, one_thread
     assert (work / 'tb_logger' / 'TOLA_own').is_dir() and (work / 'experiments' / 'RRDBNet_own').is_dir()
     site_packages = os.path.dirname(os.path.dirname(basicsr.__file__))
     assert not any(os.path.exists(os.path.join(site_packages, d)) for d in ('experiments', 'tb_logger', 'results'))
-    assert not any(os.path.exists(os.path.join(REPO, d, n)) for d in ('experiments', 'results')
-                   for n in ('TOLA_own', 'RRDBNet_own_test'))
+    assert not any(
+        os.path.exists(os.path.join(REPO, d, n)) for d in ('experiments', 'results')
+        for n in ('TOLA_own', 'RRDBNet_own_test'))
 
     summary = json.loads((work / 'results' / 'eval_own' / 'summary.json').read_text(encoding='utf-8'))
     assert set(summary['summary']) == {'TOLA', 'RRDBNet', 'Bicubic'}
