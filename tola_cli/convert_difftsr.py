@@ -8,6 +8,7 @@ file's ``difftsr_checkpoint``) accepts it in place of the .ckpt and loads it fas
 """
 import argparse
 
+from tola_cli.arguments import safetensors_path
 from tola_cli.command import run_command
 from tola_cli.defaults import DIFFTSR_COMPONENTS
 
@@ -15,13 +16,10 @@ from tola_cli.defaults import DIFFTSR_COMPONENTS
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(prog='tola-convert-difftsr', description=__doc__.split('\n')[0])
     parser.add_argument('input', help='official DiffTSR.ckpt')
-    parser.add_argument('output', help='output .safetensors')
+    parser.add_argument('output', type=safetensors_path, help='output .safetensors')
     parser.add_argument('--components', nargs='+', default=list(DIFFTSR_COMPONENTS), choices=DIFFTSR_COMPONENTS)
     parser.add_argument('--verify', action='store_true', help='reload the output and compare every tensor')
-    args = parser.parse_args(argv)
-    if not args.output.endswith('.safetensors'):
-        parser.error(f'output must end with .safetensors, got {args.output!r}')
-    return args
+    return parser.parse_args(argv)
 
 
 def main(argv=None):

@@ -12,6 +12,7 @@ docs/inference.md, "Backends").
 """
 import argparse
 
+from tola_cli.arguments import safetensors_path
 from tola_cli.command import run_command
 
 
@@ -20,13 +21,10 @@ def parse_args(argv=None):
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('-opt', required=True, help='TOLA option file (network_g, path.pretrain_network_g)')
     parser.add_argument('--checkpoint', help='adaptation checkpoint (default: path.pretrain_network_g)')
-    parser.add_argument('--out', required=True, help='output .safetensors file')
+    parser.add_argument('--out', required=True, type=safetensors_path, help='output .safetensors file')
     parser.add_argument('--verify', action='store_true',
                         help='compare the unmerged and merged outputs on a random input (full size: minutes)')
-    args = parser.parse_args(argv)
-    if not args.out.endswith('.safetensors'):
-        parser.error('--out must end with .safetensors')
-    return args
+    return parser.parse_args(argv)
 
 
 def main(argv=None):
