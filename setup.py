@@ -73,6 +73,11 @@ else:
 
     CMDCLASS['editable_wheel'] = EditableWheelWithHook
 
+# The tools a user runs from any folder (tola_cli/<name>.py: parsed before the package is imported; tools/<name>.py is
+# an alias in a clone): console scripts tola-<name with dashes>, or python -m tola_cli.<name>.
+CLI_TOOLS = ('render_text', 'make_lmdb', 'split_dataset', 'make_test_set', 'evaluate', 'diagnose', 'plot_results',
+             'convert_difftsr', 'export_merged', 'build_realce200', 'screen_rt50', 'estimate_memory')
+
 
 def read_version():
     with open('tola_plugin/version.py', encoding='utf-8') as f:
@@ -127,6 +132,6 @@ setup(
             'tola-test=tola_plugin.test:main',
             'tola-infer=tola_cli.infer:cli',
             'tola-web=tola_cli.web:cli',
-        ],
+        ] + [f'tola-{name.replace("_", "-")}=tola_cli.{name}:cli' for name in CLI_TOOLS],
     },
 )

@@ -10,11 +10,19 @@ on ``sys.meta_path`` (standard library only: nothing heavy is imported at start)
      losses, metrics and models in BasicSR's registries.
 So ``python basicsr/train.py``, ``python -m basicsr.train``, ``torchrun ... basicsr/train.py --launcher pytorch``
 and any ``import basicsr`` see the plugin. ``TOLA_PLUGIN_HOOK=0`` (or off, false, no) turns the hook off.
+
+basicsr's ``__init__`` imports ``basicsr.train`` and ``basicsr.test`` itself, so ``python -m basicsr.train`` would
+find the module already imported when runpy is about to run it as ``__main__``, and say so (``RuntimeWarning:
+'basicsr.train' found in sys.modules after import of package 'basicsr' ...``). In such a process the hook forgets
+that imported copy once the plugin is registered (``forget_launcher_run_as_main``): runpy runs the launcher as
+``__main__`` exactly as before, without the warning; the plugin fits the ``__main__`` namespace itself
+(tola_plugin/basicsr_compat.py, item 11).
 """
 import os
 import sys
 
 ENV_VAR = 'TOLA_PLUGIN_HOOK'
+LAUNCHERS = ('basicsr.train', 'basicsr.test')
 _OFF, _ON = ('0', 'off', 'false', 'no'), ('', '1', 'on', 'true', 'yes')
 
 
@@ -51,6 +59,30 @@ class _RegisteringLoader:
         except Exception as err:
             raise ImportError(f'tola-plugin could not register itself into BasicSR: {err!r}; set {ENV_VAR}=0 to import '
                               f'basicsr without the plugin') from err
+        forget_launcher_run_as_main()
+
+
+def module_run_as_main(argv=None, orig_argv=None):
+    """The module ``python -m MODULE`` is about to run while runpy imports its package (``sys.argv[0]`` is '-m'
+    then, ``sys.orig_argv`` holds the command line), else None."""
+    argv = sys.argv if argv is None else argv
+    orig_argv = getattr(sys, 'orig_argv', []) if orig_argv is None else orig_argv
+    if not argv or argv[0] != '-m':
+        return None
+    for i, arg in enumerate(orig_argv[1:], start=1):
+        if arg == '-m':
+            return orig_argv[i + 1] if i + 1 < len(orig_argv) else None
+        if arg.startswith('-m'):
+            return arg[2:]
+    return None
+
+
+def forget_launcher_run_as_main():
+    """In ``python -m basicsr.train`` (or ``basicsr.test``), drop basicsr's imported copy of the launcher, so that
+    runpy runs it as ``__main__`` without its RuntimeWarning (see the module docstring)."""
+    name = module_run_as_main()
+    if name in LAUNCHERS:
+        sys.modules.pop(name, None)
 
 
 class BasicSRFinder:

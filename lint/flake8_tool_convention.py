@@ -3,23 +3,29 @@ docs/reliability.md, "Errors": argparse + ``main(argv)`` + ``run_tool`` (bad inp
 status 2), never a hand-written exit (TOL001-TOL003). Written by hand: no published flake8 plugin knows our
 ``run_tool``.
 
-Commands: ``tools/*.py``, ``tola_cli/infer.py``, ``tola_plugin/train.py``, ``tola_plugin/test.py``. A tool that
-only re-exports another command's ``main`` (``from tola_cli.infer import cli, main``) is that command.
+Commands: ``tools/*.py``, the modules of ``tola_cli/`` (but its helpers ``arguments``, ``command`` and
+``defaults``), ``tola_plugin/train.py``, ``tola_plugin/test.py``. A tool that only re-exports another command's
+``main`` (``from tola_cli.infer import cli, main``) is that command. ``run_tool`` or tola_cli's ``run_command``
+(which parses first, then calls ``run_tool``) runs a command.
 
-A tool (``tools/*.py``) is also argument parsing plus one call into the package (TOL004): its only top-level
-functions are ``main``, ``parse_args``, ``build_parser`` and argparse type functions named ``parse_*``, and it defines
-no class; helpers, loops over data and file writing live in a package module, where tests import them.
+A tool (``tools/*.py``, ``tola_cli/*.py``) is also argument parsing plus one call into the package (TOL004): its only
+top-level functions are ``main``, ``parse_args``, ``build_parser``, the console-script entry ``cli`` and argparse type
+functions named ``parse_*``, and it defines no class; helpers, loops over data and file writing live in a package
+module, where tests import them. ``tola_cli/web.py`` (the web server; its ``run`` is shared with
+tools/web_screenshot.py) is checked as a command only.
 """
 import ast
 import os
 
-COMMANDS = ('tola_cli/infer.py', 'tola_plugin/train.py', 'tola_plugin/test.py')
-TOL001 = 'TOL001 command line without run_tool(...) (docs/reliability.md, "Errors")'
+COMMANDS = ('tola_cli/web.py', 'tola_plugin/train.py', 'tola_plugin/test.py')
+CLI_HELPERS = ('__init__.py', 'arguments.py', 'command.py', 'defaults.py')
+RUNNERS = ('run_tool', 'run_command')
+TOL001 = 'TOL001 command line without run_tool(...) or run_command(...) (docs/reliability.md, "Errors")'
 TOL002 = 'TOL002 command line without a main() function'
 TOL003 = 'TOL003 command line exits by hand ({}); raise, and let run_tool set the exit status'
 TOL004 = ('TOL004 tool defines {} at top level; a tool is argument parsing plus one call into the package (only '
-          'main, parse_args, build_parser and parse_* argparse types): move it into a package module')
-TOOL_FUNCTIONS = ('main', 'parse_args', 'build_parser')
+          'main, parse_args, build_parser, cli and parse_* argparse types): move it into a package module')
+TOOL_FUNCTIONS = ('main', 'parse_args', 'build_parser', 'cli')
 
 
 def _path(filename: str) -> str:
@@ -28,7 +34,10 @@ def _path(filename: str) -> str:
 
 def is_tool(filename: str) -> bool:
     path = _path(filename)
-    return os.path.basename(os.path.dirname(path)) == 'tools' and path.endswith('.py')
+    folder, name = os.path.basename(os.path.dirname(path)), os.path.basename(path)
+    if not name.endswith('.py'):
+        return False
+    return folder == 'tools' or (folder == 'tola_cli' and name not in CLI_HELPERS and name != 'web.py')
 
 
 def is_command(filename: str) -> bool:
@@ -58,7 +67,7 @@ class ToolConvention:
         if 'main' not in functions and 'main' in imported:
             return  # an alias of another command, which is checked where it is written
         calls = [n for n in ast.walk(self.tree) if isinstance(n, ast.Call)]
-        if 'run_tool' not in {c.func.id for c in calls if isinstance(c.func, ast.Name)}:
+        if not set(RUNNERS) & {c.func.id for c in calls if isinstance(c.func, ast.Name)}:
             yield 1, 0, TOL001, type(self)
         if 'main' not in functions:
             yield 1, 0, TOL002, type(self)

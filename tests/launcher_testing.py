@@ -1,6 +1,7 @@
 """Helpers of the BasicSR-launcher tests: a checkout-like folder with BasicSR's own train.py/test.py, any option file
 of ours shrunk to a one-iteration CPU run, the commands of a docs page, and BasicSR's launchers run in process."""
 import copy
+import importlib
 import os
 import re
 import runpy
@@ -8,6 +9,7 @@ import shlex
 import shutil
 import sys
 import warnings
+from importlib.metadata import entry_points
 
 import yaml
 
@@ -24,6 +26,7 @@ TINY_NETWORKS = {
     'EDSR': dict(num_feat=8, num_block=1),
     'RCAN': dict(num_feat=16, num_group=1, num_block=1),
     'VGGStyleDiscriminator': dict(num_feat=4),
+    'UNetDiscriminatorSN_basicsr': dict(num_feat=4),
 }
 
 
@@ -40,8 +43,9 @@ def make_checkout(root):
 
 def tiny_options(opt, total_iter=1):
     """One of our option files (dict) shrunk for a CPU test: tiny networks, ``total_iter`` iterations of batch 2,
-    validation and a checkpoint at the end; the ImageNet-weighted parts (VGG19 perceptual loss of
-    ESRGAN, LPIPS trunks) without their files. Data paths, models, losses and everything else stay as the file says.
+    validation and a checkpoint at the end; the ImageNet-weighted parts (VGG19 perceptual loss of ESRGAN, LPIPS
+    trunks) without their files, the text-aware models' TransOCR the demo backbone's. Data paths, models, losses
+    and everything else stay as the file says.
     """
     opt = copy.deepcopy(opt)
     opt['num_gpu'] = 0
@@ -65,6 +69,8 @@ def tiny_options(opt, total_iter=1):
         scheduler = train['scheduler']
         if scheduler['type'] == 'CosineAnnealingRestartLR':
             scheduler.update(periods=[total_iter], restart_weights=[1])
+        if train.get('ocr_recognizer'):
+            train['ocr_recognizer'] = 'demo'  # the official transocr.pth cannot be here: the demo backbone's TransOCR
         perceptual = train.get('perceptual_opt')
         if perceptual and perceptual['type'] == 'LPIPSLoss':
             perceptual['pretrained_backbone'] = False
@@ -112,7 +118,8 @@ def run_tool_in_process(script, args):
 
 
 def doc_commands(relative):
-    """The ``python ...`` commands of the ```bash blocks of a docs page, continuation lines joined, as argv lists."""
+    """The ``python ...`` and ``tola-...`` commands of the ```bash blocks of a docs page, continuation lines joined,
+    as argv lists (``python`` itself dropped; a console script keeps its name first)."""
     text = open(os.path.join(REPO, relative), encoding='utf-8').read()
     commands = []
     for block in re.findall(r'```bash\n(.*?)```', text, re.S):
@@ -120,19 +127,33 @@ def doc_commands(relative):
             line = line.split('  #')[0].strip()
             if line.startswith('python '):
                 commands.append(shlex.split(line)[1:])
+            elif line.startswith('tola-'):
+                commands.append(shlex.split(line))
     return commands
 
 
-def run_doc_command(argv, cwd, monkeypatch, total_iter=1):
-    """Run one command of a docs page in ``cwd``: BasicSR's launchers on the tiny version of their option file
-    (written under ``cwd`` at the same relative path), the tools through their ``main``."""
+def console_script(name):
+    """The module of the installed console script ``name`` (its entry point in the package's metadata)."""
+    (entry, ) = entry_points(group='console_scripts', name=name)
+    return importlib.import_module(entry.module)
+
+
+def run_doc_command(argv, cwd, monkeypatch, total_iter=1, shrink=True):
+    """Run one command of a docs page in ``cwd`` as a shell would (``$VARIABLES`` expanded): BasicSR's launchers in
+    process, on the tiny version of their option file (written under ``cwd`` at the same relative path) when
+    ``shrink``, else on the option file the command names; the tools (``tools/X.py``, console scripts) through their
+    ``main``."""
+    argv = [os.path.expandvars(a) for a in argv]
     if argv[0] == '-m' and argv[1] in ('basicsr.train', 'basicsr.test'):
         args = list(argv[2:])
-        opt_at = args.index('-opt') + 1
-        write_tiny_option_file(args[opt_at], cwd, total_iter)
+        if shrink:
+            write_tiny_option_file(args[args.index('-opt') + 1], cwd, total_iter)
         return run_basicsr_in_process(argv[1], args, cwd, monkeypatch)
+    monkeypatch.chdir(cwd)
     if argv[0].startswith('tools/'):
-        monkeypatch.chdir(cwd)
         assert run_tool_in_process(os.path.basename(argv[0]), argv[1:]) == 0, argv
+        return None
+    if argv[0].startswith('tola-'):
+        assert console_script(argv[0]).main(argv[1:]) == 0, argv
         return None
     raise AssertionError(f'no way to run {argv} in the tests')

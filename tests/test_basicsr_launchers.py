@@ -3,7 +3,9 @@ BasicSR's train.py/test.py as scripts of a checkout and as ``python -m``, the si
 command by command, and a regular (non-editable) install of the package."""
 import glob
 import json
+import logging
 import os
+import re
 import subprocess
 import sys
 
@@ -103,6 +105,29 @@ def test_hook_finder_answers_once_and_a_failing_plugin_is_named(monkeypatch):
     assert Loader.executed and isinstance(module.__loader__, Loader)  # basicsr's own loader ran, and stays
 
 
+def test_python_m_launchers_run_without_runtime_warning(tmp_path):
+    """basicsr's __init__ imports basicsr.train and basicsr.test itself; in ``python -m basicsr.train`` the hook
+    forgets that copy once the plugin is registered, so runpy runs the launcher without "RuntimeWarning:
+    'basicsr.train' found in sys.modules" (the launcher still parses with the plugin's options: -h)."""
+    procs = {
+        m: subprocess.Popen([sys.executable, '-m', m, '-h'], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=tmp_path)
+        for m in ('basicsr.train', 'basicsr.test')
+    }
+    for module, proc in procs.items():
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0 and '--force_yml' in out, err[-2000:]
+        assert 'RuntimeWarning' not in err and 'found in sys.modules' not in err, (module, err[-2000:])
+
+
+def test_hook_knows_the_module_python_m_runs():
+    from tola_plugin_hook import module_run_as_main
+    assert module_run_as_main(['-m'], ['python', '-X', 'dev', '-m', 'basicsr.train', '-opt', 'x']) == 'basicsr.train'
+    assert module_run_as_main(['-m'], ['python', '-mbasicsr.test']) == 'basicsr.test'
+    assert module_run_as_main(['train.py'], ['python', 'train.py', '-m', 'basicsr.train']) is None  # a script
+    assert module_run_as_main(['-c'], ['python', '-c', 'import basicsr']) is None
+
+
 def read_logs(folder, prefix):
     return ''.join(open(p, encoding='utf-8').read() for p in sorted(glob.glob(os.path.join(folder, f'{prefix}_*.log'))))
 
@@ -159,15 +184,19 @@ def render_ctr_layout(root):
 
 
 def test_side_by_side_doc_commands(tmp_path, monkeypatch, one_thread):  # noqa: F811
-    """docs/baselines.md, "One comparison": every command in order (TOLA and each baseline trained one iteration
-    of a tiny network and tested by BasicSR's launchers), then the evaluation table of all methods."""
+    """docs/baselines.md, "One comparison" and "Text-aware baselines": every command in order (TOLA and each baseline
+    trained one iteration of a tiny network and tested by BasicSR's launchers), then the evaluation table."""
     render_ctr_layout(str(tmp_path))
     monkeypatch.setenv('TORCH_HOME', str(tmp_path / 'no_weights'))  # LPIPS, DISTS, FID: skipped, said so
     commands = doc_commands('docs/baselines.md')
-    assert [c[1] for c in commands[:2]] == ['basicsr.train', 'basicsr.test'] and commands[-1][0] == 'tools/evaluate.py'
-    evaluate = commands.pop()
+    (evaluate, ) = [c for c in commands if c[0] == 'tools/evaluate.py']
+    commands.remove(evaluate)
+    assert [c[1] for c in commands[:2]] == ['basicsr.train', 'basicsr.test']
     for argv in commands:
         run_doc_command(argv, str(tmp_path), monkeypatch)
+    for name in ('TextSwinIR_x4_CTR_test', 'TextESRGAN_x4_CTR_test'):  # the text-aware baselines, tested
+        images = glob.glob(str(tmp_path / 'results' / name / 'visualization' / 'CTR_TSR_Test_x4' / '*.png'))
+        assert len(images) == 2, name
 
     methods = dict(a.split('=', 1) for a in evaluate if '=' in a and not a.startswith('--'))
     assert set(methods) == {'TOLA', 'ESRGAN', 'RRDBNet', 'SwinIR', 'EDSR', 'RCAN'}
@@ -194,36 +223,68 @@ def test_side_by_side_doc_commands(tmp_path, monkeypatch, one_thread):  # noqa: 
     assert all(f'| {m} |' in table for m in methods)
 
 
-def test_own_data_doc_commands(tmp_path, monkeypatch, one_thread):  # noqa: F811
-    """docs/own_data.md: every command in order in an empty folder (12 rendered lines instead of 200)."""
+def test_own_data_doc_commands(tmp_path, monkeypatch, capsys, caplog, one_thread):  # noqa: F811
+    """docs/own_data.md as written: every command in order, from an empty folder outside the repository, with the
+    shipped demo backbone and no ImageNet file (12 rendered lines instead of 200; the option files unchanged)."""
     monkeypatch.setenv('TORCH_HOME', str(tmp_path / 'no_weights'))
+    monkeypatch.setenv('TOLA_PLUGIN', REPO)
+    work = tmp_path / 'my_tsr'
+    work.mkdir()
+    assert os.path.commonpath([str(work), REPO]) != REPO
     commands = doc_commands('docs/own_data.md')
-    assert commands[0][0] == 'tools/render_text.py'
+    assert commands[0][0] == 'tola-render-text' and commands[-1][0] == 'tola-evaluate'
     commands[0][commands[0].index('--num') + 1] = '12'
+    lpips_overrides = ['train:perceptual_opt=~', 'val:metrics:lpips=~']
+    logger = logging.getLogger('basicsr')  # BasicSR's logger does not propagate to the root logger
+    monkeypatch.setattr(logger, 'handlers', [caplog.handler])  # (its file handler is the first run's of the process)
+    caplog.set_level(logging.INFO, logger='basicsr')  # (its level is set by the process's first run, if any)
     for argv in commands:
-        run_doc_command(argv, str(tmp_path), monkeypatch)
+        if argv[:2] == ['-m', 'basicsr.train'] and lpips_overrides[0] in argv:
+            # first as a user with the ImageNet files absent who has not added the overrides yet: a clear choice
+            with pytest.raises(FileNotFoundError) as missing:
+                run_doc_command([a for a in argv if a not in lpips_overrides], str(work), monkeypatch, shrink=False)
+            message = str(missing.value)
+            for name in ('vgg16-397923af.pth', 'alexnet-owt-7be5be79.pth'):
+                assert f'{name} in {tmp_path / "no_weights" / "hub" / "checkpoints"}' in message
+                assert f'https://download.pytorch.org/models/{name}' in message
+            assert message.endswith('run without those parts: --force_yml ' + ' '.join(lpips_overrides))
+            assert not (work / 'experiments').exists()  # stopped before anything was made
+        run_doc_command(argv, str(work), monkeypatch, shrink=False)
 
-    test_set = tmp_path / 'datasets' / 'own' / 'test'
+    assert 'note: short_run: 4 iterations' in capsys.readouterr().err
+    for prefix in ('TOLA_', 'RRDBN'):  # the short run: 4 iterations, a loss line each, then the validation
+        assert all(
+            re.search(rf'\[{prefix}..\]\[epoch:\s+0, iter:\s+{i}, lr.*l_pix: ', caplog.text)
+            for i in (1, 2, 3, 4)), prefix
+        assert not re.search(rf'\[{prefix}..\]\[epoch:\s+\d+, iter:\s+5,', caplog.text)
+    assert len(re.findall(r'Validation CTR_TSR_val\n', caplog.text)) == 2  # once per run, after its last iteration
+    test_set = work / 'datasets' / 'own' / 'test'
     names = [line.split('\t')[0] for line in (test_set / 'labels.tsv').read_text(encoding='utf-8').splitlines()]
-    held_out = [int(v) for v in (tmp_path / 'datasets/own/holdout/val_index.txt').read_text().split()]
+    held_out = [int(v) for v in (work / 'datasets/own/holdout/val_index.txt').read_text().split()]
     assert names == [f'image-{i + 1:09d}.png' for i in held_out]  # the held-out lines, by LMDB key
     assert cv2.imread(str(test_set / 'lr_x4' / names[0])).shape == (32, 128, 3)
     assert cv2.imread(str(test_set / 'hr' / names[0])).shape == (128, 512, 3)
     parts = [
-        set(int(v) for v in (tmp_path / 'datasets/own' / f).read_text().split())
+        set(int(v) for v in (work / 'datasets/own' / f).read_text().split())
         for f in ('holdout/val_index.txt', 'split/train_index.txt', 'split/val_index.txt')
     ]
     assert sum(map(len, parts)) == 12 and len(set.union(*parts)) == 12  # disjoint, all lines
 
     # BasicSR's `python -m` launchers run from site-packages: the plugin keeps every output in the current folder
-    assert (tmp_path / 'tb_logger' / 'TOLA_own').is_dir() and (tmp_path / 'experiments' / 'RRDBNet_own').is_dir()
+    assert (work / 'tb_logger' / 'TOLA_own').is_dir() and (work / 'experiments' / 'RRDBNet_own').is_dir()
     site_packages = os.path.dirname(os.path.dirname(basicsr.__file__))
     assert not any(os.path.exists(os.path.join(site_packages, d)) for d in ('experiments', 'tb_logger', 'results'))
+    assert not any(
+        os.path.exists(os.path.join(REPO, d, n)) for d in ('experiments', 'results')
+        for n in ('TOLA_own', 'RRDBNet_own_test'))
 
-    summary = json.loads((tmp_path / 'results' / 'eval_own' / 'summary.json').read_text(encoding='utf-8'))
-    assert set(summary['summary']) == {'TOLA', 'RRDBNet'}
+    summary = json.loads((work / 'results' / 'eval_own' / 'summary.json').read_text(encoding='utf-8'))
+    assert set(summary['summary']) == {'TOLA', 'RRDBNet', 'Bicubic'}
     assert summary['protocol']['name_suffixes'] == {'TOLA': 'TOLA_own_test', 'RRDBNet': 'RRDBNet_own_test'}
-    assert summary['protocol']['n_images'] == len(names)
+    assert summary['protocol']['upscaled'] == {'Bicubic': 4} and summary['protocol']['n_images'] == len(names)
+    assert {'lpips', 'dists', 'fid'} <= set(summary['protocol']['skipped'])
+    upscaled = cv2.imread(str(work / 'results' / 'eval_own' / 'upscaled' / 'Bicubic' / names[0]))
+    assert upscaled.shape == (128, 512, 3)
 
 
 def test_basicsr_output_names():
@@ -262,9 +323,11 @@ def test_install_regular_wheel_registers_hook(tmp_path):
 
 @pytest.mark.parametrize('name', sorted(os.listdir(os.path.join(REPO, 'options', 'baselines'))))
 def test_baseline_files_are_stock_basicsr_with_our_data(name):
-    """Nothing of ours in a baseline file beyond the datasets (strictly checked), and its networks build (tiny)."""
+    """Nothing of ours in a baseline file beyond the datasets (strictly checked) and, in the text-aware files
+    (train_Text*.yml), the text-aware version of the BasicSR model with its ocr_opt; its networks build (tiny)."""
     opt = load_yaml(os.path.join(REPO, 'options', 'baselines', name))
-    assert opt['model_type'] in ('SRModel', 'ESRGANModel', 'SwinIRModel') and opt['scale'] == 4
+    model = opt['model_type'][4:] if name.startswith('train_Text') else opt['model_type']
+    assert model in ('SRModel', 'ESRGANModel', 'SwinIRModel') and opt['scale'] == 4
     for key in ('network_g', 'network_d'):
         if key in opt:
             assert ARCH_REGISTRY.get(opt[key]['type']).__module__.startswith('basicsr.archs.'), opt[key]['type']

@@ -1,18 +1,13 @@
 """One R,G,B parser and one device resolver for every command line."""
 import argparse
-import os
-import sys
 
 import pytest
 import torch
 
+from tola_cli import evaluate
 from tola_cli.arguments import rgb_triple
 from tola_cli.infer import build_parser
 from tola_plugin.utils.devices import resolve_device
-from conftest import REPO
-
-sys.path.insert(0, os.path.join(REPO, 'tools'))
-import evaluate  # noqa: E402
 
 
 def _type_of(parser, dest):

@@ -14,7 +14,7 @@ from basicsr.data.data_sampler import EnlargedSampler
 import tola_plugin  # noqa: F401  (registers the datasets)
 from tola_plugin.data.fudanvi_lmdb import write_fudanvi_lmdb
 from tola_plugin.data.text_degradation_dataset import DegradationError, TextDegradationDataset
-from tola_plugin.data.text_labels import TextLabelError
+from tola_plugin.data.text_labels import TextLabelError, text_targets
 from tola_plugin.text.alphabets import IDM_PAD, TRANSOCR_END, decode_idm, decode_transocr
 
 LABELS = ['Hello', 'world42', 'TOLA', 'abc', 'xyz7', 'Test', 'line', 'Ok99']
@@ -185,12 +185,16 @@ def test_corrupt_image_missing_key_and_empty_label(tmp_path):
 
 
 def test_unknown_character_errors_or_is_skipped(tmp_path):
+    """The label rule of every tool (docs/data.md, "Labels"): whitespace is removed for the targets, so a phrase with
+    spaces is valid; a character outside the TransOCR alphabet or more than 24 characters is not."""
     root = str(tmp_path / 'chars.lmdb')
-    write_fudanvi_lmdb(root, [(_png('ok'), 'ok'), (_png('x'), 'a b'), (_png('long'), 'y' * 25)])
-    with pytest.raises(TextLabelError, match=r"2 invalid label.*image-000000002.*' '"):
+    write_fudanvi_lmdb(root, [(_png('ok'), 'ok'), (_png('x'), 'a\u2603b'), (_png('long'), 'y' * 25),
+                              (_png('phrase'), 'Two Words  here')])
+    with pytest.raises(TextLabelError, match=r"2 invalid label.*skip_invalid_labels: true.*image-000000002.*U\+2603"):
         build_dataset(_opt(root))
     ds = build_dataset(_opt(root, skip_invalid_labels=True))
-    assert len(ds) == 1 and ds[0]['text'] == 'ok'
+    assert len(ds) == 2 and ds[0]['text'] == 'ok' and ds[1]['text'] == 'Two Words  here'  # the raw label is kept
+    assert ds[1]['ocr_target'].tolist()[:13] == text_targets('twowordshere', 'x')[1].tolist()[:13]
 
 
 def test_failing_degradation_raises_retries_or_skips(lmdb_root):

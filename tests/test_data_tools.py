@@ -1,6 +1,6 @@
 """tools/ and their modules in tola_plugin/data: make_lmdb round trip, 98/2 split, RT50 screening thresholds,
 RealCE-200 and RT50 builds."""
-import importlib.util
+import importlib
 import os
 
 import cv2
@@ -18,14 +18,10 @@ from tola_plugin.data.image_checks import (RT50_THRESHOLDS, dhash, failed_qualit
 from tola_plugin.data.text_line_source import LmdbLineSource
 from tola_plugin.utils.cli_errors import UsageError
 
-TOOLS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'tools')
-
 
 def _tool(name):
-    spec = importlib.util.spec_from_file_location(f'tools_{name}', os.path.join(TOOLS, name + '.py'))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """The command line ``tola-<name>`` (tola_cli/<name>.py; tools/<name>.py is its alias in a clone)."""
+    return importlib.import_module(f'tola_cli.{name}')
 
 
 def _text_image(text, w=512, h=128, seed=0, bg=185, fg=95, noise=4.0):
@@ -66,6 +62,43 @@ def test_make_lmdb_round_trip(tmp_path):
                       str(images), '--labels',
                       str(tmp_path / 'labels.tsv'), '--out',
                       str(tmp_path / 'x')]) == 0
+
+
+def test_one_label_rule_from_the_first_tool_on(tmp_path, capsys):
+    """docs/data.md, "Labels": a phrase with spaces passes every tool (whitespace is removed for the recognizers);
+    an invalid label stops tola-make-lmdb, the first tool, naming the labels file's line and the flag that drops it;
+    with --skip-invalid-labels (make_lmdb, make_test_set) such lines are left out with a warning."""
+    images = tmp_path / 'imgs'
+    images.mkdir()
+    rows = [('a.png', 'Hello World'), ('b.png', 'ok'), ('c.png', 'snow\u2603man'), ('d.png', 'z' * 25)]
+    for name, _ in rows:
+        ok, buf = cv2.imencode('.png', _text_image(name, 200, 50))
+        (images / name).write_bytes(buf.tobytes())
+    labels = tmp_path / 'labels.tsv'
+    labels.write_text('\n'.join(f'{n}\t{t}' for n, t in rows[:2]) + '\n\n' + '\n'.join(f'{n}\t{t}'
+                                                                                       for n, t in rows[2:]),
+                      encoding='utf-8')  # a blank line: the line numbers are the file's
+    tool = _tool('make_lmdb')
+    with pytest.raises(ValueError) as err:
+        tool.main(['--images', str(images), '--labels', str(labels), '--out', str(tmp_path / 'no.lmdb')])
+    assert str(err.value).startswith(f'2 invalid label(s) in {labels} (add --skip-invalid-labels to drop them)')
+    assert f'{labels}:4 (c.png): character' in str(err.value) and 'U+2603' in str(err.value)
+    assert f'{labels}:5 (d.png): label' in str(err.value) and not (tmp_path / 'no.lmdb').exists()
+    out = str(tmp_path / 'ok.lmdb')
+    assert tool.main(['--images', str(images), '--labels', str(labels), '--out', out, '--skip-invalid-labels']) == 0
+    assert 'warning: ' in capsys.readouterr().err and LmdbLineSource(out).labels == ['Hello World', 'ok']
+    test_set = tmp_path / 'test'
+    assert _tool('make_test_set').main(['--lmdb', out, '--out', str(test_set)]) == 0
+    assert (test_set / 'labels.tsv').read_text(encoding='utf-8').splitlines()[0].endswith('\tHello World')
+    # a folder with the invalid ones: make_test_set names its own flag (not the dataset option)
+    with pytest.raises(ValueError, match=r'invalid label.*add --skip-invalid-labels to drop them'):
+        _tool('make_test_set').main(['--images', str(images), '--labels', str(labels), '--out', str(tmp_path / 't2')])
+    assert _tool('make_test_set').main(
+        ['--images',
+         str(images), '--labels',
+         str(labels), '--out',
+         str(tmp_path / 't3'), '--skip-invalid-labels']) == 0
+    assert len((tmp_path / 't3' / 'labels.tsv').read_text(encoding='utf-8').splitlines()) == 2
 
 
 def test_split_matches_paper_counts_and_is_deterministic(tmp_path):

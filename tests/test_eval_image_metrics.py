@@ -30,9 +30,12 @@ def y_bt601(rgb01):
     return (16 + 65.481 * r + 128.553 * g + 24.966 * b) / 255
 
 
-def hand_ssim(y1, y2):
-    """Hand SSIM (Wang et al. 2004) on 8-bit luminance, 11x11 Gaussian sigma 1.5, 'valid' window positions."""
-    y1, y2 = np.round(y1 * 255), np.round(y2 * 255)
+def hand_ssim(y1, y2, rounded=True, clipped=True):
+    """Hand SSIM (Wang et al. 2004) on 8-bit luminance, 11x11 Gaussian sigma 1.5, 'valid' window positions, the
+    contrast-structure term clipped at 0 (pyiqa's); ``rounded``/``clipped`` False: BasicSR's calculate_ssim."""
+    y1, y2 = y1 * 255, y2 * 255
+    if rounded:
+        y1, y2 = np.round(y1), np.round(y2)
     ax = np.arange(11) - 5
     g = np.exp(-(ax[:, None]**2 + ax[None, :]**2) / (2 * 1.5**2))
     g /= g.sum()
@@ -40,7 +43,8 @@ def hand_ssim(y1, y2):
     c1, c2 = (0.01 * 255)**2, (0.03 * 255)**2
     mu1, mu2 = f(y1), f(y2)
     s11, s22, s12 = f(y1 * y1) - mu1**2, f(y2 * y2) - mu2**2, f(y1 * y2) - mu1 * mu2
-    cs = np.maximum((2 * s12 + c2) / (s11 + s22 + c2), 0)
+    cs = (2 * s12 + c2) / (s11 + s22 + c2)
+    cs = np.maximum(cs, 0) if clipped else cs
     return float((((2 * mu1 * mu2 + c1) / (mu1**2 + mu2**2 + c1)) * cs).mean())
 
 
@@ -103,6 +107,25 @@ def test_border_pixels_count(exact_metrics):
     got = exact_metrics(images_to_tensor(out), images_to_tensor(ref))['psnr'][0]
     mse = (y_bt601(np.full(3, 110 / 255)) - y_bt601(np.full(3, 100 / 255)))**2 * 30 / (20 * 30)
     within(abs(got - 10 * np.log10(1 / (mse + EPS))), TOL_DB, 'border-row PSNR (dB)')
+
+
+@pytest.mark.numerics
+def test_which_ssim_basicsr_log_and_evaluate(exact_metrics):
+    """docs/own_data.md, "Which SSIM": BasicSR's calculate_ssim (the ssim of the launchers' log) is the hand SSIM on
+    unrounded Y without the clip of negative contrast-structure terms; tools/evaluate.py's (pyiqa) rounds Y and
+    clips, so on a poor restoration (anti-correlated to the reference) it is clearly higher."""
+    from basicsr.metrics import calculate_ssim
+    rng = np.random.default_rng(3)
+    ref = rng.integers(0, 256, (1, 40, 72, 3)).astype(np.uint8)
+    out = ref.copy()
+    out[:, :, :36] = 255 - ref[:, :, :36]  # the left half anti-correlated: negative local structure terms there
+    y_out, y_ref = y_bt601(out[0] / 255.0), y_bt601(ref[0] / 255.0)
+    log_ssim = calculate_ssim(out[0][..., ::-1], ref[0][..., ::-1], 0, test_y_channel=True)
+    # BasicSR computes Y in float32 (its bgr2ycbcr), the hand value in float64: measured 5.7e-10, tolerance 1e-7 (175x)
+    within(abs(log_ssim - hand_ssim(y_out, y_ref, rounded=False, clipped=False)), 1e-7, 'BasicSR SSIM vs hand')
+    evaluated = exact_metrics(images_to_tensor(out), images_to_tensor(ref))['ssim'][0]
+    within(abs(evaluated - hand_ssim(y_out, y_ref)), TOL_SSIM, 'evaluate SSIM vs hand')
+    assert log_ssim < evaluated - 0.1  # BasicSR's negative terms lower its mean; pyiqa's are 0
 
 
 @pytest.mark.numerics

@@ -1,25 +1,21 @@
-"""tools/evaluate.py, tools/diagnose.py and tools/plot_results.py end to end on tiny inputs with known answers."""
+"""tola-evaluate, tola-diagnose and tola-plot-results (aliases tools/evaluate.py, ...) end to end on tiny inputs
+with known answers."""
 import json
 import os
 import shutil
-import sys
 
 import cv2
 import numpy as np
 import pytest
+from PIL import Image
+from test_eval_recognizers import SOFTMAX_TOL, cjk_font, forced, render_line, tiny_transocr  # noqa: E402
 
+from tola_cli import diagnose, evaluate, plot_results  # tools/diagnose.py, ...: their aliases in a clone
 from tola_plugin.evaluation import records as R
 from tola_plugin.evaluation.runner import evaluate_methods
 from tola_plugin.inference.prior_csv import read_prior_csv, write_prior_csv
 from tola_plugin.metrics.text_metrics import ned
 from tola_plugin.utils.atomic_files import write_json
-
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), '..', 'tools'))
-import diagnose  # noqa: E402
-import evaluate  # noqa: E402
-import plot_results  # noqa: E402
-from test_eval_recognizers import SOFTMAX_TOL, cjk_font, forced, render_line, tiny_transocr  # noqa: E402
-
 from figure_testing import annotations, capture_figures, grid_cells, scatter_points  # noqa: E402
 from numerics import within  # noqa: E402
 
@@ -140,9 +136,47 @@ def test_missing_inputs_and_size_mismatch(dataset, tmp_path):
     small.mkdir()
     for name in LINES:
         cv2.imwrite(str(small / name), np.zeros((64, 256, 3), np.uint8))
-    with pytest.raises(ValueError, match='differ in size'):
+    with pytest.raises(ValueError, match='differ in size.*add --upscale'):
         evaluate_methods({'s': str(small)}, str(tmp_path / 'o'), reference_dir=str(dataset / 'hr'), metrics=['psnr'],
                          progress=False)
+    for name in LINES:
+        cv2.imwrite(str(small / name), np.zeros((64, 200, 3), np.uint8))
+    with pytest.raises(ValueError, match='200x64 is not the reference.s 512x128 divided by a whole factor'):
+        evaluate_methods({'s': str(small)}, str(tmp_path / 'o'), reference_dir=str(dataset / 'hr'), metrics=['psnr'],
+                         progress=False, upscale=True)
+
+
+def test_bicubic_row_of_the_lr_folder(dataset, tmp_path, capsys):
+    """--method Bicubic=LR_DIR --upscale: the x4 LR lines resized to the references with PIL bicubic (TOLA's input
+    resize), scored as any method; methods at the references' size are left as they are."""
+    lr = tmp_path / 'lr_x4'
+    lr.mkdir()
+    for name in LINES:
+        hr = cv2.imread(str(dataset / 'hr' / name))
+        cv2.imwrite(str(lr / name), cv2.resize(hr, (hr.shape[1] // 4, hr.shape[0] // 4), interpolation=cv2.INTER_AREA))
+    out = tmp_path / 'eval'
+    argv = [
+        '--method', f'Bicubic={lr}', '--method', f'same={dataset / "same"}', '--reference',
+        str(dataset / 'hr'), '--metrics', 'psnr,ssim', '--out',
+        str(out), '--no-progress'
+    ]
+    assert evaluate.main(argv + ['--upscale']) == 0
+    summary = json.loads((out / 'summary.json').read_text(encoding='utf-8'))
+    assert summary['protocol']['upscaled'] == {'Bicubic': 4}
+    assert 'Bicubic: images upscaled x4' in capsys.readouterr().err
+    by_hand = tmp_path / 'by_hand'  # PIL bicubic of each LR line, written by this test
+    by_hand.mkdir()
+    for name in LINES:
+        rgb = np.asarray(Image.open(lr / name).convert('RGB').resize((512, 128), Image.BICUBIC))
+        assert np.array_equal(cv2.imread(str(out / 'upscaled' / 'Bicubic' / name))[..., ::-1], rgb)
+        Image.fromarray(rgb).save(by_hand / name)
+    evaluate_methods({'by_hand': str(by_hand)}, str(tmp_path / 'eval_by_hand'), reference_dir=str(dataset / 'hr'),
+                     metrics=['psnr', 'ssim'], progress=False)
+    expected = json.loads((tmp_path / 'eval_by_hand' / 'summary.json').read_text(encoding='utf-8'))['summary']
+    assert summary['summary']['Bicubic'] == expected['by_hand'] and summary['summary']['Bicubic']['psnr'] < 40
+    assert summary['summary']['same']['psnr'] == pytest.approx(80.0)  # untouched: identical to the references
+    with pytest.raises(ValueError, match='add --upscale'):
+        evaluate.main(argv)
 
 
 def test_labels_manifest_errors(tmp_path):

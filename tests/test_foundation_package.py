@@ -227,20 +227,31 @@ def test_the_tool_convention_is_a_lint_rule(tmp_path):
     alias.write_text('from tola_cli.infer import cli, main  # noqa: F401\n', encoding='utf-8')
     not_a_command = tmp_path / 'helpers.py'
     not_a_command.write_text('import sys\n\n\ndef helper():\n    sys.exit(0)\n', encoding='utf-8')
+    cli_helper = tmp_path / 'tola_cli' / 'helper_cli.py'  # a tola_cli command (console script) with a helper
+    cli_helper.parent.mkdir()
+    cli_helper.write_text(
+        'import argparse\n\nfrom tola_cli.command import run_command\n\n\ndef parse_args(argv=None):\n'
+        '    return argparse.ArgumentParser().parse_args(argv)\n\n\ndef count(args):\n    return 0\n\n\n'
+        'def main(argv=None):\n    return count(parse_args(argv))\n\n\ndef cli(argv=None):\n'
+        '    run_command(main, parse_args, argv)\n', encoding='utf-8')
     commands = [os.path.join('tools', n) for n in sorted(os.listdir(os.path.join(REPO, 'tools'))) if n.endswith('.py')]
-    commands += ['tola_cli/infer.py', 'tola_plugin/train.py', 'tola_plugin/test.py']
+    commands += [
+        os.path.join('tola_cli', n) for n in sorted(os.listdir(os.path.join(REPO, 'tola_cli'))) if n.endswith('.py')
+    ] + ['tola_plugin/train.py', 'tola_plugin/test.py']
     out = subprocess.run([
         sys.executable, '-m', 'flake8', '--select', 'TOL', *commands,
         str(bad),
         str(helper),
         str(thin),
         str(alias),
-        str(not_a_command)
+        str(not_a_command),
+        str(cli_helper)
     ], cwd=REPO, capture_output=True, text=True)
     flagged = sorted((line.split(':', 1)[0], line.split(': ', 1)[1].split(' ')[0]) for line in out.stdout.splitlines())
-    assert out.returncode == 1 and flagged == [(str(bad), 'TOL001'), (str(bad), 'TOL002'), (str(bad), 'TOL003'),
-                                               (str(bad), 'TOL004'), (str(helper), 'TOL004'),
-                                               (str(helper), 'TOL004')], out.stdout + out.stderr
+    assert out.returncode == 1 and flagged == sorted([(str(bad), 'TOL001'), (str(bad), 'TOL002'), (str(bad), 'TOL003'),
+                                                      (str(bad), 'TOL004'), (str(helper), 'TOL004'),
+                                                      (str(helper), 'TOL004'), (str(cli_helper), 'TOL004')]), \
+        out.stdout + out.stderr
     assert "TOL004 tool defines function 'count_lines'" in out.stdout
     assert "TOL004 tool defines class 'Report'" in out.stdout
 

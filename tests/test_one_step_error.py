@@ -9,6 +9,7 @@ import torch
 
 from tola_plugin.archs.tola_arch import TOLANet
 from tola_plugin.demo.one_step_error import mean_over_batches, one_step_error
+from tola_plugin.utils.cli_errors import run_tool
 from conftest import write_options
 from numerics import rel_err, within
 from tola_testing import REPO, load_yaml, one_thread, tiny_backbone, tiny_net_opt  # noqa: F401  (fixture)
@@ -68,7 +69,7 @@ def test_tool_on_a_tiny_test_option_file(rendered_sets, tmp_path, one_thread, ca
     opt_path = write_options(tmp_path / 'test.yml', test)
     out = tmp_path / 'one_step.json'
     with pytest.raises(SystemExit) as exit_info:  # the option file's checkpoint does not exist here
-        tool.run_tool(lambda: tool.main(['-opt', opt_path, '--checkpoint', str(tmp_path / 'missing.pth')]))
+        run_tool(lambda: tool.main(['-opt', opt_path, '--checkpoint', str(tmp_path / 'missing.pth')]))
     assert exit_info.value.code == 2 and 'missing.pth' in capsys.readouterr().err
     assert tool.main(['-opt', opt_path, '--frozen', '--num', '1', '--batch', '1', '--out', str(out)]) == 0
     saved = json.loads(out.read_text(encoding='utf-8'))

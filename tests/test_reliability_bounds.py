@@ -275,9 +275,7 @@ def test_evaluation_names_a_bomb_and_writes_atomically(tmp_path, capsys):
 
 
 def test_the_command_lines_default_to_the_library_bounds():
-    import evaluate
-
-    from tola_cli import infer, web
+    from tola_cli import evaluate, infer, web
     args = infer.parse_args(['-i', 'x'])
     assert args.max_megapixels * 1e6 == DEFAULT_MAX_PIXELS and args.max_windows == DEFAULT_MAX_WINDOWS
     assert args.max_output_megapixels * 1e6 == DEFAULT_MAX_OUTPUT_PIXELS

@@ -41,7 +41,8 @@ def test_lpips_loads_the_local_vgg16_file(tmp_path, monkeypatch):
     first_conv = loss.lpips.net.slice1[0].weight
     assert torch.all(first_conv == 0.01) and not first_conv.requires_grad
     x = torch.rand(1, 3, 32, 64)
-    assert loss(x, x).item() == 0.0
+    value, style = loss(x, x)  # BasicSR's (perceptual, style) pair
+    assert value.item() == 0.0 and style is None
     loss.train()
     assert not loss.lpips.training
 
@@ -49,7 +50,7 @@ def test_lpips_loads_the_local_vgg16_file(tmp_path, monkeypatch):
 def test_lpips_random_trunk_option_and_gradient():
     loss = build_loss(dict(type='LPIPSLoss', pretrained_backbone=False))
     pred = torch.rand(1, 3, 32, 64, requires_grad=True)
-    value = loss(pred, torch.rand(1, 3, 32, 64))
+    value, _ = loss(pred, torch.rand(1, 3, 32, 64))
     value.backward()
     assert value.item() > 0 and pred.grad.abs().sum() > 0
     with pytest.raises(ValueError, match='vgg'):

@@ -249,13 +249,3 @@ def test_option_file_builds_and_runs_one_iteration(path, tmp_path, rendered_sets
         model.feed_data(small_batch(dataset, n=1))
         model.test()
         assert model.output.shape == (1, 3) + SMALL
-
-
-def test_missing_validation_metric_weights_fail_before_training(tmp_path, rendered_sets, monkeypatch):
-    """train_TOLA.yml selects checkpoints by LPIPS-Alex: without its weight file the run stops at start, naming
-    the file, instead of at the first validation thousands of iterations in."""
-    opt = train_opt(tmp_path, rendered_sets)
-    opt['val']['metrics']['lpips'] = {'type': 'calculate_tola_lpips', 'better': 'lower'}
-    monkeypatch.setenv('TORCH_HOME', str(tmp_path / 'empty_torch_home'))
-    with pytest.raises(FileNotFoundError, match='alexnet-owt-7be5be79.pth'):
-        build_model(opt)

@@ -2,6 +2,14 @@
 import argparse
 
 
+def safetensors_path(text: str) -> str:
+    """A path ending with .safetensors (the files the converting and exporting tools write), else an argparse
+    error saying so."""
+    if not text.endswith('.safetensors'):
+        raise argparse.ArgumentTypeError(f'expected a file name ending with .safetensors, got {text!r}')
+    return text
+
+
 def rgb_triple(text: str):
     """'R,G,B' with three integers in [0, 255] -> (r, g, b); otherwise an argparse error saying what was expected."""
     try:

@@ -35,6 +35,11 @@ imports this module before anything else, so no other module of the package need
      where they import it from, and gives the calling script the same functions; run from an installed basicsr
      (``python -m``), whose root would be site-packages, experiments/, tb_logger/ and results/ go under the
      current directory instead.
+12.  What the command line may change beyond upstream's ``--force_yml`` (which can only set values): an entry of
+     ``val.metrics`` set to ``~`` is removed (upstream would call the metric ``None``: ``val:metrics:lpips=~``
+     drops LPIPS and keeps PSNR/SSIM); ``short_run: N`` applies the short-run preset (utils/short_run.py). Then
+     every weight file a metric or loss of the run reads is checked at start: a missing one is an error naming it,
+     where it comes from, and the override that runs without it (checkpoints/metric_weights.require_run_weights).
 """
 import sys
 
@@ -64,10 +69,12 @@ from basicsr.utils.dist_util import get_dist_info, master_only
 from basicsr.utils.logger import MessageLogger
 from basicsr.utils.options import ordered_yaml
 
+from tola_plugin.checkpoints.metric_weights import require_run_weights
 from tola_plugin.utils import cuda_math, distributed, run_lock
 from tola_plugin.utils.checkpoint_io import atomic_torch_save, weights_only_loads
 from tola_plugin.utils.devices import cuda_device_count
 from tola_plugin.utils.option_checks import OptionError, check_options
+from tola_plugin.utils.short_run import apply_short_run
 from tola_plugin.utils.training_resume import (LOOP, find_resume_state, keep_option_settings, read_training_state,
                                                rng_preserved, scheduler_settings)
 
@@ -248,11 +255,22 @@ def check_cuda_usable(opt, args):
         raise OptionError(f'num_gpu: auto found no usable GPU: {reason}. Set num_gpu: 0 to run on the CPU on purpose')
 
 
+def drop_removed_metrics(opt) -> None:
+    """Remove the ``val.metrics`` entries set to ``~`` (12); no metric left is ``metrics: ~``, as upstream's own."""
+    val = opt.get('val')
+    metrics = val.get('metrics') if isinstance(val, dict) else None
+    if isinstance(metrics, dict):
+        for name in [name for name, metric in metrics.items() if metric is None]:
+            del metrics[name]
+        if not metrics:
+            val['metrics'] = None
+
+
 def parse_options(root_path, is_train=True):
-    """Upstream's parser, then the start-up checks, the process group of a distributed run (started here, once
-    the options are known: ``start_distributed``), the CUDA math options (utils/cuda_math.py) and the experiment
-    lock (rank 0). Called first by BasicSR's pipelines, it also fits the calling launcher script to the plugin
-    (11)."""
+    """Upstream's parser, then the command line's removals and presets (12), the start-up checks (options, weight
+    files), the process group of a distributed run (started here, once the options are known:
+    ``start_distributed``), the CUDA math options (utils/cuda_math.py) and the experiment lock (rank 0). Called first
+    by BasicSR's pipelines, it also fits the calling launcher script to the plugin (11)."""
     root_path = _adopt_launcher_script(sys._getframe(1).f_globals, root_path)
     _LAUNCH.clear()
     _LAUNCH['deferring'] = True
@@ -263,11 +281,19 @@ def parse_options(root_path, is_train=True):
     finally:
         _LAUNCH['deferring'] = False
     LOOP.reset()
+    drop_removed_metrics(opt)
     try:
+        note = apply_short_run(opt)
         check_options(opt)
         check_cuda_usable(opt, args)
     except OptionError as err:
         raise OptionError(f'{args.opt}: {err}') from None
+    if note:
+        print(f'note: {note}', file=sys.stderr, flush=True)
+    try:
+        require_run_weights(opt)
+    except FileNotFoundError as err:
+        raise FileNotFoundError(f'{args.opt}: {err}') from None
     if 'launcher' in _LAUNCH:
         start_distributed(opt, _LAUNCH['launcher'])
         opt['rank'], opt['world_size'] = get_dist_info()

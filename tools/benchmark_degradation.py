@@ -7,17 +7,21 @@ batch in ~0.3 s. Example:
 """
 import argparse
 
-from tola_plugin.evaluation.degradation_benchmark import benchmark_degradation
-from tola_plugin.utils.cli_errors import run_tool
+from tola_cli.command import run_command
 
 
-def main(argv=None):
+def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument('--samples', type=int, default=30, help='samples per chain and scale')
     p.add_argument('--seed', type=int, default=0)
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    from tola_plugin.evaluation.degradation_benchmark import benchmark_degradation
     return benchmark_degradation(args.samples, args.seed)
 
 
 if __name__ == '__main__':
-    run_tool(main)
+    run_command(main, parse_args)

@@ -17,11 +17,10 @@ Example:
 """
 import argparse
 
-from tola_plugin.evaluation.efficiency_benchmark import benchmark_efficiency
-from tola_plugin.utils.cli_errors import run_tool
+from tola_cli.command import run_command
 
 
-def main(argv=None):
+def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument('-opt', required=True, help='option file with a TOLANet network_g')
     p.add_argument('--random-weights', action='store_true', help='build the backbone with random weights')
@@ -35,9 +34,15 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.repeats < 1:
         p.error('--repeats must be at least 1')
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    from tola_plugin.evaluation.efficiency_benchmark import benchmark_efficiency
     return benchmark_efficiency(args.opt, args.random_weights, args.height, args.width, args.steps, args.repeats,
                                 args.esrgan, args.device, args.out)
 
 
 if __name__ == '__main__':
-    run_tool(main)
+    run_command(main, parse_args)

@@ -18,6 +18,8 @@ import json
 import os
 import sys
 
+from tola_cli.command import run_command
+
 DEFAULT_OPT = os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'options', 'test', 'test_TOLA.yml')
 DEMO_TEST_OPT = os.path.join('options', 'demo', 'test_TOLA_demo.yml')
@@ -75,5 +77,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == '__main__':
-    from tola_plugin.utils.cli_errors import run_tool
-    run_tool(main)
+    run_command(main, parse_args)

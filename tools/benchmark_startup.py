@@ -14,19 +14,23 @@ Example:
 import argparse
 import os
 
-from tola_plugin.evaluation.startup_benchmark import benchmark_startup
-from tola_plugin.utils.cli_errors import run_tool
+from tola_cli.command import run_command
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument('--runs', type=int, default=200, help='timed starts per venv [200]')
     p.add_argument('--out', help='JSON with every timing')
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from tola_plugin.evaluation.startup_benchmark import benchmark_startup
     return benchmark_startup(REPO, args.runs, args.out)
 
 
 if __name__ == '__main__':
-    run_tool(main)
+    run_command(main, parse_args)

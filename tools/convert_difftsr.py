@@ -1,29 +1,9 @@
-"""Convert the official DiffTSR.ckpt once to a safetensors file in our (diffusers) layout.
+#!/usr/bin/env python
+"""Alias of ``tola-convert-difftsr`` (tola_cli/convert_difftsr.py), for a clone of the repository.
 
-    python tools/convert_difftsr.py checkpoints/DiffTSR.ckpt checkpoints/DiffTSR_tola.safetensors
-
-The official file is read with weights_only=True and memory-mapped; TDM_Decoder is dropped unread. The output
-holds ``idm.*``, ``vae.*``, ``mom.*`` tensors plus the component configs; ``load_difftsr`` (and every option
-file's ``difftsr_checkpoint``) accepts it in place of the .ckpt and loads it faster (no pickle, no renaming).
+From any folder: ``tola-convert-difftsr --help`` or ``python -m tola_cli.convert_difftsr --help``.
 """
-import argparse
-
-from tola_plugin.checkpoints.difftsr import COMPONENTS
-from tola_plugin.inference.weight_files import convert_difftsr
-from tola_plugin.utils.cli_errors import run_tool
-
-
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
-    parser.add_argument('input', help='official DiffTSR.ckpt')
-    parser.add_argument('output', help='output .safetensors')
-    parser.add_argument('--components', nargs='+', default=list(COMPONENTS), choices=COMPONENTS)
-    parser.add_argument('--verify', action='store_true', help='reload the output and compare every tensor')
-    args = parser.parse_args(argv)
-    if not args.output.endswith('.safetensors'):
-        parser.error(f'output must end with .safetensors, got {args.output!r}')
-    return convert_difftsr(args.input, args.output, args.components, args.verify)
-
+from tola_cli.convert_difftsr import cli, main  # noqa: F401  (main: for tests)
 
 if __name__ == '__main__':
-    run_tool(main)
+    cli()

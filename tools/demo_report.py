@@ -10,15 +10,19 @@ grid.png / grid.pdf. See docs/demo_backbone.md.
 """
 import argparse
 
-from tola_plugin.utils.cli_errors import run_tool
+from tola_cli.command import run_command
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('-opt', required=True, help='the test option file the test launcher ran')
     parser.add_argument('--grid-samples', type=int, default=6, help='lines shown in the grid (default 6)')
     parser.add_argument('--results-dir', help='default: results/<name of the option file>')
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
     from tola_plugin.demo.report import make_report, report_table
     report = make_report(args.opt, args.grid_samples, args.results_dir)
     print(report_table(report))
@@ -29,4 +33,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == '__main__':
-    run_tool(main)
+    run_command(main, parse_args)

@@ -1,47 +1,9 @@
-r"""Paired statistics and recognition diagnostics between two evaluated methods (supplement, Tables S9-S13).
+#!/usr/bin/env python
+"""Alias of ``tola-diagnose`` (tola_cli/diagnose.py), for a clone of the repository.
 
-Reads the per-image CSVs that tools/evaluate.py wrote, e.g.
-    python tools/diagnose.py --eval-dir results/eval --baseline DiffTSR --method TOLA \
-        --prior-csv results/TOLA/prior.csv --out results/diagnostics
-
-Writes <out>/diagnostics.json and <out>/diagnostics.md (and with --plots the recognition-diagnostics figure).
-Paired bootstrap: 5,000 filename-paired resamples (seeded); exact McNemar test for ACC. See docs/evaluation.md.
+From any folder: ``tola-diagnose --help`` or ``python -m tola_cli.diagnose --help``.
 """
-import argparse
-
-from tola_plugin.evaluation.diagnostics import diagnose_evaluations
-from tola_plugin.evaluation.records import PREFIX
-from tola_plugin.evaluation.statistics import N_RESAMPLES
-from tola_plugin.utils.cli_errors import run_tool
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument('--eval-dir', required=True, help='output folder of tools/evaluate.py')
-    p.add_argument('--eval-dir-baseline', help='evaluate.py folder of the baseline if it differs from --eval-dir')
-    p.add_argument('--baseline', required=True, help='method name A (e.g. DiffTSR)')
-    p.add_argument('--method', required=True, help='method name B (e.g. TOLA); changes are B - A')
-    p.add_argument(
-        '--prior-csv', help='per-image prior CSV (filename, prior_text, prior_confidence) of the '
-        'TOLA inference tool; enables confidence bins and prior strata')
-    p.add_argument(
-        '--recognizer', choices=tuple(PREFIX),
-        help='whose ACC/NED to diagnose (default: TransOCR when both evaluations have its columns, '
-        'else PP-OCRv4)')
-    p.add_argument('--resamples', type=int, default=N_RESAMPLES, help='bootstrap resamples (paper: 5000)')
-    p.add_argument('--seed', type=int, default=0, help='bootstrap seed')
-    p.add_argument('--out', required=True, help='output folder')
-    p.add_argument('--plots', action='store_true', help='also draw the recognition-diagnostics figure (PNG+PDF)')
-    return p
-
-
-def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
-    text = diagnose_evaluations(args.eval_dir, args.baseline, args.method, args.out, args.eval_dir_baseline,
-                                args.prior_csv, args.recognizer, args.resamples, args.seed, args.plots)
-    print(text, end='')
-    return 0
-
+from tola_cli.diagnose import cli, main  # noqa: F401  (main: for tests)
 
 if __name__ == '__main__':
-    run_tool(main)
+    cli()

@@ -1,34 +1,9 @@
 #!/usr/bin/env python
-"""Export a trained TOLA model as one merged, pickle-free safetensors file.
+"""Alias of ``tola-export-merged`` (tola_cli/export_merged.py), for a clone of the repository.
 
-The network is built from a TOLA option file (its ``network_g``: backbone checkpoints and switches), the
-adaptation state (LoRA + LRC) is loaded from a BasicSR checkpoint, LoRA is folded into the IDM and VAE
-weights with peft (``merge_and_unload``), and every tensor is written with the rebuild options in the file's
-metadata. ``TOLANet.from_merged(path)``, ``TOLANet.load_for_inference(path)`` and ``tola-infer --model``
-read it back (on a CPU the inference entry points convert its IDM and VAE for OpenVINO on first use and cache them:
-docs/inference.md, "Backends").
-
-    python tools/export_merged.py -opt options/test/test_TOLA.yml \\
-        --checkpoint experiments/TOLA_CTR/models/net_g_latest.pth --out checkpoints/TOLA_merged.safetensors --verify
+From any folder: ``tola-export-merged --help`` or ``python -m tola_cli.export_merged --help``.
 """
-import argparse
-
-from tola_plugin.inference.weight_files import export_merged
-from tola_plugin.utils.cli_errors import run_tool
-
-
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument('-opt', required=True, help='TOLA option file (network_g, path.pretrain_network_g)')
-    parser.add_argument('--checkpoint', help='adaptation checkpoint (default: path.pretrain_network_g)')
-    parser.add_argument('--out', required=True, help='output .safetensors file')
-    parser.add_argument('--verify', action='store_true',
-                        help='compare the unmerged and merged outputs on a random input (full size: minutes)')
-    args = parser.parse_args(argv)
-    if not args.out.endswith('.safetensors'):
-        parser.error('--out must end with .safetensors')
-    return export_merged(args.opt, args.out, args.checkpoint, args.verify)
-
+from tola_cli.export_merged import cli, main  # noqa: F401  (main: for tests)
 
 if __name__ == '__main__':
-    run_tool(main)
+    cli()

@@ -10,22 +10,25 @@ here and bicubic-downsampled.
 Same seed, same bytes. docs/restore.md shows what TOLA makes of them (tools/plot_restore_figure.py).
 """
 import argparse
-import sys
 
-from tola_plugin.data.restore_samples import write_restore_samples
-from tola_plugin.utils.cli_errors import run_tool
+from tola_cli.command import run_command
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                      allow_abbrev=False)
     parser.add_argument('--out', required=True, help='output folder (lines/, photo.png, photo.txt); must not exist')
     parser.add_argument('--scale', type=int, default=4, help='line downsampling factor (4; the photo: 3)')
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument('--font', help='font file (default: the first fontconfig Chinese font covering a text)')
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from tola_plugin.data.restore_samples import write_restore_samples
     return write_restore_samples(args.out, args.scale, args.seed, args.font)
 
 
 if __name__ == '__main__':
-    run_tool(lambda: main(sys.argv[1:]))
+    run_command(main, parse_args)

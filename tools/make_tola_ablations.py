@@ -12,18 +12,22 @@ fixed-checkpoint controls get a test_<v>.yml that evaluates the Full checkpoint.
 import argparse
 import os
 
-from tola_plugin.evaluation.ablation_options import update_ablation_files
-from tola_plugin.utils.cli_errors import run_tool
+from tola_cli.command import run_command
 
 OPTIONS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'options')
 
 
-def main(argv=None):
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--check', action='store_true', help='only check that the files are up to date')
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    from tola_plugin.evaluation.ablation_options import update_ablation_files
     return update_ablation_files(OPTIONS_DIR, args.check)
 
 
 if __name__ == '__main__':
-    run_tool(main)
+    run_command(main, parse_args)

@@ -12,10 +12,10 @@ route). Prints one line per quantity and writes them to --out (JSON) when given.
 """
 import argparse
 
-from tola_plugin.utils.cli_errors import run_tool
+from tola_cli.command import run_command
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('-opt', required=True, help='a TOLA test option file with one TextDegradationDataset')
     parser.add_argument('--checkpoint', help='adaptation checkpoint (default: path.pretrain_network_g)')
@@ -28,10 +28,14 @@ def main(argv=None) -> int:
         parser.error('--frozen runs without adapters: drop --checkpoint')
     if args.batch < 1 or args.num < 0:
         parser.error('--batch must be >= 1 and --num >= 0')
+    return args
 
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
     from tola_plugin.demo.one_step_error import measure_option_file  # torch and the networks: after parsing
     return measure_option_file(args.opt, args.checkpoint, args.frozen, args.num, args.batch, args.out)
 
 
 if __name__ == '__main__':
-    run_tool(main)
+    run_command(main, parse_args)

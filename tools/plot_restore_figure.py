@@ -10,22 +10,25 @@ lines PP-OCRv4 found | the photo restored in place.
 The PNG is palette-quantised to stay small (docs/ figures are committed).
 """
 import argparse
-import sys
 
-from tola_plugin.demo.restore_figure import plot_restore_figure
-from tola_plugin.utils.cli_errors import run_tool
+from tola_cli.command import run_command
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                      allow_abbrev=False)
     parser.add_argument('--samples', required=True, help='folder of tools/make_restore_samples.py')
     parser.add_argument('--out', required=True, help='output PNG')
     parser.add_argument('--model', help='merged TOLA model (default: the demo model of make demo)')
     parser.add_argument('--device', default='cpu')
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from tola_plugin.demo.restore_figure import plot_restore_figure
     return plot_restore_figure(args.samples, args.out, args.model, args.device)
 
 
 if __name__ == '__main__':
-    run_tool(lambda: main(sys.argv[1:]))
+    run_command(main, parse_args)

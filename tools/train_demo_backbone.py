@@ -14,11 +14,10 @@ Deterministic given ``seed`` and ``num_threads``.
 import argparse
 import sys
 
-from tola_plugin.demo.training import train_demo_backbone
-from tola_plugin.utils.cli_errors import run_tool
+from tola_cli.command import run_command
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('-opt', required=True, help='option file (options/demo/train_demo_backbone.yml)')
     parser.add_argument('--work-dir', help='override work_dir (pool, stage files, log)')
@@ -27,10 +26,15 @@ def main(argv=None) -> int:
         '--only', choices=('vae', 'transocr'),
         help='train just this stage (and the line pool), e.g. in a second process while the main '
         'run trains the other; the main run then reuses it')
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    from tola_plugin.demo.training import train_demo_backbone
     command = 'python tools/train_demo_backbone.py ' + ' '.join(sys.argv[1:] if argv is None else argv)
     return train_demo_backbone(args.opt, args.work_dir, args.output_dir, args.only, command)
 
 
 if __name__ == '__main__':
-    run_tool(main)
+    run_command(main, parse_args)

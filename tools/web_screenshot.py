@@ -9,12 +9,13 @@ Needs Chromium and chromedriver (tools/setup_env.sh installs them as root). An e
 --overwrite. The server and the browser are stopped before the tool ends.
 """
 import argparse
-import sys
+
+from tola_cli.command import run_command
 
 EXAMPLE = 'line_1x10.png'  # tola_plugin/rendered_samples: a 320x32 line, Chinese and Latin
 
 
-def main(argv=None) -> int:
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                      allow_abbrev=False)
     parser.add_argument('--out', required=True, help='PNG to write')
@@ -25,8 +26,11 @@ def main(argv=None) -> int:
     parser.add_argument('--width', type=int, default=1280, help='browser window width in CSS pixels (1280)')
     parser.add_argument('--timeout', type=float, default=120.0, help='seconds to wait for the result (120)')
     parser.add_argument('--overwrite', action='store_true', help='replace an existing --out')
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
 
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
     from tola_cli import web  # after parsing: --help and usage errors import nothing heavy
     from tola_plugin.inference.web_screenshot import screenshot_web_demo
     web_args = web.parse_args(['--port', '0'] + (['--model', args.model] if args.model else []) +
@@ -38,5 +42,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == '__main__':
-    from tola_plugin.utils.cli_errors import run_tool
-    run_tool(lambda: main(sys.argv[1:]))
+    run_command(main, parse_args)

@@ -13,11 +13,16 @@ refuses a file that needs code, naming it), and the libraries' own loads run wei
 Folders (both follow ``$TORCH_HOME``, default ``~/.cache/torch``):
 - torchvision backbones: ``torch.hub.get_dir()/checkpoints``
 - pyiqa calibration / FID weights: ``torch.hub.get_dir()/pyiqa``
+
+A run's option file is checked at start (``require_run_weights``, called by the launchers' option parser): every
+validation metric and training loss that reads a weight file, ours and BasicSR's ``PerceptualLoss``, is looked up,
+and the missing ones are one error naming each file, where it comes from, and the ``--force_yml`` override that runs
+without that part.
 """
 import contextlib
 import os
 from dataclasses import dataclass
-from typing import Dict, Iterator, Optional
+from typing import Dict, Iterator, List, Mapping, Optional, Tuple
 
 import torch
 
@@ -64,6 +69,12 @@ METRIC_WEIGHTS = {
 }
 # Files of the training loss LPIPS-VGG (losses/lpips_loss.py): the trunk only with pretrained_backbone.
 LPIPS_LOSS_WEIGHTS = (VGG16, LPIPS_VGG_LINEAR)
+# The registered BasicSR metrics (metrics/tola_iqa_metric.py, ``val.metrics.<name>.type``) that need weight files,
+# and the metric whose files they are.
+METRIC_TYPES = {'calculate_tola_lpips': 'lpips', 'calculate_tola_dists': 'dists'}
+# Where BasicSR's VGGFeatureExtractor (its PerceptualLoss, ESRGAN) looks first, relative to the current directory;
+# otherwise torchvision's cache.
+BASICSR_VGG_DIR = os.path.join('experiments', 'pretrained_models')
 
 
 def torchvision_cache_dir() -> str:
@@ -152,6 +163,64 @@ def no_downloads() -> Iterator[None]:
             yield
     finally:
         download_util.DEFAULT_CACHE_DIR, download_util.download_url_to_file, torch.hub.download_url_to_file = saved
+
+
+def vgg_weight_file(vgg_type: str) -> WeightFile:
+    """torchvision's ImageNet file of BasicSR's ``PerceptualLoss(vgg_type=...)`` (e.g. vgg19-dcbb9e9d.pth for
+    ESRGAN's 'vgg19'), named by torchvision's own weights table."""
+    import torchvision.models
+    weights = getattr(torchvision.models, f'{str(vgg_type).upper()}_Weights', None)
+    if weights is None:
+        raise ValueError(f'PerceptualLoss: vgg_type {vgg_type!r} is not a torchvision VGG')
+    url = weights.IMAGENET1K_V1.url
+    return WeightFile(
+        os.path.basename(url), TORCHVISION, f'torchvision {vgg_type} IMAGENET1K_V1 (BasicSR PerceptualLoss)', url)
+
+
+def run_weight_files(opt: Mapping) -> List[Tuple[str, str, Tuple[WeightFile, ...]]]:
+    """``(where, override, files)`` for every part of a parsed option dict that reads weight files: ``where`` names the
+    entry (``val.metrics.lpips (calculate_tola_lpips)``), ``override`` is the ``--force_yml`` entry that leaves it out
+    (``val:metrics:lpips=~``)."""
+    parts = []
+    if opt.get('is_train'):
+        for key, loss in (opt.get('train') or {}).items():
+            kind = loss.get('type') if isinstance(loss, Mapping) else None
+            if kind is not None and loss.get('loss_weight', 1.0) == 0:
+                continue  # off: TOLAModel builds no loss of weight 0 (the demo's LPIPS-VGG without its file)
+            if kind == 'LPIPSLoss':
+                files = LPIPS_LOSS_WEIGHTS if loss.get('pretrained_backbone', True) else (LPIPS_VGG_LINEAR, )
+            elif kind == 'PerceptualLoss':
+                vgg = vgg_weight_file(loss.get('vgg_type', 'vgg19'))
+                files = () if os.path.isfile(os.path.join(BASICSR_VGG_DIR, vgg.name)) else (vgg, )
+            else:
+                continue
+            parts.append((f'train.{key} ({kind})', f'train:{key}=~', files))
+    for name, metric in (((opt.get('val') or {}).get('metrics')) or {}).items():
+        kind = metric.get('type') if isinstance(metric, Mapping) else None
+        if kind in METRIC_TYPES:
+            parts.append((f'val.metrics.{name} ({kind})', f'val:metrics:{name}=~', METRIC_WEIGHTS[METRIC_TYPES[kind]]))
+    return parts
+
+
+def require_run_weights(opt: Mapping) -> None:
+    """Check the weight files of every part of a run (``run_weight_files``) before anything is built. The missing
+    ones are one FileNotFoundError, one line per file (the part that reads it, the file, its folder, where it comes
+    from), then the choice: copy them there, or run without those parts (their ``--force_yml`` overrides). A corrupt
+    file or one that needs pickled code is ``require_weight_files``' error."""
+    missing, overrides = [], []
+    for where, override, files in run_weight_files(opt):
+        absent = [w for w in files if not os.path.isfile(weight_path(w))]
+        for weight in absent:
+            missing.append(f'- {where}: {weight.name} in {os.path.dirname(weight_path(weight))} (from {weight.url})')
+        if absent:
+            overrides.append(override)
+        else:
+            require_weight_files(where, files)
+    if missing:
+        raise FileNotFoundError('weight files of this run are missing (nothing is downloaded at run time):\n' +
+                                '\n'.join(missing) + '\nCopy them there (TORCH_HOME sets the folder), or run without '
+                                f'{"that part" if len(overrides) == 1 else "those parts"}: --force_yml '
+                                f'{" ".join(overrides)}')
 
 
 def missing_metric_weights(metric: str) -> Optional[str]:

@@ -13,21 +13,28 @@ import numpy as np
 
 from tola_plugin.data.image_io import write_image
 from tola_plugin.data.text_degradation_dataset import TextDegradationDataset
+from tola_plugin.data.text_labels import TOOL_SKIP_HINT, InvalidLabelsError
 from tola_plugin.utils.cli_errors import UsageError
 
 
 def write_test_set(out: str, lmdb: Optional[str] = None, images: Optional[str] = None, labels: Optional[str] = None,
-                   index_list: Optional[str] = None, scale: int = 4, seed: int = 1) -> int:
+                   index_list: Optional[str] = None, scale: int = 4, seed: int = 1,
+                   skip_invalid_labels: bool = False) -> int:
     """Degrade the HR lines of the LMDB ``lmdb`` or of the folder ``images`` (with its labels TSV ``labels``),
     those of ``index_list`` (0-based; default all), at x``scale`` with ``seed``, into ``out``/hr, lr_x<scale> and
-    labels.tsv (written last: it marks a complete set). Prints one line; -> 0. UsageError when ``out`` already holds
-    a test set or two sources would get the same file name."""
+    labels.tsv (written last: it marks a complete set). Invalid labels (text_labels) are an error, or left out with
+    ``skip_invalid_labels``. Prints one line; -> 0. UsageError when ``out`` already holds a test set or two sources
+    would get the same file name."""
     if os.path.exists(os.path.join(out, 'labels.tsv')):
         raise UsageError(f'{out} already holds a test set (labels.tsv); remove it or choose another --out')
-    dataset = TextDegradationDataset({
-        'name': 'test_set', 'phase': 'test', 'dataroot_gt': lmdb or images, 'labels': labels, 'index_list': index_list,
-        'io_backend': {'type': 'lmdb' if lmdb else 'disk'}, 'seed': seed, 'scales': [scale], 'lq_size': 'native'
-    })
+    try:
+        dataset = TextDegradationDataset({
+            'name': 'test_set', 'phase': 'test', 'dataroot_gt': lmdb or images, 'labels': labels,
+            'index_list': index_list, 'io_backend': {'type': 'lmdb' if lmdb else 'disk'}, 'seed': seed,
+            'scales': [scale], 'lq_size': 'native', 'skip_invalid_labels': skip_invalid_labels
+        })
+    except InvalidLabelsError as err:  # the tool's flag, not the dataset option, drops them here
+        raise err.with_hint(TOOL_SKIP_HINT) from None
     hr_dir, lr_dir = os.path.join(out, 'hr'), os.path.join(out, f'lr_x{scale}')
     os.makedirs(hr_dir, exist_ok=True)
     os.makedirs(lr_dir, exist_ok=True)

@@ -4,13 +4,14 @@
 """
 import os
 import shutil
+import sys
 from typing import Iterable, Iterator, Sequence, Tuple
 
 import lmdb
 import numpy as np
 
 from tola_plugin.data.image_io import WHITE, decode_image
-from tola_plugin.data.text_labels import read_labels_tsv
+from tola_plugin.data.text_labels import TOOL_SKIP_HINT, read_labels_tsv_lines, usable_positions
 from tola_plugin.utils.cli_errors import UsageError
 
 
@@ -58,14 +59,20 @@ def iter_image_files(images: str, rows: Sequence[Tuple[str, str]]) -> Iterator[T
         yield data, text
 
 
-def write_lmdb_from_folder(images: str, labels: str, out: str, map_size: int = 1 << 34) -> int:
+def write_lmdb_from_folder(images: str, labels: str, out: str, map_size: int = 1 << 34,
+                           skip_invalid_labels: bool = False) -> int:
     """Folder ``images`` + labels TSV ``labels`` (filename<TAB>transcription) -> a new LMDB ``out``, samples in TSV
     order with their original encoded bytes, and ``out``/filenames.tsv mapping every key index to its file. A failed
-    write leaves no LMDB behind. Prints one line; -> 0. UsageError when ``images`` is not a folder or ``out``
-    already holds an LMDB."""
+    write leaves no LMDB behind. Every label is checked first (text_labels, the rule of every tool and dataset): an
+    invalid one is an error naming its line, or with ``skip_invalid_labels`` is left out with a warning. Prints one
+    line; -> 0. UsageError when ``images`` is not a folder or ``out`` already holds an LMDB."""
     if not os.path.isdir(images):
         raise UsageError(f'--images {images} is not a folder')
-    rows = read_labels_tsv(labels)
+    numbered = read_labels_tsv_lines(labels)
+    keep = usable_positions([text for _, _, text in numbered],
+                            lambda i: f'{labels}:{numbered[i][0]} ({numbered[i][1]})', 'lower', skip_invalid_labels,
+                            labels, lambda message: print(f'warning: {message}', file=sys.stderr), TOOL_SKIP_HINT)
+    rows = [numbered[i][1:] for i in keep]
     if os.path.exists(os.path.join(out, 'data.mdb')):
         raise UsageError(f'{out} already holds an LMDB; remove it or choose another --out')
     created = not os.path.exists(out)

@@ -109,6 +109,10 @@ class PairedTextDataset(data.Dataset):
         """(height, width) of the LR items."""
         lq_size = opt.get('lq_size', 'canvas')
         if lq_size == 'canvas':
+            if opt.get('scale') is not None and int(opt['scale']) > 1:
+                raise ValueError(f'dataset {opt.get("name")!r}: with lq_size: canvas (the default) the LR lines are '
+                                 f'resized to 128x512, the input of TOLA (scale: 1), but the option file\'s scale is '
+                                 f'{opt["scale"]} (a x{opt["scale"]} network such as BasicSR\'s): set lq_size: native')
             return CANVAS_H, CANVAS_W
         if lq_size != 'native':
             raise ValueError(f'lq_size must be "canvas" or "native", got {lq_size!r}')

@@ -127,6 +127,12 @@ class TextDegradationDataset(data.Dataset):
         lq_size = opt.get('lq_size', 'canvas')
         if lq_size not in LQ_SIZES:
             raise ValueError(f'lq_size must be one of {LQ_SIZES}, got {lq_size!r}')
+        scale = opt.get('scale')
+        if lq_size == 'canvas' and scale is not None and int(scale) > 1:
+            raise ValueError(
+                f'dataset {opt.get("name")!r}: with lq_size: canvas (the default) the LR lines are resized '
+                f'back to 128x512, the input of TOLA (scale: 1), but the option file\'s scale is {scale} '
+                f'(a x{scale} network such as BasicSR\'s): set scales: [{scale}] and lq_size: native')
         if lq_size == 'native':
             if len(self.scales) != 1:
                 raise ValueError(f'lq_size: native needs one scale (LR images of one size per batch), got scales '

@@ -4,9 +4,17 @@
 - ``read_index_list``: DiffTSR's index-list file (one 0-based integer per line).
 - ``text_targets``: IDM tokens (24, pad 6735) and the TransOCR target (25, END then -100 padding),
   normalized as DiffTSR's training dataset does (train/dataset/DiffTSR_training_dataset.py):
-  IDM text = ``label.lower()``; OCR text = ``strQ2B(label).lower()`` (its ``'$'`` end mark = our END).
+  IDM text = ``label.lower()``; OCR text = ``strQ2B(label).lower()`` (its ``'$'`` end mark = our END); whitespace
+  removed from both (neither alphabet has a space; the evaluation removes it too, text/normalize.py).
+
+One rule for every tool and dataset (docs/data.md, "Labels"): a label is valid when ``text_targets`` accepts it
+(not empty, at most 24 characters without whitespace, every character in the TransOCR alphabet). An invalid label
+is an error naming the sample at the first tool that reads it (tools/make_lmdb.py for a labels file, the datasets
+for an LMDB), unless the tool's ``--skip-invalid-labels`` or the dataset's ``skip_invalid_labels: true`` drops it
+with a warning.
 """
 import io
+import re
 from typing import Callable, List, Optional, Sequence, Tuple
 
 import torch
@@ -17,10 +25,25 @@ from tola_plugin.text.normalize import full_to_half
 OCR_TARGET_LEN = IDM_MAX_LEN + 1  # 24 characters + END
 OCR_IGNORE_INDEX = -100  # torch CrossEntropyLoss default ignore_index
 IDM_TEXT_NORMS = ('lower', 'q2b_lower')
+DATASET_SKIP_HINT = 'set skip_invalid_labels: true to drop them'
+TOOL_SKIP_HINT = 'add --skip-invalid-labels to drop them'
+_WHITESPACE = re.compile(r'\s+')
 
 
 class TextLabelError(ValueError):
     """A transcription that cannot be turned into training targets."""
+
+
+class InvalidLabelsError(TextLabelError):
+    """Invalid labels of one source: how many, the first five, and how to drop them (``hint``)."""
+
+    def __init__(self, where: str, errors: Sequence[str], hint: str = DATASET_SKIP_HINT):
+        self.where, self.errors = where, list(errors)
+        super().__init__(f'{len(self.errors)} invalid label(s) in {where} ({hint}); first: {self.errors[:5]}')
+
+    def with_hint(self, hint: str) -> 'InvalidLabelsError':
+        """The same error with another way to drop the labels (a tool's flag instead of the dataset option)."""
+        return InvalidLabelsError(self.where, self.errors, hint)
 
 
 def _text_lines(path: str, what: str):
@@ -43,6 +66,11 @@ def read_labels_tsv(path: str) -> List[Tuple[str, str]]:
     UTF-8 (a byte-order mark is allowed). Blank lines are ignored; a line without a tab, an empty filename or
     transcription, a repeated filename, or bytes that are not UTF-8 are an error naming the file and line.
     """
+    return [(name, text) for _, name, text in read_labels_tsv_lines(path)]
+
+
+def read_labels_tsv_lines(path: str) -> List[Tuple[int, str, str]]:
+    """``read_labels_tsv`` with each row's line number: ``[(line, filename, transcription), ...]``."""
     rows, seen = [], {}
     for lineno, line in enumerate(_text_lines(path, 'labels file'), start=1):
         line = line.rstrip('\r\n')
@@ -59,7 +87,7 @@ def read_labels_tsv(path: str) -> List[Tuple[str, str]]:
         if name in seen:
             raise ValueError(f'{path}:{lineno}: filename {name!r} repeats line {seen[name]}')
         seen[name] = lineno
-        rows.append((name, text))
+        rows.append((lineno, name, text))
     if not rows:
         raise ValueError(f'{path}: no labelled images')
     return rows
@@ -85,17 +113,19 @@ def read_index_list(path: str, size: Optional[int] = None) -> List[int]:
 
 
 def idm_text(label: str, norm: str = 'lower') -> str:
-    """The text behind the IDM tokens: DiffTSR's ``label.lower()``, or with full-to-half width first."""
+    """The text behind the IDM tokens: DiffTSR's ``label.lower()``, or with full-to-half width first; whitespace
+    removed."""
     if norm == 'lower':
-        return label.lower()
+        return _WHITESPACE.sub('', label.lower())
     if norm == 'q2b_lower':
-        return full_to_half(label).lower()
+        return _WHITESPACE.sub('', full_to_half(label).lower())
     raise ValueError(f'idm_text_norm must be one of {IDM_TEXT_NORMS}, got {norm!r}')
 
 
 def ocr_text(label: str) -> str:
-    """DiffTSR's ``label_ocr`` without its '$' end mark: full-width to half-width, then lower-case."""
-    return full_to_half(label).lower()
+    """DiffTSR's ``label_ocr`` without its '$' end mark: full-width to half-width, then lower-case; whitespace
+    removed (the ideographic space too: full-to-half makes it a space)."""
+    return _WHITESPACE.sub('', full_to_half(label).lower())
 
 
 def text_targets(label: str, sample: str, idm_norm: str = 'lower') -> Tuple[torch.Tensor, torch.Tensor]:
@@ -120,11 +150,11 @@ def text_targets(label: str, sample: str, idm_norm: str = 'lower') -> Tuple[torc
 
 
 def usable_positions(labels: Sequence[str], key: Callable[[int], str], idm_norm: str, skip_invalid: bool, where: str,
-                     warn: Callable[[str], None]) -> List[int]:
+                     warn: Callable[[str], None], hint: str = DATASET_SKIP_HINT) -> List[int]:
     """Positions of ``labels`` that give valid targets.
 
-    Invalid labels raise one TextLabelError listing the first five (naming each sample by ``key(i)``),
-    unless ``skip_invalid``: then they are dropped and reported through ``warn``.
+    Invalid labels raise one InvalidLabelsError listing the first five (naming each sample by ``key(i)``) and how
+    to drop them (``hint``), unless ``skip_invalid``: then they are dropped and reported through ``warn``.
     """
     positions, errors = [], []
     for i, label in enumerate(labels):
@@ -134,8 +164,7 @@ def usable_positions(labels: Sequence[str], key: Callable[[int], str], idm_norm:
         except TextLabelError as err:
             errors.append(str(err))
     if errors and not skip_invalid:
-        raise TextLabelError(f'{len(errors)} invalid label(s) in {where} (set skip_invalid_labels: true to drop '
-                             f'them); first: {errors[:5]}')
+        raise InvalidLabelsError(where, errors, hint)
     if errors:
         warn(f'{where}: skipped {len(errors)} sample(s) with invalid labels; first: {errors[:5]}')
     if not positions:

@@ -190,7 +190,7 @@ def training_iteration(net: TOLANet, losses: Mapping[str, nn.Module], batch: int
     if 'pixel_opt' in losses:
         total = total + losses['pixel_opt'](output, gt)
     if 'perceptual_opt' in losses:
-        total = total + losses['perceptual_opt'](output, gt)
+        total = total + losses['perceptual_opt'](output, gt)[0]  # (perceptual, style), BasicSR's convention
     if 'ocr_opt' in losses:
         targets = torch.zeros(batch, OCR_TARGET_LENGTH, dtype=torch.long, device='meta')
         total = total + losses['ocr_opt'](output, targets, TeacherForced(net.transocr))

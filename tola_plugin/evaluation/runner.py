@@ -2,7 +2,9 @@
 
 For each method folder: exact filename matching with the reference folder and the labels manifest, then per
 image PSNR/SSIM/LPIPS/DISTS and TransOCR/PP-OCRv4 ACC and NED, FID once over the two folders. Writes
-``per_image/<method>.csv``, ``summary.json`` and ``summary.md`` into the output folder.
+``per_image/<method>.csv``, ``summary.json`` and ``summary.md`` into the output folder. With ``upscale``, a method
+whose images are smaller than the references by a whole factor (an LR folder: the bicubic row) is first resized to
+them, PIL bicubic as TOLA's input (``data/text_line_source.canvas_rgb8``), into ``upscaled/<method>/``.
 """
 import os
 import sys
@@ -11,7 +13,8 @@ from typing import Dict, List, Mapping, Optional, Sequence
 import numpy as np
 
 from tola_plugin.checkpoints import metric_weights as W
-from tola_plugin.data.image_io import DEFAULT_MAX_PIXELS, WHITE, check_max_pixels, read_image_file
+from tola_plugin.data.image_io import DEFAULT_MAX_PIXELS, WHITE, check_max_pixels, read_image_file, write_image
+from tola_plugin.data.text_line_source import canvas_rgb8
 from tola_plugin.evaluation import records as R
 from tola_plugin.metrics.image_metrics import (DEFAULT_COLOR_SPACE, PAIRED_METRICS, PairedImageMetrics,
                                                fid_between_dirs, images_to_tensor)
@@ -68,7 +71,8 @@ def evaluate_methods(methods: Mapping[str, str], out_dir: str, reference_dir: Op
                      transocr_checkpoint: Optional[str] = None, transocr_preprocess: str = 'difftsr',
                      transocr_model=None, batch_size: int = 8, num_workers: int = 0, progress: bool = True,
                      ppocr_lower: bool = True, log=None, background: Sequence[int] = WHITE,
-                     max_pixels: Optional[int] = DEFAULT_MAX_PIXELS) -> Dict[str, Dict[str, float]]:
+                     max_pixels: Optional[int] = DEFAULT_MAX_PIXELS,
+                     upscale: bool = False) -> Dict[str, Dict[str, float]]:
     """Evaluate every ``{method name: restored folder}``; returns {method: {metric: value}} (also written).
 
     Set-level values: mean of per-image PSNR/SSIM/LPIPS/DISTS, ACC (fraction of exact matches), NED (mean);
@@ -80,6 +84,7 @@ def evaluate_methods(methods: Mapping[str, str], out_dir: str, reference_dir: Op
     Every image (restored and reference, FID included) is read through ``data/image_io.py``; transparent
     pixels are composited over ``background`` (RGB, white by default); an image over the budget ``max_pixels``
     (64 megapixels) or one no library can decode is an error naming it (an evaluation never leaves an image out).
+    ``upscale``: see the module docstring; the summary records each upscaled method's factor (``protocol.upscaled``).
     Every output file is written atomically.
     """
     if not methods:
@@ -114,6 +119,21 @@ def evaluate_methods(methods: Mapping[str, str], out_dir: str, reference_dir: Op
             (log or (lambda msg: print(msg, file=sys.stderr))
              )(f'evaluate: {name}: BasicSR test-launcher names <name>_{suffix}.png matched to <name>')
     names = R.match_filenames(sets)
+    upscaled = {}
+    if upscale:
+        if reference_dir is None:
+            raise ValueError('--upscale resizes methods to the references: give --reference')
+        methods = dict(methods)
+        for name in methods:
+            factor = upscale_folder(methods[name], files[name], names, reference_dir,
+                                    os.path.join(out_dir, 'upscaled', _safe(name)), background, max_pixels)
+            if factor > 1:
+                upscaled[name] = factor
+                methods[name] = os.path.join(out_dir, 'upscaled', _safe(name))
+                files[name] = {n: upscaled_name(n) for n in names}
+                (log or (lambda msg: print(msg, file=sys.stderr)))(
+                    f'evaluate: {name}: images upscaled x{factor} (PIL bicubic) to the references\' size, in '
+                    f'{methods[name]}')
 
     paired = [m for m in chosen if m in PAIRED_METRICS]
     image_metrics = PairedImageMetrics(paired, device, color_space) if paired else None
@@ -149,7 +169,7 @@ def evaluate_methods(methods: Mapping[str, str], out_dir: str, reference_dir: Op
         'n_images': len(names), 'metrics': chosen, 'luma_color_space': color_space, 'border_crop': 0,
         'background': list(background), 'lpips_net': 'alex', 'lower_case': lower, 'ppocr_lower_case': lower
         or ppocr_lower, 'skipped': skipped, 'transocr_preprocess': transocr_preprocess, 'reference_dir': reference_dir,
-        'labels': labels_path, 'methods': dict(methods), 'name_suffixes': suffixes
+        'labels': labels_path, 'methods': dict(methods), 'name_suffixes': suffixes, 'upscaled': upscaled
     }
     write_json(
         os.path.join(out_dir, 'summary.json'), {'protocol': protocol, 'summary': summary, 'per_image': per_image_files})
@@ -189,7 +209,8 @@ def score_folder(folder: str, names: Sequence[str], reference_dir: Optional[str]
             for n, x, y in zip(batch, restored, reference):
                 if x.shape != y.shape:
                     raise ValueError(f'{n}: restored image {x.shape[1]}x{x.shape[0]} and reference '
-                                     f'{y.shape[1]}x{y.shape[0]} differ in size (W x H); no resizing is done')
+                                     f'{y.shape[1]}x{y.shape[0]} differ in size (W x H); no resizing is done '
+                                     f'(for a folder of LR images, the bicubic row: add --upscale)')
             scores = _paired_scores(image_metrics, restored, reference)
             for i, row in enumerate(batch_rows):
                 row.update({k: float(v[i]) for k, v in scores.items()})
@@ -202,6 +223,36 @@ def score_folder(folder: str, names: Sequence[str], reference_dir: Optional[str]
         bar.update(len(batch))
     bar.close()
     return rows
+
+
+def upscaled_name(name: str) -> str:
+    """The file an upscaled image of reference ``name`` is written to: PNG, whatever the reference's format."""
+    return name if name.lower().endswith('.png') else f'{name}.png'
+
+
+def upscale_folder(folder: str, files: Mapping[str, str], names: Sequence[str], reference_dir: str, out: str,
+                   background: Sequence[int] = WHITE, max_pixels: Optional[int] = DEFAULT_MAX_PIXELS) -> int:
+    """The whole factor by which the images of ``folder`` (``files``: its file of each name) are smaller than their
+    references; when above 1, each is resized to its reference (PIL bicubic, ``canvas_rgb8``) and written to
+    ``out``/``upscaled_name(name)`` (PNG: lossless). 1 when every image has its reference's size; another size, or
+    two factors in one folder, is an error naming the image."""
+    factors = {}
+    for n in names:
+        img = read_image_file(os.path.join(folder, files[n]), background, max_pixels, order='RGB')
+        ref = read_image_file(os.path.join(reference_dir, n), background, max_pixels, order='RGB')
+        (h, w), (rh, rw) = img.shape[:2], ref.shape[:2]
+        factor = rh // h if rh % h == 0 and rw % w == 0 and rh // h == rw // w else None
+        if factor is None:
+            raise ValueError(
+                f'{os.path.join(folder, files[n])}: {w}x{h} is not the reference\'s {rw}x{rh} divided by a '
+                f'whole factor (W x H); --upscale resizes such images only')
+        factors.setdefault(factor, n)
+        if len(factors) > 1:
+            raise ValueError(f'{folder}: images at two sizes relative to the references (x{min(factors)} for '
+                             f'{factors[min(factors)]}, x{max(factors)} for {factors[max(factors)]})')
+        if factor > 1:
+            write_image(os.path.join(out, upscaled_name(n)), canvas_rgb8(img, rw, rh, order='RGB'), order='RGB')
+    return next(iter(factors), 1)
 
 
 def _paired_scores(image_metrics: PairedImageMetrics, restored_rgb, reference_rgb) -> Dict[str, np.ndarray]:

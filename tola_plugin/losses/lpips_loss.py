@@ -1,11 +1,15 @@
 """LPIPS-VGG perceptual loss (the ``lpips`` package) as a BasicSR loss: TOLA's L_percep.
 
+It returns BasicSR's perceptual-loss pair ``(perceptual, style)`` (style: None), so it is a ``perceptual_opt`` of
+any BasicSR model (SRModel, ESRGANModel, ...) as well as of TOLAModel.
+
 The LPIPS linear layers ship inside the ``lpips`` wheel; the VGG16 trunk is torchvision's ImageNet file
 ``vgg16-397923af.pth``, which must already be in ``$TORCH_HOME/hub/checkpoints/`` (nothing is downloaded).
 Both files are read weights-only before lpips/torchvision see them, and their own loads run weights-only
 (``checkpoints/metric_weights.py``): a file carrying pickled code is refused with its path.
 """
 import warnings
+from typing import Tuple
 
 import torch
 from torch import nn
@@ -63,6 +67,7 @@ class LPIPSLoss(nn.Module):
         self.lpips.eval()
         return self
 
-    def forward(self, pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-        """pred, target: (B, 3, H, W) RGB in [0, 1] -> scalar."""
-        return self.loss_weight * self.lpips(pred, target, normalize=True).mean()
+    def forward(self, pred: torch.Tensor, target: torch.Tensor) -> Tuple[torch.Tensor, None]:
+        """pred, target: (B, 3, H, W) RGB in [0, 1] -> (scalar, None): BasicSR's ``PerceptualLoss`` convention
+        (perceptual term, style term), so that BasicSR's models take it as their ``perceptual_opt``."""
+        return self.loss_weight * self.lpips(pred, target, normalize=True).mean(), None

@@ -28,13 +28,17 @@ class OCRCELoss(nn.Module):
         super().__init__()
         self.loss_weight = loss_weight
 
-    def forward(self, pred: torch.Tensor, targets: torch.Tensor, recognizer: nn.Module,
+    def forward(self, pred: torch.Tensor, targets: torch.Tensor, recognizer: Optional[nn.Module] = None,
                 num_tokens: Optional[int] = None) -> torch.Tensor:
         """pred: (B, 3, H, W) restored RGB in [0, 1]; targets: (B, L) native TransOCR class ids ending with END,
         padded with -100; recognizer: a TransOCR whose ``forward(images, targets)`` gives logits (B, L, C).
         num_tokens: when ``pred`` is a micro-batch of a larger batch (gradient accumulation), the number of target
         tokens of the whole batch: the sum over this micro-batch's tokens is divided by it, so the micro-batches'
         losses add up to the batch's mean. None: the mean over this batch's tokens."""
+        if recognizer is None:  # e.g. as pixel_opt of SRModel, which calls it with (output, gt)
+            raise ValueError('OCRCELoss reads the restored text with a recognizer and compares it with the label: it '
+                             'is the train.ocr_opt of TOLAModel or of TextSRModel / TextSwinIRModel / TextESRGANModel '
+                             '(models/text_sr_model.py), not a pixel_opt or perceptual_opt')
         if targets.dim() != 2 or targets.shape[0] != pred.shape[0]:
             raise ValueError(f'OCRCELoss: targets must be (B, L) with B={pred.shape[0]}, got {tuple(targets.shape)}')
         if recognizer.training:

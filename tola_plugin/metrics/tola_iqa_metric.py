@@ -17,20 +17,13 @@ import numpy as np
 
 from basicsr.utils.registry import METRIC_REGISTRY
 
-from tola_plugin.checkpoints.metric_weights import require_metric_weights
+from tola_plugin.checkpoints.metric_weights import METRIC_TYPES
 from tola_plugin.metrics.image_metrics import DEFAULT_COLOR_SPACE, PairedImageMetrics, images_to_tensor
 from tola_plugin.utils.devices import resolve_device
 
-# Registered metric -> the pyiqa metric whose local weight files it needs.
-WEIGHTED_METRICS = {'calculate_tola_lpips': 'lpips', 'calculate_tola_dists': 'dists'}
-
-
-def require_validation_weights(val_opt: Optional[dict]) -> None:
-    """Check up front that every weight file the ``val.metrics`` of an option file need exists, so that a
-    training run fails at start rather than at its first validation thousands of iterations later."""
-    for metric_opt in ((val_opt or {}).get('metrics') or {}).values():
-        if metric_opt.get('type') in WEIGHTED_METRICS:
-            require_metric_weights(WEIGHTED_METRICS[metric_opt['type']])
+# Registered metric -> the pyiqa metric whose local weight files it needs; a run's are checked at start
+# (checkpoints/metric_weights.require_run_weights, called by the launchers).
+WEIGHTED_METRICS = METRIC_TYPES
 
 
 def _device(device: Optional[str]) -> str:

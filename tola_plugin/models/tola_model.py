@@ -34,7 +34,6 @@ from tola_plugin.archs.tola_arch import image_noise_seed
 from tola_plugin.checkpoints.tola import write_adaptation_checkpoint
 from tola_plugin.losses.ocr_ce_loss import IGNORE_INDEX
 from tola_plugin.metrics.text_metrics import recognition_scores
-from tola_plugin.metrics.tola_iqa_metric import require_validation_weights
 
 
 @MODEL_REGISTRY.register()
@@ -57,7 +56,6 @@ class TOLAModel(SRModel):
     # ------------------------------------------------------------------------------ training setup
     def init_training_settings(self):
         train_opt = self.opt['train']
-        require_validation_weights(self.opt.get('val'))
         if train_opt.get('ema_decay', 0) > 0:
             raise ValueError('TOLAModel: train.ema_decay must be 0: an EMA copy of TOLANet would duplicate the '
                              'frozen ~1B-parameter backbone (and the paper uses no EMA)')
@@ -171,7 +169,7 @@ class TOLAModel(SRModel):
         if self.cri_pix is not None:
             losses['l_pix'] = self.cri_pix(output, self.gt[part]) * share
         if self.cri_perceptual is not None:
-            losses['l_lpips'] = self.cri_perceptual(output, self.gt[part]) * share
+            losses['l_lpips'] = self.cri_perceptual(output, self.gt[part])[0] * share  # (perceptual, style)
         if self.cri_ocr is not None:
             # the conditioning recognizer doubles as the (frozen, eval-mode) OCR-loss recognizer
             losses['l_ocr'] = self.cri_ocr(output, self.ocr_target[part], self.bare_net.transocr, num_tokens=ocr_tokens)

@@ -1,0 +1,75 @@
+"""Every command line answers --help at once, importing nothing of the package (they parse first: tola_cli/command.py);
+the user's tools are console scripts that run from any folder; the defaults their parsers repeat are the package's."""
+import importlib
+import json
+import os
+import subprocess
+import sys
+from importlib.metadata import entry_points
+
+from tola_cli.defaults import SOURCES
+from tola_testing import REPO
+
+TOOLS = sorted(n for n in os.listdir(os.path.join(REPO, 'tools')) if n.endswith('.py'))
+CLI_HELPERS = ('__init__.py', 'arguments.py', 'command.py', 'defaults.py')
+CLI_MODULES = sorted(n[:-3] for n in os.listdir(os.path.join(REPO, 'tola_cli'))
+                     if n.endswith('.py') and n not in CLI_HELPERS)
+HEAVY = ('torch', 'numpy', 'cv2', 'PIL', 'basicsr', 'tola_plugin', 'diffusers', 'lmdb', 'yaml')
+
+PROBE = r'''
+import contextlib, io, json, runpy, sys
+heavy = {heavy!r}
+seen = {{}}
+for kind, target in json.loads(sys.argv[1]):
+    sys.argv = [target, '--help']
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try:
+            runpy.run_path(target, run_name='__main__') if kind == 'path' else runpy.run_module(target,
+                                                                                               run_name='__main__')
+        except SystemExit as exit:
+            code = exit.code
+    seen[target] = [code, 'usage:' in out.getvalue(), sorted(m for m in heavy if m in sys.modules)]
+print(json.dumps(seen))
+'''
+
+
+def test_every_command_answers_help_without_the_package(tmp_path):
+    """``python tools/X.py --help`` and ``python -m tola_cli.X --help`` for every command, in one fresh interpreter
+    started outside the repository: the usage is printed, exit 0, and no heavy module (torch, basicsr, the package,
+    ...) was imported by any of them (so --help takes milliseconds, not the package's ~7 s import)."""
+    targets = [('path', os.path.join(REPO, 'tools', n)) for n in TOOLS] + [('module', f'tola_cli.{m}')
+                                                                           for m in CLI_MODULES]
+    proc = subprocess.run([sys.executable, '-c', PROBE.format(heavy=HEAVY),
+                           json.dumps(targets)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    seen = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(seen) == len(targets) > 30
+    for target, (code, usage, heavy) in seen.items():
+        assert code == 0 and usage and heavy == [], (target, code, usage, heavy)
+
+
+def test_the_users_tools_are_console_scripts_with_aliases_in_tools(tmp_path):
+    """Each tola_cli tool is the console script tola-<name> (installed metadata) and tools/<name>.py in a clone; the
+    installed script answers from a folder outside the repository."""
+    setup = open(os.path.join(REPO, 'setup.py'), encoding='utf-8').read()
+    scripts = {e.name: e.value for e in entry_points(group='console_scripts') if e.value.startswith('tola_cli.')}
+    for module in CLI_MODULES:
+        name = 'tola-' + module.replace('_', '-')
+        if module in ('infer', 'web'):
+            assert scripts[name] == f'tola_cli.{module}:cli'
+            continue
+        assert scripts[name] == f'tola_cli.{module}:cli' and f"'{module}'" in setup, module
+        alias = open(os.path.join(REPO, 'tools', f'{module}.py'), encoding='utf-8').read()
+        assert f'from tola_cli.{module} import cli, main' in alias, module
+    script = os.path.join(os.path.dirname(sys.executable), 'tola-make-lmdb')
+    proc = subprocess.run([script, '--help'], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.startswith('usage: tola-make-lmdb')
+
+
+def test_the_defaults_the_parsers_repeat_are_the_packages():
+    import tola_cli.defaults as defaults
+    for name, (module, attribute) in SOURCES.items():
+        theirs = getattr(importlib.import_module(module), attribute)
+        ours = getattr(defaults, name)
+        assert (tuple(theirs) if isinstance(ours, tuple) else theirs) == ours, name

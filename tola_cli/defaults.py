@@ -1,0 +1,41 @@
+"""The package's defaults and choices that the command lines' parsers show, repeated here so that parsing (and
+``--help``) imports nothing of the package. ``SOURCES`` names where each lives in the package;
+tests/test_cli_fast_help.py checks that every value here equals it."""
+
+TEXT_CATEGORIES = ('chinese', 'english', 'digits', 'mixed')
+TEXT_CATEGORY_PROBS = (0.4, 0.2, 0.2, 0.2)
+DIFFTSR_COMPONENTS = ('idm', 'vae', 'mom')
+RECOGNIZER_PREFIXES = ('transocr', 'ppocrv4')
+BOOTSTRAP_RESAMPLES = 5000
+GPU_CAPACITIES_GB = (24, 40, 48, 80, 96)
+GPU_RESERVE = 0.1
+MAX_PIXELS = 64_000_000
+WHITE = (255, 255, 255)
+ALL_METRICS = ('psnr', 'ssim', 'lpips', 'dists', 'fid', 'transocr', 'ppocrv4')
+COLOR_SPACE = 'ycbcr'
+LUMA_COLOR_SPACES = ('ycbcr', 'yiq')
+RT50_LABEL_LENGTHS = {'chinese': (2, 8), 'english': (3, 12), 'numeric': (2, 6)}
+RT50_THRESHOLDS = {
+    'min_width': 24, 'min_height': 8, 'aspect': (2.0, 10.0), 'gray_mean': (20.0, 235.0), 'gray_std': (10.0, 80.0),
+    'laplacian_var': (2.0, 1200.0), 'edge_density': (0.01, 0.65), 'min_entropy': 3.0, 'dhash_distance': 7
+}
+RT50_DIFFICULTIES = ('mild', 'medium', 'hard')
+
+#: name here -> (module, attribute) of the package; a dict there is compared by its keys where this is a tuple
+SOURCES = {
+    'TEXT_CATEGORIES': ('tola_plugin.data.text_render', 'CATEGORIES'),
+    'TEXT_CATEGORY_PROBS': ('tola_plugin.data.text_render', 'DEFAULT_CATEGORY_PROBS'),
+    'DIFFTSR_COMPONENTS': ('tola_plugin.checkpoints.difftsr', 'COMPONENTS'),
+    'RECOGNIZER_PREFIXES': ('tola_plugin.evaluation.records', 'PREFIX'),
+    'BOOTSTRAP_RESAMPLES': ('tola_plugin.evaluation.statistics', 'N_RESAMPLES'),
+    'GPU_CAPACITIES_GB': ('tola_plugin.evaluation.memory_estimate', 'CAPACITIES_GB'),
+    'GPU_RESERVE': ('tola_plugin.evaluation.memory_estimate', 'RESERVE'),
+    'MAX_PIXELS': ('tola_plugin.data.image_io', 'DEFAULT_MAX_PIXELS'),
+    'WHITE': ('tola_plugin.data.image_io', 'WHITE'),
+    'ALL_METRICS': ('tola_plugin.evaluation.runner', 'ALL_METRICS'),
+    'COLOR_SPACE': ('tola_plugin.metrics.image_metrics', 'DEFAULT_COLOR_SPACE'),
+    'LUMA_COLOR_SPACES': ('tola_plugin.metrics.image_metrics', 'LUMA_COLOR_SPACES'),
+    'RT50_LABEL_LENGTHS': ('tola_plugin.data.image_checks', 'RT50_LABEL_LENGTHS'),
+    'RT50_THRESHOLDS': ('tola_plugin.data.image_checks', 'RT50_THRESHOLDS'),
+    'RT50_DIFFICULTIES': ('tola_plugin.data.rt50_screening', 'DIFFICULTIES'),
+}
