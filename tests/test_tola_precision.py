@@ -52,7 +52,7 @@ def test_auto_on_cuda_never_measures_the_cpu(monkeypatch):
     """CUDA simulated: auto is bf16 on GPUs with native bf16, fp16 on older ones, without the CPU measurement."""
     monkeypatch.setattr(bf16_speed, 'bf16_speedup', lambda: pytest.fail('measured the CPU for a GPU'))
     for native, expected in ((True, torch.bfloat16), (False, torch.float16)):
-        monkeypatch.setattr(P, 'cuda_has_native_bf16', lambda: native)
+        monkeypatch.setattr(P, 'cuda_has_native_bf16', lambda device: native)
         assert P.resolve_precision('auto', 'cuda:0') == expected
 
 
