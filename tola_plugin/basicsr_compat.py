@@ -76,10 +76,17 @@ def run_pipeline(pipeline) -> int:
     """Run BasicSR's ``train_pipeline`` or ``test_pipeline`` from the current directory, as ``python -m
     tola_plugin.train`` / ``.test`` do: every ``torch.load`` weights-only; afterwards the run's locks are released and
     a distributed run's process group destroyed (torchrun / srun: NCCL warns, and may leak, when a group is never
-    destroyed). -> 0."""
+    destroyed). A rank of several that raises ends its process at once instead, naming the error
+    (``distributed.end_failed_rank``: destroying the group could wait on the other ranks for the whole timeout).
+    -> 0."""
     try:
         with weights_only_loads():
             pipeline(os.getcwd())
+    except Exception as err:
+        if distributed.distributed_world() > 1:
+            run_lock.release_all()
+            distributed.end_failed_rank(err)
+        raise
     finally:
         run_lock.release_all()
         distributed.end_process_group()
