@@ -59,9 +59,10 @@ def pytest_runtest_teardown(item):
 
 
 def pytest_addoption(parser):
-    parser.addoption('--require-cuda', action='store_true',
-                     help='the tests marked cuda fail, naming why, where no CUDA GPU is usable (make test-cuda, the '
-                     'GPU check), instead of being skipped')
+    parser.addoption(
+        '--require-cuda', action='store_true',
+        help='the tests marked cuda fail, naming why, where no CUDA GPU is usable (make test-cuda, the '
+        'GPU check), instead of being skipped')
 
 
 def cuda_unusable() -> str:

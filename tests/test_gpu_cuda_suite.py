@@ -6,9 +6,9 @@ import subprocess
 import pytest
 import torch
 
+from tola_plugin.utils import distributed
 import conftest
 import test_cuda
-from tola_plugin.utils import distributed
 from tola_testing import REPO
 
 
