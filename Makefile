@@ -38,11 +38,10 @@ lint: setup
 	$(PY) -m isort --check-only --diff $(LINT_PATHS)
 	$(PY) -m yapf --diff --recursive $(LINT_PATHS)
 
-# Two worker processes (pytest-xdist): the suite is CPU-bound and CI has 2 cores. loadgroup: the tests of one
-# xdist_group (the GPU bundle's) share one worker and what it built.
+# Two worker processes (pytest-xdist): the suite is CPU-bound and CI has 2 cores.
 test: setup
-	$(PY) -m pytest -q -n 2 --dist loadgroup -m 'not openvino' tests
-	$(PY) -m pytest -q -n 2 --dist loadgroup -m openvino tests
+	$(PY) -m pytest -q -n 2 -m 'not openvino' tests
+	$(PY) -m pytest -q -n 2 -m openvino tests
 
 # The tests that need a GPU (marked `cuda`): training, 2-rank NCCL DDP (with two GPUs), tola-infer and TOLAPipeline in
 # each precision, exact resume, the 200-step route (docs/testing.md). They fail, naming why, where no GPU is usable

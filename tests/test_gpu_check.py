@@ -3,6 +3,7 @@
 into an empty folder with ``pip install --no-index --no-deps --target`` and import (this Python is 3.11: the
 pure-Python ones; the binary ones are checked for their 3.12 tags and extension modules); ``gpu_check.sh --dry-run``
 runs every step on the CPU and writes the report; without a GPU the real check stops at once, naming why."""
+import fcntl
 import glob
 import hashlib
 import json
@@ -22,17 +23,19 @@ from tola_testing import REPO
 sys.path.insert(0, os.path.join(REPO, 'tools'))
 import gpu_check  # noqa: E402  (tools/gpu_check.py)
 
-pytestmark = pytest.mark.xdist_group('gpu_bundle')  # one worker builds the bundle once (make test: --dist loadgroup)
-
-
 @pytest.fixture(scope='module')
 def bundle(tmp_path_factory):
-    """``make gpu-bundle`` into a temporary folder (wheels fetched once into the tests' user cache)."""
-    out = tmp_path_factory.mktemp('gpu_bundle') / 'bundle'
-    env = {k: v for k, v in os.environ.items() if not k.startswith(('PYTEST_', 'MAKE'))}
-    proc = subprocess.run(['make', '-s', 'gpu-bundle', f'GPU_BUNDLE={out}'], cwd=REPO, capture_output=True, text=True,
-                          timeout=900, env=env)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    """``make gpu-bundle`` into a folder shared by the test workers, built once under a lock (wheels fetched once
+    into the tests' user cache)."""
+    shared = tmp_path_factory.getbasetemp().parent  # the same for every xdist worker of this session
+    out = shared / 'gpu_bundle'
+    with open(shared / 'gpu_bundle.lock', 'w') as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (out / 'MANIFEST.json').exists():
+            env = {k: v for k, v in os.environ.items() if not k.startswith(('PYTEST_', 'MAKE'))}
+            proc = subprocess.run(['make', '-s', 'gpu-bundle', f'GPU_BUNDLE={out}'], cwd=REPO, capture_output=True,
+                                  text=True, timeout=900, env=env)
+            assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return out
 
 
@@ -83,7 +86,7 @@ def test_its_wheels_install_into_an_empty_target_without_an_index_and_import(bun
     code = ('import importlib, json, sys\n'
             'print(json.dumps({m: importlib.import_module(m).__file__ for m in sys.argv[1:]}))')
     order = ['tola_plugin'] + sorted(modules - {'tola_plugin'})  # the package first: its torchvision shim (no hook)
-    proc = subprocess.run([sys.executable, '-c', code, *order], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, '-c', code, *order], capture_output=True, text=True, cwd=tmp_path,
                           env=dict(os.environ, PYTHONPATH=str(target), TOLA_PLUGIN_HOOK='0'))
     assert proc.returncode == 0, proc.stderr[-3000:]
     files = json.loads(proc.stdout.strip().splitlines()[-1])
