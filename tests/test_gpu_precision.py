@@ -19,6 +19,11 @@ from tola_testing import REPO, load_yaml, one_thread, tiny_net_opt, tiny_options
 pytestmark = pytest.mark.usefixtures('one_thread')
 
 
+def simulate_gpu(monkeypatch, native_bf16):
+    """A GPU whose bf16 is native (Ampere and newer) or emulated only (T4, V100: torch counts emulation)."""
+    simulate_gpus(monkeypatch, [(8, 0) if native_bf16 else (7, 5)])
+
+
 def simulate_gpus(monkeypatch, capabilities, current=0):
     """GPUs of the given compute capabilities ((8, 0) and newer: native bf16, Ampere; (7, 5): T4, emulated only),
     ``current`` the current device; torch's own device queries answer for them."""
@@ -37,18 +42,21 @@ def simulate_gpus(monkeypatch, capabilities, current=0):
                         lambda device=None: type('Props', (), {'major': capabilities[index(device)][0]})())
 
 
+@pytest.mark.parametrize('native_bf16', [True, False], ids=['ampere', 'turing'])
+def test_auto_on_cuda_uses_native_bf16_only(monkeypatch, native_bf16):
+    simulate_gpu(monkeypatch, native_bf16)
+    assert P.resolve_precision('auto', 'cuda') == (torch.bfloat16 if native_bf16 else torch.float16)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        assert P.resolve_precision('bf16', 'cuda') == torch.bfloat16
+    assert len(caught) == (0 if native_bf16 else 1)
+
+
 def bf16_warnings(device):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
         assert P.resolve_precision('bf16', device) == torch.bfloat16
     return len(caught)
-
-
-@pytest.mark.parametrize('native_bf16', [True, False], ids=['ampere', 'turing'])
-def test_auto_on_cuda_uses_native_bf16_only(monkeypatch, native_bf16):
-    simulate_gpus(monkeypatch, [(8, 0) if native_bf16 else (7, 5)])
-    assert P.resolve_precision('auto', 'cuda') == (torch.bfloat16 if native_bf16 else torch.float16)
-    assert bf16_warnings('cuda') == (0 if native_bf16 else 1)
 
 
 @pytest.mark.parametrize('current', [0, 1])
