@@ -23,11 +23,13 @@ from tola_testing import REPO
 sys.path.insert(0, os.path.join(REPO, 'tools'))
 import gpu_check  # noqa: E402  (tools/gpu_check.py)
 
+
 @pytest.fixture(scope='module')
-def bundle(tmp_path_factory):
-    """``make gpu-bundle`` into a folder shared by the test workers, built once under a lock (wheels fetched once
-    into the tests' user cache)."""
-    shared = tmp_path_factory.getbasetemp().parent  # the same for every xdist worker of this session
+def bundle(tmp_path_factory, worker_id):
+    """``make gpu-bundle`` into a folder shared by the test workers of this session, built once under a lock
+    (wheels fetched once into the tests' user cache)."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base if worker_id == 'master' else base.parent  # the parent: the same for every xdist worker
     out = shared / 'gpu_bundle'
     with open(shared / 'gpu_bundle.lock', 'w') as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

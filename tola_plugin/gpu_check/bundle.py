@@ -14,7 +14,6 @@ manylinux x86-64, fetched with pip (``pip download --only-binary``; sources buil
 a cache folder, so a second build needs no network.
 """
 import datetime
-import hashlib
 import importlib.metadata
 import os
 import re
@@ -26,6 +25,7 @@ from typing import Dict, List, Optional
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
+from tola_plugin.data.image_checks import sha256_file
 from tola_plugin.data.rendered_lines import write_rendered_lines
 from tola_plugin.gpu_check.environment import IMAGE_MODULES
 from tola_plugin.utils.atomic_files import write_json
@@ -134,19 +134,11 @@ def package_wheel(root: str, out: str) -> str:
     return _find_wheel(out, 'tola-plugin', importlib.metadata.version('tola-plugin'))
 
 
-def sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, 'rb') as f:
-        for block in iter(lambda: f.read(1 << 20), b''):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def wheel_entry(path: str, name: str, origin: str) -> Dict:
     """The manifest's record of one wheel."""
     return {
         'distribution': name, 'version': importlib.metadata.version(name), 'file': os.path.basename(path),
-        'origin': origin, 'bytes': os.path.getsize(path), 'sha256': sha256(path)
+        'origin': origin, 'bytes': os.path.getsize(path), 'sha256': sha256_file(path)
     }
 
 

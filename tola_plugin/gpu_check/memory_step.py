@@ -2,7 +2,8 @@
 and bf16, each without and with gradient checkpointing of all three parts, in this process on one GPU: the peak
 GPU memory (``torch.cuda.max_memory_allocated``: tensors, as the estimate counts them) next to
 ``tools/estimate_memory.py``'s prediction (fp32 only: the estimate's precision), and the seconds per iteration (median
-of the iterations after the first). A dry run measures on the CPU, where no peak is read."""
+of the iterations after the first; a training run's math: IEEE fp32, cuDNN benchmarking). A dry run measures on the
+CPU, where no peak is read."""
 import gc
 import statistics
 import time
@@ -16,6 +17,7 @@ from basicsr.models import build_model
 from tola_plugin.archs.tola_adaptation import CHECKPOINTABLE
 from tola_plugin.evaluation.memory_estimate import GIB, estimate
 from tola_plugin.gpu_check.configs import training_options
+from tola_plugin.utils import cuda_math
 
 CONFIGS = [(precision, parts) for precision in ('fp32', 'bf16') for parts in ((), CHECKPOINTABLE)]
 
@@ -82,6 +84,8 @@ def memory_step(root: str, dry_run: bool) -> Dict:
         k: f'experiments/{opt["name"]}'
         for k in ('experiments_root', 'models', 'training_states', 'log', 'visualization')
     })
+    cuda_math.apply_options(dict(opt, deterministic=False))  # a training run's math: IEEE fp32 (allow_tf32: false)
+    torch.backends.cudnn.benchmark = True  # and BasicSR's cuDNN benchmarking (the first iteration is not timed)
     model = build_model(opt)
     batch = batch_of(opt, batch_size)
     rows, threads = [], torch.get_num_threads()
