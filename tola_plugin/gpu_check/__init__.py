@@ -3,6 +3,8 @@ lease with a stock CUDA PyTorch image runs with ``gpu_check.sh REPORT_DIR``; it 
 JSON file, whether and how fast TOLA trains and infers on that GPU.
 
 - ``bundle.py``: builds the folder (this package's wheel, the wheels the image lacks, options, tests, data).
-- ``run.py``: the check's five steps, one report; ``--dry-run`` runs them on the CPU with the demo backbone.
-- ``environment.py`` (what the machine and the imports are), ``steps_*.py`` (the steps), ``report.py``.
+- ``run.py``: the check's steps in turn, one report (``report.py``); ``--dry-run`` runs them on the CPU with the
+  tiny network. ``environment.py``: the machine and where each imported distribution comes from.
+- The steps: ``cuda_tests_step.py`` (1), ``resume_step.py`` (2), ``memory_step.py`` (3, and 4's training speed),
+  ``inference_step.py`` (4); their option dicts: ``configs.py``.
 """
