@@ -17,7 +17,7 @@ LAYERS = {
     'inference': 4, 'models': 4,
     'evaluation': 5,
     'demo': 6,
-    'train': 7, 'test': 7, '__init__': 7,
+    'train': 7, 'test': 7, '__init__': 7, 'gpu_check': 7,
 }  # yapf: disable
 LAY001 = 'LAY001 tola_plugin.{src} (layer {a}) imports tola_plugin.{dst} (layer {b}): imports point down the layers ' \
          '(docs/architecture.md)'

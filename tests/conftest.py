@@ -11,6 +11,7 @@ import yaml
 
 import tola_plugin  # noqa: F401  (registers everything before any test builds from options)
 from tola_plugin.data.text_render import TextLineRenderer
+from tola_plugin.utils import distributed
 import numerics
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -33,8 +34,11 @@ def pytest_report_header(config):
 @pytest.hookimpl(tryfirst=True)
 def pytest_runtest_setup(item):
     """Lets ``numerics.within`` refuse tolerance checks in tests that the forced-ISA CI runs would skip (set before
-    the test's fixtures, so module fixtures built for a marked test may check too)."""
+    the test's fixtures, so module fixtures built for a marked test may check too); fails a ``cuda`` test that
+    ``--require-cuda`` asked for on a machine without a usable GPU."""
     numerics._ACTIVE['marked'] = item.get_closest_marker('numerics') is not None
+    if CUDA_FAILURE in item.stash:
+        pytest.fail(item.stash[CUDA_FAILURE], pytrace=False)
 
 
 @pytest.fixture(autouse=True)
@@ -54,16 +58,40 @@ def pytest_runtest_teardown(item):
     numerics._ACTIVE['marked'] = False
 
 
-def pytest_collection_modifyitems(config, items):
-    """Tests marked ``cuda`` are skipped, with the reason, where torch sees no CUDA device (make test-cuda)."""
+def pytest_addoption(parser):
+    parser.addoption(
+        '--require-cuda', action='store_true',
+        help='the tests marked cuda fail, naming why, where no CUDA GPU is usable (make test-cuda, the '
+        'GPU check), instead of being skipped')
+
+
+def cuda_unusable() -> str:
+    """Why the tests marked ``cuda`` cannot run here ('' when torch can use a CUDA GPU)."""
     import torch
     if torch.cuda.is_available():
+        return ''
+    return distributed.cuda_unusable_reason(False, torch.version.cuda, distributed.nvidia_driver_version()) or (
+        f'torch {torch.__version__} sees no CUDA device (no NVIDIA driver is loaded)')
+
+
+CUDA_FAILURE = pytest.StashKey[str]()
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``cuda`` are skipped, with the reason, where no CUDA GPU is usable; with ``--require-cuda``
+    (make test-cuda: asked to test a GPU) they fail with it instead."""
+    reason = cuda_unusable()
+    if not reason:
         return
-    reason = pytest.mark.skip(reason=f'needs a CUDA GPU; torch {torch.__version__} sees none here (make test-cuda on '
-                              'a GPU machine, docs/testing.md)')
+    required = config.getoption('require_cuda')
+    skip = pytest.mark.skip(reason=f'needs a CUDA GPU: {reason} (make test-cuda on a GPU machine, docs/testing.md)')
     for item in items:
-        if item.get_closest_marker('cuda') is not None:
-            item.add_marker(reason)
+        if item.get_closest_marker('cuda') is None:
+            continue
+        if required:
+            item.stash[CUDA_FAILURE] = f'--require-cuda (make test-cuda) but no CUDA GPU is usable: {reason}'
+        else:
+            item.add_marker(skip)
 
 
 def render_pairs(folder, num, seed, scale=4):

@@ -26,7 +26,7 @@ from tola_plugin.archs.precision import cuda_has_native_bf16
 from tola_plugin.archs.tola_adaptation import CHECKPOINTABLE
 from tola_plugin.archs.transocr_arch import TransOCR
 from tola_plugin.inference.pipeline import TOLAPipeline
-from tola_plugin.utils.cuda_math import tf32_allowed
+from tola_plugin.utils.cuda_math import set_deterministic, tf32_allowed
 from backbone_testing import DATA, official_fixture, write_tiny_official_ckpt
 from conftest import free_port, run_launcher, write_options
 from inference_testing import write_tiny_merged
@@ -62,7 +62,7 @@ def gpu_batch(opt, n=2):
 
 @pytest.mark.parametrize('precision', ['fp32', 'bf16'])
 def test_one_training_iteration(tmp_path, rendered_sets, precision):
-    if precision == 'bf16' and not cuda_has_native_bf16():
+    if precision == 'bf16' and not cuda_has_native_bf16('cuda'):
         pytest.skip('this GPU has no native bf16')
     opt = gpu_train_opt(tmp_path, rendered_sets)
     opt['network_g']['precision'] = precision
@@ -132,7 +132,7 @@ def line_image(folder):
 
 @pytest.mark.parametrize('precision', PRECISIONS)
 def test_pipeline_and_tola_infer_in_each_precision(tiny_model, tmp_path, precision):
-    if precision == 'bf16' and not cuda_has_native_bf16():
+    if precision == 'bf16' and not cuda_has_native_bf16('cuda'):
         pytest.skip('this GPU has no native bf16')
     path = line_image(str(tmp_path))
     pipe = TOLAPipeline.from_merged(tiny_model).to('cuda').set_switches(precision=precision)
@@ -159,7 +159,9 @@ def test_exact_resume_on_cuda_with_deterministic_algorithms(rendered_sets, tmp_p
     assert got.keys() == expected.keys() and not differ, f'{len(differ)} tensors differ after resuming on CUDA'
 
 
-def test_200_step_route_on_cuda(tmp_path):
+def run_200_step_route(tmp_path, device):
+    """The tiny 200-step DiffTSR route twice on ``device``, each drawing from a CPU generator of the same seed, with
+    deterministic algorithms (restored afterwards). -> (lq, out, again)."""
     with open(os.path.join(DATA, 'test_DiffTSR_tiny.yml'), encoding='utf-8') as f:
         net_opt = yaml.safe_load(f)['network_g']
     meta, _ = official_fixture()
@@ -171,9 +173,22 @@ def test_200_step_route_on_cuda(tmp_path):
     net_opt.pop('type')
     with warnings.catch_warnings():
         warnings.simplefilter('ignore')
-        net = DiffTSRNet(**net_opt).to('cuda')
-    lq = torch.rand(1, 3, *SIZE, device='cuda')
-    out = net(lq, generator=torch.Generator().manual_seed(3))  # a CPU generator for CUDA tensors
-    again = net(lq, generator=torch.Generator().manual_seed(3))
-    assert out.shape == lq.shape and out.is_cuda and 0 <= float(out.min()) <= float(out.max()) <= 1
-    assert torch.isfinite(out).all() and torch.equal(out, again) or not torch.are_deterministic_algorithms_enabled()
+        net = DiffTSRNet(**net_opt).to(device)
+    lq = torch.rand(1, 3, *SIZE, device=device)
+    deterministic, benchmark = torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark
+    set_deterministic(True)
+    try:
+        out = net(lq, generator=torch.Generator().manual_seed(3))  # a CPU generator for CUDA tensors
+        again = net(lq, generator=torch.Generator().manual_seed(3))
+    finally:
+        torch.use_deterministic_algorithms(deterministic)
+        torch.backends.cudnn.benchmark = benchmark
+    return lq, out, again
+
+
+def test_200_step_route_on_cuda(tmp_path):
+    lq, out, again = run_200_step_route(tmp_path, 'cuda')
+    assert out.shape == lq.shape and out.device == lq.device
+    assert torch.isfinite(out).all(), f'{int((~torch.isfinite(out)).sum())} non-finite values'
+    assert 0 <= float(out.min()) <= float(out.max()) <= 1
+    assert torch.equal(out, again), f'not repeatable: max difference {float((out - again).abs().max())}'

@@ -4,7 +4,11 @@ DataParallel refused, the loader's batch in the resume bookkeeping, a driver thi
 process group destroyed at exit (utils/distributed.py, basicsr_compat)."""
 import datetime
 import os
+import signal
 import stat
+import subprocess
+import sys
+import time
 
 import pytest
 import torch
@@ -14,6 +18,8 @@ from torch import nn
 import tola_plugin.basicsr_compat as compat
 from tola_plugin.utils import distributed as D
 from tola_plugin.utils.option_checks import OptionError, check_run_options
+from conftest import free_port, write_options
+from tola_testing import TESTS, tiny_demo_options
 
 
 @pytest.mark.parametrize('num_gpu, requested, expected', [(0, None, 'gloo'), (2, None, 'nccl'), (2, 'gloo', 'gloo'),
@@ -188,6 +194,31 @@ def test_launchers_destroy_the_process_group_even_after_an_error(monkeypatch, la
     with pytest.raises(ValueError, match='a bad option'):
         module.run()
     assert not dist.is_initialized()
+
+
+def test_a_failing_rank_ends_the_torchrun_job_within_a_minute(rendered_sets, tmp_path):
+    """2 ranks on gloo, rank 1 raising mid-step while rank 0 waits in the gradient all-reduce, with a
+    ``destroy_process_group`` that blocks as NCCL's can: the failing rank ends at once, torchrun stops rank 0, and its
+    summary names the error."""
+    opt = tiny_demo_options(rendered_sets, 'tola_fail', total_iter=4, freq=4)
+    start = time.monotonic()
+    proc = subprocess.Popen([
+        sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node=2', f'--master_port={free_port()}',
+        os.path.join(TESTS, 'train_then_raise.py'), '1', '2', '-opt',
+        write_options(tmp_path / 'fail.yml', opt), '--launcher', 'pytorch'
+    ], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            env=dict(os.environ, OMP_NUM_THREADS='1'))
+    try:
+        _, stderr = proc.communicate(timeout=90)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # torchrun and both ranks
+        _, stderr = proc.communicate()
+    seconds = time.monotonic() - start
+    assert proc.returncode != 0 and seconds < 60, f'{seconds:.0f} s, exit status {proc.returncode}'
+    error = 'planted failure of rank 1 at iteration 2'
+    assert f'error: rank 1 of 2 failed: {error}' in stderr
+    root_cause = stderr[stderr.index('Root Cause'):]
+    assert 'rank      : 1' in root_cause and error in root_cause, root_cause  # torchrun's summary names it
 
 
 def test_data_parallel_refused_for_frozen_backbones():

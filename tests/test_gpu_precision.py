@@ -22,8 +22,25 @@ pytestmark = pytest.mark.usefixtures('one_thread')
 
 def simulate_gpu(monkeypatch, native_bf16):
     """A GPU whose bf16 is native (Ampere and newer) or emulated only (T4, V100: torch counts emulation)."""
-    monkeypatch.setattr(torch.cuda, 'is_bf16_supported',
-                        lambda including_emulation=True: native_bf16 or including_emulation)
+    simulate_gpus(monkeypatch, [(8, 0) if native_bf16 else (7, 5)])
+
+
+def simulate_gpus(monkeypatch, capabilities, current=0):
+    """GPUs of the given compute capabilities ((8, 0) and newer: native bf16, Ampere; (7, 5): T4, emulated only),
+    ``current`` the current device; torch's own device queries answer for them."""
+    monkeypatch.setattr(torch.cuda, 'is_available', lambda: True)
+    monkeypatch.setattr(torch.cuda, 'device_count', lambda: len(capabilities))
+    monkeypatch.setattr(torch.cuda, 'current_device', lambda: current)
+    monkeypatch.setattr(torch.version, 'cuda', '13.0')
+
+    def index(device=None):
+        if device is None or isinstance(device, int):
+            return current if device is None else device
+        return current if torch.device(device).index is None else torch.device(device).index
+
+    monkeypatch.setattr(torch.cuda, 'get_device_capability', lambda device=None: capabilities[index(device)])
+    monkeypatch.setattr(torch.cuda, 'get_device_properties',
+                        lambda device=None: type('Props', (), {'major': capabilities[index(device)][0]})())
 
 
 @pytest.mark.parametrize('native_bf16', [True, False], ids=['ampere', 'turing'])
@@ -35,6 +52,24 @@ def test_auto_on_cuda_uses_native_bf16_only(monkeypatch, native_bf16):
         warnings.simplefilter('always')
         assert P.requested_dtype('bf16', 'cuda') == torch.bfloat16
     assert len(caught) == (0 if native_bf16 else 1)
+
+
+def bf16_warnings(device):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        assert P.requested_dtype('bf16', device) == torch.bfloat16
+    return len(caught)
+
+
+@pytest.mark.parametrize('current', [0, 1])
+def test_bf16_is_asked_of_the_target_gpu_not_the_current_one(monkeypatch, current):
+    """A node of mixed GPUs (``--device cuda:1``): a T4 as cuda:0, an H100 as cuda:1, either one current."""
+    simulate_gpus(monkeypatch, [(7, 5), (9, 0)], current=current)
+    assert P.cuda_has_native_bf16('cuda:1') and not P.cuda_has_native_bf16(torch.device('cuda', 0))
+    assert plan.low_precision(torch.device('cuda:1')) == [torch.bfloat16]  # what 'auto' tries first there
+    assert plan.low_precision(torch.device('cuda:0')) == [torch.float16]
+    assert plan.low_precision(torch.device('cuda')) == [(torch.float16, torch.bfloat16)[current]]
+    assert (bf16_warnings('cuda:0'), bf16_warnings('cuda:1')) == (1, 0)
 
 
 def test_training_refuses_fp16(tmp_path, rendered_sets):

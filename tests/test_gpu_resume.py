@@ -1,10 +1,18 @@
 """Exact resume on GPU machines, tested on a CPU with CUDA simulated: the training state keeps the CUDA RNG stream
 of the device the rank computes on (not every visible device's), so it resumes on another GPU layout; under
-torchrun only rank 0 removes the temporary files of interrupted saves (utils/training_resume.py)."""
+torchrun only rank 0 removes the temporary files of interrupted saves, and rank 0 decides which state every rank
+resumes from (utils/training_resume.py)."""
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
 from tola_plugin.utils import training_resume as R
+from conftest import free_port
+from tola_testing import TESTS
 
 
 class CudaRng:
@@ -58,3 +66,35 @@ def test_only_rank_zero_removes_temporary_files(tmp_path):
     # a rank that listed the file after another process removed it: no FileNotFoundError
     R.remove_interrupted_saves(str(states), ['.4.state.abc.tmp'], warnings.append)
     assert len(warnings) == 1
+
+
+def resume_on_two_ranks(tmp_path, iters_of_rank):
+    """Two gloo ranks, each with its own experiment folder holding states of ``iters_of_rank[r]`` (a per-node
+    filesystem), through BasicSR's ``load_resume_state``: -> what each rank printed."""
+    port = free_port()
+    procs = [
+        subprocess.Popen([
+            sys.executable,
+            os.path.join(TESTS, 'resume_on_rank.py'),
+            str(rank), '2',
+            str(port),
+            str(tmp_path / f'node{rank}'), ','.join(map(str, iters))
+        ], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, OMP_NUM_THREADS='1'))
+        for rank, iters in enumerate(iters_of_rank)
+    ]
+    outputs = [p.communicate(timeout=120) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err[-2000:] for _, err in outputs]
+    return [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
+
+
+def test_every_rank_resumes_the_state_rank_zero_chose(tmp_path):
+    """Rank 1 sees a newer state (6) than rank 0 (4): both resume from 4, rank 0's choice."""
+    assert resume_on_two_ranks(tmp_path, [[2, 4], [2, 4, 6]]) == [{'iter': 4}, {'iter': 4}]
+
+
+def test_a_rank_without_the_chosen_state_is_an_error_on_every_rank(tmp_path):
+    """Rank 1's filesystem lags (its newest is 2): every rank stops with the same error naming rank 1 and 4.state."""
+    results = resume_on_two_ranks(tmp_path, [[2, 4], [2]])
+    assert results[0] == results[1] and 'error' in results[0], results
+    assert results[0]['error'].startswith('rank 0 resumes from 4.state, but not every rank can read it (rank 1: ')
+    assert os.path.join('node1', 'training_states', '4.state') in results[0]['error']

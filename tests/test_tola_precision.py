@@ -62,7 +62,7 @@ def test_auto_on_cuda_never_measures_the_cpu(monkeypatch):
     measurement."""
     monkeypatch.setattr(bf16_speed, 'bf16_speedup', lambda: pytest.fail('measured the CPU for a GPU'))
     for native, expected in ((True, 'torch bf16'), (False, 'torch fp16')):
-        monkeypatch.setattr(plan, 'cuda_has_native_bf16', lambda: native)
+        monkeypatch.setattr(plan, 'cuda_has_native_bf16', lambda device: native)
         paths = plan.candidate_paths(torch.device('cuda', 0), ['torch'], 'auto')
         assert [p.name for p in paths] == [expected, 'torch fp32']
 

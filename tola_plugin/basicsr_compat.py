@@ -21,7 +21,7 @@ imports this module before anything else, so no other module of the package need
      keeps failing is an error instead of upstream's "Just ignore it".
 7.   ``load_resume_state``: reads states weights-only and, with ``--auto_resume``, skips an incomplete or
      corrupt newest state (or one without its network file) for the newest complete one, with a warning
-     naming each skipped file.
+     naming each skipped file; in a distributed run rank 0 decides and every rank checks it can read that file.
 8.   Exact resume: the training state also holds the position inside the epoch and every RNG stream;
      ``resume_training`` arms them, the sampler skips the consumed samples, and validation leaves the RNG
      streams untouched (utils/training_resume.py). The option file's scheduler settings win over the saved
@@ -75,18 +75,25 @@ from tola_plugin.utils.checkpoint_io import atomic_torch_save, weights_only_load
 from tola_plugin.utils.devices import cuda_device_count
 from tola_plugin.utils.option_checks import OptionError, check_options
 from tola_plugin.utils.short_run import apply_short_run
-from tola_plugin.utils.training_resume import (LOOP, find_resume_state, keep_option_settings, read_training_state,
-                                               rng_preserved, scheduler_settings)
+from tola_plugin.utils.training_resume import (LOOP, agreed_resume_state, keep_option_settings, rng_preserved,
+                                               scheduler_settings)
 
 
 def run_pipeline(pipeline) -> int:
     """Run BasicSR's ``train_pipeline`` or ``test_pipeline`` from the current directory, as ``python -m
     tola_plugin.train`` / ``.test`` do: every ``torch.load`` weights-only; afterwards the run's locks are released and
     a distributed run's process group destroyed (torchrun / srun: NCCL warns, and may leak, when a group is never
-    destroyed). -> 0."""
+    destroyed). A rank of several that raises ends its process at once instead, naming the error
+    (``distributed.end_failed_rank``: destroying the group could wait on the other ranks for the whole timeout).
+    -> 0."""
     try:
         with weights_only_loads():
             pipeline(os.getcwd())
+    except Exception as err:
+        if distributed.distributed_world() > 1:
+            run_lock.release_all()
+            distributed.end_failed_rank(err)
+        raise
     finally:
         run_lock.release_all()
         distributed.end_process_group()
@@ -147,15 +154,12 @@ def load_resume_state(opt):
     (the optimizers move their state to the parameters' device when loading it). Called right after
     ``train_pipeline`` set ``cudnn.benchmark = True``: the ``deterministic`` option is applied again first."""
     cuda_math.apply_options(opt)
-    if opt['auto_resume']:
-        path, state = find_resume_state(opt, _warn_early)
-        if path is None:
-            return None
-        opt['path']['resume_state'] = path
-    elif opt['path'].get('resume_state'):
-        state = read_training_state(opt['path']['resume_state'], opt)
-    else:
+    if not opt['auto_resume'] and not opt['path'].get('resume_state'):
         return None
+    path, state = agreed_resume_state(opt, _warn_early)  # rank 0 decides, every rank checks it has that file
+    if path is None:
+        return None
+    opt['path']['resume_state'] = path
     check_resume(opt, state['iter'])
     return state
 

@@ -30,10 +30,14 @@ def cpu_has_amx_fp16() -> bool:
     return bool(torch.cpu._is_amx_fp16_supported())
 
 
-def cuda_has_native_bf16() -> bool:
-    """Whether the current GPU computes bf16 natively (Ampere and newer). torch's default also counts emulation,
-    which is slower than fp16 on older GPUs."""
-    return bool(torch.cuda.is_bf16_supported(including_emulation=False))
+def cuda_has_native_bf16(device) -> bool:
+    """Whether the GPU ``device`` ('cuda', 'cuda:1' or a torch.device; 'cuda' is the current one) computes bf16
+    natively: compute capability 8.0 and newer (Ampere). Asked of that GPU, not of the current device as torch's
+    ``is_bf16_supported`` does (a node of mixed GPUs); that one also counts emulation, slower than fp16 there."""
+    if not torch.cuda.is_available():
+        return False
+    index = torch.device(device).index
+    return torch.cuda.get_device_capability(torch.cuda.current_device() if index is None else index)[0] >= 8
 
 
 def _slow_on_cpu(dtype: torch.dtype) -> str:
@@ -66,7 +70,7 @@ def requested_dtype(precision: str, device) -> torch.dtype:
         reason = _slow_on_cpu(dtype)
         if reason:
             warnings.warn(f'precision {precision!r}: {reason}; use fp32 or auto (docs/inference.md)', stacklevel=2)
-    elif kind == 'cuda' and dtype == torch.bfloat16 and not cuda_has_native_bf16():
+    elif kind == 'cuda' and dtype == torch.bfloat16 and not cuda_has_native_bf16(device):
         warnings.warn("precision 'bf16': this GPU has no native bf16; use fp16 or auto", stacklevel=2)
     return dtype
 

@@ -75,7 +75,7 @@ def low_precision(device: torch.device) -> List[torch.dtype]:
     """The low precision 'auto' tries first on ``device``: on CUDA bf16 (fp16 without native bf16); on a CPU bf16
     where it has bf16 instructions and bf16 measured faster (``bf16_speed``); else none."""
     if device.type == 'cuda':
-        return [torch.bfloat16 if cuda_has_native_bf16() else torch.float16]
+        return [torch.bfloat16 if cuda_has_native_bf16(device) else torch.float16]
     if device.type == 'cpu' and cpu_has_native_bf16() and bf16_speed.bf16_is_faster():
         return [torch.bfloat16]
     return []

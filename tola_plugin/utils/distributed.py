@@ -19,12 +19,21 @@ each branch on a CPU with CUDA simulated. ``basicsr_compat`` wires them into Bas
   in one process with several GPUs), which the exact-resume bookkeeping must count in.
 - ``cuda_unusable_reason``: an NVIDIA driver is installed but this torch cannot use it (too old a driver for the
   wheel's CUDA build, or a CPU build of torch): ``num_gpu: auto`` would silently train on the CPU.
+- ``end_failed_rank``: a rank whose run raised ends its process at once, with the error named, instead of destroying
+  the process group, which under NCCL can wait on peers blocked in a collective until the timeout (60 minutes);
+  torchrun then stops the other ranks.
 """
 import datetime
 import inspect
+import logging
+import os
 import re
 import subprocess
+import sys
+import traceback
 from typing import Dict, Mapping, Optional
+
+from tola_plugin.utils.cli_errors import INPUT_ERRORS, USAGE_EXIT_STATUS, error_line
 
 DEFAULT_TIMEOUT_MINUTES = 60
 BACKENDS = ('nccl', 'gloo')
@@ -171,3 +180,28 @@ def end_process_group() -> None:
     import torch.distributed as dist
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def distributed_world() -> int:
+    """Processes of the started default process group (1 when none is started)."""
+    import torch.distributed as dist
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def end_failed_rank(err: BaseException) -> None:
+    """End this rank of a distributed run now, after ``err`` (never returns): ``error: rank R of W failed: ...`` on
+    stderr (with the traceback, but for bad input or options: the tools' convention, utils/cli_errors.py), the
+    error recorded where torchrun reads it (``TORCHELASTIC_ERROR_FILE``: its summary names the root cause), logs
+    flushed, then ``os._exit`` without destroying the process group. The other ranks may sit in a collective this
+    rank never joins; torchrun (or srun) stops them when it sees this process end."""
+    import torch.distributed as dist
+    from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
+    where = f'rank {dist.get_rank()} of {dist.get_world_size()} failed'
+    if not isinstance(err, INPUT_ERRORS) or os.environ.get('TOLA_TRACEBACK'):
+        traceback.print_exception(type(err), err, err.__traceback__, file=sys.stderr)
+    print(f'error: {where}: {error_line(err)[len("error: "):]}', file=sys.stderr, flush=True)
+    if os.environ.get('TORCHELASTIC_ERROR_FILE'):
+        ErrorHandler().record_exception(err)
+    logging.shutdown()
+    sys.stdout.flush()
+    os._exit(USAGE_EXIT_STATUS if isinstance(err, INPUT_ERRORS) else 1)

@@ -16,7 +16,9 @@ Validation runs with the RNG streams saved and restored (``rng_preserved``), so 
 never changes the training's random numbers.
 
 ``find_resume_state`` validates the newest ``N.state`` (pickle-free, complete, with its ``net_*_N.pth``) and
-falls back to the newest complete one, naming each skipped file.
+falls back to the newest complete one, naming each skipped file. In a distributed run rank 0 alone decides which
+state the run resumes from, and every rank reads that one (``agreed_resume_state``): ranks that chose on their own
+could resume different iterations from a lagging or per-node filesystem, and then hang.
 
 Schedulers: a training state holds each scheduler's whole ``__dict__``, so BasicSR's resume would bring back the
 saved settings (``periods``, ``milestones``, ...) over the option file's: a finished run extended with longer
@@ -136,6 +138,15 @@ def _gather(obj) -> List:
 
 def _rank() -> int:
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def _from_rank_zero(obj):
+    """Rank 0's ``obj`` on every rank (``obj`` itself outside distributed runs); a collective."""
+    if dist.is_available() and dist.is_initialized():
+        box = [obj]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+    return obj
 
 
 # ------------------------------------------------------------------------------------- the loop's position
@@ -287,3 +298,32 @@ def find_resume_state(opt: Dict, warn: Callable[[str], None]) -> Tuple[Optional[
     if problems:
         raise ValueError(f'--auto_resume: no usable training state in {folder}: ' + '; '.join(problems))
     return None, None
+
+
+def agreed_resume_state(opt: Dict, warn: Callable[[str], None]) -> Tuple[Optional[str], Optional[Dict]]:
+    """(path, state) that every rank resumes from, or (None, None): rank 0 decides (``find_resume_state`` with
+    ``--auto_resume``, else ``path.resume_state``) and every rank reads that file itself. Where any rank cannot (a
+    lagging or per-node filesystem), every rank raises the same ValueError naming each such rank and what it lacks,
+    instead of ranks resuming different iterations and hanging. A collective: every rank must call it."""
+    rank, path, state, problem = _rank(), opt['path'].get('resume_state'), None, ''
+    if opt['auto_resume'] and rank == 0:
+        try:
+            path, state = find_resume_state(opt, warn)
+        except (ValueError, OSError) as err:
+            problem = str(err)
+    path, decided = _from_rank_zero((path, problem))
+    if decided:
+        raise ValueError(decided if rank == 0 else f'rank 0 found no state to resume from: {decided}')
+    if opt['auto_resume'] and path is not None:  # the same state in this rank's own experiment folder
+        path = osp.join(opt['path']['training_states'], osp.basename(path))
+    if path is not None and state is None:
+        try:
+            state = read_training_state(path, opt)
+        except (ValueError, OSError) as err:
+            problem = f'rank {rank}: {err}'
+    problems = [p for p in _gather(problem) if p]
+    if problems:
+        raise ValueError(f'rank 0 resumes from {osp.basename(path)}, but not every rank can read it '
+                         f'({"; ".join(problems)}): every rank must see the same training states (one filesystem '
+                         'shared by all nodes, up to date)')
+    return path, state

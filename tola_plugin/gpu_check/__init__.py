@@ -1,0 +1,10 @@
+"""The GPU check (docs/training_gpus.md, "The GPU check"): ``make gpu-bundle`` writes one folder that a short GPU
+lease with a stock CUDA PyTorch image runs with ``gpu_check.sh REPORT_DIR``; it reports, in one markdown and one
+JSON file, whether and how fast TOLA trains and infers on that GPU.
+
+- ``bundle.py``: builds the folder (this package's wheel, the wheels the image lacks, options, tests, data).
+- ``run.py``: the check's steps in turn, one report (``report.py``); ``--dry-run`` runs them on the CPU with the
+  tiny network. ``environment.py``: the machine and where each imported distribution comes from.
+- The steps: ``cuda_tests_step.py`` (1), ``resume_step.py`` (2), ``memory_step.py`` (3, and 4's training speed),
+  ``inference_step.py`` (4); their option dicts: ``configs.py``.
+"""
