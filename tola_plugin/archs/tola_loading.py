@@ -12,7 +12,6 @@ import inspect
 from typing import Dict, Optional
 
 import torch
-import yaml
 
 from basicsr.utils import get_root_logger
 from basicsr.utils.registry import ARCH_REGISTRY
@@ -20,7 +19,8 @@ from basicsr.utils.registry import ARCH_REGISTRY
 from tola_plugin.archs.mom_arch import DiffTSRMoM
 from tola_plugin.checkpoints import tola as tola_files
 from tola_plugin.utils.checkpoint_io import require_file
-from tola_plugin.utils.option_checks import OptionError, check_typed_block
+from tola_plugin.utils.option_checks import check_typed_block
+from tola_plugin.utils.option_files import OptionError, read_option_file
 
 NOT_ARCHITECTURE = ('difftsr_checkpoint', 'transocr_checkpoint', 'gradient_checkpointing')  # not in merged options
 
@@ -28,9 +28,8 @@ NOT_ARCHITECTURE = ('difftsr_checkpoint', 'transocr_checkpoint', 'gradient_check
 def read_tola_options(opt_path: str) -> Dict:
     """The option file ``opt_path`` (a dict), checked to hold a ``network_g`` of type TOLANet whose keys are all
     TOLANet options (errors name the file)."""
-    with open(require_file(opt_path, 'option file', 'Give a TOLA option file.'), encoding='utf-8') as f:
-        opt = yaml.safe_load(f)
-    if not isinstance(opt, dict) or (opt.get('network_g') or {}).get('type') != 'TOLANet':
+    opt = read_option_file(require_file(opt_path, 'option file', 'Give a TOLA option file.'))
+    if (opt.get('network_g') or {}).get('type') != 'TOLANet':
         raise ValueError(f'{opt_path}: network_g.type must be TOLANet')
     try:
         check_typed_block(opt['network_g'], ARCH_REGISTRY, 'network_g')
