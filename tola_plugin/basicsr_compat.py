@@ -67,12 +67,14 @@ from basicsr.data.prefetch_dataloader import CPUPrefetcher, CUDAPrefetcher
 from basicsr.models.base_model import BaseModel
 from basicsr.utils import check_resume, get_root_logger, set_random_seed
 from basicsr.utils.dist_util import get_dist_info, master_only
+from basicsr.utils.file_client import LmdbBackend
 from basicsr.utils.logger import MessageLogger
 
 from tola_plugin.utils import cuda_math, distributed, run_lock
 from tola_plugin.utils.checkpoint_io import atomic_torch_save, weights_only_loads
 from tola_plugin.utils.cli_errors import install_excepthook
 from tola_plugin.utils.devices import cuda_device_count
+from tola_plugin.utils.lmdb_check import check_lmdb
 from tola_plugin.utils.option_checks import check_options, check_required
 from tola_plugin.utils.option_files import OptionError, OptionLoader, read_option_file, read_option_value
 from tola_plugin.utils.training_resume import (LOOP, find_resume_state, keep_option_settings, read_training_state,
@@ -430,6 +432,19 @@ def load_network(self, net, load_path, strict=True, param_key='params'):
         return _original_load_network(self, net, load_path, strict, param_key)
 
 
+# ------------------------------------------------------------------------------------------- 12: LMDB reader
+_original_lmdb_backend_init = LmdbBackend.__init__
+
+
+def lmdb_backend_init(self, db_paths, *args, **kwargs):
+    """Upstream's ``LmdbBackend``, after checking each LMDB (a truncated one would kill the run with SIGBUS at its
+    first read)."""
+    for path in [db_paths] if isinstance(db_paths, str) else list(db_paths):
+        check_lmdb(str(path))
+    _original_lmdb_backend_init(self, db_paths, *args, **kwargs)
+
+
+LmdbBackend.__init__ = lmdb_backend_init
 basicsr.utils.options.init_dist = init_dist  # parse_options calls the name imported into options
 basicsr.utils.options.ordered_yaml = ordered_yaml  # upstream's parse_options reads the file with it
 basicsr.utils.options._postprocess_yml_value = postprocess_yml_value
