@@ -120,16 +120,9 @@ class FudanVILmdbReader:
             raise ValueError(f'{path}: num-samples is {text!r}; expected the number of samples, a whole number >= 0 '
                              f'(FudanVI format: keys image-%09d and label-%09d from 1 to num-samples)')
         self.num_samples = int(text)
-        if self.num_samples and not self._has(image_key(self.num_samples)):
-            raise ValueError(f'{path}: num-samples is {self.num_samples} but there is no key '
-                             f'{image_key(self.num_samples).decode()}; the LMDB holds fewer samples than it says')
 
     def __len__(self) -> int:
         return self.num_samples
-
-    def _has(self, key: bytes) -> bool:
-        with shared_lmdb_env(self.path).begin() as txn:
-            return txn.get(key) is not None
 
     def _get(self, key: bytes) -> bytes:
         with shared_lmdb_env(self.path).begin() as txn:
