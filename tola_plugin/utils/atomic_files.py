@@ -1,11 +1,16 @@
 """Text, JSON and CSV files written atomically (``checkpoint_io.atomic_write``: a temporary file in the same folder,
 fsynced, then renamed), so a crash or a full disk never leaves a half-written file under its final name. Each writer
 makes the file's folder when it is missing. And the reader of the JSON files the package keeps for itself (caches,
-manifests), which takes a missing or broken file as no file."""
+manifests), which takes a missing or broken file as no file.
+
+CSV cells are written so that no spreadsheet runs them: a text cell starting with ``=``, ``+``, ``-``, ``@``, a tab
+or a carriage return (a formula to Excel, LibreOffice and Google Sheets: an input file named ``=HYPERLINK(...).png``,
+a recognised label ``-2+3``) gets a leading ``'``, as does one that already starts with ``'``; ``read_csv`` takes it
+off again, so what is read back is what was written. Numbers are written as they are."""
 import csv
 import json
 import os
-from typing import Dict, Iterable, Mapping, Optional, Sequence
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from tola_plugin.utils.checkpoint_io import atomic_write
 
@@ -41,14 +46,39 @@ def read_json_dict(path: str) -> Optional[Dict]:
     return data if isinstance(data, dict) else None
 
 
+FORMULA_STARTS = ('=', '+', '-', '@', '\t', '\r')
+ESCAPE = "'"
+
+
+def csv_cell(value):
+    """``value`` as a CSV cell no spreadsheet evaluates: text starting with FORMULA_STARTS (or the escape itself)
+    gets a leading ``'``; anything else is returned as it is."""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS + (ESCAPE, )):
+        return ESCAPE + value
+    return value
+
+
 def write_csv(path: str, fields: Sequence[str], rows: Iterable[Mapping[str, object]]) -> None:
-    """A UTF-8 CSV with a header row of ``fields``; each row a mapping from field to value."""
+    """A UTF-8 CSV with a header row of ``fields``; each row a mapping from field to value (cells: ``csv_cell``)."""
 
     def fill(tmp):
         with open(tmp, 'w', encoding='utf-8', newline='') as f:
             writer = csv.DictWriter(f, fieldnames=list(fields))
-            writer.writeheader()
+            writer.writerow({k: csv_cell(k) for k in fields})
             for row in rows:
-                writer.writerow(row)
+                writer.writerow({k: csv_cell(v) for k, v in row.items()})
 
     _atomic(path, fill)
+
+
+def read_csv(path: str) -> Tuple[List[str], List[Dict[str, str]]]:
+    """(header, rows) of a CSV that ``write_csv`` wrote: each row a mapping from field to text, the ``'`` that
+    ``csv_cell`` added taken off."""
+    with open(path, encoding='utf-8', newline='') as f:
+        reader = csv.DictReader(f)
+        rows = [{k: _uncell(v) for k, v in row.items()} for row in reader]
+        return [_uncell(name) for name in reader.fieldnames or []], rows
+
+
+def _uncell(value):
+    return value[1:] if isinstance(value, str) and value.startswith(ESCAPE) else value
