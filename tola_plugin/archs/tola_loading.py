@@ -107,9 +107,8 @@ class TOLALoadingMixin:
         included), frozen, in eval mode. ``switches``: inference switches. For inference prefer
         ``load_for_inference`` (no MoM image branch, inference mode)."""
         cls.check_switches(switches)
-        options, state = tola_files.read_merged(path)
-        with torch.device('meta'):  # 'empty' backbone: no init of ~1B parameters that are overwritten right away
-            net = cls(**options)
+        net, state = cls._merged_network(path)
+        tola_files.check_merged_tensors(state, net.state_dict(), path)
         net.load_state_dict(state, strict=True, assign=True)  # memory-mapped tensors, no copy
         net.requires_grad_(False)
         return net.set_switches(**switches).eval()
@@ -122,12 +121,24 @@ class TOLALoadingMixin:
         ``switches``: inference switches (precision, text_decoding, timestep, noise, ...). Where and on which runtime
         it runs is the inference entry points' business (``tola_plugin/inference/runtime.py``)."""
         cls.check_switches(switches)
-        options, state = tola_files.read_merged(path, skip=[f'mom.{prefix}' for prefix in DiffTSRMoM.IMAGE_BRANCH])
-        with torch.device('meta'):
-            net = cls(**options)
+        net, state = cls._merged_network(path, skip=[f'mom.{prefix}' for prefix in DiffTSRMoM.IMAGE_BRANCH])
         net.mom.drop_image_branch()
+        tola_files.check_merged_tensors(state, net.state_dict(), path)
         net.load_state_dict(state, strict=True, assign=True)
         return net.set_switches(**switches).prepare_for_inference()
+
+    @classmethod
+    def _merged_network(cls, path: str, skip=()):
+        """(the network of a merged file's options, on the meta device; its tensors): options that are not
+        TOLANet's (a misspelled key, another network's file) or that TOLANet refuses are a ValueError naming the
+        file."""
+        options, state = tola_files.read_merged(path, skip=skip)
+        try:
+            check_typed_block({'type': 'TOLANet', **options}, ARCH_REGISTRY, 'options')
+            with torch.device('meta'):  # 'empty' backbone: no init of ~1B parameters that are overwritten right away
+                return cls(**options), state
+        except (TypeError, ValueError) as err:
+            raise ValueError(f'{path}: metadata "options" do not build a TOLANet: {err}') from None
 
     def prepare_for_inference(self):
         """Make this network inference-only, in place (returns it), computing the same function: LoRA folded into
