@@ -355,3 +355,33 @@ def test_every_shipped_option_file_passes_the_strict_check(path):
     is_train = os.path.basename(path).startswith('train')
     check_required(opt, is_train)
     check_options(dict(opt, num_gpu=0, is_train=is_train, dist=False, rank=0, world_size=1))
+
+
+# ----------------------------------------------------------------------------- one error style, --debug for more
+def test_tracebacks_only_under_debug(tmp_path, monkeypatch, capsys):
+    """A tool's bad input is one line; with --debug (which every command takes) the exception itself."""
+    from tola_plugin.utils.cli_errors import run_tool
+    sys.path.insert(0, os.path.join(REPO, 'tools'))
+    try:
+        import make_lmdb
+    finally:
+        sys.path.pop(0)
+    command = ['make_lmdb.py', '--images', str(tmp_path / 'absent'), '--labels', 'x.tsv', '--out', str(tmp_path / 'o')]
+    monkeypatch.setattr(sys, 'argv', command)
+    with pytest.raises(SystemExit) as exit_info:
+        run_tool(make_lmdb.main)
+    assert exit_info.value.code == 2 and capsys.readouterr().err == f'error: --images {tmp_path / "absent"} is not ' \
+        'a folder\n'
+    monkeypatch.setattr(sys, 'argv', command + ['--debug'])
+    with pytest.raises(ValueError, match='is not a folder'):  # the traceback's exception, not SystemExit
+        run_tool(make_lmdb.main)
+
+
+def test_labels_files_are_utf8_with_an_optional_bom(tmp_path):
+    from tola_plugin.data.text_labels import read_labels_tsv
+    path = tmp_path / 'labels.tsv'
+    path.write_bytes('\ufeffa.png\t文字\n'.encode('utf-8'))
+    assert read_labels_tsv(str(path)) == [('a.png', '文字')]
+    path.write_bytes('a.png\tcafé\n'.encode('latin-1'))
+    with pytest.raises(ValueError, match=r'labels.tsv:1: not UTF-8 text'):
+        read_labels_tsv(str(path))
