@@ -385,3 +385,19 @@ def test_labels_files_are_utf8_with_an_optional_bom(tmp_path):
     path.write_bytes('a.png\tcafé\n'.encode('latin-1'))
     with pytest.raises(ValueError, match=r'labels.tsv:1: not UTF-8 text'):
         read_labels_tsv(str(path))
+
+
+def test_text_inputs_are_bounded_before_they_are_read(tmp_path):
+    """Labels, CSV and JSON inputs over 256 MB are refused from their size (sparse files: nothing is written)."""
+    from tola_plugin.data.text_labels import read_labels_tsv
+    from tola_plugin.evaluation.plots import read_benchmark_json
+    from tola_plugin.inference.prior_csv import read_prior_csv
+    for name, read, what in (('labels.tsv', read_labels_tsv, 'labels file'), ('prior.csv', read_prior_csv, 'CSV file'),
+                             ('bench.json', lambda p: read_benchmark_json(p, 'TOLA'), 'benchmark_inference.py JSON')):
+        path = tmp_path / name
+        with open(path, 'wb') as f:
+            f.truncate(300 << 20)
+        start = time.perf_counter()
+        with pytest.raises(ValueError, match=f'{name}: 314,572,800 bytes, more than a {what} may have'):
+            read(str(path))
+        assert time.perf_counter() - start < 0.5
