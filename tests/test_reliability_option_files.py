@@ -176,6 +176,13 @@ def test_a_missing_key_says_what_it_holds(rendered_sets, tmp_path, monkeypatch, 
     expect_error(tmp_path, monkeypatch, capsys, opt, 'options.yml: ' + needle)
 
 
+def test_a_test_file_says_whether_to_write_images(tmp_path, monkeypatch, capsys):
+    opt = load_yaml(os.path.join(REPO, 'options', 'demo', 'test_TOLA_demo.yml'))
+    del opt['val']['save_img']
+    expect_error(tmp_path, monkeypatch, capsys, opt, 'options.yml: val.save_img: missing; a test option file says',
+                 module='test')
+
+
 def test_a_misspelled_required_block_is_named(rendered_sets, tmp_path, monkeypatch, capsys):
     opt = demo_options(rendered_sets)
     opt['trian'] = opt.pop('train')

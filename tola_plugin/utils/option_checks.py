@@ -9,7 +9,8 @@
   signature (networks and losses taking ``**kwargs`` are left open); datasets declare theirs (``option_keys``).
 - Keys every run needs are present (``check_required``, on the file as written, before BasicSR's parser reads it):
   ``name``, ``model_type``, ``num_gpu``, ``datasets``, ``path``; for training ``train`` with ``total_iter``,
-  ``optim_g`` and ``scheduler``, and ``logger`` with ``print_freq`` and ``save_checkpoint_freq``.
+  ``optim_g`` and ``scheduler``, and ``logger`` with ``print_freq`` and ``save_checkpoint_freq``; for testing
+  ``val.save_img``.
 - Values: ``train.total_iter`` a positive integer; ``num_gpu`` no more than the CUDA devices present; the
   optimizers' numbers are numbers (``lr: abc``, or ``lr: 1e-4``, which YAML reads as text, is an error).
 - ``train.scheduler``: one of BasicSR's schedulers, with the keys its constructor takes and consistent lengths;
@@ -101,6 +102,10 @@ def check_required(opt: Mapping, is_train: bool) -> None:
         if ('pretrain_network' in key or 'resume_state' in key) and not isinstance(value, (str, type(None))):
             raise OptionError(f'path.{key}: expected a file path or ~ (none), got {_shown(value)}')
     if not is_train:
+        val = check_mapping(opt.get('val'), 'val', 'the test block of a test option file (save_img, metrics)')
+        if 'save_img' not in val:
+            raise OptionError('val.save_img: missing; a test option file says whether to write the restored images '
+                              '(true or false)')
         return
     train = check_mapping(opt['train'], 'train', REQUIRED_TRAINING['train'])
     for key, what in REQUIRED_TRAIN_KEYS.items():
