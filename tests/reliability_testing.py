@@ -1,8 +1,36 @@
-"""Helpers of the reliability tests: PNG decompression bombs written with zlib, and a small "disk"."""
+"""Helpers of the reliability tests: the launchers run in this process on an option file, PNG decompression bombs
+written with zlib, and a small "disk"."""
 import errno
 import os
 import struct
+import sys
 import zlib
+
+import pytest
+import yaml
+
+
+def launch(tmp_path, monkeypatch, opt, *flags, module='train'):
+    """Run our launcher (``tola_plugin.train`` / ``.test``) in this process on ``opt`` (a dict, or the text of the
+    file), written to ``tmp_path/options.yml``, from ``tmp_path``; returns the exit status."""
+    path = tmp_path / 'options.yml'
+    path.write_text(opt if isinstance(opt, str) else yaml.safe_dump(opt, sort_keys=False), encoding='utf-8')
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, 'argv', [f'tola-{module}', '-opt', str(path), *flags])
+    launcher = __import__(f'tola_plugin.{module}', fromlist=['main'])
+    with pytest.raises(SystemExit) as exit_info:
+        launcher.main()
+    return exit_info.value.code
+
+
+def expect_error(tmp_path, monkeypatch, capsys, opt, *needles, module='train'):
+    """``launch``, which must end in one ``error:`` line (no traceback) holding every needle, exit status 2."""
+    code = launch(tmp_path, monkeypatch, opt, module=module)
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert code == 2 and len(err) == 1 and err[0].startswith('error: '), err  # one line, no traceback
+    for needle in needles:
+        assert needle in err[0], err[0]
+    return err[0]
 
 
 def _chunk(kind: bytes, data: bytes) -> bytes:

@@ -6,7 +6,9 @@ The restorer is the identity stand-in (tests/inference_testing.py) unless the re
 outputs are then exactly the inputs at height 128, so a test can tell a complete file from a damaged one.
 """
 import builtins
+import csv
 import errno
+import json
 import os
 import signal
 import subprocess
@@ -250,3 +252,77 @@ def test_what_is_skipped_is_said(tmp_path, stand_in, monkeypatch, capsys):
     closed = folder_of(tmp_path / 'closed', ['a.png'])
     with pytest.raises(PermissionError, match=f'cannot list the image folder {closed}: Permission denied'):
         infer.main(['-i', str(closed), '-o', str(tmp_path / 'out2')])
+
+
+# ----------------------------------------------------------------- issue 33 items 2, 3, 14: one rule for every file
+def test_two_photos_whose_records_would_share_a_name_are_refused(tmp_path, stand_in):
+    """photo.png and photo.jpg with --detect: photo.png and photo.jpg as images, but one photo.json: refused before
+    anything is written, naming both inputs (before, one record was silently lost)."""
+    folder = folder_of(tmp_path / 'in', ['photo.png', 'photo.jpg'])
+    out = tmp_path / 'out'
+    with pytest.raises(
+            ValueError, match=r'photo\.jpg and .*photo\.png would both be written to .*photo\.json; a '
+            r"photo's JSON is named after the input without its extension: rename one"):
+        infer.main(['-i', str(folder), '-o', str(out), '--detect'])
+    assert not out.exists() and not stand_in.calls
+
+
+def test_an_existing_json_is_replaced_only_when_it_is_the_inputs_record_or_with_overwrite(tmp_path, stand_in):
+    folder = folder_of(tmp_path / 'in', ['photo.png'])
+    out = tmp_path / 'out'
+    out.mkdir()
+    (out / 'photo.json').write_text('{"mine": "notes"}', encoding='utf-8')
+    with pytest.raises(
+            ValueError, match=r'photo\.json exist\(s\) and would be replaced: not the record tola-infer '
+            r'wrote for the same input; move them away, or pass --overwrite'):
+        infer.main(['-i', str(folder), '-o', str(out), '--detect'])
+    assert (out / 'photo.json').read_text(encoding='utf-8') == '{"mine": "notes"}' and not stand_in.calls
+    assert infer.main(['-i', str(folder), '-o', str(out), '--detect', '--overwrite']) == 0
+    record = json.loads((out / 'photo.json').read_text(encoding='utf-8'))
+    assert record['input'] == str(folder / 'photo.png') and (out / 'photo.png').is_file()
+    (out / 'photo.png').unlink()  # a run killed between the record and the image: the same command continues
+    assert infer.main(['-i', str(folder), '-o', str(out), '--detect']) == 0
+    assert (out / 'photo.png').is_file() and json.loads((out / 'photo.json').read_text(encoding='utf-8')) == record
+
+
+def test_a_run_into_its_input_folder_with_a_suffix_can_be_rerun_to_continue(tmp_path, stand_in, capsys):
+    folder = folder_of(tmp_path / 'photos', ['a.png', 'b.png', 'c.jpg'])
+    command = ['-i', str(folder), '-o', str(folder), '--suffix', '_sr']
+    assert infer.main(command) == 0
+    assert outputs(folder) == ['a.png', 'a_sr.png', 'b.png', 'b_sr.png', 'c.jpg', 'c_sr.jpg', 'prior.csv']
+    capsys.readouterr()
+    (folder / 'b_sr.png').unlink()  # as if the first run was interrupted there
+    assert infer.main(command) == 0  # the same command again: not refused, continues
+    printed = capsys.readouterr()
+    assert 'restored 1 of 3 image(s)' in printed.out and 'skipped 2 image(s)' in printed.out
+    assert 'left out 2 file(s) of the input folder that are outputs of its other images' in printed.out
+    assert 'not images' not in printed.err  # prior.csv is the run's own record
+    assert outputs(folder) == ['a.png', 'a_sr.png', 'b.png', 'b_sr.png', 'c.jpg', 'c_sr.jpg', 'prior.csv']
+    assert set(read_prior_csv(str(folder / 'prior.csv'))) == {'a_sr.png', 'b_sr.png', 'c_sr.jpg'}
+    with pytest.raises(ValueError, match='outputs would replace inputs'):  # without a suffix it still is refused
+        infer.main(['-i', str(folder), '-o', str(folder)])
+
+
+FORMULAS = ['=1+2', '+SUM(A1)', '-3', '@cmd', "'quoted"]
+
+
+def test_prior_csv_cells_never_start_a_formula(tmp_path, stand_in):
+    folder = folder_of(tmp_path / 'in', [f'{name}.png' for name in FORMULAS])
+    out = tmp_path / 'out'
+    assert infer.main(['-i', str(folder), '-o', str(out)]) == 0
+    with open(out / 'prior.csv', encoding='utf-8', newline='') as f:
+        cells = [row[0] for row in csv.reader(f)][1:]
+    assert sorted(cells) == sorted(f"'{name}.png" for name in FORMULAS)  # what a spreadsheet shows as text
+    assert set(read_prior_csv(str(out / 'prior.csv'))) == {f'{name}.png' for name in FORMULAS}  # read back as named
+
+
+def test_evaluation_csv_cells_never_start_a_formula(tmp_path):
+    from tola_plugin.evaluation.records import read_per_image_csv, write_per_image_csv
+    path = str(tmp_path / 'per_image.csv')
+    rows = [dict(filename=f'{i}.png', gt=text, t_pred=text, psnr=-1.5) for i, text in enumerate(FORMULAS)]
+    write_per_image_csv(path, rows)
+    with open(path, encoding='utf-8', newline='') as f:
+        table = list(csv.DictReader(f))
+    assert [r['gt'] for r in table] == [f"'{text}" for text in FORMULAS] and table[0]['psnr'] == '-1.5'  # numbers kept
+    back = read_per_image_csv(path)
+    assert [back[f'{i}.png']['t_pred'] for i in range(len(FORMULAS))] == FORMULAS and back['0.png']['psnr'] == -1.5

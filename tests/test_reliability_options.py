@@ -11,7 +11,7 @@ import sys
 
 import pytest
 import torch
-import yaml
+from reliability_testing import expect_error
 
 import tola_plugin  # noqa: F401
 from tola_plugin.archs.tola_arch import TOLANet
@@ -20,27 +20,6 @@ from tola_testing import REPO, load_yaml, one_thread, tiny_demo_options, tiny_ne
 
 def demo_options(rendered):
     return tiny_demo_options(rendered, 'strict', total_iter=2, freq=2)
-
-
-def launch(tmp_path, monkeypatch, opt, *flags, module='train'):
-    """Run the launcher on ``opt`` in ``tmp_path``; returns (exit status, stderr lines)."""
-    path = tmp_path / 'options.yml'
-    path.write_text(yaml.safe_dump(opt, sort_keys=False), encoding='utf-8')
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, 'argv', [f'tola-{module}', '-opt', str(path), *flags])
-    launcher = __import__(f'tola_plugin.{module}', fromlist=['main'])
-    with pytest.raises(SystemExit) as exit_info:
-        launcher.main()
-    return exit_info.value.code
-
-
-def expect_error(tmp_path, monkeypatch, capsys, opt, *needles, module='train'):
-    code = launch(tmp_path, monkeypatch, opt, module=module)
-    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert code == 2 and len(err) == 1 and err[0].startswith('error: '), err  # one line, no traceback
-    for needle in needles:
-        assert needle in err[0], err[0]
-    return err[0]
 
 
 @pytest.mark.parametrize('total_iter', [-5, 0])

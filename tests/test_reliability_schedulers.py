@@ -46,7 +46,7 @@ def test_total_iter_is_checked_against_the_schedulers_length():
 
 
 def test_the_launcher_refuses_a_run_longer_than_its_schedule(rendered_sets, tmp_path, monkeypatch, capsys):
-    from test_reliability_options import expect_error
+    from reliability_testing import expect_error
     opt = tiny_demo_options(rendered_sets, 'short', total_iter=4, freq=2)
     opt['train']['scheduler']['periods'] = [2]
     expect_error(tmp_path, monkeypatch, capsys, opt, 'options.yml: train.total_iter: 4 iterations step the scheduler 3 '

@@ -127,3 +127,67 @@ def test_basicsr_load_network_is_weights_only(tmp_path):
     with pytest.raises(ValueError, match='net_g_evil.pth'):
         model.load_network(torch.nn.Linear(1, 1), path, strict=True, param_key='params')
     assert not os.path.exists(marker)
+
+
+# ------------------------------------------------------------------- issue 33 item 8: bad merged models, one line
+@pytest.fixture(scope='module')
+def merged_parts(tmp_path_factory):
+    """A good tiny merged file: (path, its tensors, its metadata, its options)."""
+    import json
+
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    from inference_testing import write_tiny_merged
+    path = write_tiny_merged(tmp_path_factory.mktemp('merged') / 'good.safetensors')
+    with safe_open(path, 'pt') as f:
+        metadata = f.metadata()
+    return path, load_file(path), metadata, json.loads(metadata['options'])
+
+
+def _altered(case, state, metadata, options):
+    """The tensors and metadata of the file of ``case``."""
+    import json
+    key = 'idm.conv_in.weight'
+    return {
+        'shape': ({**state, key: torch.zeros(1, 1, 1, 1)}, metadata),
+        'dtype': ({**state, key: state[key].half()}, metadata),
+        'missing tensor': ({k: v
+                            for k, v in state.items() if k != key}, metadata),
+        'other network': (state, {**metadata, 'options': json.dumps({'steps': 200, 'eta': 0.0})}),
+        'extra keyword': (state, {**metadata, 'options': json.dumps({**options, 'lora_rnak': 4})}),
+        'bad value': (state, {**metadata, 'options': json.dumps({**options, 'timestep': 'abc'})}),
+        'malformed metadata': (state, {**metadata, 'options': '{not json'}),
+        'missing metadata': (state, {'format': metadata['format']}),
+        'no metadata': (state, None),
+    }[case]
+
+
+@pytest.mark.parametrize('case,needle', [
+    ('shape', 'tensor idm.conv_in.weight is torch.float32 (1, 1, 1, 1), the network its options describe expects '
+     'torch.float32 (16, 6, 3, 3)'),
+    ('dtype', 'tensor idm.conv_in.weight is torch.float16, but idm.conv_in.bias is torch.float32: a merged file holds '
+     'one precision'),
+    ('missing tensor', "1 missing ['idm.conv_in.weight']"),
+    ('other network', "options.steps: unknown option of TOLANet (did you mean 'timestep'?)"),
+    ('extra keyword', "options.lora_rnak: unknown option of TOLANet (did you mean 'lora_rank'?)"),
+    ('bad value', "do not build a TOLANet: TOLANet: timestep must be an integer in [0, 999], got 'abc'"),
+    ('malformed metadata', 'metadata "options" is not JSON'),
+    ('missing metadata', 'metadata "options" missing'),
+    ('no metadata', 'is not a merged TOLA model (metadata format None'),
+])
+def test_a_bad_merged_model_is_one_line_naming_the_file(merged_parts, tmp_path, monkeypatch, capsys, case, needle):
+    from safetensors.torch import save_file
+
+    from tola_cli import infer
+    _, state, metadata, options = merged_parts
+    state, metadata = _altered(case, state, metadata, options)
+    model = str(tmp_path / 'bad.safetensors')
+    save_file(state, model, metadata=metadata)
+    image = os.path.join(os.path.dirname(W.__file__), '..', 'rendered_samples', 'line_1x4.png')
+    monkeypatch.setattr('sys.argv', ['tola-infer'])
+    with pytest.raises(SystemExit) as exit_info:
+        infer.cli(['-i', image, '-o', str(tmp_path / 'out'), '--model', model, '--device', 'cpu', '--backend', 'torch'])
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert exit_info.value.code == 2 and len(err) == 1 and err[0].startswith('error: '), err
+    assert model in err[0] and needle in err[0], err[0]

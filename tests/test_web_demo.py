@@ -4,6 +4,7 @@ The browser tests start the server the way `tola-web` does with no --model (the 
 merged model), drive Debian's Chromium through Selenium, and stop both themselves. They are skipped, with the reason
 printed, only where no Chromium and chromedriver are installed (tools/setup_env.sh installs them when run as root).
 """
+import glob
 import os
 import re
 import shutil
@@ -155,3 +156,40 @@ def test_page_refuses_a_file_over_the_upload_limit(demo_server, chromium, tmp_pa
     big = shutil.copy(os.path.join(samples_dir(), 'photo.png'), tmp_path / 'big.png')  # 129 KB > MAX_FILE_MB
     state = restore_in_page(chromium, demo_server, str(big), timeout=PAGE_TIMEOUT)
     assert 'exceed the maximum allowed size' in state.status and 'big.png' in state.status, state.status
+
+
+# ------------------------------------------------------------------- issue 33 item 7: bounded, cleaned-up uploads
+def _post_files(url, files):
+    """POST ``files`` ([(name, bytes)]) as one multipart form, as the page's upload does; -> (status, body)."""
+    import urllib.error
+    boundary = 'tolawebboundary'
+    body = b''.join(b'--%s\r\nContent-Disposition: form-data; name="files"; filename="%s"\r\nContent-Type: image/png'
+                    b'\r\n\r\n%s\r\n' % (boundary.encode(), name.encode(), data) for name, data in files)
+    body += b'--%s--\r\n' % boundary.encode()
+    request = urllib.request.Request(url, data=body, method='POST',
+                                     headers={'Content-Type': f'multipart/form-data; boundary={boundary}'})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def test_uploads_are_bounded_per_request_and_removed_when_the_server_stops(tmp_path):
+    model = write_tiny_merged(tmp_path / 'tiny.safetensors')
+    app = web_cli.run(
+        web_cli.parse_args(['--model', model, '--port', '0', '--device', 'cpu', '--max-file-mb',
+                            str(MAX_FILE_MB)]), block=False)
+    folder = web_app.upload_folder(app)
+    try:
+        url = app.local_url.rstrip('/') + '/gradio_api/upload'
+        part = os.urandom(60_000)  # each file under the 0.1 MB per-file limit
+        status, body = _post_files(url, [('a.png', part)])
+        assert status == 200 and body.count(folder) == 1, body  # stored in the server's own folder
+        stored = sorted(glob.glob(os.path.join(folder, '**', '*'), recursive=True))
+        status, body = _post_files(url, [(f'{i}.png', part) for i in range(3)])  # 180 KB in one request
+        assert status == 413 and 'one request may carry one image of at most 0.1 MB' in body, (status, body)
+        assert sorted(glob.glob(os.path.join(folder, '**', '*'), recursive=True)) == stored  # nothing kept
+    finally:
+        app.close()
+    assert not os.path.exists(folder)

@@ -94,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--timestep', type=int,
                         help="inference control: the q-sample and IDM timestep (default: the model's)")
     parser.add_argument('--noise', choices=('gaussian', 'zero'), help='inference control: the noise mode')
+    parser.add_argument('--debug', action='store_true', help='show the traceback of an error (default: one line)')
     return parser
 
 
@@ -130,7 +131,7 @@ def cli(argv=None):
     args = parse_args(argv)
     from tola_plugin.inference.folder_run import run
     from tola_plugin.utils.cli_errors import run_tool
-    run_tool(lambda: run(args))
+    run_tool(lambda: run(args), debug=args.debug)
 
 
 if __name__ == '__main__':

@@ -46,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f'128x512 windows (network calls) one image may need ({DEFAULT_MAX_WINDOWS})')
     parser.add_argument('--max-output-megapixels', type=float, default=DEFAULT_MAX_OUTPUT_MEGAPIXELS,
                         help=f'pixels of one output image ({DEFAULT_MAX_OUTPUT_MEGAPIXELS:g} million)')
+    parser.add_argument('--debug', action='store_true', help='show the traceback of an error (default: one line)')
     return parser
 
 
@@ -107,7 +108,7 @@ def cli(argv=None):
     """Console script ``tola-web``: bad input or configuration ends in one ``error: ...`` line."""
     args = parse_args(argv)
     from tola_plugin.utils.cli_errors import run_tool
-    run_tool(lambda: _serve(args))
+    run_tool(lambda: _serve(args), debug=args.debug)
 
 
 if __name__ == '__main__':

@@ -12,7 +12,10 @@ imports this module before anything else, so no other module of the package need
 4.   ``EnlargedSampler`` forwards the epoch (and each visit's unfolded index) to datasets that ask for
      it, so online degradation is reproducible per (seed, epoch, index); BasicSR's own datasets are
      unaffected.
-5.   Start-up checks (``parse_options``, train and test launchers): strict option keys, ``total_iter > 0``,
+5.   Start-up checks (``parse_options``, train and test launchers): the option file is read by the package's one
+     safe, bounded reader (utils/option_files.py; BasicSR's own ``yaml.load`` gets its loader, and
+     ``--force_yml`` lists are read as YAML, not ``eval``-ed), the keys every run needs are checked on the file as
+     written before BasicSR's parser indexes them, then strict option keys for every model, ``total_iter > 0``,
      ``num_gpu`` no more than the devices present (utils/option_checks.py), ``num_gpu: auto`` refused when a
      driver is installed that this torch cannot use; the CUDA math options ``allow_tf32`` and ``deterministic``
      (utils/cuda_math.py); and one run per experiment (results) folder: a lock file with the PID, stale locks
@@ -34,12 +37,15 @@ imports this module before anything else, so no other module of the package need
      torchrun), they execute in their own ``__main__`` namespace instead, so ``parse_options`` is also patched
      where they import it from, and gives the calling script the same functions; run from an installed basicsr
      (``python -m``), whose root would be site-packages, experiments/, tb_logger/ and results/ go under the
-     current directory instead.
+     current directory instead. Their bad input ends in one ``error:`` line (exit status 2) as with our launchers
+     (``cli_errors.install_excepthook``; ``--debug`` shows the traceback).
 12.  What the command line may change beyond upstream's ``--force_yml`` (which can only set values): an entry of
      ``val.metrics`` set to ``~`` is removed (upstream would call the metric ``None``: ``val:metrics:lpips=~``
      drops LPIPS and keeps PSNR/SSIM); ``short_run: N`` applies the short-run preset (utils/short_run.py). Then
      every weight file a metric or loss of the run reads is checked at start: a missing one is an error naming it,
      where it comes from, and the override that runs without it (checkpoints/metric_weights.require_run_weights).
+13.  BasicSR's LMDB reader (``LmdbBackend``) checks each LMDB before mapping it (utils/lmdb_check.py): a truncated
+     ``data.mdb`` is an error naming it, not a SIGBUS.
 """
 import sys
 
@@ -49,13 +55,13 @@ install_torchvision_shim()
 
 # isort: split
 # Everything below imports basicsr, so it comes after the shim (setup.cfg lets flake8 accept E402 here).
+import argparse
 import datetime
 import os
 import time
 
 import torch
 import torch.distributed as dist
-import yaml
 from torch.nn.parallel import DataParallel, DistributedDataParallel
 
 import basicsr.test
@@ -66,14 +72,17 @@ from basicsr.data.prefetch_dataloader import CPUPrefetcher, CUDAPrefetcher
 from basicsr.models.base_model import BaseModel
 from basicsr.utils import check_resume, get_root_logger, set_random_seed
 from basicsr.utils.dist_util import get_dist_info, master_only
+from basicsr.utils.file_client import LmdbBackend
 from basicsr.utils.logger import MessageLogger
-from basicsr.utils.options import ordered_yaml
 
 from tola_plugin.checkpoints.metric_weights import require_run_weights
 from tola_plugin.utils import cuda_math, distributed, run_lock
 from tola_plugin.utils.checkpoint_io import atomic_torch_save, weights_only_loads
+from tola_plugin.utils.cli_errors import install_excepthook
 from tola_plugin.utils.devices import cuda_device_count
-from tola_plugin.utils.option_checks import OptionError, check_options
+from tola_plugin.utils.lmdb_check import check_lmdb
+from tola_plugin.utils.option_checks import check_options, check_required
+from tola_plugin.utils.option_files import OptionError, OptionLoader, read_option_file, read_option_value
 from tola_plugin.utils.short_run import apply_short_run
 from tola_plugin.utils.training_resume import (LOOP, agreed_resume_state, keep_option_settings, rng_preserved,
                                                scheduler_settings)
@@ -235,12 +244,34 @@ def _prefetcher_hooks(cls):
 
 # ------------------------------------------------------------------------------------ 5: start-up checks, lock
 _original_parse_options = basicsr.utils.options.parse_options
+_original_ordered_yaml = basicsr.utils.options.ordered_yaml
+_original_postprocess_yml_value = basicsr.utils.options._postprocess_yml_value
+
+
+def ordered_yaml():
+    """Upstream's (Loader, Dumper) pair with the package's safe, bounded loader (utils/option_files.py): upstream's is
+    yaml's full Loader, which builds any Python object a file names (``!!python/object/apply:os.system``)."""
+    return OptionLoader, _original_ordered_yaml()[1]
+
+
+def postprocess_yml_value(value):
+    """A ``--force_yml key=value`` value as upstream reads it, except that a list is read as YAML (upstream
+    ``eval``-s it)."""
+    if value.startswith('['):
+        return read_option_value(value, f'--force_yml value {value!r}')
+    return _original_postprocess_yml_value(value)
+
+
+def _option_file_argument():
+    """The ``-opt`` of the command line, before upstream's parser reads it (None when absent: its error)."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    parser.add_argument('-opt')
+    return parser.parse_known_args(sys.argv[1:])[0].opt
 
 
 def _requested_num_gpu(args):
     """``num_gpu`` as the option file and ``--force_yml`` say it, before upstream resolves 'auto'."""
-    with open(args.opt, encoding='utf-8') as f:
-        value = yaml.load(f, Loader=ordered_yaml()[0]).get('num_gpu')
+    value = read_option_file(args.opt).get('num_gpu')
     for entry in args.force_yml or []:
         key, _, raw = entry.partition('=')
         if key.strip() == 'num_gpu':
@@ -276,12 +307,17 @@ def parse_options(root_path, is_train=True):
     ``start_distributed``), the CUDA math options (utils/cuda_math.py) and the experiment lock (rank 0). Called first
     by BasicSR's pipelines, it also fits the calling launcher script to the plugin (11)."""
     root_path = _adopt_launcher_script(sys._getframe(1).f_globals, root_path)
+    path = _option_file_argument()
+    if path is not None:
+        written = read_option_file(path)  # errors name the file and line
+        try:
+            check_required(written, is_train)
+        except OptionError as err:
+            raise OptionError(f'{path}: {err}') from None
     _LAUNCH.clear()
     _LAUNCH['deferring'] = True
     try:
         opt, args = _original_parse_options(root_path, is_train)
-    except yaml.YAMLError as err:
-        raise OptionError(f'the option file is not valid YAML: {err}') from None
     finally:
         _LAUNCH['deferring'] = False
     LOOP.reset()
@@ -328,6 +364,8 @@ def _adopt_launcher_script(namespace: dict, root_path: str) -> str:
     if 'train_pipeline' not in namespace and 'test_pipeline' not in namespace:
         return root_path  # not a launcher (e.g. a test calling parse_options)
     _give_launcher_our_functions(namespace)
+    if namespace.get('__name__') == '__main__':  # BasicSR's own script: no run_tool around it
+        install_excepthook(run_lock.release_all)
     if not _installed_package_root(root_path):
         return root_path
     cwd = os.getcwd()
@@ -424,7 +462,22 @@ def load_network(self, net, load_path, strict=True, param_key='params'):
         return _original_load_network(self, net, load_path, strict, param_key)
 
 
+# ------------------------------------------------------------------------------------------- 12: LMDB reader
+_original_lmdb_backend_init = LmdbBackend.__init__
+
+
+def lmdb_backend_init(self, db_paths, *args, **kwargs):
+    """Upstream's ``LmdbBackend``, after checking each LMDB (a truncated one would kill the run with SIGBUS at its
+    first read)."""
+    for path in [db_paths] if isinstance(db_paths, str) else list(db_paths):
+        check_lmdb(str(path))
+    _original_lmdb_backend_init(self, db_paths, *args, **kwargs)
+
+
+LmdbBackend.__init__ = lmdb_backend_init
 basicsr.utils.options.init_dist = init_dist  # parse_options calls the name imported into options
+basicsr.utils.options.ordered_yaml = ordered_yaml  # upstream's parse_options reads the file with it
+basicsr.utils.options._postprocess_yml_value = postprocess_yml_value
 basicsr.utils.options.parse_options = parse_options  # where launcher scripts import it from (11)
 _give_launcher_our_functions(vars(basicsr.train))  # basicsr/__init__ imported both modules before this
 _give_launcher_our_functions(vars(basicsr.test))

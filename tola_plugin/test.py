@@ -2,12 +2,13 @@
 
 Usage: ``python -m tola_plugin.test -opt FILE.yml``.
 Every ``torch.load`` of the run is weights-only; bad options or input end in one ``error: ...`` line and exit
-status 2 (``utils/cli_errors.py``); a distributed run destroys its process group at exit.
+status 2 (``utils/cli_errors.py``; ``--debug`` shows the traceback); a distributed run destroys its process group
+at exit.
 """
 from basicsr.test import test_pipeline
 
 from tola_plugin.basicsr_compat import run_pipeline  # (the package __init__ has registered the plugin)
-from tola_plugin.utils.cli_errors import run_tool
+from tola_plugin.utils.cli_errors import debug_requested, run_tool
 
 
 def run():
@@ -15,7 +16,7 @@ def run():
 
 
 def main():
-    run_tool(run)
+    run_tool(run, debug=debug_requested())  # --debug is BasicSR's flag: its parser reads it too
 
 
 if __name__ == '__main__':

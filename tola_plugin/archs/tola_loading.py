@@ -12,7 +12,6 @@ import inspect
 from typing import Dict, Optional
 
 import torch
-import yaml
 
 from basicsr.utils import get_root_logger
 from basicsr.utils.registry import ARCH_REGISTRY
@@ -20,7 +19,8 @@ from basicsr.utils.registry import ARCH_REGISTRY
 from tola_plugin.archs.mom_arch import DiffTSRMoM
 from tola_plugin.checkpoints import tola as tola_files
 from tola_plugin.utils.checkpoint_io import require_file
-from tola_plugin.utils.option_checks import OptionError, check_typed_block
+from tola_plugin.utils.option_checks import check_typed_block
+from tola_plugin.utils.option_files import OptionError, read_option_file
 
 NOT_ARCHITECTURE = ('difftsr_checkpoint', 'transocr_checkpoint', 'gradient_checkpointing')  # not in merged options
 
@@ -28,9 +28,8 @@ NOT_ARCHITECTURE = ('difftsr_checkpoint', 'transocr_checkpoint', 'gradient_check
 def read_tola_options(opt_path: str) -> Dict:
     """The option file ``opt_path`` (a dict), checked to hold a ``network_g`` of type TOLANet whose keys are all
     TOLANet options (errors name the file)."""
-    with open(require_file(opt_path, 'option file', 'Give a TOLA option file.'), encoding='utf-8') as f:
-        opt = yaml.safe_load(f)
-    if not isinstance(opt, dict) or (opt.get('network_g') or {}).get('type') != 'TOLANet':
+    opt = read_option_file(require_file(opt_path, 'option file', 'Give a TOLA option file.'))
+    if (opt.get('network_g') or {}).get('type') != 'TOLANet':
         raise ValueError(f'{opt_path}: network_g.type must be TOLANet')
     try:
         check_typed_block(opt['network_g'], ARCH_REGISTRY, 'network_g')
@@ -108,9 +107,8 @@ class TOLALoadingMixin:
         included), frozen, in eval mode. ``switches``: inference switches. For inference prefer
         ``load_for_inference`` (no MoM image branch, inference mode)."""
         cls.check_switches(switches)
-        options, state = tola_files.read_merged(path)
-        with torch.device('meta'):  # 'empty' backbone: no init of ~1B parameters that are overwritten right away
-            net = cls(**options)
+        net, state = cls._merged_network(path)
+        tola_files.check_merged_tensors(state, net.state_dict(), path)
         net.load_state_dict(state, strict=True, assign=True)  # memory-mapped tensors, no copy
         net.requires_grad_(False)
         return net.set_switches(**switches).eval()
@@ -123,12 +121,24 @@ class TOLALoadingMixin:
         ``switches``: inference switches (precision, text_decoding, timestep, noise, ...). Where and on which runtime
         it runs is the runtime decision's business (``tola_plugin/runtime/placement.py``)."""
         cls.check_switches(switches)
-        options, state = tola_files.read_merged(path, skip=[f'mom.{prefix}' for prefix in DiffTSRMoM.IMAGE_BRANCH])
-        with torch.device('meta'):
-            net = cls(**options)
+        net, state = cls._merged_network(path, skip=[f'mom.{prefix}' for prefix in DiffTSRMoM.IMAGE_BRANCH])
         net.mom.drop_image_branch()
+        tola_files.check_merged_tensors(state, net.state_dict(), path)
         net.load_state_dict(state, strict=True, assign=True)
         return net.set_switches(**switches).prepare_for_inference()
+
+    @classmethod
+    def _merged_network(cls, path: str, skip=()):
+        """(the network of a merged file's options, on the meta device; its tensors): options that are not
+        TOLANet's (a misspelled key, another network's file) or that TOLANet refuses are a ValueError naming the
+        file."""
+        options, state = tola_files.read_merged(path, skip=skip)
+        try:
+            check_typed_block({'type': 'TOLANet', **options}, ARCH_REGISTRY, 'options')
+            with torch.device('meta'):  # 'empty' backbone: no init of ~1B parameters that are overwritten right away
+                return cls(**options), state
+        except (TypeError, ValueError) as err:
+            raise ValueError(f'{path}: metadata "options" do not build a TOLANet: {err}') from None
 
     def prepare_for_inference(self):
         """Make this network inference-only, in place (returns it), computing the same function: LoRA folded into

@@ -85,9 +85,48 @@ def read_merged_metadata(path: str) -> Dict[str, str]:
 
 def read_merged(path: str, skip: Sequence[str] = ()) -> Tuple[Dict, Dict[str, torch.Tensor]]:
     """(constructor options, tensors) of a merged TOLA file; the tensors memory-mapped (a tensor's bytes are read
-    when first used), those whose names start with a prefix in ``skip`` left out."""
+    when first used), those whose names start with a prefix in ``skip`` left out. Missing or malformed options are a
+    ValueError naming the file."""
     from safetensors.torch import load_file
-    options = json.loads(read_merged_metadata(path)['options'])
+    metadata = read_merged_metadata(path)
+    if 'options' not in metadata:
+        raise ValueError(f'{path}: merged TOLA model without the options that rebuild its network (metadata '
+                         f'"options" missing); export it again with tools/export_merged.py')
+    try:
+        options = json.loads(metadata['options'])
+    except ValueError as err:
+        raise ValueError(f'{path}: metadata "options" is not JSON ({err}); export the model again with '
+                         f'tools/export_merged.py') from None
+    if not isinstance(options, dict):
+        raise ValueError(f'{path}: metadata "options" must be a JSON object of TOLANet options, got '
+                         f'{type(options).__name__}')
     state = load_file(path)
     skip = tuple(skip)
     return options, {k: v for k, v in state.items() if not (skip and k.startswith(skip))}
+
+
+def check_merged_tensors(state: Mapping[str, torch.Tensor], expected: Mapping[str, torch.Tensor], path: str) -> None:
+    """The tensors of a merged file against the network its options build (``expected``, e.g. on the meta device):
+    the same names and shapes, floating point where the network's are (all of one precision) and the network's own
+    dtype elsewhere; else a ValueError naming the file and the first tensors that differ."""
+    missing = [k for k in expected if k not in state]
+    unexpected = [k for k in state if k not in expected]
+    if missing or unexpected:
+        raise ValueError(f'{path}: its tensors do not match the network its options describe: {len(missing)} '
+                         f'missing {missing[:3]}, {len(unexpected)} unexpected {unexpected[:3]}; the file is damaged '
+                         f'or was not written by tools/export_merged.py')
+    floats = {}  # dtype -> first tensor: a merged file holds one float precision (the network's, float32 or 64)
+    for key, value in state.items():
+        want = expected[key]
+        kind_differs = value.dtype.is_floating_point != want.dtype.is_floating_point or (
+            not want.dtype.is_floating_point and value.dtype != want.dtype)
+        if tuple(value.shape) != tuple(want.shape) or kind_differs:
+            raise ValueError(f'{path}: tensor {key} is {value.dtype} {tuple(value.shape)}, the network its options '
+                             f'describe expects {want.dtype} {tuple(want.shape)}; the file is damaged or was not '
+                             f'written by tools/export_merged.py')
+        if value.dtype.is_floating_point:
+            floats.setdefault(value.dtype, key)
+    if len(floats) > 1:
+        (first, one), (other, key) = sorted(floats.items(), key=lambda item: list(state).index(item[1]))[:2]
+        raise ValueError(f'{path}: tensor {key} is {other}, but {one} is {first}: a merged file holds one precision; '
+                         f'the file is damaged or was not written by tools/export_merged.py')

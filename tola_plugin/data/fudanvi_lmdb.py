@@ -13,6 +13,7 @@ import numpy as np
 from tola_plugin.data.image_io import WHITE, decode_image
 from tola_plugin.data.text_labels import TOOL_SKIP_HINT, read_labels_tsv_lines, usable_positions
 from tola_plugin.utils.cli_errors import UsageError
+from tola_plugin.utils.lmdb_check import check_lmdb
 
 
 def image_key(index: int) -> bytes:
@@ -107,8 +108,7 @@ def shared_lmdb_env(path: str):
     """
     key = os.path.realpath(path)
     if key not in _ENVS:
-        if not os.path.isfile(os.path.join(path, 'data.mdb')):
-            raise FileNotFoundError(f'{path} is not an LMDB folder (no data.mdb)')
+        check_lmdb(path)  # a truncated data.mdb is an error here, not a SIGBUS at the first read
         _ENVS[key] = lmdb.open(path, readonly=True, lock=False, readahead=False, meminit=False)
     return _ENVS[key]
 
@@ -122,7 +122,11 @@ class FudanVILmdbReader:
             raw = txn.get(b'num-samples')
         if raw is None:
             raise KeyError(f'{path}: LMDB has no num-samples key; expected the FudanVI format')
-        self.num_samples = int(raw)
+        text = raw.decode('utf-8', 'replace').strip()
+        if not (text.isascii() and text.isdigit()):
+            raise ValueError(f'{path}: num-samples is {text!r}; expected the number of samples, a whole number >= 0 '
+                             f'(FudanVI format: keys image-%09d and label-%09d from 1 to num-samples)')
+        self.num_samples = int(text)
 
     def __len__(self) -> int:
         return self.num_samples

@@ -7,6 +7,7 @@ order: label category and length, image size, aspect and the quality statistics 
 distance of an admitted one. Admitted candidates in file order then fill the category (and difficulty) quotas.
 """
 import csv
+import io
 import os
 from typing import Dict, List, Mapping, Sequence, Tuple
 
@@ -15,6 +16,7 @@ from tola_plugin.data.image_checks import (failed_quality_rules, hamming, image_
 from tola_plugin.data.image_io import read_image_file, write_image
 from tola_plugin.data.text_line_source import canvas_rgb8
 from tola_plugin.text.normalize import normalize_text
+from tola_plugin.utils.atomic_files import read_text
 from tola_plugin.utils.cli_errors import UsageError
 
 STAT_KEYS = ['width', 'height', 'aspect', 'gray_mean', 'gray_std', 'laplacian_var', 'edge_density', 'entropy']
@@ -24,12 +26,11 @@ DIFFICULTIES = ('mild', 'medium', 'hard')
 def read_candidates(path: str) -> List[Dict[str, str]]:
     """The rows of the candidates TSV (labels stripped). UsageError when a column is missing, no row is listed or a
     difficulty is not one of ``DIFFICULTIES``."""
-    with open(path, encoding='utf-8', newline='') as f:
-        reader = csv.DictReader(f, delimiter='\t')
-        missing = {'filename', 'label'} - set(reader.fieldnames or [])
-        if missing:
-            raise UsageError(f'{path} header lacks column(s) {sorted(missing)}; got {reader.fieldnames}')
-        rows = [dict(r) for r in reader]
+    reader = csv.DictReader(io.StringIO(read_text(path, 'candidates TSV'), newline=''), delimiter='\t')
+    missing = {'filename', 'label'} - set(reader.fieldnames or [])
+    if missing:
+        raise UsageError(f'{path} header lacks column(s) {sorted(missing)}; got {reader.fieldnames}')
+    rows = [dict(r) for r in reader]
     if not rows:
         raise UsageError(f'{path} lists no candidates')
     for n, r in enumerate(rows, start=2):

@@ -21,6 +21,7 @@ import torch
 
 from tola_plugin.text.alphabets import IDM_MAX_LEN, encode_idm, encode_transocr
 from tola_plugin.text.normalize import full_to_half
+from tola_plugin.utils.atomic_files import read_bytes
 
 OCR_TARGET_LEN = IDM_MAX_LEN + 1  # 24 characters + END
 OCR_IGNORE_INDEX = -100  # torch CrossEntropyLoss default ignore_index
@@ -49,8 +50,7 @@ class InvalidLabelsError(TextLabelError):
 def _text_lines(path: str, what: str):
     """The lines of a UTF-8 text file (a leading byte-order mark is dropped); a file in another encoding is a
     ValueError naming the file and the line."""
-    with open(path, 'rb') as f:
-        raw = f.read()
+    raw = read_bytes(path, what)  # bounded: a file far larger than any labels file is refused unread
     try:
         text = raw.decode('utf-8-sig')
     except UnicodeDecodeError as err:

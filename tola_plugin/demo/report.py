@@ -14,7 +14,6 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
-import yaml
 
 from basicsr.utils import imwrite, tensor2img
 
@@ -27,6 +26,7 @@ from tola_plugin.evaluation.runner import evaluate_methods
 from tola_plugin.inference.color_fix import COLOR_FIXES, apply_color_fix
 from tola_plugin.metrics.image_metrics import mean_psnr_y8
 from tola_plugin.ocr.ppocr import ppocrv4_unavailable
+from tola_plugin.utils.option_files import read_option_file
 
 #: The issue's targets for the demo on the held-out lines: gains of TOLA over its LR input.
 TARGETS = {'psnr': 2.0, 'p_acc': 0.15}
@@ -101,8 +101,7 @@ def write_grid(results_root: str, names: Sequence[str], rows_by_method: Dict[str
 
 def make_report(opt_path: str, grid_samples: int = 6, results_dir: Optional[str] = None, log=print) -> Dict:
     """Everything the module docstring lists; returns the metrics.json content."""
-    with open(opt_path, encoding='utf-8') as f:
-        opt = yaml.safe_load(f)
+    opt = read_option_file(opt_path)
     results_root = results_dir or os.path.join('results', opt['name'])
     names = export_pairs(opt, opt_path, results_root)
     metrics = ['psnr', 'ssim', 'transocr']

@@ -14,7 +14,6 @@ import platform
 import time
 
 import torch
-import yaml
 
 from tola_plugin.archs.backbone_builder import load_difftsr, load_transocr, save_converted
 from tola_plugin.archs.idm_unet_arch import DiffTSRIDMUNet
@@ -28,16 +27,15 @@ from tola_plugin.demo import scores, stages
 from tola_plugin.demo.latents import build_latent_cache
 from tola_plugin.demo.pool import build_pool
 from tola_plugin.utils.checkpoint_io import require_file
+from tola_plugin.utils.option_files import read_option_file
 
 STAGES = ('vae', 'transocr', 'idm')
 REQUIRED = ('name', 'seed', 'num_threads', 'work_dir', 'output_dir', 'data', 'vae', 'transocr', 'idm')
 
 
 def read_options(path: str) -> dict:
-    with open(require_file(path, 'option file', 'Give e.g. options/demo/train_demo_backbone.yml.'),
-              encoding='utf-8') as f:
-        opt = yaml.safe_load(f)
-    missing = [k for k in REQUIRED if k not in (opt or {})]
+    opt = read_option_file(require_file(path, 'option file', 'Give e.g. options/demo/train_demo_backbone.yml.'))
+    missing = [k for k in REQUIRED if k not in opt]
     if missing:
         raise ValueError(f'{path}: missing option(s) {missing}')
     unknown = sorted(set(opt) - set(REQUIRED))

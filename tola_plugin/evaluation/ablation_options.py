@@ -13,6 +13,8 @@ from typing import Dict
 
 import yaml
 
+from tola_plugin.utils.option_files import read_option_file
+
 FULL_CHECKPOINT = 'experiments/TOLA_CTR/models/net_g_latest.pth'
 SELECTION = ('Select the checkpoint by validation {metric} as the paper does (Table S9 caption); evaluate with '
              'the matching test_ file.')
@@ -92,8 +94,7 @@ CONTROLS = {
 
 
 def _load(path):
-    with open(path, encoding='utf-8') as f:
-        return yaml.safe_load(f)
+    return read_option_file(path)
 
 
 def _apply(section, overrides):

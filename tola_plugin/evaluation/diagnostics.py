@@ -18,7 +18,6 @@ Definitions where the paper leaves them implicit (also in docs/evaluation.md):
 ``diagnose_evaluations`` runs it all on two evaluation folders and writes diagnostics.json / .md
 (tools/diagnose.py).
 """
-import json
 import os
 import unicodedata
 from typing import Dict, List, Mapping, Optional, Sequence
@@ -31,7 +30,7 @@ from tola_plugin.evaluation.records import PREFIX, SUMMARY_METRICS
 from tola_plugin.evaluation.statistics import N_RESAMPLES, mcnemar_exact, paired_bootstrap
 from tola_plugin.inference.prior_csv import read_prior_csv
 from tola_plugin.metrics.text_metrics import EditOps, edit_operations, normalize
-from tola_plugin.utils.atomic_files import write_json, write_text
+from tola_plugin.utils.atomic_files import read_json, write_json, write_text
 from tola_plugin.utils.cli_errors import UsageError
 
 CATEGORIES = ('Chinese', 'English', 'Mixed', 'Num./Other')
@@ -332,11 +331,9 @@ def diagnose_evaluations(eval_dir: str, baseline: str, method: str, out: str, ev
     the recognition-diagnostics figure); returns the markdown. ``prior_csv`` (the TOLA inference tool's per-image
     priors) enables the confidence bins and prior strata; ``recognizer`` defaults to ``pick_recognizer``.
     UsageError when the evaluations differ in case handling or labels."""
-    with open(os.path.join(eval_dir, 'summary.json'), encoding='utf-8') as f:
-        summary_b = json.load(f)
+    summary_b = read_json(os.path.join(eval_dir, 'summary.json'), 'tools/evaluate.py summary')
     base_dir = eval_dir_baseline or eval_dir
-    with open(os.path.join(base_dir, 'summary.json'), encoding='utf-8') as f:
-        summary_a = json.load(f)
+    summary_a = read_json(os.path.join(base_dir, 'summary.json'), 'tools/evaluate.py summary')
     a = load_method(base_dir, summary_a, baseline)
     b = load_method(eval_dir, summary_b, method)
     recognizer = recognizer or pick_recognizer(a, b)

@@ -50,6 +50,7 @@ from tola_plugin.models.tola_model import TOLAModel
 from tola_plugin.runtime.machine import package_version
 from tola_plugin.runtime.openvino_stages import openvino_missing
 from tola_plugin.runtime.placement import NoPathLeft, Runtime
+from tola_plugin.utils.option_files import read_option_file
 
 STAGES = ('text prior', 'VAE encode', 'MoM text', 'IDM', 'LRC', 'VAE decode')
 #: the issue's targets (2-core CPU with native bf16, batch 1, full size)
@@ -220,10 +221,7 @@ def training_iterations(opt_path: str, checkpoint, random_weights: bool, repeats
     """Seconds of one TOLAModel training iteration (batch 1, the option file's losses; LPIPS with a random VGG
     trunk under ``random_weights``) with the text prior decoded DiffTSR's way ('full_prefix': before) and the fast
     way ('incremental': after), interleaved, median of ``repeats`` after a warm-up of each."""
-    import yaml
-
-    with open(opt_path, encoding='utf-8') as f:
-        opt = yaml.safe_load(f)
+    opt = read_option_file(opt_path)
     if 'train' not in opt:
         raise ValueError(f'{opt_path}: --train-iteration needs a training option file (a train block)')
     opt.update(num_gpu=0, dist=False, rank=0, world_size=1, is_train=True, auto_resume=False)
@@ -306,13 +304,10 @@ def quality(merged: str, test_opt: str, backends: Sequence[str], precisions: Seq
     """The held-out lines of ``test_opt`` (its one TextDegradationDataset) restored with the merged model in each
     backend and precision: mean PSNR (Y, 8-bit, as the demo report) against HR and against the same backend's fp32,
     and the share of lines whose text-prior ids equal fp32's (torch's fp32 for every row)."""
-    import yaml
-
     from basicsr.metrics.psnr_ssim import calculate_psnr
     from basicsr.utils import tensor2img
 
-    with open(test_opt, encoding='utf-8') as f:
-        opt = yaml.safe_load(f)
+    opt = read_option_file(test_opt)
     dataset = TextDegradationDataset(held_out_dataset_opt(opt, test_opt))
     items = [dataset[i] for i in range(len(dataset) if limit is None else min(limit, len(dataset)))]
     lq = torch.stack([it['lq'] for it in items]).float()

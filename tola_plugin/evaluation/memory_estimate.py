@@ -37,6 +37,7 @@ from tola_plugin.archs.tola_arch import TOLANet
 from tola_plugin.text.alphabets import IDM_MAX_LEN
 from tola_plugin.utils.cli_errors import UsageError
 from tola_plugin.utils.option_checks import check_typed_block
+from tola_plugin.utils.option_files import read_option_file
 
 GIB = 2**30
 OCR_TARGET_LENGTH = 25  # TransOCR targets of the datasets: 24 characters + END (data/text_labels.py)
@@ -325,8 +326,6 @@ def estimate_option_file(opt_path: str, size: Sequence[int] = (128, 512), capaci
     """``estimate`` for the training option file ``opt_path``: prints the report and writes every figure to
     ``json_path`` (JSON) when given. -> 0. UsageError for a missing file or one without ``network_g``, a size that
     is not a positive multiple of 8, a reserve outside [0, 1); ``network_g`` is checked like the launchers do."""
-    import yaml
-
     from basicsr.utils.registry import ARCH_REGISTRY
     if not os.path.isfile(opt_path):
         raise UsageError(f'-opt {opt_path!r}: no such option file')
@@ -334,9 +333,8 @@ def estimate_option_file(opt_path: str, size: Sequence[int] = (128, 512), capaci
         raise UsageError(f'--size {size}: height and width must be positive multiples of 8')
     if not 0 <= reserve < 1:
         raise UsageError(f'--reserve {reserve}: expected a share in [0, 1)')
-    with open(opt_path, encoding='utf-8') as f:
-        opt = yaml.safe_load(f)
-    if not isinstance(opt, dict) or 'network_g' not in opt:
+    opt = read_option_file(opt_path)
+    if 'network_g' not in opt:
         raise UsageError(f'-opt {opt_path!r}: not an option file with network_g')
     check_typed_block(opt['network_g'], ARCH_REGISTRY, 'network_g')
     result = estimate(opt, size=size, capacities=capacities, reserve=reserve)

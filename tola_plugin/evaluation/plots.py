@@ -11,7 +11,7 @@
 Chinese text in labels is drawn with a CJK font found on the system when there is one.
 """
 import csv
-import json
+import io
 import os
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -19,6 +19,7 @@ import numpy as np
 
 from tola_plugin.data.image_io import read_image_file
 from tola_plugin.evaluation.records import read_labels
+from tola_plugin.utils.atomic_files import read_json, read_text
 from tola_plugin.utils.cli_errors import UsageError
 
 CJK_FONTS = ('Noto Sans CJK SC', 'WenQuanYi Zen Hei', 'WenQuanYi Micro Hei', 'AR PL UMing CN', 'Droid Sans Fallback')
@@ -218,13 +219,12 @@ def read_latency_csv(path: str) -> Tuple[Dict[str, float], Dict[str, Dict[str, f
     """CSV with columns method, seconds_per_image (optionally psnr, t_acc) -> ({method: s}, {method: metrics}).
     UsageError when a required column is missing."""
     latency, metrics = {}, {}
-    with open(path, encoding='utf-8', newline='') as f:
-        reader = csv.DictReader(f)
-        if not {'method', 'seconds_per_image'} <= set(reader.fieldnames or []):
-            raise UsageError(f'{path} needs columns method, seconds_per_image (got {reader.fieldnames})')
-        for row in reader:
-            latency[row['method']] = float(row['seconds_per_image'])
-            metrics[row['method']] = {k: float(row[k]) for k in ('psnr', 't_acc') if row.get(k)}
+    reader = csv.DictReader(io.StringIO(read_text(path, 'latency CSV'), newline=''))
+    if not {'method', 'seconds_per_image'} <= set(reader.fieldnames or []):
+        raise UsageError(f'{path} needs columns method, seconds_per_image (got {reader.fieldnames})')
+    for row in reader:
+        latency[row['method']] = float(row['seconds_per_image'])
+        metrics[row['method']] = {k: float(row[k]) for k in ('psnr', 't_acc') if row.get(k)}
     return latency, metrics
 
 
@@ -232,8 +232,7 @@ def read_benchmark_json(path: str, method: str, route: str = 'default',
                         batch: int = 1) -> Tuple[Dict[str, float], Dict]:
     """tools/benchmark_inference.py's JSON -> ({method: seconds per image of ``route`` at ``batch``}, {}).
     ValueError when it has no such timing."""
-    with open(path, encoding='utf-8') as f:
-        timings = json.load(f).get('timings', {})
+    timings = read_json(path, 'benchmark_inference.py JSON').get('timings', {})
     key = f'{route} batch {batch}'
     if key not in timings:
         raise ValueError(f'{path}: no timing {key!r} (have {sorted(timings)}); is it a benchmark_inference.py JSON?')
@@ -253,15 +252,13 @@ def plot_quality_latency(out_stem: str, latency_csv: Optional[str] = None, bench
         latency.update(read_benchmark_json(benchmark_json, benchmark_method, benchmark_route)[0])
     summaries = [own]
     for path in summary_paths:
-        with open(path, encoding='utf-8') as f:
-            summaries.insert(0, json.load(f)['summary'])  # the CSV's own columns win
+        summaries.insert(0, read_json(path, 'tools/evaluate.py summary')['summary'])  # the CSV's own columns win
     return quality_latency_figure(latency_points(latency, summaries), out_stem, highlight)
 
 
 def plot_recognition_diagnostics(diagnostics_json: str, out_stem: str) -> Tuple[str, str]:
     """``recognition_diagnostics_figure`` of tools/diagnose.py's diagnostics.json."""
-    with open(diagnostics_json, encoding='utf-8') as f:
-        return recognition_diagnostics_figure(json.load(f), out_stem)
+    return recognition_diagnostics_figure(read_json(diagnostics_json, 'tools/diagnose.py JSON'), out_stem)
 
 
 def plot_comparison_grid(row_dirs: Sequence[Tuple[str, str]], samples: Sequence[str], out_stem: str,

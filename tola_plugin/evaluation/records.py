@@ -10,7 +10,6 @@ Formats (docs/evaluation.md has the full description):
 Every file is written atomically (``tola_plugin.utils.atomic_files``), so a crash or a full disk never leaves a
 half-written CSV or JSON under its final name.
 """
-import csv
 import math
 import os
 from collections import Counter
@@ -18,7 +17,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from tola_plugin.data.image_io import IMAGE_EXTENSIONS, list_image_files
 from tola_plugin.data.text_labels import read_labels_tsv
-from tola_plugin.utils.atomic_files import write_csv
+from tola_plugin.utils.atomic_files import read_csv, write_csv
 
 MAX_LISTED = 20  # names listed in a mismatch error
 
@@ -117,13 +116,12 @@ def write_per_image_csv(path: str, rows: Sequence[Mapping[str, object]]) -> None
 
 def read_per_image_csv(path: str) -> Dict[str, Dict[str, object]]:
     """Per-image CSV -> {filename: row}; numeric columns become floats."""
-    with open(path, encoding='utf-8', newline='') as f:
-        rows = {}
-        for row in csv.DictReader(f):
-            rows[row['filename']] = {
-                k: (v if k in TEXT_COLUMNS else float(v))
-                for k, v in row.items() if v != '' or k in TEXT_COLUMNS
-            }
+    rows = {}
+    for row in read_csv(path)[1]:
+        rows[row['filename']] = {
+            k: (v if k in TEXT_COLUMNS else float(v))
+            for k, v in row.items() if v != '' or k in TEXT_COLUMNS
+        }
     if not rows:
         raise ValueError(f'per-image CSV {path!r} has no rows')
     return rows

@@ -13,6 +13,7 @@ from typing import Dict, Sequence
 import yaml
 
 from tola_plugin.metrics.tola_iqa_metric import WEIGHTED_METRICS
+from tola_plugin.utils.option_files import read_option_file
 
 TRAINING = 'options/train/train_TOLA.yml'
 MODEL = 'options/test/test_TOLA.yml'
@@ -20,8 +21,7 @@ TINY_BACKBONE = 'tests/data/tola/tiny_backbone.yml'
 
 
 def read_yaml(path: str) -> Dict:
-    with open(path, encoding='utf-8') as f:
-        return yaml.safe_load(f)
+    return read_option_file(path)  # the package's one reader of option files
 
 
 def write_yaml(path: str, opt: Dict) -> str:

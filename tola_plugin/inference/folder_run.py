@@ -27,7 +27,7 @@ from tola_plugin.data.image_io import IMAGE_EXTENSIONS, FolderScan, scan_image_f
 from tola_plugin.inference.pipeline import TOLAPipeline
 from tola_plugin.inference.prior_csv import read_prior_rows, write_prior_csv
 from tola_plugin.utils import run_lock
-from tola_plugin.utils.atomic_files import write_json
+from tola_plugin.utils.atomic_files import read_json_dict, write_json
 from tola_plugin.utils.devices import resolve_device
 
 PRIOR_CSV = 'prior.csv'
@@ -53,6 +53,7 @@ class Summary:
     skipped: List[str] = field(default_factory=list)
     failures: List[str] = field(default_factory=list)
     interrupted: bool = False
+    own_outputs: List[str] = field(default_factory=list)
 
 
 def list_inputs(source: str, recursive: bool, skip_dir: str = '') -> Tuple[List[str], FolderScan]:
@@ -88,9 +89,21 @@ def file_identity(path: str) -> Optional[Tuple[int, int]]:
     return st.st_dev, st.st_ino
 
 
-def plan_outputs(inputs: List[str], source: str, out_dir: str, suffix: str, ext: str, detect: bool) -> List[Job]:
-    """Output paths of ``inputs``; raises ValueError when two inputs would share an output, or an output would
-    replace an input (the same file: compared by device and inode, not by name)."""
+@dataclass
+class Plan:
+    """The jobs of a run, and the listed files left out because they are outputs of the run's other inputs (a rerun
+    of ``-i D -o D --suffix _sr``: ``a_sr.png`` is ``a.png``'s output, not an input)."""
+    jobs: List[Job]
+    own_outputs: List[str] = field(default_factory=list)
+
+
+def plan_outputs(inputs: List[str], source: str, out_dir: str, suffix: str, ext: str, detect: bool,
+                 overwrite: bool = False) -> Plan:
+    """Output paths of ``inputs`` under one rule for every file the run writes (images, ``prior.csv``, photo JSONs):
+    a ValueError, before anything is written, when two inputs would write one file, an output would replace an input
+    (the same file: compared by device and inode, not by name), or a photo's JSON exists that is not this input's
+    record from an earlier run (without ``overwrite``). Inputs that are the planned outputs of other inputs are left
+    out (``Plan.own_outputs``)."""
     root = source if os.path.isdir(source) else os.path.dirname(source)
     jobs, seen = [], {}
     for path in inputs:
@@ -98,22 +111,44 @@ def plan_outputs(inputs: List[str], source: str, out_dir: str, suffix: str, ext:
         stem, in_ext = os.path.splitext(rel)
         out_ext = ext if ext != 'auto' else ('jpg' if in_ext.lower() in ('.jpg', '.jpeg') else 'png')
         name = f'{stem}{suffix}.{out_ext}'
-        job = Job(path, os.path.join(out_dir, name), name.replace(os.sep, '/'),
-                  os.path.join(out_dir, f'{stem}{suffix}.json'))
-        if name in seen:
-            raise ValueError(f'{seen[name]} and {path} would both be written to {job.output}; rename one or use '
-                             f'--ext/--suffix')
-        seen[name] = path
-        jobs.append(job)
-    written = [p for job in jobs for p in ((job.output, job.json) if detect else (job.output, ))]
+        jobs.append(
+            Job(path, os.path.join(out_dir, name), name.replace(os.sep, '/'),
+                os.path.join(out_dir, f'{stem}{suffix}.json')))
+    planned = {os.path.abspath(job.output): job for job in jobs}  # by name: a link to an input is refused below
+    own = [job for job in jobs if planned.get(os.path.abspath(job.input), job) is not job]
+    jobs = [job for job in jobs if job not in own]
+    for job in jobs:
+        for written, kind in ((job.output, 'image'), (job.json, 'record')) if detect else ((job.output, 'image'), ):
+            if written in seen:
+                advice = ('choose --ext/--suffix, or rename one' if kind == 'image' else
+                          "a photo's JSON is named after the input without its extension: rename one")
+                raise ValueError(f'{seen[written]} and {job.input} would both be written to {written}; {advice}')
+            seen[written] = job.input
+    written = list(seen)
     if not detect:
         written.append(os.path.join(out_dir, PRIOR_CSV))
-    sources = {file_identity(p) for p in inputs} - {None}
+    sources = {file_identity(job.input) for job in jobs} - {None}
     on_inputs = [p for p in written if file_identity(p) in sources]
     if on_inputs:
         raise ValueError(f'outputs would replace inputs ({_listing(on_inputs)}: the same files, by device and inode); '
                          f'choose another -o or a --suffix')
-    return jobs
+    if detect and not overwrite:
+        foreign = [
+            job.json for job in jobs
+            if not os.path.exists(job.output) and os.path.exists(job.json) and not is_record_of(job)
+        ]
+        if foreign:
+            raise ValueError(f'{_listing(foreign)} exist(s) and would be replaced: not the record tola-infer wrote for '
+                             f'the same input; move them away, or pass --overwrite')
+    return Plan(jobs, [job.input for job in own])
+
+
+def is_record_of(job: Job) -> bool:
+    """Whether the JSON at ``job.json`` is the record an earlier run wrote for this input and output (a run killed
+    between the record and the image leaves it; the rerun writes both again)."""
+    record = read_json_dict(job.json)
+    return bool(record) and os.path.basename(str(record.get('input'))) == os.path.basename(job.input) and \
+        os.path.basename(str(record.get('output'))) == os.path.basename(job.output)
 
 
 def remove_stale_temporaries(jobs: List[Job], out_dir: str) -> List[str]:
@@ -204,13 +239,14 @@ def run(args) -> int:
         pipe.close()
         return 0
     inputs, scan = list_inputs(args.input, args.recursive, skip_dir=args.output)
-    jobs = plan_outputs(inputs, args.input, args.output, args.suffix, args.ext, args.detect)
+    plan = plan_outputs(inputs, args.input, args.output, args.suffix, args.ext, args.detect, args.overwrite)
+    _leave_out_own_files(scan, plan, args)
     created = not os.path.isdir(args.output)
     os.makedirs(args.output, exist_ok=True)
     lock = run_lock.acquire(args.output, lambda m: _say(f'warning: {m}'), os.path.join(args.output, LOCK_FILE),
                             advice='Wait for it to finish, or choose another -o.')
     try:
-        return _run_locked(args, jobs, scan)
+        return _run_locked(args, plan, scan)
     finally:
         run_lock.release(lock)
         if created:  # a run that wrote nothing (e.g. no model) leaves no empty folder behind
@@ -218,11 +254,22 @@ def run(args) -> int:
                 os.rmdir(args.output)
 
 
-def _run_locked(args, jobs: List[Job], scan: FolderScan) -> int:
+def _leave_out_own_files(scan: FolderScan, plan: Plan, args) -> None:
+    """A run into its input folder finds its own records there (prior.csv, photo JSONs): not "files that are not
+    images"."""
+    if not os.path.isdir(args.input):
+        return
+    records = {os.path.join(args.output, PRIOR_CSV)} | {job.json for job in plan.jobs}
+    mine = {file_identity(p) for p in records} - {None}
+    scan.unsupported = [n for n in scan.unsupported if file_identity(os.path.join(args.input, n)) not in mine]
+
+
+def _run_locked(args, plan: Plan, scan: FolderScan) -> int:
+    jobs = plan.jobs
     for tmp in remove_stale_temporaries(jobs, args.output):
         _say(f'note: removed {tmp}, the temporary file of an interrupted write')
     prior = None if args.detect else PriorFile(os.path.join(args.output, PRIOR_CSV), args.overwrite, _say)
-    summary = Summary(total=len(jobs))
+    summary = Summary(total=len(jobs), own_outputs=plan.own_outputs)
     todo = []
     for job in jobs:
         if os.path.exists(job.output) and not args.overwrite:
@@ -344,6 +391,10 @@ def _print_summary(args, summary: Summary, scan: FolderScan, load_seconds: float
         print(
             f'skipped {len(summary.skipped)} image(s) whose output already exists ({_listing(summary.skipped)}); '
             f'--overwrite restores them again', flush=True)
+    if summary.own_outputs:
+        print(
+            f'left out {len(summary.own_outputs)} file(s) of the input folder that are outputs of its other images '
+            f'(written by an earlier run into it): {_listing(summary.own_outputs)}', flush=True)
     if scan.unsupported:
         print(
             f'left out {len(scan.unsupported)} file(s) that are not images ({", ".join(IMAGE_EXTENSIONS)}): '

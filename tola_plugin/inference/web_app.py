@@ -8,12 +8,24 @@
 plain Python, so it is tested without a browser; ``build_app`` lays it out with Gradio. Nothing leaves the machine:
 Gradio's analytics and version check are off (GRADIO_ANALYTICS_ENABLED=False, set before gradio is imported), its
 default theme's fonts are served by the app itself, the Hugging Face hub is put offline, and no share link is made.
+
+Uploads are bounded and cleaned up (``launch``): Gradio refuses a file over ``max_file_mb``, and a request body over
+one file's worth (``max_file_mb`` plus the form around it; many files in one request) is refused with 413 before it
+is read. Uploads go to a folder of this server's own (``tola-web-<pid>-*`` in the temporary folder), removed when
+the server stops (Ctrl-C, SIGTERM, ``app.close()``, the process's exit) and, if the process was killed, by the
+next server's start.
 """
 import os
 
 os.environ['GRADIO_ANALYTICS_ENABLED'] = 'False'  # no telemetry, no version check (read when gradio is imported)
 os.environ.setdefault('HF_HUB_OFFLINE', '1')
 
+import atexit  # noqa: E402
+import glob  # noqa: E402
+import shutil  # noqa: E402
+import signal  # noqa: E402
+import tempfile  # noqa: E402
+import threading  # noqa: E402
 import time  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from typing import Dict, List, Optional, Sequence  # noqa: E402
@@ -29,6 +41,8 @@ from tola_plugin.inference.web_examples import example_paths  # noqa: E402
 
 DEFAULT_MAX_MEGAPIXELS = 4.0  # larger inputs are refused (CPU time grows with the pixels)
 DEFAULT_MAX_FILE_MB = 20.0  # larger uploads are refused by the server before they are stored
+FORM_BYTES = 64 * 1024  # a request may carry one file of max_file_mb plus this much multipart form around it
+UPLOADS_PREFIX = 'tola-web-'
 TABLE_HEADERS = ['line', 'text prior (TransOCR)', 'prior confidence', 'PP-OCRv4 before', 'PP-OCRv4 after']
 IMAGE_HEIGHT = 220  # display height (CSS pixels) of the input and restored images
 OVERLAY_COLOUR = (255, 64, 0)
@@ -145,6 +159,7 @@ def build_app(pipeline: TOLAPipeline, detect: bool = False, demo_model: bool = F
     ``example_paths()``), the restored output beside it (and the detected lines with ``detect``), the text table
     and a status line that also shows errors. demo_model: show DEMO_NOTE. model_name: shown in the header."""
     examples = example_paths() if examples is None else list(examples)
+    folder, previous = _own_temp_folder()  # before any component: each keeps the folder it was built with
 
     def run(payload, color_fix):
         empty = (None, None, None, [])
@@ -191,14 +206,120 @@ def build_app(pipeline: TOLAPipeline, detect: bool = False, demo_model: bool = F
         # not an image ends in a message on the page instead of an error inside Gradio's decoder.
         button.click(run, inputs=[upload, color_fix], outputs=[shown_input, restored, overlay, table, status],
                      preprocess=False, concurrency_limit=1)
+    app.tola_upload_folder, app.tola_previous_temp = folder, previous
     return app
+
+
+class RequestSizeLimit:
+    """ASGI middleware: a request whose body (``Content-Length``) is over one file of ``max_file_mb`` plus FORM_BYTES
+    is answered 413 before any of it is read, and a chunked body without a length is refused (411); Gradio bounds
+    each file, not a request's sum."""
+
+    def __init__(self, app, max_file_mb: float):
+        self.app, self.max_file_mb = app, max_file_mb
+        self.max_bytes = int(max_file_mb * 2**20) + FORM_BYTES
+
+    async def __call__(self, scope, receive, send):
+        if scope['type'] != 'http':
+            return await self.app(scope, receive, send)
+        headers = dict(scope.get('headers') or ())
+        length = headers.get(b'content-length')
+        if length is None and b'chunked' in headers.get(b'transfer-encoding', b'').lower():
+            return await self._refuse(send, 411, 'upload refused: a request body needs a Content-Length')
+        if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
+            size = f'{int(length) / 1e6:.1f} MB' if length.isdigit() else f'a Content-Length of {length!r}'
+            return await self._refuse(
+                send, 413, f'upload refused: the request carries {size}; one request may carry one image of at most '
+                f'{self.max_file_mb:g} MB (tola-web --max-file-mb)')
+        return await self.app(scope, receive, send)
+
+    @staticmethod
+    async def _refuse(send, status: int, message: str):
+        body = message.encode()
+        await send({
+            'type': 'http.response.start', 'status': status,
+            'headers': [(b'content-type', b'text/plain; charset=utf-8'), (b'content-length', str(len(body)).encode()),
+                        (b'connection', b'close')]
+        })
+        await send({'type': 'http.response.body', 'body': body})
+
+
+def _remove_stale_upload_folders() -> None:
+    """Upload folders of tola-web servers whose process is gone (killed before it could clean up)."""
+    for folder in glob.glob(os.path.join(tempfile.gettempdir(), f'{UPLOADS_PREFIX}*-*')):
+        pid = os.path.basename(folder)[len(UPLOADS_PREFIX):].split('-')[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _process_alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _own_temp_folder():
+    """A new folder for this page's uploads and Gradio's copies of its images, Gradio's temporary folder from now
+    on (``GRADIO_TEMP_DIR``: Gradio's app and each component read it when they are made); removed at exit at the
+    latest. -> (folder, the previous GRADIO_TEMP_DIR)."""
+    _remove_stale_upload_folders()
+    folder = tempfile.mkdtemp(prefix=f'{UPLOADS_PREFIX}{os.getpid()}-')
+    atexit.register(shutil.rmtree, folder, True)
+    previous = os.environ.get('GRADIO_TEMP_DIR')
+    os.environ['GRADIO_TEMP_DIR'] = folder
+    return folder, previous
+
+
+def upload_folder(app: gr.Blocks) -> Optional[str]:
+    """The folder the page of ``build_app`` stores its uploads in (removed when its server stops)."""
+    return getattr(app, 'tola_upload_folder', None)
 
 
 def launch(app: gr.Blocks, host: str = '127.0.0.1', port: Optional[int] = None,
            max_file_mb: float = DEFAULT_MAX_FILE_MB, block: bool = True):
-    """Serve ``app`` on host:port (port None: 7860 or the next free one) with uploads limited to ``max_file_mb``;
-    no share link, no server-side rendering (needs Node), API page off. block=False returns after start-up (call
-    ``app.close()``). Returns (fastapi app, local url, share url) as ``gr.Blocks.launch``."""
-    return app.launch(server_name=host, server_port=port, share=False, ssr_mode=False, mcp_server=False,
-                      max_file_size=int(max_file_mb * 2**20), show_error=True, quiet=False, inbrowser=False,
-                      footer_links=[], prevent_thread_lock=not block, enable_monitoring=False, css=PAGE_CSS)
+    """Serve ``app`` on host:port (port None: 7860 or the next free one) with uploads limited to ``max_file_mb`` per
+    file and one file's worth per request, stored in a folder of its own that is removed when the server stops; no
+    share link, no server-side rendering (needs Node), API page off. block=False returns after start-up (call
+    ``app.close()``, which also removes the uploads). Returns (fastapi app, local url, share url) as
+    ``gr.Blocks.launch``."""
+    from starlette.middleware import Middleware
+    folder, previous = upload_folder(app), getattr(app, 'tola_previous_temp', None)
+    if folder is None:
+        raise ValueError('launch serves pages made by build_app (they hold their upload folder)')
+    os.environ['GRADIO_TEMP_DIR'] = folder  # Gradio's app reads it when launch creates it
+    close = app.close
+
+    def close_and_clean(verbose: bool = True) -> None:
+        close(verbose)
+        shutil.rmtree(folder, ignore_errors=True)
+        if os.environ.get('GRADIO_TEMP_DIR') == folder:
+            os.environ.pop('GRADIO_TEMP_DIR')
+            if previous is not None:
+                os.environ['GRADIO_TEMP_DIR'] = previous
+
+    app.close = close_and_clean
+    max_bytes = int(max_file_mb * 2**20)
+    try:
+        started = app.launch(server_name=host, server_port=port, share=False, ssr_mode=False, mcp_server=False,
+                             max_file_size=max_bytes, show_error=True, quiet=False, inbrowser=False, footer_links=[],
+                             prevent_thread_lock=True, enable_monitoring=False, css=PAGE_CSS,
+                             app_kwargs={'middleware': [Middleware(RequestSizeLimit, max_file_mb=max_file_mb)]})
+    except BaseException:
+        close_and_clean(False)
+        raise
+    if block:
+        if threading.current_thread() is threading.main_thread():  # SIGTERM stops the server as Ctrl-C does
+            signal.signal(signal.SIGTERM, _interrupt)
+        try:
+            app.block_thread()
+        finally:
+            app.close()
+    return started

@@ -31,9 +31,7 @@ from tola_plugin.checkpoints.demo_backbone import demo_checkpoint_paths
 
 DEFAULT_RECOGNIZER = 'checkpoints/transocr.pth'  # TOLANet's default transocr_checkpoint
 # ``train`` keys of BasicSR 1.4.2's models (what their init_training_settings and the pipeline read)
-SR_TRAIN_KEYS = frozenset({'ema_decay', 'optim_g', 'scheduler', 'pixel_opt', 'perceptual_opt'})
-GAN_TRAIN_KEYS = SR_TRAIN_KEYS | {'optim_d', 'gan_opt', 'ldl_opt', 'net_d_iters', 'net_d_init_iters'}
-TEXT_TRAIN_KEYS = frozenset({'ocr_opt', 'ocr_recognizer'})
+TEXT_TRAIN_KEYS = frozenset({'ocr_opt', 'ocr_recognizer'})  # beyond the base model's (utils/option_schema.py)
 
 
 def recognizer_path(value) -> str:
@@ -65,6 +63,7 @@ class PixelWithOCR(nn.Module):
 class TextAwareMixin:
     """``train.ocr_opt`` and ``train.ocr_recognizer`` for a BasicSR SR model (see the module docstring)."""
 
+    train_option_keys = TEXT_TRAIN_KEYS
     ocr_target = None
     ocr_recognizer = None
     pixel_log_key = 'l_pix'  # the name the base model logs its pixel loss under
@@ -112,19 +111,19 @@ class TextAwareMixin:
 class TextSRModel(TextAwareMixin, SRModel):
     """BasicSR's SRModel (RRDBNet, EDSR, RCAN, ...) with ``train.ocr_opt``."""
 
-    train_option_keys = SR_TRAIN_KEYS | TEXT_TRAIN_KEYS
+    train_option_keys = TEXT_TRAIN_KEYS
 
 
 @MODEL_REGISTRY.register()
 class TextSwinIRModel(TextAwareMixin, SwinIRModel):
     """BasicSR's SwinIRModel (window padding at test time) with ``train.ocr_opt``."""
 
-    train_option_keys = SR_TRAIN_KEYS | TEXT_TRAIN_KEYS
+    train_option_keys = TEXT_TRAIN_KEYS
 
 
 @MODEL_REGISTRY.register()
 class TextESRGANModel(TextAwareMixin, ESRGANModel):
     """BasicSR's ESRGANModel (relativistic GAN, perceptual loss) with ``train.ocr_opt``."""
 
-    train_option_keys = GAN_TRAIN_KEYS | TEXT_TRAIN_KEYS
+    train_option_keys = TEXT_TRAIN_KEYS
     pixel_log_key = 'l_g_pix'

@@ -12,7 +12,8 @@
   it was trained with (LoRA rank, alpha, targets, LRC options), written atomically; loading one checks those
   settings against the network and restores the state into a freshly built TOLANet. Optimizer/scheduler
   states are BasicSR's ``.state`` files.
-- ``train`` keys outside ``train_option_keys`` are errors at start (utils/option_checks.py).
+- Option keys outside SRModel's and ``train_option_keys`` / ``val_option_keys`` are errors at start
+  (utils/option_checks.py).
 - Validation and test draw ε from a per-image seed (file name + ``val.noise_seed``), so every run and
   every variant restores an image with the same noise.
 """
@@ -47,11 +48,9 @@ class TOLAModel(SRModel):
     #: (BasicSR's validation loop calls ``test()`` per batch and keeps no outputs); None otherwise.
     ocr_records = None
 
-    # every key the ``train`` block may hold (BasicSR's pipeline adds total_iter and warmup_iter)
-    train_option_keys = frozenset({
-        'ema_decay', 'optim_g', 'scheduler', 'pixel_opt', 'perceptual_opt', 'ocr_opt', 'grad_clip_norm',
-        'accumulate_grad_batches'
-    })
+    # the option keys TOLAModel reads beyond SRModel's (utils/option_schema.py)
+    train_option_keys = frozenset({'ocr_opt', 'grad_clip_norm', 'accumulate_grad_batches'})
+    val_option_keys = frozenset({'noise_seed', 'ocr_metrics', 'ocr_lower'})
 
     # ------------------------------------------------------------------------------ training setup
     def init_training_settings(self):

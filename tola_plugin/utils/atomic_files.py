@@ -1,11 +1,19 @@
 """Text, JSON and CSV files written atomically (``checkpoint_io.atomic_write``: a temporary file in the same folder,
 fsynced, then renamed), so a crash or a full disk never leaves a half-written file under its final name. Each writer
-makes the file's folder when it is missing. And the reader of the JSON files the package keeps for itself (caches,
-manifests), which takes a missing or broken file as no file."""
+makes the file's folder when it is missing. And the bounded readers of the text files the package parses (labels,
+CSV and JSON files: ``read_bytes``, ``read_text``, ``read_json``, ``read_csv``; a file over ``MAX_TEXT_BYTES`` is
+refused before it is read), with the reader of the JSON files the package keeps for itself (caches, manifests),
+which takes a missing or broken file as no file.
+
+CSV cells are written so that no spreadsheet runs them: a text cell starting with ``=``, ``+``, ``-``, ``@``, a tab
+or a carriage return (a formula to Excel, LibreOffice and Google Sheets: an input file named ``=HYPERLINK(...).png``,
+a recognised label ``-2+3``) gets a leading ``'``, as does one that already starts with ``'``; ``read_csv`` takes it
+off again, so what is read back is what was written. Numbers are written as they are."""
 import csv
+import io
 import json
 import os
-from typing import Dict, Iterable, Mapping, Optional, Sequence
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from tola_plugin.utils.checkpoint_io import atomic_write
 
@@ -30,25 +38,81 @@ def write_json(path: str, obj) -> None:
     write_text(path, json.dumps(obj, ensure_ascii=False, indent=2) + '\n')
 
 
-def read_json_dict(path: str) -> Optional[Dict]:
-    """The JSON object in ``path``; None when the file is missing, unreadable, not JSON or not an object (a cache
-    or manifest that is then made again)."""
+MAX_TEXT_BYTES = 256 << 20  # a labels file, a CSV or a JSON record: far above any real one (CTR-TSR's labels: 20 MB)
+
+
+def read_bytes(path: str, what: str = 'file', limit: int = MAX_TEXT_BYTES) -> bytes:
+    """The bytes of ``path``; a file over ``limit`` bytes is a ValueError naming it and ``what`` it is, before its
+    content is read."""
+    with open(path, 'rb') as f:
+        size = os.fstat(f.fileno()).st_size
+        data = f.read(limit + 1) if size <= limit else b''
+    if size > limit or len(data) > limit:
+        raise ValueError(f'{path}: {max(size, len(data)):,} bytes, more than a {what} may have '
+                         f'({limit:,}); is it the right file?')
+    return data
+
+
+def read_text(path: str, what: str = 'file') -> str:
+    """The UTF-8 text of ``path`` (``read_bytes``' bound; a byte-order mark is dropped); other bytes are a
+    ValueError naming the file."""
+    data = read_bytes(path, what)
     try:
-        with open(path, encoding='utf-8') as f:
-            data = json.load(f)
+        return data.decode('utf-8-sig')
+    except UnicodeDecodeError as err:
+        raise ValueError(f'{path}: not UTF-8 text ({err.reason} at byte {err.start}); a {what} is UTF-8') from None
+
+
+def read_json(path: str, what: str = 'JSON file'):
+    """The JSON value in ``path`` (``read_text``' bound); not JSON is a ValueError naming the file."""
+    try:
+        return json.loads(read_text(path, what))
+    except json.JSONDecodeError as err:
+        raise ValueError(f'{path}: not a {what} (JSON: {err})') from None
+
+
+def read_json_dict(path: str) -> Optional[Dict]:
+    """The JSON object in ``path``; None when the file is missing, unreadable, too large, not JSON or not an object
+    (a cache or manifest that is then made again)."""
+    try:
+        data = read_json(path)
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
 
 
+FORMULA_STARTS = ('=', '+', '-', '@', '\t', '\r')
+ESCAPE = "'"
+
+
+def csv_cell(value):
+    """``value`` as a CSV cell no spreadsheet evaluates: text starting with FORMULA_STARTS (or the escape itself)
+    gets a leading ``'``; anything else is returned as it is."""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS + (ESCAPE, )):
+        return ESCAPE + value
+    return value
+
+
 def write_csv(path: str, fields: Sequence[str], rows: Iterable[Mapping[str, object]]) -> None:
-    """A UTF-8 CSV with a header row of ``fields``; each row a mapping from field to value."""
+    """A UTF-8 CSV with a header row of ``fields``; each row a mapping from field to value (cells: ``csv_cell``)."""
 
     def fill(tmp):
         with open(tmp, 'w', encoding='utf-8', newline='') as f:
             writer = csv.DictWriter(f, fieldnames=list(fields))
-            writer.writeheader()
+            writer.writerow({k: csv_cell(k) for k in fields})
             for row in rows:
-                writer.writerow(row)
+                writer.writerow({k: csv_cell(v) for k, v in row.items()})
 
     _atomic(path, fill)
+
+
+def read_csv(path: str) -> Tuple[List[str], List[Dict[str, str]]]:
+    """(header, rows) of a CSV that ``write_csv`` wrote: each row a mapping from field to text, the ``'`` that
+    ``csv_cell`` added taken off."""
+    reader = csv.DictReader(io.StringIO(read_text(path, 'CSV file'), newline=''))
+    rows = [{k: _uncell(v) for k, v in row.items()} for row in reader]
+    return [_uncell(name) for name in reader.fieldnames or []], rows
+
+
+def _uncell(value):
+    return value[1:] if isinstance(value, str) and value.startswith(ESCAPE) else value

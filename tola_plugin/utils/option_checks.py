@@ -1,12 +1,18 @@
 """Strict option files: checks run once when a launcher (or a tool) reads an option file, before anything runs.
 
 - A key that no one reads is an error naming it and the closest known key (``chain_prob`` -> did you mean
-  ``chain_probs``?), in: every ``network_*`` block (and nested ``{type: ...}`` blocks such as TOLANet's
-  ``lrc``), every loss block of ``train`` (``*_opt`` with a ``type``), our datasets, and the ``train`` block of
-  our models. Network and loss keys are read from the constructor's signature (classes taking ``**kwargs``
-  are left open); datasets and models declare theirs (``option_keys`` / ``train_option_keys``) next to the
-  code that reads them.
-- ``train.total_iter`` must be a positive integer; ``num_gpu`` may not exceed the CUDA devices present.
+  ``chain_probs``?), in every block: the top level, ``path`` and ``logger`` (BasicSR's pipeline keys), ``train`` and
+  ``val`` (the keys the model reads: BasicSR's models and ours, ``utils/option_schema.py``, where a registered model
+  declares its own), every ``network_*`` block (and nested ``{type: ...}`` blocks such as TOLANet's ``lrc``), every
+  loss block of ``train`` (``*_opt`` with a ``type``), every optimizer (``optim_*``), every metric of ``val.metrics``
+  and our datasets. Network, loss, optimizer and metric keys are read from the constructor's or function's
+  signature (networks and losses taking ``**kwargs`` are left open); datasets declare theirs (``option_keys``).
+- Keys every run needs are present (``check_required``, on the file as written, before BasicSR's parser reads it):
+  ``name``, ``model_type``, ``num_gpu``, ``datasets``, ``path``; for training ``train`` with ``total_iter``,
+  ``optim_g`` and ``scheduler``, and ``logger`` with ``print_freq`` and ``save_checkpoint_freq``; for testing
+  ``val.save_img``.
+- Values: ``train.total_iter`` a positive integer; ``num_gpu`` no more than the CUDA devices present; the
+  optimizers' numbers are numbers (``lr: abc``, or ``lr: 1e-4``, which YAML reads as text, is an error).
 - ``train.scheduler``: one of BasicSR's schedulers, with the keys its constructor takes and consistent lengths;
   a schedule with an end (``CosineAnnealingRestartLR``: ``sum(periods)`` iterations) must cover ``total_iter``
   (BasicSR steps it ``total_iter - 1`` times; one step past the end is a TypeError deep in the run).
@@ -19,22 +25,36 @@ import difflib
 import inspect
 from typing import Iterable, Mapping, Optional
 
-from basicsr.utils.registry import ARCH_REGISTRY, DATASET_REGISTRY, LOSS_REGISTRY, MODEL_REGISTRY
+from basicsr.utils.registry import ARCH_REGISTRY, DATASET_REGISTRY, LOSS_REGISTRY, METRIC_REGISTRY, MODEL_REGISTRY
 
+from tola_plugin.utils import option_schema
 from tola_plugin.utils.devices import cuda_device_count
 from tola_plugin.utils.distributed import BACKENDS, DIST_PARAMS_KEYS, process_group_timeout
+from tola_plugin.utils.option_files import OptionError
 
 # Dataset keys that BasicSR's pipelines and ``build_dataloader`` read (basicsr 1.4.2), valid for every dataset.
 BASICSR_DATASET_KEYS = frozenset({
     'name', 'type', 'phase', 'scale', 'io_backend', 'batch_size_per_gpu', 'num_worker_per_gpu', 'use_shuffle',
     'dataset_enlarge_ratio', 'prefetch_mode', 'pin_memory', 'persistent_workers', 'num_prefetch_queue'
 })
-# ``train`` keys that BasicSR's training pipeline itself reads, valid for every model.
-BASICSR_PIPELINE_TRAIN_KEYS = frozenset({'total_iter', 'warmup_iter'})
-
-
-class OptionError(ValueError):
-    """A bad option-file entry; the message starts with its path (``datasets.train.chain_prob``)."""
+# Keys every option file needs before BasicSR's parser can read it, and what each is.
+REQUIRED = {
+    'name': 'the experiment\'s name (experiments/<name>/, results/<name>/), e.g. name: my_run',
+    'model_type': 'the BasicSR model to build, e.g. model_type: SRModel or TOLAModel',
+    'num_gpu': 'auto (every GPU present, or the CPU) or a number of GPUs, 0 for the CPU',
+    'datasets': 'a mapping of phases to dataset blocks: train and val for training, test_1, ... for testing',
+    'path': 'a mapping (pretrain_network_g: ~, resume_state: ~, ...; {} when empty)',
+}
+REQUIRED_TRAINING = {
+    'train': 'the training block (total_iter, optim_g, scheduler, losses)',
+    'logger': 'the logging block: print_freq and save_checkpoint_freq (iterations)',
+}
+REQUIRED_TRAIN_KEYS = {
+    'total_iter': 'the number of iterations',
+    'optim_g': "the generator's optimizer, e.g. {type: Adam, lr: !!float 2e-4}",
+    'scheduler': 'the learning-rate schedule, e.g. {type: MultiStepLR, milestones: [100000], gamma: 0.5}',
+}
+REQUIRED_LOGGER_KEYS = ('print_freq', 'save_checkpoint_freq')
 
 
 def suggest(key: str, known: Iterable[str]) -> str:
@@ -43,13 +63,76 @@ def suggest(key: str, known: Iterable[str]) -> str:
     return f' (did you mean {close[0]!r}?)' if close else ''
 
 
-def check_keys(options: Mapping, known: Iterable[str], where: str, what: str) -> None:
-    """Raise OptionError for the first key of ``options`` outside ``known``."""
+def check_keys(options: Mapping, known: Iterable[str], where: str, what: str, advice: str = '') -> None:
+    """Raise OptionError for the first key of ``options`` outside ``known`` (``where``: the block's path, '' for the
+    top level; ``advice``: a sentence appended to the message)."""
     known = set(known)
     for key in options:
         if key not in known:
-            raise OptionError(f'{where}.{key}: unknown option of {what}{suggest(key, known)}; known: '
-                              f'{", ".join(sorted(known))}')
+            raise OptionError(f'{where + "." if where else ""}{key}: unknown option of {what}{suggest(key, known)}; '
+                              f'known: {", ".join(sorted(known))}{advice}')
+
+
+def check_mapping(value, where: str, what: str) -> Mapping:
+    """``value`` if it is a mapping, else an OptionError saying what ``where`` should hold."""
+    if not isinstance(value, Mapping):
+        raise OptionError(f'{where}: expected {what}, got {_shown(value)}')
+    return value
+
+
+def _shown(value) -> str:
+    return 'nothing (null)' if value is None else f'{value!r} ({type(value).__name__})'
+
+
+def check_required(opt: Mapping, is_train: bool) -> None:
+    """The keys every run needs (REQUIRED, and for training REQUIRED_TRAINING with their own required keys), on the
+    file as written: each missing one is an error saying what it holds."""
+    for key, what in {**REQUIRED, **(REQUIRED_TRAINING if is_train else {})}.items():
+        if key not in opt:
+            close = difflib.get_close_matches(key, [str(k) for k in opt], n=1, cutoff=0.6)
+            typo = f"; the file has {close[0]!r}: a typo?" if close else ''
+            raise OptionError(f'{key}: missing; an option file needs {key}: {what}{typo}')
+    if not isinstance(opt['name'], str) or not opt['name']:
+        raise OptionError(f'name: expected the experiment\'s name (text), got {_shown(opt["name"])}')
+    datasets = check_mapping(opt['datasets'], 'datasets', REQUIRED['datasets'])
+    for phase, dataset in datasets.items():
+        check_mapping(dataset, f'datasets.{phase}', 'a dataset block with a type')
+    check_logger_and_path(opt)  # BasicSR's parser edits path values: known keys only, before it does
+    for key, value in opt['path'].items():
+        if ('pretrain_network' in key or 'resume_state' in key) and not isinstance(value, (str, type(None))):
+            raise OptionError(f'path.{key}: expected a file path or ~ (none), got {_shown(value)}')
+    if not is_train:
+        val = check_mapping(opt.get('val'), 'val', 'the test block of a test option file (save_img, metrics)')
+        if 'save_img' not in val:
+            raise OptionError('val.save_img: missing; a test option file says whether to write the restored images '
+                              '(true or false)')
+        return
+    train = check_mapping(opt['train'], 'train', REQUIRED_TRAINING['train'])
+    for key, what in REQUIRED_TRAIN_KEYS.items():
+        if key not in train:
+            raise OptionError(f'train.{key}: missing; a training option file needs {what}')
+    logger = check_mapping(opt['logger'], 'logger', REQUIRED_TRAINING['logger'])
+    for key in REQUIRED_LOGGER_KEYS:
+        if key not in logger:
+            raise OptionError(f'logger.{key}: missing; {REQUIRED_TRAINING["logger"]}')
+    if opt.get('val') is not None and 'val_freq' not in check_mapping(opt['val'], 'val', 'the validation block'):
+        raise OptionError('val.val_freq: missing; validate every how many iterations (or leave val out)')
+
+
+def check_positive_number(value, where: str) -> None:
+    """``value`` is a number > 0 (not a boolean); else an OptionError (with a hint for YAML's 1e-4 text)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise OptionError(f'{where}: expected a number > 0, got {_shown(value)}{_number_hint(value)}')
+
+
+def _number_hint(value) -> str:
+    if isinstance(value, str):
+        try:
+            float(value)
+        except ValueError:
+            return ''
+        return f'; YAML reads {value} as text (no decimal point): write !!float {value}'
+    return ''
 
 
 def registered(registry, type_name, where: str):
@@ -107,22 +190,128 @@ def check_dataset(options: Mapping, where: str) -> None:
         check_keys(options, set(own) | BASICSR_DATASET_KEYS, where, options['type'])
 
 
+def _declare_advice(model_cls) -> str:
+    """How a model declares keys, when one of its classes declares none (e.g. a user's model)."""
+    undeclared = [name for name in option_schema.undeclared_classes(model_cls) if name != 'BaseModel']
+    if not undeclared:
+        return ''
+    return (f'. {", ".join(undeclared)} declares no option keys: a model that reads more declares them as class '
+            f'attributes (train_option_keys, val_option_keys, top_option_keys; docs/reliability.md)')
+
+
+def check_model_block(block: Mapping, model_cls, kind: str, where: str) -> None:
+    """The keys of ``block`` (the top level, ``train`` or ``val``: ``kind``) against the model's."""
+    known = option_schema.model_keys(model_cls, kind)
+    if kind == 'top':
+        known = known | option_schema.COMPUTED_TOP_KEYS | {k for k in block if k.startswith('network_')}
+    for key in block:
+        if key not in known:
+            home = [b for b in ('train', 'val') if key in option_schema.model_keys(model_cls, b)]
+            belongs = f'; {key} belongs under {home[0]}:' if kind == 'top' and home else ''
+            check_keys({key: None}, known, where, f'{model_cls.__name__}{belongs}' if belongs else model_cls.__name__,
+                       _declare_advice(model_cls))
+
+
 def check_train(opt: Mapping) -> None:
-    """``train`` of a training run: total_iter, the model's own keys (when it declares them), every loss."""
-    train = opt.get('train')
-    if not isinstance(train, Mapping):
-        raise OptionError('train: missing (a training option file needs a train block)')
+    """``train`` of a training run: total_iter, the model's keys, every loss and optimizer, the scheduler."""
+    train = check_mapping(opt.get('train'), 'train', REQUIRED_TRAINING['train'])
     total = train.get('total_iter')
     if isinstance(total, bool) or not isinstance(total, (int, float)) or int(total) != total or total <= 0:
-        raise OptionError(f'train.total_iter: expected a positive number of iterations, got {total!r}')
+        raise OptionError(f'train.total_iter: expected a positive number of iterations, got {total!r}'
+                          f'{_number_hint(total)}')
     model_cls = registered(MODEL_REGISTRY, opt.get('model_type'), 'model_type')
-    own = getattr(model_cls, 'train_option_keys', None)
-    if own is not None:
-        check_keys(train, set(own) | BASICSR_PIPELINE_TRAIN_KEYS, 'train', f'{opt["model_type"]}')
+    check_model_block(train, model_cls, 'train', 'train')
     for key, value in train.items():
         if key.endswith('_opt') and isinstance(value, Mapping) and 'type' in value:
             check_typed_block(value, LOSS_REGISTRY, f'train.{key}')
+        elif key.startswith('optim_') and value is not None:
+            check_optimizer(value, f'train.{key}', model_cls)
     check_scheduler(train)
+
+
+def check_optimizer(options, where: str, model_cls) -> None:
+    """An ``optim_*`` block: a torch optimizer the model builds, with that optimizer's keys, numbers where it takes
+    numbers, and values it accepts (it is built once on a dummy parameter: torch's own checks of ``lr``, ``betas``,
+    ...)."""
+    import torch
+    options = check_mapping(options, where, 'an optimizer block, e.g. {type: Adam, lr: !!float 2e-4}')
+    kind = options.get('type')
+    cls = getattr(torch.optim, kind, None) if isinstance(kind, str) else None
+    if not (isinstance(cls, type) and issubclass(cls, torch.optim.Optimizer)):
+        names = [n for n in dir(torch.optim) if isinstance(getattr(torch.optim, n), type)]
+        raise OptionError(f'{where}.type: {kind!r} is not a torch optimizer{suggest(kind, names)}')
+    parameters = inspect.signature(cls).parameters
+    known = {name for name in parameters if name != 'params'}
+    check_keys(options, known | {'type'}, where, kind)
+    if 'lr' not in options:
+        raise OptionError(f'{where}.lr: missing; BasicSR builds optimizers with a learning rate')
+    for key, value in options.items():
+        default = parameters[key].default if key in parameters else None
+        if key == 'lr' or (isinstance(default, (int, float)) and not isinstance(default, bool)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise OptionError(f'{where}.{key}: expected a number, got {_shown(value)}{_number_hint(value)}')
+        elif isinstance(default, tuple) and (not isinstance(value, (list, tuple)) or len(value) != len(default) or any(
+                isinstance(v, bool) or not isinstance(v, (int, float)) for v in value)):
+            raise OptionError(f'{where}.{key}: expected a list of {len(default)} numbers, got {_shown(value)}')
+        elif isinstance(default, bool) and not isinstance(value, bool):
+            raise OptionError(f'{where}.{key}: expected true or false, got {_shown(value)}')
+    probe = model_cls.__new__(model_cls)  # get_optimizer uses its arguments only; no model is built
+    settings = {k: v for k, v in options.items() if k != 'type'}
+    try:
+        probe.get_optimizer(kind, [torch.nn.Parameter(torch.zeros(1))], **settings)
+    except NotImplementedError:
+        raise OptionError(f'{where}.type: {model_cls.__name__} does not build {kind} optimizers (its get_optimizer '
+                          f'refuses it)') from None
+    except (TypeError, ValueError) as err:
+        raise OptionError(f'{where}: {kind} refuses these settings: {err}') from None
+
+
+def check_metric(options, where: str) -> None:
+    """A metric of ``val.metrics``: registered, with the metric function's arguments (BasicSR passes img and img2),
+    ``type`` and ``better``; a key the function would swallow through ``**kwargs`` is an error."""
+    options = check_mapping(options, where, 'a metric block with a type, e.g. {type: calculate_psnr, crop_border: 4}')
+    function = registered(METRIC_REGISTRY, options.get('type'), where)
+    params = inspect.signature(function).parameters.values()
+    known = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)} - {'img', 'img2'}
+    check_keys(options, known | option_schema.METRIC_KEYS, where, options['type'])
+
+
+def check_val(opt: Mapping, model_cls) -> None:
+    """``val``: the model's keys, a positive ``val_freq`` when training, every metric."""
+    val = opt.get('val')
+    if val is None:
+        return
+    val = check_mapping(val, 'val', 'the validation block (val_freq, save_img, metrics)')
+    check_model_block(val, model_cls, 'val', 'val')
+    if opt.get('is_train') and 'val_freq' in val:
+        check_positive_number(val['val_freq'], 'val.val_freq')
+    metrics = val.get('metrics')
+    if metrics is not None:
+        for name, metric in check_mapping(metrics, 'val.metrics', 'a mapping of metric names to blocks').items():
+            if metric is not None:  # --force_yml val:metrics:NAME=~ removes one
+                check_metric(metric, f'val.metrics.{name}')
+
+
+def check_logger_and_path(opt: Mapping) -> None:
+    """``logger`` (BasicSR's pipeline keys, positive frequencies, ``wandb``) and ``path`` (per network: its file,
+    parameter key and strictness)."""
+    logger = opt.get('logger')
+    if logger is not None:
+        logger = check_mapping(logger, 'logger', REQUIRED_TRAINING['logger'])
+        check_keys(logger, option_schema.LOGGER_KEYS, 'logger', "BasicSR's logger")
+        for key in REQUIRED_LOGGER_KEYS:
+            if key in logger:
+                check_positive_number(logger[key], f'logger.{key}')
+        if logger.get('wandb') is not None:
+            check_keys(
+                check_mapping(logger['wandb'], 'logger.wandb', 'a mapping (project, resume_id)'),
+                option_schema.WANDB_KEYS, 'logger.wandb', "BasicSR's wandb logger")
+    path = opt.get('path')
+    if path is not None:
+        networks = ', '.join(k for k in opt if k.startswith('network_')) or 'none'
+        check_keys(
+            check_mapping(path, 'path', REQUIRED['path']), option_schema.path_keys(opt), 'path',
+            f'BasicSR\'s paths (networks of this file: {networks})')
 
 
 def _scheduler_classes() -> dict:
@@ -212,8 +401,12 @@ def check_run_options(opt: Mapping) -> None:
 
 def check_options(opt: Mapping) -> None:
     """Every start-up check of a parsed BasicSR option dict (train or test)."""
+    model_cls = registered(MODEL_REGISTRY, opt.get('model_type'), 'model_type')
+    check_model_block(opt, model_cls, 'top', '')
     check_num_gpu(opt)
     check_run_options(opt)
+    check_logger_and_path(opt)
+    check_val(opt, model_cls)
     for key, value in opt.items():
         if key.startswith('network_') and value is not None:
             check_typed_block(value, ARCH_REGISTRY, key)
