@@ -6,19 +6,22 @@ PyTorch image and run there with ``bash gpu_check.sh REPORT_DIR`` (docs/training
 """
 import argparse
 
-from tola_plugin.gpu_check.bundle import build_bundle
-from tola_plugin.utils.cli_errors import run_tool
 
-
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--out', default='build/gpu_bundle', help='the bundle folder (replaced; build/gpu_bundle)')
     parser.add_argument('--wheel-cache',
                         help='folder of fetched and built wheels (default: the user cache, tola-plugin/gpu-wheels)')
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)  # --help answers before the package is imported
+    from tola_plugin.gpu_check.bundle import build_bundle
     build_bundle(args.out, args.wheel_cache)
     return 0
 
 
 if __name__ == '__main__':
-    run_tool(main)
+    from tola_cli.command import run_command
+    run_command(main, build_parser().parse_args)

@@ -10,11 +10,8 @@ import argparse
 import os
 import sys
 
-from tola_plugin.gpu_check.run import run_gpu_check
-from tola_plugin.utils.cli_errors import run_tool
 
-
-def main(argv=None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('report_dir', help='folder of the report (gpu_check.md, gpu_check.json)')
     parser.add_argument('--dry-run', action='store_true',
@@ -22,10 +19,16 @@ def main(argv=None) -> int:
     parser.add_argument('--bundle', default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                         help='the bundle folder (default: the one this tool is in)')
     parser.add_argument('--work', help='folder of the runs\' files (default: a new temporary folder)')
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)  # --help answers before the package is imported
+    from tola_plugin.gpu_check.run import run_gpu_check
     command = 'gpu_check.sh ' + ' '.join(sys.argv[1:] if argv is None else argv)
     return run_gpu_check(args.report_dir, args.bundle, args.dry_run, args.work, command)
 
 
 if __name__ == '__main__':
-    run_tool(main)
+    from tola_cli.command import run_command
+    run_command(main, build_parser().parse_args)
