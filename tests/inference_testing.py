@@ -3,10 +3,10 @@ the rendered test photo."""
 import torch
 
 from tola_plugin.archs.tola_arch import TOLANet
-from tola_plugin.data.photo_render import PhotoLine
+from tola_plugin.data_preparation.photo_render import PhotoLine
 from tola_testing import tiny_net_opt
 
-# Five lines at different angles (one upside down) and sizes on a 480x640 "photo" (tola_plugin.data.photo_render).
+# Five lines at different angles (one upside down) and sizes on a 480x640 "photo" (data_preparation/photo_render.py).
 PHOTO_LINES = (PhotoLine('Restore text', 0, (200, 70),
                          40), PhotoLine('文本图像超分', 12, (330, 200), 44), PhotoLine('ONE STEP 2025', -10, (260, 330), 36),
                PhotoLine('TOLA', 30, (520, 400), 36), PhotoLine('Upside down', 180, (160, 440), 32))

@@ -302,8 +302,8 @@ def test_basicsr_output_names():
 def test_install_regular_wheel_registers_hook(tmp_path):
     """``pip install .`` (a wheel, not editable) into a fresh venv that sees this environment's dependencies but not
     its editable install: the hook's .pth lands in site-packages and registers the installed copy of the plugin
-    (tools/benchmark_startup.py builds its venvs the same way, with tola_plugin/evaluation/startup_benchmark.py)."""
-    from tola_plugin.evaluation import startup_benchmark as bench
+    (tools/benchmark_startup.py builds its venvs the same way, with tola_plugin/benchmarks/startup_benchmark.py)."""
+    from tola_plugin.benchmarks import startup_benchmark as bench
     python = bench.make_venv(str(tmp_path / 'venv'))
     bench.pip_install(python, bench.copy_sources(REPO, str(tmp_path / 'src')))
     site = bench.site_packages(python)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tola_plugin import TOLAPipeline
-from tola_plugin.data.photo_render import render_photo
+from tola_plugin.data_preparation.photo_render import render_photo
 from tola_plugin.inference.photo_geometry import expand_quad, reading_quad
 from tola_plugin.inference.pipeline import DEMO_MODEL
 from inference_testing import PHOTO_LINES, StandInRestorer, write_tiny_merged

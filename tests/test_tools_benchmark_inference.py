@@ -9,6 +9,7 @@ import yaml
 
 import tola_plugin  # noqa: F401
 from tola_plugin.archs.precision import cpu_has_native_bf16
+from tola_plugin.benchmarks import inference_inputs, peak_memory, stage_timing
 from conftest import REPO, render_pairs
 from figure_testing import annotations, capture_figures, scatter_points
 from inference_testing import write_tiny_merged
@@ -63,7 +64,7 @@ def test_benchmark_reports_every_route_precision_and_target(result):
     timed = {'reference', 'default'} | (routes - passed)
     assert set(data['timings']) == {f'{n} batch 1' for n in timed} | {'default batch 2'}
     for row in data['timings'].values():
-        assert set(row['stages_s']) == set(benchmark_inference_module().STAGES)
+        assert set(row['stages_s']) == set(stage_timing.STAGES)
         assert row['per_image_s'] == pytest.approx(row['total_s'] / row['batch'])
         if row['batch'] == 1:  # the stages are parts of the forward (the rest: noise, q-sample, ẑ0 formulas)
             assert sum(row['stages_s'].values()) <= row['total_s']
@@ -94,17 +95,12 @@ def test_benchmark_reports_every_route_precision_and_target(result):
     assert table.startswith('| route | precision | batch |') and 'share of ceiling' in table and 'target ' in table
 
 
-def benchmark_inference_module():
-    from tola_plugin.evaluation import inference_benchmark
-    return inference_benchmark
-
-
 def test_peak_rss_child_measures_one_restore(result):
     _, folder = result
-    lq = benchmark_inference_module().rendered_lines(1)
+    lq = inference_inputs.rendered_lines(1)
     assert lq.shape == (1, 3, 128, 512) and 0 <= float(lq.min()) and float(lq.max()) <= 1
     merged = str(folder / 'work' / 'TOLA_merged_benchmark.safetensors')
-    memory = benchmark_inference_module().peak_rss_child('default', None, None, True, merged, lq[:, :, :32, :128])
+    memory = peak_memory.peak_rss_child('default', None, None, True, merged, lq[:, :, :32, :128])
     assert memory['peak_rss_bytes'] >= memory['import_rss_bytes'] > 0
 
 

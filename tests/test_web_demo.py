@@ -16,10 +16,10 @@ import torch
 
 from tola_plugin.archs.tola_arch import image_noise_seed
 from tola_plugin.data.image_io import read_image_file
+from tola_plugin.inference.headless_browser import (find_chromium, page_text, quit_chromium, restore_in_page,
+                                                    start_chromium, urls_off_host)
 from tola_plugin.inference.pipeline import DEMO_MODEL, LineResult, Restoration, TOLAPipeline
 from tola_plugin.rendered_samples import samples_dir
-from tola_plugin.utils.headless_browser import (find_chromium, page_text, quit_chromium, restore_in_page,
-                                                start_chromium, urls_off_host)
 from inference_testing import StandInRestorer, write_tiny_merged
 
 web_app = pytest.importorskip('tola_plugin.inference.web_app', reason='gradio is not installed (the [web] extra)')

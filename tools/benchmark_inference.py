@@ -8,13 +8,12 @@ matmul ceiling, the batched photo path, peak memory, and the precisions' quality
     python tools/benchmark_inference.py -opt options/test/test_TOLA.yml --checkpoint net_g.pth --out ...
     python tools/benchmark_inference.py --random-weights --train-iteration options/train/train_TOLA.yml
 
-Routes (tola_plugin/evaluation/inference_benchmark.py): reference (DiffTSR's way), torch and openvino in each
+Routes (tola_plugin/benchmarks/inference_benchmark.py): reference (DiffTSR's way), torch and openvino in each
 --precision, and default (what tola-infer, TOLAPipeline and tola-web run here by default). Prints a markdown table
 with seconds per image, GMAC/s and the share of the measured matmul ceiling, the issue's targets met or not, and
 writes JSON (``tools/plot_results.py latency --benchmark`` reads it). Timed runs need a quiet machine.
 """
 import argparse
-import json
 import os
 import sys
 
@@ -57,22 +56,11 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from tola_plugin.evaluation import inference_benchmark as B
+    from tola_plugin.benchmarks.inference_benchmark import benchmark_and_write
     command = ' '.join(['python tools/benchmark_inference.py'] + list(sys.argv[1:] if argv is None else argv))
-    if args.train_iteration:
-        result = {
-            'machine': B.machine(), 'command': command, 'random_weights': args.random_weights,
-            'training': B.training_iterations(args.train_iteration, args.checkpoint, args.random_weights, args.repeats)
-        }
-        print(json.dumps(result['training'], indent=2))
-        B.write(result, None, args.out)
-        return 0
-    result = B.run_benchmark(args.opt, args.checkpoint, args.random_weights, args.precision, args.repeats,
-                             args.photo_lines, not args.no_memory, args.quality_model, args.quality_opt,
-                             args.quality_lines, args.workdir, command)
-    table = B.markdown(result)
-    print(table)
-    B.write(result, table, args.out)
+    benchmark_and_write(args.opt, args.checkpoint, args.random_weights, args.precision, args.repeats, args.photo_lines,
+                        not args.no_memory, args.quality_model, args.quality_opt, args.quality_lines, args.workdir,
+                        command, args.train_iteration, args.out)
     return 0
 
 

@@ -19,7 +19,8 @@ from typing import Callable, Dict, Iterable, Mapping, Optional, Tuple
 
 import torch
 
-from tola_plugin.utils.checkpoint_io import atomic_write, open_safetensors, require_file
+from tola_plugin.utils.atomic_files import atomic_write
+from tola_plugin.utils.checkpoint_io import open_safetensors, require_file
 
 logger = logging.getLogger(__name__)
 

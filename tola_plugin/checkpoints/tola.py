@@ -13,8 +13,8 @@ from typing import Dict, Mapping, Optional, Sequence, Tuple
 
 import torch
 
-from tola_plugin.utils.checkpoint_io import (atomic_torch_save, atomic_write, require_file, safe_torch_load,
-                                             safetensors_metadata)
+from tola_plugin.utils.atomic_files import atomic_write
+from tola_plugin.utils.checkpoint_io import atomic_torch_save, require_file, safe_torch_load, safetensors_metadata
 
 ADAPTATION_META_KEY = 'tola_adaptation'  # the settings an adaptation checkpoint was trained with
 MERGED_FORMAT = 'tola_plugin.tola_merged/1'  # metadata 'format' of a merged TOLA file

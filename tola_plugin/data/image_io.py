@@ -27,7 +27,7 @@ import cv2
 import numpy as np
 from PIL import Image, ImageOps, TiffImagePlugin
 
-from tola_plugin.utils.checkpoint_io import atomic_write
+from tola_plugin.utils.atomic_files import atomic_write
 
 IMAGE_EXTENSIONS = ('.png', '.jpg', '.jpeg', '.bmp', '.webp', '.tif', '.tiff', '.gif')  # lower case
 WHITE = (255, 255, 255)

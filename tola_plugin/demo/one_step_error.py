@@ -21,7 +21,7 @@ from tola_plugin.archs.tola_loading import read_tola_options
 from tola_plugin.archs.vae_arch import LATENT_SCALE
 from tola_plugin.data.text_degradation_dataset import TextDegradationDataset, held_out_dataset_opt
 from tola_plugin.metrics.image_metrics import mean_psnr_y8, to_rgb8
-from tola_plugin.utils.checkpoint_io import atomic_write
+from tola_plugin.utils.atomic_files import atomic_write
 
 #: Seed offset of the second noise draw (the first uses the image index).
 SECOND_DRAW = 1_000_000

@@ -25,8 +25,8 @@ from typing import Dict, List, Optional
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from tola_plugin.data.image_checks import sha256_file
-from tola_plugin.data.rendered_lines import write_rendered_lines
+from tola_plugin.data_preparation.image_checks import sha256_file
+from tola_plugin.data_preparation.rendered_lines import write_rendered_lines
 from tola_plugin.gpu_check.environment import IMAGE_MODULES
 from tola_plugin.utils.atomic_files import write_json
 from tola_plugin.utils.cli_errors import UsageError

@@ -16,10 +16,10 @@ import numpy as np
 import torch
 
 from tola_plugin.archs.tola_arch import TOLANet
+from tola_plugin.benchmarks.benchmarking import build_benchmark_tola
+from tola_plugin.benchmarks.precision_quality import psnr
 from tola_plugin.data.image_io import list_image_files, read_image_file
 from tola_plugin.data.text_line_source import to_canvas
-from tola_plugin.evaluation.benchmarking import build_benchmark_tola
-from tola_plugin.evaluation.inference_benchmark import psnr
 from tola_plugin.gpu_check.configs import model_option_file
 
 PRECISIONS = ('fp32', 'bf16', 'fp16')

@@ -15,7 +15,7 @@ from basicsr.data import build_dataset
 from basicsr.models import build_model
 
 from tola_plugin.archs.tola_adaptation import CHECKPOINTABLE
-from tola_plugin.evaluation.memory_estimate import GIB, estimate
+from tola_plugin.benchmarks.memory_estimate import GIB, estimate
 from tola_plugin.gpu_check.configs import training_options
 from tola_plugin.utils import cuda_math
 

@@ -1,12 +1,12 @@
 """A screenshot of the web demo (tools/web_screenshot.py, docs/web.md): a running tola-web page opened in headless
-Chromium (``tola_plugin.utils.headless_browser``), an example restored, the whole page saved as a PNG.
+Chromium (``tola_plugin.inference.headless_browser``), an example restored, the whole page saved as a PNG.
 """
 import base64
 import os
 from typing import Callable
 
+from tola_plugin.inference.headless_browser import find_chromium, quit_chromium, restore_in_page, start_chromium
 from tola_plugin.inference.web_examples import example_paths
-from tola_plugin.utils.headless_browser import find_chromium, quit_chromium, restore_in_page, start_chromium
 
 
 def find_example(example: str) -> str:

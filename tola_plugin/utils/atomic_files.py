@@ -1,21 +1,53 @@
-"""Text, JSON and CSV files written atomically (``checkpoint_io.atomic_write``: a temporary file in the same folder,
-fsynced, then renamed), so a crash or a full disk never leaves a half-written file under its final name. Each writer
-makes the file's folder when it is missing. And the bounded readers of the text files the package parses (labels,
-CSV and JSON files: ``read_bytes``, ``read_text``, ``read_json``, ``read_csv``; a file over ``MAX_TEXT_BYTES`` is
-refused before it is read), with the reader of the JSON files the package keeps for itself (caches, manifests),
-which takes a missing or broken file as no file.
+"""Files written atomically (``atomic_write``: a temporary file in the same folder, fsynced, then renamed; images,
+checkpoints, text, JSON and CSV all go through it), so a crash or a full disk never leaves a half-written file under
+its final name. Each writer makes the file's folder when it is missing. And the bounded readers of the text files the
+package parses (labels, CSV and JSON files: ``read_bytes``, ``read_text``, ``read_json``, ``read_csv``; a file over
+``MAX_TEXT_BYTES`` is refused before it is read), with the reader of the JSON files the package keeps for itself
+(caches, manifests), which takes a missing or broken file as no file.
 
 CSV cells are written so that no spreadsheet runs them: a text cell starting with ``=``, ``+``, ``-``, ``@``, a tab
 or a carriage return (a formula to Excel, LibreOffice and Google Sheets: an input file named ``=HYPERLINK(...).png``,
 a recognised label ``-2+3``) gets a leading ``'``, as does one that already starts with ``'``; ``read_csv`` takes it
 off again, so what is read back is what was written. Numbers are written as they are."""
+import contextlib
 import csv
 import io
 import json
 import os
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+import tempfile
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from tola_plugin.utils.checkpoint_io import atomic_write
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def atomic_write(path: str, write: Callable[[str], None]) -> str:
+    """Write ``path`` atomically: ``write(tmp)`` fills a temporary file in the same folder, which is fsynced
+    and renamed over ``path`` (then the folder is fsynced). On any failure the temporary file is removed and
+    ``path`` is untouched. Returns ``path``."""
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=f'.{os.path.basename(path)}.', suffix='.tmp', dir=folder)
+    os.close(fd)
+    try:
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it private; give it a normal file's mode
+        write(tmp)
+        with open(tmp, 'rb+') as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
+    with contextlib.suppress(OSError):  # not every file system lets a directory be opened for fsync
+        dir_fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    return path
 
 
 def _atomic(path: str, fill) -> None:

@@ -6,18 +6,20 @@ other libraries (pyiqa, lpips, torchvision, BasicSR) that loads weights runs ins
 which makes *their* ``torch.load`` calls weights-only too (pyiqa and torchvision pass ``weights_only=False``).
 A file that needs pickled code is refused with its path (``UnsafeCheckpointError``), before anything in it runs.
 
-Writing is atomic (``atomic_write``): a temporary file in the same folder, fsync, rename. A run killed while
-saving leaves the previous file (or none), never a truncated one under the final name.
+Writing is atomic (``atomic_torch_save``, through ``atomic_files.atomic_write``): a temporary file in the same
+folder, fsync, rename. A run killed while saving leaves the previous file (or none), never a truncated one under the
+final name.
 
 Nothing here downloads: a missing file is an error naming the file and where to get it.
 """
 import contextlib
 import os
-import tempfile
 import threading
-from typing import Callable, Iterator, Mapping, Tuple
+from typing import Iterator, Mapping, Tuple
 
 import torch
+
+from tola_plugin.utils.atomic_files import atomic_write
 
 _TORCH_LOAD = torch.load  # the real loader, captured before any guard replaces the module attribute
 _GUARD_LOCK = threading.Lock()
@@ -130,38 +132,6 @@ def weights_only_loads() -> Iterator[None]:
             _GUARD_DEPTH -= 1
             if _GUARD_DEPTH == 0:
                 torch.load = _TORCH_LOAD
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def atomic_write(path: str, write: Callable[[str], None]) -> str:
-    """Write ``path`` atomically: ``write(tmp)`` fills a temporary file in the same folder, which is fsynced
-    and renamed over ``path`` (then the folder is fsynced). On any failure the temporary file is removed and
-    ``path`` is untouched. Returns ``path``."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=f'.{os.path.basename(path)}.', suffix='.tmp', dir=folder)
-    os.close(fd)
-    try:
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it private; give it a normal file's mode
-        write(tmp)
-        with open(tmp, 'rb+') as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
-        raise
-    with contextlib.suppress(OSError):  # not every file system lets a directory be opened for fsync
-        dir_fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-    return path
 
 
 def atomic_torch_save(obj, path: str) -> str:

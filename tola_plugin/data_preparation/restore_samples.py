@@ -8,8 +8,8 @@ from typing import Optional
 import cv2
 
 from tola_plugin.data.image_io import write_image
-from tola_plugin.data.photo_render import PhotoLine, render_photo
 from tola_plugin.data.text_render import TextLineRenderer
+from tola_plugin.data_preparation.photo_render import PhotoLine, render_photo
 
 # (width : height of the HR canvas, text); the canvas is 128 rows high
 LINES = ((1, '文字'), (2, '超分'), (4, 'Text2025'), (10, '一步文本超分辨率TOLA'), (20, 'AnyAspectRatioWorks0123456789'))

@@ -19,8 +19,8 @@ from basicsr.archs.rrdbnet_arch import RRDBNet
 
 from tola_plugin.archs.lora import count_lora_parameters
 from tola_plugin.archs.vae_arch import LATENT_SCALE
-from tola_plugin.evaluation.benchmarking import build_benchmark_tola, median_seconds
-from tola_plugin.evaluation.complexity import count_macs, count_parameters
+from tola_plugin.benchmarks.benchmarking import build_benchmark_tola, median_seconds
+from tola_plugin.benchmarks.complexity import count_macs, count_parameters
 from tola_plugin.text.alphabets import IDM_MAX_LEN
 from tola_plugin.utils.devices import resolve_device
 

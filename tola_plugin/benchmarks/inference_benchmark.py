@@ -1,0 +1,185 @@
+"""The inference benchmark (tools/benchmark_inference.py): every route and precision side by side, against the machine's
+own ceiling, and the precisions' quality on trained weights.
+
+Speed (full-size weights, random or the option file's; rendered 128x512 lines, bicubic x4 degraded), one process,
+interleaved, median of ``repeats`` runs after a warm-up, batch 1:
+
+  reference        DiffTSR's way: greedy TransOCR re-running the whole prefix for 24 steps, LoRA unmerged, fp32.
+  torch <p>        ``TOLANet.load_for_inference`` of the merged file on torch, precision p (qualified first).
+  openvino <p>     the same with the IDM and VAE on OpenVINO, in its worker process (``tola_plugin/runtime``).
+  default          what tola-infer / TOLAPipeline / tola-web run by default here (``runtime.placement.Runtime``:
+                   backend auto, precision auto; its plan is in the result). A route that does not qualify on
+                   this machine is reported under 'passed_over', not timed.
+
+Per row: seconds per image, the stages (text prior, VAE encode, MoM text, IDM, LRC, VAE decode), GMAC/s of the
+route's counted multiply-adds (``complexity.count_macs`` of the tensor stages) and their share of the machine's
+matmul ceiling in that precision (a 2048x2048 torch matmul, measured here: ``matmul_ceiling``). The batched photo
+path: ``photo_lines`` windows in one call of the default network vs as many single calls. Peak RSS of one restore of
+each route in a fresh process (with its OpenVINO worker's), above the import baseline, against the bytes of the
+weights it runs. Quality on trained weights (``quality``): the held-out lines of a test option file restored with a
+merged model in each precision and backend: PSNR (Y) against HR and against fp32, and whether the text prior's ids
+equal fp32's. ``TARGETS`` are the issue's; ``check_targets`` says which are met.
+
+This module runs the benchmark (``run_benchmark``); each job is a module of its own: the inputs
+(``inference_inputs``), the networks (``inference_routes``), the ceiling and machine (``machine_ceiling``), the stage
+timers (``stage_timing``), peak memory (``peak_memory``), quality (``precision_quality``), the training iteration
+(``training_timing``), targets and tables (``inference_report``); MACs are ``complexity.route_macs``.
+"""
+import json
+import os
+import statistics
+import tempfile
+import time
+from collections import defaultdict
+from typing import Dict, Optional
+
+import torch
+
+from tola_plugin.benchmarks.complexity import route_macs
+from tola_plugin.benchmarks.inference_inputs import rendered_lines
+from tola_plugin.benchmarks.inference_report import check_targets, markdown, write
+from tola_plugin.benchmarks.inference_routes import (build_reference, export_merged, load_route, runtime_weight_bytes,
+                                                     say)
+from tola_plugin.benchmarks.machine_ceiling import machine, matmul_ceiling
+from tola_plugin.benchmarks.peak_memory import peak_rss
+from tola_plugin.benchmarks.precision_quality import psnr, quality
+from tola_plugin.benchmarks.stage_timing import STAGES, StageTimer, median_row, restore
+from tola_plugin.benchmarks.training_timing import training_iterations
+from tola_plugin.runtime.openvino_stages import openvino_missing
+from tola_plugin.runtime.placement import NoPathLeft
+
+
+def run_benchmark(opt_path: str, checkpoint=None, random_weights: bool = False, precisions=('fp32', 'bf16'),
+                  repeats: int = 3, photo_lines: int = 8, memory: bool = True, quality_model: Optional[str] = None,
+                  quality_opt: Optional[str] = None, quality_limit: Optional[int] = None, workdir: Optional[str] = None,
+                  command: str = '') -> Dict:
+    """The whole benchmark (module docstring) on the CPU -> the result dict (JSON-ready, with 'targets')."""
+
+    lines = rendered_lines(max(1, photo_lines))
+    temporary = tempfile.TemporaryDirectory(prefix='tola_bench_') if not workdir else None
+    folder = temporary.name if temporary else workdir
+    os.makedirs(folder, exist_ok=True)
+    merged = os.path.join(folder, 'TOLA_merged_benchmark.safetensors')
+    backends = ['torch'] + ([] if openvino_missing() else ['openvino'])
+    result = {
+        'machine': machine(), 'command': command, 'random_weights': random_weights, 'repeats': repeats,
+        'stages': list(STAGES), 'ceiling_gflops': matmul_ceiling()
+    }
+    say(f"matmul ceiling: {result['ceiling_gflops']}")
+    try:
+        start = time.perf_counter()
+        export_merged(opt_path, checkpoint, random_weights, merged)
+        result['export_s'] = time.perf_counter() - start
+        nets, runtimes, result['load_s'], result['passed_over'] = {}, {}, {}, {}
+        start = time.perf_counter()
+        nets['reference'] = build_reference(opt_path, checkpoint, random_weights)
+        result['load_s']['reference'] = time.perf_counter() - start
+        start = time.perf_counter()
+        nets['default'], runtimes['default'] = load_route('default', merged, 'cpu')
+        result['load_s']['default'] = time.perf_counter() - start  # qualification and conversion on a cache miss
+        default = runtimes['default'].plan
+        result['default_plan'] = default.to_dict()
+        result['default_dtype'] = default.precision
+        result['default_backend'] = default.backend
+        routes = [f'{b} {p}' for b in backends for p in precisions]
+        for route in routes:
+            if route == default.path.name:  # the same network: memory for one copy
+                continue
+            start = time.perf_counter()
+            try:
+                nets[route], runtimes[route] = load_route(route, merged, 'cpu')
+            except NoPathLeft as err:  # not qualified here: reported, not timed
+                result['passed_over'][route] = str(err)
+                say(f'{route}: not timed: {err}')
+                continue
+            result['load_s'][route] = time.perf_counter() - start
+        macs = route_macs(nets['reference'], lines[:1])
+        result['macs'] = macs
+        result['route_gmac'] = sum(macs.values()) / 1e9
+        weights = runtime_weight_bytes(nets['reference'])  # the same tensors on every route
+        result['weight_bytes'] = {route: weights for route in ['reference', 'torch', 'default'] + routes}
+        timers = {route: StageTimer(net) for route, net in nets.items()}
+        variants = list(nets)
+        runs, outputs = defaultdict(list), {}
+        lq = lines[:1]
+        for repeat in range(repeats + 1):  # interleaved: each variant's runs spread over the whole benchmark
+            for name in variants:
+                out, total, stages = restore(nets[name], timers[name], lq)
+                say(f'{name} {"warm-up" if repeat == 0 else f"run {repeat}"}: {total:.2f} s')
+                if repeat:
+                    runs[name].append({'total': total, 'stages': stages})
+                outputs[name] = out
+        result['timings'] = {}
+        for name in variants:
+            dtype = 'fp32' if name == 'reference' else nets[name].plan.precision
+            result['timings'][f'{name} batch 1'] = dict(route=name, dtype=dtype, **median_row(runs[name], 1))
+        if default.path.name in routes:  # its row under its own name too
+            result['timings'][f'{default.path.name} batch 1'] = dict(result['timings']['default batch 1'],
+                                                                     route=default.path.name)
+        ref = outputs['reference']
+        if default.path.name in routes:
+            outputs[default.path.name] = outputs['default']
+        result['parity'] = {
+            name: {
+                'same_tokens': bool(torch.equal(ref['tokens'], out['tokens'])), 'image_rel_diff': float(
+                    (ref['image'] - out['image']).abs().max() / ref['image'].abs().max()),
+                'image_psnr_db': psnr(ref['image'], out['image'])
+            }
+            for name, out in outputs.items() if name != 'reference'
+        }
+        # the photo path: photo_lines windows of the default network in one call vs as many single calls
+        if photo_lines > 1:
+            net, timer = nets['default'], timers['default']
+            batched, single = [], []
+            for repeat in range(max(1, repeats - 1) + 1):
+                b = restore(net, timer, lines[:photo_lines])[1]
+                s = sum(restore(net, timer, lines[i:i + 1])[1] for i in range(photo_lines))
+                say(f'photo path: batch of {photo_lines} {b:.2f} s, single calls {s:.2f} s')
+                if repeat:
+                    batched.append(b)
+                    single.append(s)
+            result['photo'] = {
+                'lines': photo_lines, 'batched_s': statistics.median(batched), 'single_s': statistics.median(single),
+                'speedup': statistics.median(single) / statistics.median(batched)
+            }
+            result['timings'][f'default batch {photo_lines}'] = dict(
+                route='default', dtype=default.precision,
+                **median_row([{'total': t, 'stages': {}} for t in batched], photo_lines))
+        for runtime in runtimes.values():
+            runtime.close()
+        del nets, timers, runtimes
+        if memory:
+            result['memory'] = {
+                route: peak_rss(route, opt_path, checkpoint, random_weights, merged, lines[:1])
+                for route in ['reference', 'torch', 'default']
+            }
+    finally:
+        if temporary:
+            temporary.cleanup()
+    if quality_model:
+        result['quality'] = quality(quality_model, quality_opt, backends, precisions, quality_limit)
+    result['targets'] = check_targets(result)
+    return result
+
+
+def benchmark_and_write(opt_path: str, checkpoint=None, random_weights: bool = False, precisions=('fp32', 'bf16'),
+                        repeats: int = 3, photo_lines: int = 8, memory: bool = True,
+                        quality_model: Optional[str] = None, quality_opt: Optional[str] = None,
+                        quality_limit: Optional[int] = None, workdir: Optional[str] = None, command: str = '',
+                        train_iteration: Optional[str] = None, out: Optional[str] = None) -> Dict:
+    """tools/benchmark_inference.py: the benchmark (or, with ``train_iteration``, the training iteration of that
+    option file), its table printed, the JSON and the table written to ``out``; returns the result."""
+    if train_iteration:
+        result = {
+            'machine': machine(), 'command': command, 'random_weights': random_weights,
+            'training': training_iterations(train_iteration, checkpoint, random_weights, repeats)
+        }
+        print(json.dumps(result['training'], indent=2))
+        write(result, None, out)
+        return result
+    result = run_benchmark(opt_path, checkpoint, random_weights, precisions, repeats, photo_lines, memory,
+                           quality_model, quality_opt, quality_limit, workdir, command)
+    table = markdown(result)
+    print(table)
+    write(result, table, out)
+    return result

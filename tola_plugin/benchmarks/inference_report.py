@@ -1,0 +1,105 @@
+"""The benchmark's targets (the issues'), which are met, the markdown table and the files it writes."""
+import json
+import os
+from typing import Dict, Optional
+
+from tola_plugin.benchmarks.stage_timing import STAGES
+
+#: the issue's targets (2-core CPU with native bf16, batch 1, full size)
+TARGETS = {
+    'default_vs_reference': 2.8,  # auto (the default) at least this many times the reference route
+    'default_vs_bf16_ceiling': 1.3,  # auto at most this many times the bf16 matmul ceiling's time for the route
+    'openvino_fp32_vs_reference': 1.6,  # fp32 on the CPU backend
+    'peak_rss_over_weights': 1.3,  # peak RSS above the import baseline / bytes of the weights
+    'photo_batch_speedup': 1.5,  # 8 lines in one batch vs 8 single calls
+    'bf16_psnr_drop_db': 0.1,  # trained weights: bf16 within this of fp32 (PSNR vs HR)
+}
+
+
+def check_targets(result: Dict) -> Dict[str, Dict]:
+    """{target: {'value', 'target', 'met'}} for the targets this result has the numbers of."""
+    t, checks = result['timings'], {}
+
+    def add(name, value, higher_is_better=True):
+        goal = TARGETS[name]
+        checks[name] = {
+            'value': value, 'target': goal, 'met': bool(value >= goal if higher_is_better else value <= goal)
+        }
+
+    ref = t.get('reference batch 1', {}).get('per_image_s')
+    if ref and 'default batch 1' in t:
+        add('default_vs_reference', ref / t['default batch 1']['per_image_s'])
+    if ref and 'openvino fp32 batch 1' in t:
+        add('openvino_fp32_vs_reference', ref / t['openvino fp32 batch 1']['per_image_s'])
+    if 'default batch 1' in t and result.get('ceiling_gflops'):
+        ideal = 2 * result['route_gmac'] / result['ceiling_gflops']['bf16']
+        add('default_vs_bf16_ceiling', t['default batch 1']['per_image_s'] / ideal, higher_is_better=False)
+    if 'photo' in result:
+        add('photo_batch_speedup', result['photo']['speedup'])
+    memory = result.get('memory', {}).get('default')
+    if memory:
+        add('peak_rss_over_weights',
+            (memory['peak_rss_bytes'] - memory['import_rss_bytes']) / result['weight_bytes']['default'],
+            higher_is_better=False)
+    rows = result.get('quality', {}).get('rows', {})
+    for backend in ('torch', 'openvino'):
+        if f'{backend} bf16' in rows:
+            drop = rows[f'{backend} fp32']['psnr_vs_hr_db'] - rows[f'{backend} bf16']['psnr_vs_hr_db']
+            add('bf16_psnr_drop_db', drop, higher_is_better=False)
+            checks[f'bf16_psnr_drop_db ({backend})'] = checks.pop('bf16_psnr_drop_db')
+            checks[f'bf16_psnr_drop_db ({backend})']['same_text_prior'] = rows[f'{backend} bf16']['same_text_prior']
+    return checks
+
+
+def markdown(result: Dict) -> str:
+    ceiling = result.get('ceiling_gflops', {})
+    lines = [
+        f'| route | precision | batch | {" | ".join(STAGES)} | s / image | GMAC/s | share of ceiling |',
+        '|---|---|---:|' + '---:|' * (len(STAGES) + 3)
+    ]
+    for row in result['timings'].values():
+        stages = ' | '.join(f"{row['stages_s'][s]:.2f}" for s in STAGES)
+        rate = result['route_gmac'] / row['per_image_s'] if result.get('route_gmac') else float('nan')
+        share = 2 * rate / ceiling[row['dtype']] if row.get('dtype') in ceiling else float('nan')
+        lines.append(f"| {row['route']} | {row['dtype']} | {row['batch']} | {stages} | {row['per_image_s']:.2f} | "
+                     f"{rate:.1f} | {share:.0%} |")
+    lines.append('')
+    if result.get('route_gmac'):
+        lines.append(f"route: {result['route_gmac']:.1f} GMAC per 128x512 line (tensor stages); matmul ceiling " +
+                     ', '.join(f'{k} {v:.0f} GFLOP/s' for k, v in ceiling.items()))
+    if 'photo' in result:
+        p = result['photo']
+        lines.append(f"photo path ({p['lines']} lines, default route): one batch {p['batched_s']:.2f} s, "
+                     f"{p['lines']} single calls {p['single_s']:.2f} s: {p['speedup']:.2f}x")
+    for route, mem in result.get('memory', {}).items():
+        weights = result['weight_bytes'][route]
+        above = mem['peak_rss_bytes'] - mem['import_rss_bytes']
+        lines.append(f"peak RSS {route}: {mem['peak_rss_bytes'] / 2**30:.2f} GiB, {above / 2**30:.2f} GiB above the "
+                     f"{mem['import_rss_bytes'] / 2**30:.2f} GiB import baseline = {above / weights:.2f}x the "
+                     f"{weights / 2**30:.2f} GiB of weights it runs")
+    q = result.get('quality')
+    if q:
+        lines += [
+            '', f"Quality on trained weights ({q['lines']} held-out lines of {q['test_opt']}, model {q['model']}):", '',
+            '| backend precision | PSNR vs HR (dB) | PSNR vs fp32 (dB) | same text prior |', '|---|---:|---:|---:|'
+        ]
+        for name, row in q['rows'].items():
+            lines.append(f"| {name} | {row['psnr_vs_hr_db']:.3f} | {row['psnr_vs_fp32_db']:.1f} | "
+                         f"{row['same_text_prior']:.0%} |")
+    checks = result.get('targets', {})
+    if checks:
+        lines.append('')
+        for name, c in checks.items():
+            lines.append(f"target {name}: {c['value']:.3f} (target {c['target']}): {'met' if c['met'] else 'NOT met'}")
+    return '\n'.join(lines)
+
+
+def write(result: Dict, table: Optional[str], out: Optional[str]) -> None:
+    """Write ``result`` as JSON to ``out`` (and ``table`` as markdown next to it)."""
+    if out:
+        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+        with open(out, 'w', encoding='utf-8') as f:
+            json.dump(result, f, indent=2)
+        if table:
+            with open(os.path.splitext(out)[0] + '.md', 'w', encoding='utf-8') as f:
+                f.write(table + '\n')

@@ -1,0 +1,58 @@
+"""Seconds of each of the six calls Algorithm 1 makes (``StageTimer``), one timed restore, and the median row of a
+route's runs."""
+import statistics
+import time
+import warnings
+from collections import defaultdict
+from typing import Dict, List
+
+import torch
+
+STAGES = ('text prior', 'VAE encode', 'MoM text', 'IDM', 'LRC', 'VAE decode')
+
+
+class StageTimer:
+    """Wall-clock seconds of each stage of ``net``'s forward, by wrapping the six calls Algorithm 1 makes."""
+
+    def __init__(self, net):
+        self.seconds: Dict[str, float] = defaultdict(float)
+        self.sync = torch.cuda.synchronize if next(net.parameters()).is_cuda else (lambda: None)
+        for stage, owner, name in (('text prior', net, 'predict_text_prior'), ('VAE encode', net.vae, 'encode'),
+                                   ('MoM text', net, 'text_context'), ('IDM', net.idm, 'forward'),
+                                   ('VAE decode', net.vae, 'decode')) + ((
+                                       ('LRC', net.lrc, 'forward'), ) if net.lrc is not None else ()):
+            setattr(owner, name, self._timed(stage, getattr(owner, name)))
+
+    def _timed(self, stage, fn):
+
+        def run(*args, **kwargs):
+            self.sync()
+            start = time.perf_counter()
+            out = fn(*args, **kwargs)
+            self.sync()
+            self.seconds[stage] += time.perf_counter() - start
+            return out
+
+        return run
+
+
+def restore(net, timer: StageTimer, lq):
+    """One forward of ``net`` on ``lq`` (per-image seeds 0..B-1) -> (output dict, total seconds, stage seconds)."""
+    timer.seconds.clear()
+    timer.sync()
+    start = time.perf_counter()
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter('ignore')  # an explicit bf16 where it is emulated warns once per call
+        out = net(lq, noise_seeds=list(range(lq.shape[0])), return_intermediates=True)
+    timer.sync()
+    return out, time.perf_counter() - start, dict(timer.seconds)
+
+
+def median_row(runs: List[Dict], batch: int) -> Dict:
+    total = statistics.median(r['total'] for r in runs)
+    return {
+        'batch': batch, 'runs': len(runs), 'total_s': total, 'per_image_s': total / batch,
+        'images_per_s': batch / total, 'all_totals_s': [r['total'] for r in runs],
+        'stages_s': {s: statistics.median(r['stages'].get(s, 0.0) for r in runs)
+                     for s in STAGES}
+    }
