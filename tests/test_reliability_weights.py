@@ -13,7 +13,7 @@ import torch
 from basicsr.losses import build_loss
 
 import tola_plugin  # noqa: F401
-from tola_plugin.checkpoints import metric_weights as W
+from tola_plugin.pretrained import metric_weights as W
 from metric_weight_fakes import write_fake_metric_weights
 
 

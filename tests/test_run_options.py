@@ -9,7 +9,7 @@ import pytest
 
 import basicsr.utils.options
 
-from tola_plugin.checkpoints import metric_weights as W
+from tola_plugin.pretrained import metric_weights as W
 from tola_plugin.utils import run_lock
 from tola_plugin.utils.option_checks import OptionError, check_options
 from tola_plugin.utils.short_run import apply_short_run

@@ -43,7 +43,7 @@ imports this module before anything else, so no other module of the package need
      ``val.metrics`` set to ``~`` is removed (upstream would call the metric ``None``: ``val:metrics:lpips=~``
      drops LPIPS and keeps PSNR/SSIM); ``short_run: N`` applies the short-run preset (utils/short_run.py). Then
      every weight file a metric or loss of the run reads is checked at start: a missing one is an error naming it,
-     where it comes from, and the override that runs without it (checkpoints/metric_weights.require_run_weights).
+     where it comes from, and the override that runs without it (pretrained/metric_weights.require_run_weights).
 13.  BasicSR's LMDB reader (``LmdbBackend``) checks each LMDB before mapping it (utils/lmdb_check.py): a truncated
      ``data.mdb`` is an error naming it, not a SIGBUS.
 """
@@ -75,7 +75,7 @@ from basicsr.utils.dist_util import get_dist_info, master_only
 from basicsr.utils.file_client import LmdbBackend
 from basicsr.utils.logger import MessageLogger
 
-from tola_plugin.checkpoints.metric_weights import require_run_weights
+from tola_plugin.pretrained.metric_weights import require_run_weights
 from tola_plugin.utils import cuda_math, distributed, run_lock
 from tola_plugin.utils.checkpoint_io import atomic_torch_save, weights_only_loads
 from tola_plugin.utils.cli_errors import install_excepthook

@@ -12,7 +12,6 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from tola_plugin.checkpoints import metric_weights as W
 from tola_plugin.data.image_io import DEFAULT_MAX_PIXELS, WHITE, check_max_pixels, read_image_file, write_image
 from tola_plugin.data.text_line_source import canvas_rgb8
 from tola_plugin.evaluation import records as R
@@ -21,6 +20,7 @@ from tola_plugin.metrics.image_metrics import (DEFAULT_COLOR_SPACE, PAIRED_METRI
 from tola_plugin.metrics.text_metrics import ned, normalize
 from tola_plugin.ocr.ppocr import ppocrv4_unavailable
 from tola_plugin.ocr.recognizers import RECOGNIZERS, build_recognizer
+from tola_plugin.pretrained import metric_weights as W
 from tola_plugin.utils.atomic_files import write_json, write_text
 
 ALL_METRICS = PAIRED_METRICS + ('fid', ) + RECOGNIZERS

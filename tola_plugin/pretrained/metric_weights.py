@@ -141,7 +141,7 @@ def assert_loaded(net: torch.nn.Module, path: str, what: str) -> None:
 
 def _refuse_download(url, *args, **kwargs):
     raise RuntimeError(f'refusing to download {url!r}: evaluation weights must be local files '
-                       f'(see tola_plugin/checkpoints/metric_weights.py and docs/evaluation.md)')
+                       f'(see tola_plugin/pretrained/metric_weights.py and docs/evaluation.md)')
 
 
 @contextlib.contextmanager
