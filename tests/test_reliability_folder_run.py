@@ -45,7 +45,8 @@ def folder_of(root, names, seed=0):
 def stand_in(monkeypatch):
     """tola-infer with the identity stand-in restorer (its options, e.g. --batch-size, as given); returns the net."""
     net = StandInRestorer()
-    monkeypatch.setattr(folder_run, 'load_pipeline', lambda args: TOLAPipeline(net, batch_size=args.batch_size))
+    monkeypatch.setattr(TOLAPipeline, 'load',
+                        classmethod(lambda cls, *a, **options: TOLAPipeline(net, batch_size=options['batch_size'])))
     return net
 
 
@@ -83,7 +84,7 @@ class OneBad(StandInRestorer):
 def test_one_bad_image_in_a_batch_fails_alone(tmp_path, monkeypatch, capsys):
     folder = folder_of(tmp_path / 'in', ['a.png', 'b.png', 'd.png'])
     cv2.imwrite(str(folder / 'c.png'), np.zeros((32, 96, 3), np.uint8))
-    monkeypatch.setattr(folder_run, 'load_pipeline', lambda args: TOLAPipeline(OneBad(), batch_size=4))
+    monkeypatch.setattr(TOLAPipeline, 'load', classmethod(lambda cls, *a, **k: TOLAPipeline(OneBad(), batch_size=4)))
     assert infer.main(['-i', str(folder), '-o', str(tmp_path / 'out'), '--batch-size', '4']) == 1
     err = capsys.readouterr().err
     assert '1 image(s) failed' in err and f'{folder / "c.png"}: DefaultCPUAllocator: not enough memory' in err

@@ -88,7 +88,7 @@ def test_cli_checks_arguments(capsys):
 
 def test_cli_missing_model_is_one_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match='no such file|not found|does not exist'):
-        web_cli.run(web_cli.parse_args(['--model', str(tmp_path / 'absent.safetensors'), '--port', '0']), block=False)
+        web_cli.main(['--model', str(tmp_path / 'absent.safetensors'), '--port', '0'], block=False)
 
 
 # ---------------------------------------------------------------------------------------------- the real page
@@ -115,9 +115,7 @@ def demo_server(tmp_path_factory, chromium):
     cwd = os.getcwd()
     os.chdir(work)  # the demo model's path is relative to the working directory, as after `make demo`
     try:
-        app = web_cli.run(
-            web_cli.parse_args(['--port', '0', '--device', 'cpu', '--max-file-mb',
-                                str(MAX_FILE_MB)]), block=False)
+        app = web_cli.main(['--port', '0', '--device', 'cpu', '--max-file-mb', str(MAX_FILE_MB)], block=False)
     finally:
         os.chdir(cwd)
     try:
@@ -177,9 +175,8 @@ def _post_files(url, files):
 
 def test_uploads_are_bounded_per_request_and_removed_when_the_server_stops(tmp_path):
     model = write_tiny_merged(tmp_path / 'tiny.safetensors')
-    app = web_cli.run(
-        web_cli.parse_args(['--model', model, '--port', '0', '--device', 'cpu', '--max-file-mb',
-                            str(MAX_FILE_MB)]), block=False)
+    app = web_cli.main(['--model', model, '--port', '0', '--device', 'cpu', '--max-file-mb',
+                        str(MAX_FILE_MB)], block=False)
     folder = web_app.upload_folder(app)
     try:
         url = app.local_url.rstrip('/') + '/gradio_api/upload'

@@ -122,16 +122,33 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     """Run the command (for tests and tools): usage errors exit via argparse; bad input raises."""
     args = parse_args(argv)
-    from tola_plugin.inference.folder_run import run  # heavy imports only after parsing
-    return run(args)
+    from tola_plugin.inference.folder_run import restore_folder, show_runtime  # heavy imports only after parsing
+    from tola_plugin.inference.pipeline import TOLAPipeline
+    switches = {
+        name: value
+        for name, value in (('precision', args.precision), ('timestep', args.timestep), ('noise', args.noise))
+        if value is not None
+    }
+
+    def pipeline():
+        return TOLAPipeline.load(args.model, args.opt, args.checkpoint, switches, args.device, args.backend,
+                                 requalify=args.requalify, overlap=args.overlap, pad_mode=args.pad_mode,
+                                 batch_size=args.batch_size, background=args.alpha_background,
+                                 max_pixels=round(args.max_megapixels * 1e6), max_windows=args.max_windows,
+                                 max_output_pixels=args.max_output_megapixels * 1e6, color_fix=args.color_fix)
+
+    TOLAPipeline.check_placement(args.device, args.backend)  # a bad device: an error before anything is read
+    if args.show_runtime:
+        return show_runtime(pipeline)
+    return restore_folder(args.input, args.output, pipeline, args.suffix, args.ext, args.detect, args.outscale,
+                          args.seed, args.recursive, args.overwrite)
 
 
 def cli(argv=None):
     """Console script ``tola-infer``: bad input or configuration ends in one ``error: ...`` line."""
     args = parse_args(argv)
-    from tola_plugin.inference.folder_run import run
     from tola_plugin.utils.cli_errors import run_tool
-    run_tool(lambda: run(args), debug=args.debug)
+    run_tool(lambda: main(argv), debug=args.debug)
 
 
 if __name__ == '__main__':

@@ -12,7 +12,6 @@ nothing is fetched from the internet (docs/web.md). Needs the [web] extra (gradi
 """
 import argparse
 import math
-import sys
 
 from tola_cli.infer import DEFAULT_MAX_OUTPUT_MEGAPIXELS, DEFAULT_MAX_WINDOWS
 
@@ -63,52 +62,27 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def _free_port(host: str) -> int:
-    import socket
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
-
-
-def run(args: argparse.Namespace, block: bool = True):
-    """Load the model and serve the page (blocks until stopped unless ``block`` is False: then returns the app;
-    call ``.close()``)."""
+def main(argv=None, block: bool = True):
+    """Run the command (for tests and tools): usage errors exit via argparse; bad input raises. Serves until stopped;
+    with ``block`` False returns the running app instead (``.close()`` stops it)."""
+    args = parse_args(argv)
     try:
-        from tola_plugin.inference import web_app  # heavy imports (gradio, torch) only after parsing
+        from tola_plugin.inference.web_app import serve  # heavy imports (gradio, torch) only after parsing
     except ImportError as err:
         if 'gradio' not in str(err):
             raise
         raise OSError('tola-web needs gradio: pip install "tola-plugin[web]" (or pip install -r '
                       'requirements.txt)') from err
-    from tola_plugin.inference.pipeline import DEMO_MODEL, TOLAPipeline
-    switches = {'precision': args.precision} if args.precision else {}
-    pipeline = TOLAPipeline.from_merged(args.model, switches=switches, device=args.device, backend=args.backend,
-                                        color_fix=args.color_fix, max_windows=args.max_windows,
-                                        max_output_pixels=args.max_output_megapixels * 1e6)
-    print(f'tola-web: {pipeline.describe_runtime()}', file=sys.stderr, flush=True)
-    web_app.warm_up(pipeline, args.detect)
-    app = web_app.build_app(pipeline, detect=args.detect, demo_model=args.model is None,
-                            max_megapixels=args.max_megapixels, model_name=args.model or DEMO_MODEL)
-    port = args.port or _free_port(args.host)
-    web_app.launch(app, host=args.host, port=port, max_file_mb=args.max_file_mb, block=block)
-    return app
-
-
-def _serve(args: argparse.Namespace) -> int:
-    run(args)
-    return 0
-
-
-def main(argv=None) -> int:
-    """Run the command (for tests and tools): usage errors exit via argparse; bad input raises."""
-    return _serve(parse_args(argv))
+    app = serve(args.model, args.detect, args.precision, args.device, args.backend, args.color_fix, args.max_windows,
+                args.max_output_megapixels, args.max_megapixels, args.max_file_mb, args.host, args.port, block)
+    return 0 if block else app
 
 
 def cli(argv=None):
     """Console script ``tola-web``: bad input or configuration ends in one ``error: ...`` line."""
     args = parse_args(argv)
     from tola_plugin.utils.cli_errors import run_tool
-    run_tool(lambda: _serve(args), debug=args.debug)
+    run_tool(lambda: main(argv), debug=args.debug)
 
 
 if __name__ == '__main__':

@@ -6,22 +6,23 @@ PyTorch image and run there with ``bash gpu_check.sh REPORT_DIR`` (docs/training
 """
 import argparse
 
+from tola_cli.command import run_command
 
-def build_parser() -> argparse.ArgumentParser:
+
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--out', default='build/gpu_bundle', help='the bundle folder (replaced; build/gpu_bundle)')
     parser.add_argument('--wheel-cache',
                         help='folder of fetched and built wheels (default: the user cache, tola-plugin/gpu-wheels)')
-    return parser
+    return parser.parse_args(argv)
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)  # --help answers before the package is imported
+    args = parse_args(argv)
     from tola_plugin.gpu_check.bundle import build_bundle
     build_bundle(args.out, args.wheel_cache)
     return 0
 
 
 if __name__ == '__main__':
-    from tola_cli.command import run_command
-    run_command(main, build_parser().parse_args)
+    run_command(main, parse_args)

@@ -10,8 +10,10 @@ import argparse
 import os
 import sys
 
+from tola_cli.command import run_command
 
-def build_parser() -> argparse.ArgumentParser:
+
+def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('report_dir', help='folder of the report (gpu_check.md, gpu_check.json)')
     parser.add_argument('--dry-run', action='store_true',
@@ -19,16 +21,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--bundle', default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                         help='the bundle folder (default: the one this tool is in)')
     parser.add_argument('--work', help='folder of the runs\' files (default: a new temporary folder)')
-    return parser
+    return parser.parse_args(argv)
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)  # --help answers before the package is imported
+    args = parse_args(argv)
     from tola_plugin.gpu_check.run import run_gpu_check
     command = 'gpu_check.sh ' + ' '.join(sys.argv[1:] if argv is None else argv)
     return run_gpu_check(args.report_dir, args.bundle, args.dry_run, args.work, command)
 
 
 if __name__ == '__main__':
-    from tola_cli.command import run_command
-    run_command(main, build_parser().parse_args)
+    run_command(main, parse_args)

@@ -21,14 +21,13 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple, Union
 
 from tola_plugin.data.image_io import IMAGE_EXTENSIONS, FolderScan, scan_image_folder, write_image
 from tola_plugin.inference.pipeline import TOLAPipeline
 from tola_plugin.inference.prior_csv import read_prior_rows, write_prior_csv
 from tola_plugin.utils import run_lock
 from tola_plugin.utils.atomic_files import read_json_dict, write_json
-from tola_plugin.utils.devices import resolve_device
 
 PRIOR_CSV = 'prior.csv'
 LOCK_FILE = '.tola-infer.lock'
@@ -167,23 +166,6 @@ def remove_stale_temporaries(jobs: List[Job], out_dir: str) -> List[str]:
     return removed
 
 
-def load_pipeline(args):
-    """TOLAPipeline from --model / -opt (default: the demo model) with the inference switches --precision, --timestep
-    and --noise, placed by --device, --backend and --requalify (``tola_plugin.runtime.Runtime``)."""
-    switches = {
-        k: v
-        for k, v in (('precision', args.precision), ('timestep', args.timestep), ('noise', args.noise)) if v is not None
-    }
-    options = dict(overlap=args.overlap, pad_mode=args.pad_mode, batch_size=args.batch_size,
-                   background=args.alpha_background, max_pixels=round(args.max_megapixels * 1e6),
-                   max_windows=args.max_windows, max_output_pixels=args.max_output_megapixels * 1e6,
-                   color_fix=args.color_fix, switches=switches, device=args.device, backend=args.backend,
-                   requalify=args.requalify)
-    if args.opt:
-        return TOLAPipeline.from_options(args.opt, args.checkpoint, **options)
-    return TOLAPipeline.from_merged(args.model, **options)
-
-
 def _write_error(path: str, err: OSError) -> OSError:
     """An OSError (same errno) whose message names the file that could not be written and why."""
     named = OSError(f'could not write {path}: {err.strerror or err}')
@@ -227,75 +209,107 @@ def describe(err: BaseException) -> str:
     return text or type(err).__name__
 
 
-def run(args) -> int:
-    """Restore every input of ``args`` (see tola_cli/infer.py); 0 when all succeeded, 1 when some failed (or a
-    subfolder could not be read), 130 when interrupted (what was done is kept; a rerun continues)."""
-    device = resolve_device(args.device)  # a bad device is an error before minutes of loading
-    if args.backend == 'openvino' and device.type != 'cpu':
-        raise ValueError(f'--backend openvino runs on the CPU, --device is {device} (use --backend auto or torch)')
-    if args.show_runtime:
-        pipe = load_pipeline(args)
-        print(pipe.describe_runtime(), flush=True)
-        pipe.close()
-        return 0
-    inputs, scan = list_inputs(args.input, args.recursive, skip_dir=args.output)
-    plan = plan_outputs(inputs, args.input, args.output, args.suffix, args.ext, args.detect, args.overwrite)
-    _leave_out_own_files(scan, plan, args)
-    created = not os.path.isdir(args.output)
-    os.makedirs(args.output, exist_ok=True)
-    lock = run_lock.acquire(args.output, lambda m: _say(f'warning: {m}'), os.path.join(args.output, LOCK_FILE),
+@dataclass
+class RunSettings:
+    """What a folder run does, as ``restore_folder`` takes it (the names of tola-infer's options)."""
+    input: str
+    output: str
+    suffix: str = ''
+    ext: str = 'auto'
+    detect: bool = False
+    outscale: Optional[float] = None
+    seed: int = 0
+    recursive: bool = False
+    overwrite: bool = False
+
+
+PipelineSource = Union[TOLAPipeline, Callable[[], TOLAPipeline]]
+
+
+def restore_folder(input: str, output: str, pipeline: PipelineSource, suffix: str = '', ext: str = 'auto',
+                   detect: bool = False, outscale: Optional[float] = None, seed: int = 0, recursive: bool = False,
+                   overwrite: bool = False) -> int:
+    """Restore the image file or folder ``input`` into the folder ``output`` (the body of tola-infer; the module
+    docstring says what it guarantees).
+
+    pipeline: a ``TOLAPipeline``, or a function returning one (e.g. ``lambda: TOLAPipeline.load(model=path)``),
+        called only when there is something to restore, once the output folder is locked: a missing model is then
+        the run's error, before anything is written; a pipeline built here is closed at the end.
+    suffix, ext ('auto': jpg for .jpg/.jpeg inputs, else png; 'png', 'jpg'): the output names
+        (``<name><suffix>.<ext>``). detect: whole photos (PP-OCRv4 finds the lines; one JSON per photo), else each
+        image is one line (``prior.csv``). outscale, seed: as ``TOLAPipeline.__call__``. recursive: also subfolders.
+        overwrite: restore again images whose output exists (else they are skipped: a rerun continues).
+    Returns 0 when every image was restored, 1 when some failed (or a subfolder could not be read), 130 when
+    interrupted (what was done is kept)."""
+    settings = RunSettings(input, output, suffix, ext, detect, outscale, seed, recursive, overwrite)
+    inputs, scan = list_inputs(input, recursive, skip_dir=output)
+    plan = plan_outputs(inputs, input, output, suffix, ext, detect, overwrite)
+    _leave_out_own_files(scan, plan, settings)
+    created = not os.path.isdir(output)
+    os.makedirs(output, exist_ok=True)
+    lock = run_lock.acquire(output, lambda m: _say(f'warning: {m}'), os.path.join(output, LOCK_FILE),
                             advice='Wait for it to finish, or choose another -o.')
     try:
-        return _run_locked(args, plan, scan)
+        return _run_locked(settings, pipeline, plan, scan)
     finally:
         run_lock.release(lock)
         if created:  # a run that wrote nothing (e.g. no model) leaves no empty folder behind
             with contextlib.suppress(OSError):
-                os.rmdir(args.output)
+                os.rmdir(output)
 
 
-def _leave_out_own_files(scan: FolderScan, plan: Plan, args) -> None:
+def show_runtime(pipeline: PipelineSource) -> int:
+    """Print where and how the pipeline runs (``--show-runtime``: the runtime decision, qualifying what needs it)."""
+    pipe = pipeline() if callable(pipeline) and not isinstance(pipeline, TOLAPipeline) else pipeline
+    print(pipe.describe_runtime(), flush=True)
+    if pipe is not pipeline:
+        pipe.close()
+    return 0
+
+
+def _leave_out_own_files(scan: FolderScan, plan: Plan, settings: RunSettings) -> None:
     """A run into its input folder finds its own records there (prior.csv, photo JSONs): not "files that are not
     images"."""
-    if not os.path.isdir(args.input):
+    if not os.path.isdir(settings.input):
         return
-    records = {os.path.join(args.output, PRIOR_CSV)} | {job.json for job in plan.jobs}
+    records = {os.path.join(settings.output, PRIOR_CSV)} | {job.json for job in plan.jobs}
     mine = {file_identity(p) for p in records} - {None}
-    scan.unsupported = [n for n in scan.unsupported if file_identity(os.path.join(args.input, n)) not in mine]
+    scan.unsupported = [n for n in scan.unsupported if file_identity(os.path.join(settings.input, n)) not in mine]
 
 
-def _run_locked(args, plan: Plan, scan: FolderScan) -> int:
+def _run_locked(settings: RunSettings, pipeline: PipelineSource, plan: Plan, scan: FolderScan) -> int:
     jobs = plan.jobs
-    for tmp in remove_stale_temporaries(jobs, args.output):
+    for tmp in remove_stale_temporaries(jobs, settings.output):
         _say(f'note: removed {tmp}, the temporary file of an interrupted write')
-    prior = None if args.detect else PriorFile(os.path.join(args.output, PRIOR_CSV), args.overwrite, _say)
+    prior = None if settings.detect else PriorFile(os.path.join(settings.output, PRIOR_CSV), settings.overwrite, _say)
     summary = Summary(total=len(jobs), own_outputs=plan.own_outputs)
     todo = []
     for job in jobs:
-        if os.path.exists(job.output) and not args.overwrite:
+        if os.path.exists(job.output) and not settings.overwrite:
             summary.skipped.append(job.output)
         else:
             todo.append(job)
     start = time.perf_counter()
-    pipe = load_pipeline(args) if todo else None  # a missing model is the run's error: no summary
+    built = callable(pipeline) and not isinstance(pipeline, TOLAPipeline)
+    pipe = (pipeline() if built else pipeline) if todo else None  # a missing model is the run's error: no summary
     loaded = time.perf_counter()
     try:
         if todo:
             _say(f'tola-infer: {pipe.describe_runtime()}')
-            _restore_jobs(args, pipe, todo, prior, summary)
+            _restore_jobs(settings, pipe, todo, prior, summary)
     except KeyboardInterrupt:
         summary.interrupted = True
     finally:
-        if pipe is not None:
+        if pipe is not None and built:
             pipe.close()
         elapsed = time.perf_counter() - loaded
-        _print_summary(args, summary, scan, loaded - start, elapsed)
+        _print_summary(settings, summary, scan, loaded - start, elapsed)
     if summary.interrupted:
         return INTERRUPTED_STATUS
     return 1 if summary.failures or scan.unreadable else 0
 
 
-def _restore_jobs(args, pipe, todo: List[Job], prior: Optional[PriorFile], summary: Summary) -> None:
+def _restore_jobs(settings: RunSettings, pipe, todo: List[Job], prior: Optional[PriorFile], summary: Summary) -> None:
     from tqdm import tqdm
 
     def fail(job: Optional[Job], err: BaseException) -> None:
@@ -304,23 +318,23 @@ def _restore_jobs(args, pipe, todo: List[Job], prior: Optional[PriorFile], summa
         summary.failures.append(message)
         _say(f'failed: {message}')
 
-    chunk = 1 if args.detect else pipe.batch_size  # photos batch their own lines
+    chunk = 1 if settings.detect else pipe.batch_size  # photos batch their own lines
     with tqdm(total=len(todo), unit='img', desc='tola-infer', file=sys.stderr, disable=None) as bar:
         for first in range(0, len(todo), chunk):
             batch = todo[first:first + chunk]
-            outcomes = pipe.restore_each([job.input for job in batch], detect=args.detect, outscale=args.outscale,
-                                         seed=args.seed)
+            outcomes = pipe.restore_each([job.input for job in batch], detect=settings.detect,
+                                         outscale=settings.outscale, seed=settings.seed)
             restored = []
             for job, outcome in zip(batch, outcomes):
                 if isinstance(outcome, BaseException):
                     fail(job, outcome)
                 else:
                     restored.append((job, outcome))
-            summary.done += _write_outputs(args, restored, prior, fail)
+            summary.done += _write_outputs(settings, restored, prior, fail)
             bar.update(len(batch))
 
 
-def _write_outputs(args, restored, prior: Optional[PriorFile], fail) -> int:
+def _write_outputs(settings: RunSettings, restored, prior: Optional[PriorFile], fail) -> int:
     """Write each restored image after its record (its prior.csv row, or its JSON); returns how many were
     written, reporting the others through ``fail``."""
     if not restored:
@@ -341,14 +355,14 @@ def _write_outputs(args, restored, prior: Optional[PriorFile], fail) -> int:
     written, unwritten = 0, []
     for job, result in restored:
         try:
-            if args.detect:
+            if settings.detect:
                 _write_or_name(
                     job.json,
                     lambda: write_json(job.json, dict(input=job.input, output=job.output, **result.to_dict())))
             try:
                 _write_or_name(job.output, lambda: write_image(job.output, result.image, order='RGB'))
             except (ValueError, OSError):
-                if args.detect:
+                if settings.detect:
                     _remove(job.json)
                 raise
         except (ValueError, OSError) as err:
@@ -356,7 +370,7 @@ def _write_outputs(args, restored, prior: Optional[PriorFile], fail) -> int:
             fail(job, err)
             continue
         written += 1
-        if args.detect and not result.lines:
+        if settings.detect and not result.lines:
             _say(f'note: no text lines found in {job.input}' + (f' ({result.note})' if result.note else ''))
     if prior is not None and unwritten:  # their rows were written first: take them out again
         for job in unwritten:
@@ -382,11 +396,12 @@ def _remove(path: str) -> None:
         pass
 
 
-def _print_summary(args, summary: Summary, scan: FolderScan, load_seconds: float, seconds: float) -> None:
+def _print_summary(settings: RunSettings, summary: Summary, scan: FolderScan, load_seconds: float,
+                   seconds: float) -> None:
     per_image = f', {seconds / summary.done:.2f} s per image' if summary.done else ''
     timing = f' (model loaded in {load_seconds:.1f} s, restored in {seconds:.1f} s{per_image})' if summary.total > len(
         summary.skipped) else ''
-    print(f'restored {summary.done} of {summary.total} image(s) into {args.output}{timing}', flush=True)
+    print(f'restored {summary.done} of {summary.total} image(s) into {settings.output}{timing}', flush=True)
     if summary.skipped:
         print(
             f'skipped {len(summary.skipped)} image(s) whose output already exists ({_listing(summary.skipped)}); '

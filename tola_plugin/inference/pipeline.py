@@ -34,6 +34,7 @@ from tola_plugin.inference.work_bounds import (DEFAULT_MAX_OUTPUT_PIXELS, DEFAUL
 from tola_plugin.ocr.ppocr import PPOCRv4Detector, PPOCRv4Recognizer, UndetectableShape
 from tola_plugin.runtime.child_process import ChildFailure
 from tola_plugin.runtime.placement import NoPathLeft, Runtime
+from tola_plugin.utils.devices import resolve_device
 
 # The merged model that `make demo` exports (relative to the working directory, like the demo's experiments/).
 DEMO_MODEL = os.path.join('experiments', 'demo_TOLA', 'TOLA_demo_merged.safetensors')
@@ -242,6 +243,28 @@ class TOLAPipeline:
         net = TOLANet.from_options(option_file, checkpoint, **dict(switches or {})).prepare_for_inference()
         return cls._placed(net, device, backend, allow_tf32, requalify, None, options)
 
+    @staticmethod
+    def check_placement(device=None, backend: str = 'auto') -> None:
+        """A device this machine does not have, or OpenVINO asked for on a GPU, is a ValueError now, before
+        anything is read."""
+        if backend == 'openvino' and resolve_device(None if device is None else str(device)).type != 'cpu':
+            raise ValueError(f'backend openvino runs on the CPU, the device is {device} (use backend auto or torch)')
+        resolve_device(None if device is None else str(device))
+
+    @classmethod
+    def load(cls, model: Optional[str] = None, opt: Optional[str] = None, checkpoint: Optional[str] = None,
+             switches: Optional[Dict] = None, device=None, backend: str = 'auto', **options) -> 'TOLAPipeline':
+        """``from_options(opt, checkpoint, ...)`` when an option file is given, else ``from_merged(model, ...)`` (None:
+        the demo model); the device and backend are checked before any weight is read."""
+        if model is not None and opt is not None:
+            raise ValueError('give a merged model or an option file, not both')
+        if checkpoint is not None and opt is None:
+            raise ValueError('checkpoint goes with an option file (a merged model already holds its adaptation)')
+        cls.check_placement(device, backend)
+        if opt is not None:
+            return cls.from_options(opt, checkpoint, switches, device, backend, **options)
+        return cls.from_merged(model, switches, device, backend, **options)
+
     @classmethod
     def _placed(cls, net, device, backend, allow_tf32, requalify, source, options) -> 'TOLAPipeline':
         pipe = cls(net, **options)
@@ -314,11 +337,13 @@ class TOLAPipeline:
         (one of IMAGE_ERRORS) that image raised. A failing image never fails its neighbours: the images that had
         windows in a batch that failed are run again, each alone (results do not depend on batching). Arguments
         that are wrong for every image (names, outscale) raise."""
+        # 1. Check what holds for every image (names, outscale), and whether to read the lines with PP-OCRv4
         items = list(images)
         if names is not None and len(names) != len(items):
             raise ValueError(f'got {len(names)} names for {len(items)} images')
         outscale = check_outscale(outscale)
         recognize = detect if recognize is None else bool(recognize)
+        # 2. Read each image (RGB), check its bounds, find its lines (detect) and cut them into 128x512 canvases
         prepared: List[Union[_Image, Exception]] = []
         for index, item in enumerate(items):
             try:
@@ -327,7 +352,10 @@ class TOLAPipeline:
                                   value_range))
             except IMAGE_ERRORS as err:
                 prepared.append(err)
+        # 3. Restore every canvas, batched across lines and images, on the runtime's path (a path that fails is left
+        #    for the next; no non-finite output is kept); blend each line's windows back together
         self._restore_isolated([p for p in prepared if isinstance(p, _Image)])
+        # 4. Read the lines before and after (recognize), paste the lines into the output image (detect) or resize
         return [(p.error or self._finish(p, detect, recognize)) if isinstance(p, _Image) else p for p in prepared]
 
     def _finish(self, image: _Image, detect: bool, recognize: bool) -> Union[Restoration, Exception]:

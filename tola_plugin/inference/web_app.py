@@ -24,6 +24,7 @@ import atexit  # noqa: E402
 import glob  # noqa: E402
 import shutil  # noqa: E402
 import signal  # noqa: E402
+import sys  # noqa: E402
 import tempfile  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
@@ -36,8 +37,9 @@ import numpy as np  # noqa: E402
 
 from tola_plugin.data.image_io import ImageTooLargeError, read_image_file  # noqa: E402
 from tola_plugin.inference.color_fix import COLOR_FIXES, check_color_fix  # noqa: E402
-from tola_plugin.inference.pipeline import Restoration, TOLAPipeline  # noqa: E402
+from tola_plugin.inference.pipeline import DEMO_MODEL, Restoration, TOLAPipeline  # noqa: E402
 from tola_plugin.inference.web_examples import example_paths  # noqa: E402
+from tola_plugin.inference.work_bounds import DEFAULT_MAX_OUTPUT_PIXELS, DEFAULT_MAX_WINDOWS  # noqa: E402
 
 DEFAULT_MAX_MEGAPIXELS = 4.0  # larger inputs are refused (CPU time grows with the pixels)
 DEFAULT_MAX_FILE_MB = 20.0  # larger uploads are refused by the server before they are stored
@@ -323,3 +325,31 @@ def launch(app: gr.Blocks, host: str = '127.0.0.1', port: Optional[int] = None,
         finally:
             app.close()
     return started
+
+
+def free_port(host: str) -> int:
+    """A port free on ``host`` now."""
+    import socket
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def serve(model: Optional[str] = None, detect: bool = False, precision: Optional[str] = None, device=None,
+          backend: str = 'auto', color_fix: str = 'none', max_windows: int = DEFAULT_MAX_WINDOWS,
+          max_output_megapixels: float = DEFAULT_MAX_OUTPUT_PIXELS / 1e6,
+          max_megapixels: float = DEFAULT_MAX_MEGAPIXELS, max_file_mb: float = DEFAULT_MAX_FILE_MB,
+          host: str = '127.0.0.1', port: Optional[int] = None, block: bool = True) -> gr.Blocks:
+    """The body of tola-web: load the merged ``model`` (None: the demo model) as a ``TOLAPipeline`` (where and how it
+    runs: the runtime decision, printed and shown on the page), warm it up, build the page and serve it on
+    host:port (port None: a free one). Blocks until stopped unless ``block`` is False; returns the app (``.close()``
+    stops it)."""
+    pipeline = TOLAPipeline.from_merged(model, switches={'precision': precision} if precision else {}, device=device,
+                                        backend=backend, color_fix=color_fix, max_windows=max_windows,
+                                        max_output_pixels=max_output_megapixels * 1e6)
+    print(f'tola-web: {pipeline.describe_runtime()}', file=sys.stderr, flush=True)
+    warm_up(pipeline, detect)
+    app = build_app(pipeline, detect=detect, demo_model=model is None, max_megapixels=max_megapixels, model_name=model
+                    or DEMO_MODEL)
+    launch(app, host=host, port=port or free_port(host), max_file_mb=max_file_mb, block=block)
+    return app
