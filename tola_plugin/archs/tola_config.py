@@ -122,7 +122,8 @@ def option(default, kind: str, check):
 @dataclasses.dataclass(frozen=True)
 class TOLAConfig:
     """The options of a ``TOLANet``; each checked (and normalised: a path to ``str``, a list of parts to a tuple)
-    when the config is made, so a config that exists is one that builds.
+    when the config is made, so a config that exists holds only values TOLANet takes (the module sizes are checked
+    by the modules when they are built, the files when they are read).
 
     Backbone (architecture unless said):
         backbone_init: 'checkpoint' (the official ``DiffTSR.ckpt`` / ``transocr.pth``, strict), 'demo' (the small

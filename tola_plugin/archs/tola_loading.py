@@ -2,7 +2,7 @@
 
 - an option file's ``network_g`` and its adaptation checkpoint (``from_options``, ``load_adaptation_checkpoint``);
 - merged files (``save_merged``, ``from_merged``, ``load_for_inference``): every tensor of the LoRA-merged network
-  and the options that rebuild it, ``TOLAConfig.recorded_options`` (docs/tola.md, "Merged model").
+  and the options that rebuild it, ``TOLAConfig.recorded_options`` (docs/tola.md, "``TOLANet`` options": Files).
 
 Loaders take inference switches (``TOLANet.set_switches``: timestep, noise, precision, ...) as keyword arguments;
 everything else is fixed by the files. The mixin uses the network's public face only (``from_config``, ``config``,

@@ -7,8 +7,8 @@
   architecture and inference switches, read back with ``TOLAConfig.from_options``).
 
 The network's side (what the state and the options are, loading them into a TOLANet) is
-``tola_plugin.archs.tola_loading`` and ``tola_plugin.archs.tola_config``; docs/tola.md, "Checkpoints" and "Merged
-model".
+``tola_plugin.archs.tola_loading`` and ``tola_plugin.archs.tola_config``; docs/tola.md, "``TOLANet`` options"
+(Files).
 """
 import json
 from typing import Dict, Mapping, Optional, Sequence, Tuple
