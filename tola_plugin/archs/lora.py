@@ -33,17 +33,6 @@ def lora_config(target_modules: str, rank: int = 4, alpha: Optional[float] = Non
         bias='none')
 
 
-def check_lora_settings(rank, alpha, idm_lora: bool, vae_lora: bool, vae_lora_active: bool) -> None:
-    """Refuse contradictory LoRA options up front (ValueError naming the option)."""
-    if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
-        raise ValueError(f'TOLANet: lora_rank must be a positive integer, got {rank!r}')
-    if alpha is not None and (isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or alpha <= 0):
-        raise ValueError(f'TOLANet: lora_alpha must be a positive number or null (= lora_rank), got {alpha!r}')
-    if not vae_lora_active and not vae_lora:
-        raise ValueError('TOLANet: vae_lora_active: false switches off a VAE LoRA, but vae_lora is false (there is '
-                         'none); remove vae_lora_active or set vae_lora: true')
-
-
 def lora_settings(peft_model: PeftModel) -> Dict:
     """{'rank', 'alpha', 'targets'} of the adapter a model carries (what its LoRA weights mean)."""
     config = peft_model.peft_config['default']

@@ -1,7 +1,11 @@
 """What TOLA trains and keeps, as a mixin of ``TOLANet``: the adaptation state (peft LoRA of the IDM and the VAE
 encoder, the LRC), the settings it depends on, folding LoRA into the weights, and gradient checkpointing of the
-adapted parts (training memory). Expects the network's ``idm``, ``vae``, ``lrc``, ``vae_lora_active`` and
-``options``; Algorithm 1 itself is ``tola_arch.TOLANet``.
+adapted parts (training memory).
+
+The mixin uses four attributes of its network and none of its methods: ``idm`` and ``vae`` (diffusers models,
+peft-wrapped where they carry LoRA), ``lrc`` (a module or None) and ``config`` (a ``TOLAConfig``: it reads ``lrc`` and
+``vae_lora_active`` and keeps ``gradient_checkpointing`` current). Building them is ``tola_arch.TOLANet``'s, as is
+Algorithm 1.
 """
 from typing import Dict, Sequence
 
@@ -12,9 +16,8 @@ from basicsr.utils.registry import ARCH_REGISTRY
 
 from tola_plugin.archs.lora import (count_lora_parameters, load_lora_state_dict, lora_settings, lora_state_dict,
                                     merge_lora)
+from tola_plugin.archs.tola_config import CHECKPOINTABLE, checkpointed_parts  # noqa: F401 (the parts, named here too)
 from tola_plugin.utils.option_checks import resolved_options
-
-CHECKPOINTABLE = ('idm', 'vae_encoder', 'vae_decoder')  # gradient checkpointing: parts with large activations
 
 
 class TOLAAdaptationMixin:
@@ -50,7 +53,7 @@ class TOLAAdaptationMixin:
             'lora_rank': first.get('rank'), 'lora_alpha': first.get('alpha'),
             'idm_lora': loras['idm']['targets'] if 'idm' in loras else None,
             'vae_lora': loras['vae']['targets'] if 'vae' in loras else None,
-            'lrc': resolved_options(ARCH_REGISTRY, self.options['lrc']) if self.lrc is not None else None
+            'lrc': resolved_options(ARCH_REGISTRY, self.config.lrc) if self.lrc is not None else None
         }
 
     def load_adaptation_state_dict(self, state: Dict[str, torch.Tensor]) -> None:
@@ -83,7 +86,7 @@ class TOLAAdaptationMixin:
         for name in ('idm', 'vae'):
             if not self.has_lora(name):
                 continue
-            if name == 'vae' and not self.vae_lora_active:
+            if name == 'vae' and not self.config.vae_lora_active:
                 self.vae = self.vae.unload()  # the "VAE LoRA off" control: the base encoder, unchanged
             else:
                 setattr(self, name, merge_lora(getattr(self, name)))
@@ -94,9 +97,7 @@ class TOLAAdaptationMixin:
         block of the IDM, each down/mid/up block of the VAE), switched per part (diffusers switches a whole model).
         ``checkpoint_fn(module, *args)``: the recomputation function (default: non-reentrant
         ``torch.utils.checkpoint``, as diffusers); with autograd off (validation, inference) nothing changes."""
-        if isinstance(parts, str) or any(p not in CHECKPOINTABLE for p in parts) or len(set(parts)) != len(parts):
-            raise ValueError(f'TOLANet: gradient_checkpointing must be a list of distinct parts of {CHECKPOINTABLE}, '
-                             f'got {parts!r}')
+        parts = checkpointed_parts('gradient_checkpointing', parts)
         if checkpoint_fn is None:
 
             def checkpoint_fn(module, *args):
@@ -109,4 +110,4 @@ class TOLAAdaptationMixin:
                 if hasattr(block, 'gradient_checkpointing'):
                     block.gradient_checkpointing = name in parts
                     block._gradient_checkpointing_func = checkpoint_fn
-        self.checkpointed_parts = tuple(p for p in CHECKPOINTABLE if p in parts)
+        self.config = self.config.replace(gradient_checkpointing=parts)  # the config says what the network does

@@ -4,11 +4,12 @@ One forward = Algorithm 1, top to bottom: frozen TransOCR -> IDM tokens + confid
 -> z_LR; q-sample at the fixed t; MoM text encoder once; IDM (LoRA) once; ẑ0; LRC; frozen VAE decoder.
 No TDM, no MoM U-Net (its I_cond only feeds the TDM), no reverse loop.
 
-Every paper variant and control is a constructor option (docs/tola.md has the table of option files); the ones
-that change no weight are inference switches, set through ``set_switches`` (``SWITCHES``).
+The network is built from a ``TOLAConfig`` (``tola_config.py``: every option, its default, check and kind); the
+options that change no weight are inference switches, changed through ``set_switches``. What is trained is
+``TOLAAdaptationMixin``'s (``tola_adaptation.py``), the files ``TOLALoadingMixin``'s (``tola_loading.py``).
 """
 import contextlib
-import numbers
+import inspect
 import zlib
 from typing import Dict, List, Optional, Sequence
 
@@ -21,29 +22,17 @@ from basicsr.utils.registry import ARCH_REGISTRY
 
 from tola_plugin.archs.backbone_builder import build_backbone
 from tola_plugin.archs.diffusion_schedule import schedule_constants
-from tola_plugin.archs.lora import IDM_LORA_TARGETS, VAE_ENCODER_LORA_TARGETS, add_lora, check_lora_settings
-from tola_plugin.archs.precision import PRECISIONS, autocast, decoder_autocast, full_precision, requested_dtype
+from tola_plugin.archs.lora import IDM_LORA_TARGETS, VAE_ENCODER_LORA_TARGETS, add_lora
+from tola_plugin.archs.precision import autocast, decoder_autocast, full_precision, requested_dtype
 from tola_plugin.archs.tola_adaptation import TOLAAdaptationMixin
+from tola_plugin.archs.tola_config import TOLAConfig
 from tola_plugin.archs.tola_loading import TOLALoadingMixin
-from tola_plugin.archs.vae_arch import LATENT_MODES, LATENT_SCALE
+from tola_plugin.archs.vae_arch import LATENT_SCALE
 from tola_plugin.text.alphabets import IDM_MAX_LEN, IDM_PAD, decode_idm
 from tola_plugin.text.text_prior import DIFFTSR_MAX_TOKENS, difftsr_prediction_text, transocr_to_idm
 
-TEXT_PRIORS = ('predicted', 'gt', 'null', 'none')
-CONFIDENCES = ('predicted', 'uniform')
-CONTEXT_ROUTES = ('mom', 'direct')
-NOISE_MODES = ('gaussian', 'zero')
-TEXT_DECODINGS = ('incremental', 'full_prefix')
 TEXT_STEPS = 24  # greedy TransOCR steps, as DiffTSR's Text_Prediction (the 'full_prefix' reference route)
 POSTERIOR_SEED_OFFSET = 0x9E3779B9  # per-image seed of the posterior sample = ε's seed + this
-#: Inference switches: the options that change what the forward computes but no weight, with their choices (None:
-#: checked by a function). The constructor sets them through ``set_switches``, the one place they are validated,
-#: and so do the loaders (``from_merged(path, noise='zero')``), TOLAPipeline and the command lines.
-SWITCHES = {
-    'timestep': None, 'latent': LATENT_MODES, 'noise': NOISE_MODES, 'text_prior': TEXT_PRIORS,
-    'confidence': CONFIDENCES, 'context_route': CONTEXT_ROUTES, 'clamp_output': (True, False), 'precision': PRECISIONS,
-    'text_decoding': TEXT_DECODINGS
-}
 
 
 def image_noise_seed(name: str, base_seed: int = 0) -> int:
@@ -52,121 +41,92 @@ def image_noise_seed(name: str, base_seed: int = 0) -> int:
     return (zlib.crc32(name.encode('utf-8')) + 1_000_003 * int(base_seed)) % (2**63)
 
 
+class Switch:
+    """An inference switch as an attribute of the network (``net.precision``): read from its config, written
+    through ``set_switches`` (``net.noise = 'zero'`` is ``net.set_switches(noise='zero')``)."""
+
+    def __set_name__(self, owner, name):
+        self.name = name
+
+    def __get__(self, net, owner=None):
+        return self if net is None else getattr(net.config, self.name)
+
+    def __set__(self, net, value):
+        net.set_switches(**{self.name: value})
+
+
 @ARCH_REGISTRY.register()
 class TOLANet(TOLAAdaptationMixin, TOLALoadingMixin, nn.Module):
     """One-step text-aware DiffTSR restorer. lq (B, 3, H, W) RGB in [0, 1] -> restored (B, 3, H, W) in [0, 1].
 
-    Backbone:
-        backbone_init: 'checkpoint' (default; the official ``DiffTSR.ckpt`` / ``transocr.pth``, strict),
-            'demo' (the small backbone trained here and shipped in ``tola_plugin/demo/backbone``, strict; the
-            checkpoint paths are not used), 'random' (modules built from ``*_config`` with random weights drawn from
-            ``random_seed``: tests and benchmarks) or 'empty' (modules built from ``*_config``, no weight drawn:
-            every weight is loaded next, as when a merged file is rebuilt).
-        difftsr_checkpoint, transocr_checkpoint: file paths (official layout or the converted safetensors).
-        idm_config, vae_config, mom_config, transocr_config: constructor overrides of the backbone modules
-            (architecture); with 'checkpoint' they must match the file (strict loading).
-        random_seed: seed of the 'random' backbone (0), drawn from its own RNG stream so that training and
-            testing rebuild the very same random backbone whatever the global RNG state.
-    Adaptation (what is trained; ``tola_adaptation.py``):
-        lora_rank, lora_alpha: peft LoRA rank r (4) and alpha (None = r).
-        idm_lora, vae_lora: insert LoRA into the IDM transformer blocks / the VAE encoder + quant_conv.
-        vae_lora_active: False disables the VAE-encoder LoRA at inference (the "VAE LoRA off" control).
-        lrc: BasicSR network option dict of the correction branch ({type: LatentResidualCorrection, ...},
-            {type: PlainResidualCorrection}) or None (no correction: ẑ0corr = ẑ0).
-        gradient_checkpointing: parts whose activations are recomputed in the backward pass instead of kept, any
-            subset of ('idm', 'vae_encoder', 'vae_decoder'); none by default (the paper). Same gradients, less
-            memory, about one more forward of those parts (tools/estimate_memory.py, docs/training_gpus.md).
-    Inference switches (``SWITCHES``; paper default first; ``set_switches`` changes them, loaders take them too):
-        timestep: fixed zero-indexed q-sample / IDM timestep t (999; 899 and 949 are trained in Tables S8/S9 and
-            used at inference in Table S11).
-        latent: 'mode' (posterior mean of the VAE encoder) or 'sample' (the official DiffTSR inference).
-        noise: 'gaussian' (one ε ~ N(0, I) per input) or 'zero' (the ε = 0 control, Table S11).
-        text_prior: 'predicted' (TransOCR on the LR input), 'gt' (oracle: ground-truth tokens),
-            'null' (empty text: all pads, MoM retained) or 'none' (No MoM: the TransOCR-MoM branch is removed
-            and the IDM gets an all-zero context).
-        confidence: 'predicted' (token embeddings × aligned TransOCR confidences) or 'uniform' (no weighting,
-            exactly DiffTSR's conditioning).
-        context_route: 'mom' (the MoM text encoder) or 'direct' (Direct tokens: confidence-scaled token
-            embeddings of the MoM text encoder used as context, without its position embedding and layers).
-        clamp_output: clamp the decoded image to [0, 1] (True; the output image range).
-        precision: 'fp32' (default), 'bf16', 'fp16' or 'auto': the compute dtype of the VAE, MoM, IDM and LRC
-            (autocast; the output stays fp32; the TransOCR text prior always runs in fp32). 'auto': the inference
-            entry points' runtime decision (a low precision where it is faster and qualified on this machine,
-            ``tola_plugin/runtime``); a network run without one computes 'auto' in fp32 (``archs/precision.py``).
-        text_decoding: how the greedy TransOCR prior is decoded, the same function either way (docs/inference.md):
-            'incremental' (default: cached keys/values, only the 23 steps the prior reads, stopping once every
-            image has emitted END) or 'full_prefix' (DiffTSR's loop: the whole prefix re-run for 24 steps; the
-            reference route of tools/benchmark_inference.py).
+    ``TOLANet(**options)`` (how BasicSR builds ``network_g``) or ``TOLANet.from_config(config)``: the options are
+    ``TOLAConfig``'s (its docstring and docs/tola.md describe each), checked before anything is built; ``config``
+    holds them, with the switches as they are now. The switches are attributes too (``timestep``, ``precision``,
+    ...; ``SWITCHES``). ``plan``: the runtime decision (``tola_plugin.runtime``) when an entry point made one.
     """
+    timestep = Switch()
+    latent = Switch()
+    noise = Switch()
+    text_prior = Switch()
+    confidence = Switch()
+    context_route = Switch()
+    clamp_output = Switch()
+    precision = Switch()
+    text_decoding = Switch()
 
-    def __init__(self, backbone_init='checkpoint', difftsr_checkpoint='checkpoints/DiffTSR.ckpt',
-                 transocr_checkpoint='checkpoints/transocr.pth', idm_config=None, vae_config=None, mom_config=None,
-                 transocr_config=None, timestep=999, latent='mode', noise='gaussian', text_prior='predicted',
-                 confidence='predicted', context_route='mom', lora_rank=4, lora_alpha=None, idm_lora=True,
-                 vae_lora=True, vae_lora_active=True, lrc=None, clamp_output=True, random_seed=0, precision='fp32',
-                 text_decoding='incremental', gradient_checkpointing=None):
-        options = {k: v for k, v in locals().items() if k not in ('self', '__class__')}
+    def __init__(self, **options):
         super().__init__()
-        check_lora_settings(lora_rank, lora_alpha, idm_lora, vae_lora, vae_lora_active)
-        self.options = options  # constructor arguments (the adaptation settings read the LRC's)
+        config = TOLAConfig.from_options(options)  # every option checked before minutes of loading
+        self.config = config
         self.inference_only = False  # set by prepare_for_inference
         self.plan = None  # the runtime decision (tola_plugin.runtime), when an entry point made one
-        self.set_switches(**{name: options[name] for name in SWITCHES})
+        self.sqrt_alpha_bar, self.sqrt_one_minus_alpha_bar = schedule_constants(config.timestep)
 
         # Frozen backbone (official weights, strict), then LoRA on top (peft freezes every base weight).
-        idm, vae, mom, transocr = build_backbone(backbone_init, difftsr_checkpoint, transocr_checkpoint, idm_config,
-                                                 vae_config, mom_config, transocr_config, random_seed)
+        idm, vae, mom, transocr = build_backbone(config.backbone_init, config.difftsr_checkpoint,
+                                                 config.transocr_checkpoint, config.idm_config, config.vae_config,
+                                                 config.mom_config, config.transocr_config, config.random_seed)
         for module in (idm, vae, mom, transocr):
             module.requires_grad_(False)
         self.context_dim = idm.config.cross_attention_dim
-        self.vae_lora_active = bool(vae_lora_active)
-        self.idm = add_lora(idm, IDM_LORA_TARGETS, lora_rank, lora_alpha) if idm_lora else idm
-        self.vae = add_lora(vae, VAE_ENCODER_LORA_TARGETS, lora_rank, lora_alpha) if vae_lora else vae
-        if vae_lora and not vae_lora_active:
+        self.idm = add_lora(idm, IDM_LORA_TARGETS, config.lora_rank, config.lora_alpha) if config.idm_lora else idm
+        self.vae = add_lora(vae, VAE_ENCODER_LORA_TARGETS, config.lora_rank,
+                            config.lora_alpha) if config.vae_lora else vae
+        if config.vae_lora and not config.vae_lora_active:
             self.vae.base_model.disable_adapter_layers()
         self.mom = mom
         self.transocr = transocr  # also the OCR-loss recognizer (TOLAModel shares it; one copy in memory)
-        self.lrc = build_network(dict(lrc)) if lrc else None
-        self.set_gradient_checkpointing(gradient_checkpointing or ())
+        self.lrc = build_network(dict(config.lrc)) if config.lrc else None
+        self.set_gradient_checkpointing(config.gradient_checkpointing)
         self.train(True)
 
+    # the constructor's keywords are TOLAConfig's fields (BasicSR's strict option check reads this signature)
+    __init__.__signature__ = inspect.Signature([
+        inspect.Parameter('self', inspect.Parameter.POSITIONAL_OR_KEYWORD), *TOLAConfig.signature().parameters.values()
+    ])
+
     @classmethod
-    def check_switches(cls, switches: Dict) -> Dict:
-        """``switches`` checked, each against its choices in ``SWITCHES`` (timestep: an integer in [0, 999]); any
-        other option fixes the architecture or the weights, and naming one is an error. Returns them."""
-        unknown = sorted(set(switches) - set(SWITCHES))
-        if unknown:
-            raise ValueError(f'TOLANet: {unknown} cannot be switched on a built network (they fix its architecture '
-                             f'or weights); the inference switches are {sorted(SWITCHES)}')
-        for name, value in switches.items():
-            if name == 'timestep':
-                if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-                    raise ValueError(f'TOLANet: timestep must be an integer in [0, 999], got {value!r}')
-                schedule_constants(value)  # in [0, 999], or a ValueError naming it
-            elif not isinstance(value, bool if name == 'clamp_output' else str) or value not in SWITCHES[name]:
-                raise ValueError(f'TOLANet: {name} must be one of {SWITCHES[name]}, got {value!r}')
-        return switches
+    def from_config(cls, config: TOLAConfig) -> 'TOLANet':
+        """The network of ``config``."""
+        return cls(**config.options())
 
     def set_switches(self, **switches) -> 'TOLANet':
         """Set inference switches (``SWITCHES``: timestep, latent, noise, text_prior, confidence, context_route,
-        clamp_output, precision, text_decoding; ``check_switches``); returns the network."""
-        self.check_switches(switches)
-        if 'precision' in switches and getattr(self, 'plan', None) is not None:
+        clamp_output, precision, text_decoding; checked by ``TOLAConfig``); returns the network. Any other option
+        fixes the architecture or the weights: naming one is an error."""
+        switches = TOLAConfig.check_switches(switches)
+        if 'precision' in switches and self.plan is not None:
             raise ValueError('TOLANet: the precision of a placed network is its runtime\'s decision '
                              f'({self.plan.describe()}); change it through TOLAPipeline.set_switches or '
                              'Runtime.replan, which decide again')
-        state = {**self.switches(), **switches}
-        if state['context_route'] == 'direct' and state['text_prior'] == 'none':
-            raise ValueError("TOLANet: context_route 'direct' needs a text prior (text_prior 'none' removes it)")
-        for name, value in switches.items():
-            setattr(self, name, int(value) if name == 'timestep' else value)
+        self.config = self.config.replace(**switches)
         if 'timestep' in switches:
             self.sqrt_alpha_bar, self.sqrt_one_minus_alpha_bar = schedule_constants(self.timestep)
         return self
 
     def switches(self) -> Dict:
-        """The inference switches as they are now ({name: value}; None for one not yet set)."""
-        return {name: self.__dict__.get(name) for name in SWITCHES}
+        """The inference switches as they are now ({name: value})."""
+        return self.config.switches()
 
     def train(self, mode: bool = True):
         """Only the correction branch follows ``mode``: every frozen module (TransOCR's BatchNorm and dropout
@@ -178,6 +138,18 @@ class TOLANet(TOLAAdaptationMixin, TOLALoadingMixin, nn.Module):
         if self.lrc is not None:
             self.lrc.train(mode)
         self.training = mode
+        return self
+
+    def prepare_for_inference(self):
+        """Make this network inference-only, in place (returns it), computing the same function: LoRA folded into
+        the weights (peft), the MoM image branch (only feeds the TDM) dropped, every parameter frozen, eval mode;
+        ``forward`` then runs under ``torch.inference_mode``. Training or exporting it afterwards is an error."""
+        self.merge_lora()
+        if self.mom.unet is not None:
+            self.mom.drop_image_branch()
+        self.requires_grad_(False)
+        self.eval()
+        self.inference_only = True
         return self
 
     # --------------------------------------------------------------------------------------- forward

@@ -2,11 +2,12 @@
 
 - an option file's ``network_g`` and its adaptation checkpoint (``from_options``, ``load_adaptation_checkpoint``);
 - merged files (``save_merged``, ``from_merged``, ``load_for_inference``): every tensor of the LoRA-merged network
-  and the constructor options that rebuild it (docs/tola.md, "Merged model");
-- the inference form (``prepare_for_inference``: LoRA folded in, the MoM image branch dropped, inference mode).
+  and the options that rebuild it, ``TOLAConfig.recorded_options`` (docs/tola.md, "``TOLANet`` options": Files).
 
 Loaders take inference switches (``TOLANet.set_switches``: timestep, noise, precision, ...) as keyword arguments;
-everything else is fixed by the files.
+everything else is fixed by the files. The mixin uses the network's public face only (``from_config``, ``config``,
+the adaptation state, ``set_switches``, ``prepare_for_inference``, its modules' own configs); nothing in the
+network calls it.
 """
 import inspect
 from typing import Dict, Optional
@@ -17,12 +18,11 @@ from basicsr.utils import get_root_logger
 from basicsr.utils.registry import ARCH_REGISTRY
 
 from tola_plugin.archs.mom_arch import DiffTSRMoM
+from tola_plugin.archs.tola_config import TOLAConfig
 from tola_plugin.checkpoints import tola as tola_files
 from tola_plugin.utils.checkpoint_io import require_file
 from tola_plugin.utils.option_checks import check_typed_block
 from tola_plugin.utils.option_files import OptionError, read_option_file
-
-NOT_ARCHITECTURE = ('difftsr_checkpoint', 'transocr_checkpoint', 'gradient_checkpointing')  # not in merged options
 
 
 def read_tola_options(opt_path: str) -> Dict:
@@ -48,7 +48,7 @@ class TOLALoadingMixin:
         (default: the file's ``path.pretrain_network_g``), in eval mode; ``switches``: inference switches. A network
         with trainable adapters and no checkpoint is an error (running untrained adapters is almost certainly a
         mistake)."""
-        cls.check_switches(switches)  # before minutes of loading
+        TOLAConfig.check_switches(switches)  # before minutes of loading
         opt = read_tola_options(opt_path)
         net = cls(**{k: v for k, v in opt['network_g'].items() if k != 'type'})
         path_opt = opt.get('path') or {}
@@ -77,23 +77,25 @@ class TOLALoadingMixin:
 
     # ------------------------------------------------------------------------------------------------ merged files
     def merged_options(self) -> Dict:
-        """Constructor options that rebuild this network's architecture with LoRA merged (no adapters), its
-        switches as they are now; the backbone sizes are read from the modules themselves."""
+        """What a merged file records (``TOLAConfig.recorded_options``): the options that rebuild this network's
+        architecture with LoRA merged (no adapters, an 'empty' backbone: every weight is in the file), its switches
+        as they are now; the backbone sizes are read from the modules themselves."""
         if self.has_lora('idm') or self.has_lora('vae'):
             raise ValueError('TOLANet.merged_options: call merge_lora() first')
         if self.inference_only:
             raise ValueError('TOLANet: a network prepared for inference has no MoM image branch and cannot be '
                              'exported; export the trained network (tools/export_merged.py)')
-        opts = {k: v for k, v in self.options.items() if k not in NOT_ARCHITECTURE}
-        opts.update(self.switches(), backbone_init='empty', idm_lora=False, vae_lora=False, vae_lora_active=True)
+        sizes = {}
         for name, module in (('idm', self.idm), ('vae', self.vae), ('mom', self.mom)):
             accepted = inspect.signature(type(module).__init__).parameters
-            opts[f'{name}_config'] = {
+            sizes[f'{name}_config'] = {
                 k: (list(v) if isinstance(v, tuple) else v)
                 for k, v in module.config.items() if k in accepted
             }
-        opts['transocr_config'] = dict(self.transocr.arch_options)  # e.g. the demo file's own architecture
-        return opts
+        sizes['transocr_config'] = dict(self.transocr.arch_options)  # e.g. the demo file's own architecture
+        merged = self.config.replace(backbone_init='empty', idm_lora=False, vae_lora=False, vae_lora_active=True,
+                                     **sizes)
+        return merged.recorded_options()
 
     def save_merged(self, path: str) -> None:
         """Merge LoRA (if not yet) and write every tensor of the network to one pickle-free safetensors file,
@@ -106,7 +108,7 @@ class TOLALoadingMixin:
         """Rebuild a merged TOLANet from ``save_merged``'s file (strict; every tensor, the MoM image branch
         included), frozen, in eval mode. ``switches``: inference switches. For inference prefer
         ``load_for_inference`` (no MoM image branch, inference mode)."""
-        cls.check_switches(switches)
+        TOLAConfig.check_switches(switches)
         net, state = cls._merged_network(path)
         tola_files.check_merged_tensors(state, net.state_dict(), path)
         net.load_state_dict(state, strict=True, assign=True)  # memory-mapped tensors, no copy
@@ -120,7 +122,7 @@ class TOLALoadingMixin:
         copies them to a GPU), the MoM image branch never read. Strict: every tensor it runs must be in the file.
         ``switches``: inference switches (precision, text_decoding, timestep, noise, ...). Where and on which runtime
         it runs is the runtime decision's business (``tola_plugin/runtime/placement.py``)."""
-        cls.check_switches(switches)
+        TOLAConfig.check_switches(switches)
         net, state = cls._merged_network(path, skip=[f'mom.{prefix}' for prefix in DiffTSRMoM.IMAGE_BRANCH])
         net.mom.drop_image_branch()
         tola_files.check_merged_tensors(state, net.state_dict(), path)
@@ -134,20 +136,8 @@ class TOLALoadingMixin:
         file."""
         options, state = tola_files.read_merged(path, skip=skip)
         try:
-            check_typed_block({'type': 'TOLANet', **options}, ARCH_REGISTRY, 'options')
+            config = TOLAConfig.from_options(options, where='options')
             with torch.device('meta'):  # 'empty' backbone: no init of ~1B parameters that are overwritten right away
-                return cls(**options), state
+                return cls.from_config(config), state
         except (TypeError, ValueError) as err:
             raise ValueError(f'{path}: metadata "options" do not build a TOLANet: {err}') from None
-
-    def prepare_for_inference(self):
-        """Make this network inference-only, in place (returns it), computing the same function: LoRA folded into
-        the weights (peft), the MoM image branch (only feeds the TDM) dropped, every parameter frozen, eval mode;
-        ``forward`` then runs under ``torch.inference_mode``. Training or exporting it afterwards is an error."""
-        self.merge_lora()
-        if self.mom.unet is not None:
-            self.mom.drop_image_branch()
-        self.requires_grad_(False)
-        self.eval()
-        self.inference_only = True
-        return self

@@ -2,11 +2,13 @@
 
 - adaptation checkpoints (``models/net_g_*.pth``, written by ``TOLAModel.save_network``): ``{param_key: the adaptation
   state (LoRA + LRC tensors), 'tola_adaptation': the settings it was trained with}``, a pickle-free torch file;
-- merged files: every tensor of a LoRA-merged TOLANet in one safetensors file, the constructor options that rebuild
-  it as JSON in the metadata (``format`` MERGED_FORMAT).
+- merged files: every tensor of a LoRA-merged TOLANet in one safetensors file, the options that rebuild it as JSON
+  in the metadata (``format`` MERGED_FORMAT; the options are ``TOLAConfig.recorded_options()``: the network's
+  architecture and inference switches, read back with ``TOLAConfig.from_options``).
 
 The network's side (what the state and the options are, loading them into a TOLANet) is
-``tola_plugin.archs.tola_loading``; docs/tola.md, "Checkpoints" and "Merged model".
+``tola_plugin.archs.tola_loading`` and ``tola_plugin.archs.tola_config``; docs/tola.md, "``TOLANet`` options"
+(Files).
 """
 import json
 from typing import Dict, Mapping, Optional, Sequence, Tuple
@@ -66,7 +68,8 @@ def check_adaptation_shapes(state: Mapping[str, torch.Tensor], expected: Mapping
 # ------------------------------------------------------------------------------------------------ merged files
 def write_merged(path: str, state: Mapping[str, torch.Tensor], options: Dict) -> str:
     """Write a merged TOLA file atomically: every tensor of ``state`` (CPU, contiguous) in one pickle-free
-    safetensors file, metadata ``format`` (MERGED_FORMAT) and ``options`` (the constructor options as JSON)."""
+    safetensors file, metadata ``format`` (MERGED_FORMAT) and ``options`` (``TOLAConfig.recorded_options()``, as
+    JSON)."""
     from safetensors.torch import save_file
     metadata = {'format': MERGED_FORMAT, 'options': json.dumps(options)}
     tensors = {k: v.detach().contiguous().cpu() for k, v in state.items()}
@@ -84,9 +87,9 @@ def read_merged_metadata(path: str) -> Dict[str, str]:
 
 
 def read_merged(path: str, skip: Sequence[str] = ()) -> Tuple[Dict, Dict[str, torch.Tensor]]:
-    """(constructor options, tensors) of a merged TOLA file; the tensors memory-mapped (a tensor's bytes are read
-    when first used), those whose names start with a prefix in ``skip`` left out. Missing or malformed options are a
-    ValueError naming the file."""
+    """(options, tensors) of a merged TOLA file; the options a JSON object (``TOLAConfig.from_options`` checks its
+    keys and values), the tensors memory-mapped (a tensor's bytes are read when first used), those whose names start
+    with a prefix in ``skip`` left out. Missing or malformed options are a ValueError naming the file."""
     from safetensors.torch import load_file
     metadata = read_merged_metadata(path)
     if 'options' not in metadata:
