@@ -23,7 +23,6 @@ precision and backend: PSNR (Y) against HR and against fp32, and whether the tex
 """
 import contextlib
 import json
-import math
 import multiprocessing
 import os
 import platform
@@ -40,12 +39,14 @@ import torch
 from tola_plugin.archs.mom_arch import DiffTSRMoM
 from tola_plugin.archs.precision import cpu_has_native_bf16
 from tola_plugin.archs.tola_arch import TOLANet
+from tola_plugin.data.image_io import tensor_to_uint8
 from tola_plugin.data.text_degradation_dataset import TextDegradationDataset, held_out_dataset_opt
 from tola_plugin.data.text_labels import text_targets
 from tola_plugin.data.text_line_source import to_canvas
 from tola_plugin.data.text_render import TextLineRenderer
 from tola_plugin.evaluation.benchmarking import build_benchmark_tola
 from tola_plugin.evaluation.complexity import count_macs
+from tola_plugin.metrics.image_metrics import float_psnr, psnr_y8
 from tola_plugin.models.tola_model import TOLAModel
 from tola_plugin.runtime.machine import package_version
 from tola_plugin.runtime.openvino_stages import openvino_missing
@@ -210,12 +211,6 @@ def restore(net, timer: StageTimer, lq):
     return out, time.perf_counter() - start, dict(timer.seconds)
 
 
-def psnr(a, b) -> float:
-    """PSNR (dB) of images in [0, 1]; inf when equal."""
-    mse = float(((a.double() - b.double())**2).mean())
-    return math.inf if mse == 0 else 10 * math.log10(1.0 / mse)
-
-
 # ---------------------------------------------------------------------------------------------- training
 def training_iterations(opt_path: str, checkpoint, random_weights: bool, repeats: int) -> Dict:
     """Seconds of one TOLAModel training iteration (batch 1, the option file's losses; LPIPS with a random VGG
@@ -304,14 +299,11 @@ def quality(merged: str, test_opt: str, backends: Sequence[str], precisions: Seq
     """The held-out lines of ``test_opt`` (its one TextDegradationDataset) restored with the merged model in each
     backend and precision: mean PSNR (Y, 8-bit, as the demo report) against HR and against the same backend's fp32,
     and the share of lines whose text-prior ids equal fp32's (torch's fp32 for every row)."""
-    from basicsr.metrics.psnr_ssim import calculate_psnr
-    from basicsr.utils import tensor2img
-
     opt = read_option_file(test_opt)
     dataset = TextDegradationDataset(held_out_dataset_opt(opt, test_opt))
     items = [dataset[i] for i in range(len(dataset) if limit is None else min(limit, len(dataset)))]
     lq = torch.stack([it['lq'] for it in items]).float()
-    hr = [tensor2img(it['gt']) for it in items]
+    hr = [tensor_to_uint8(it['gt']) for it in items]
     rows, ref_tokens, passed_over = {}, None, {}
     for backend in backends:
         fp32_images = None
@@ -324,15 +316,13 @@ def quality(merged: str, test_opt: str, backends: Sequence[str], precisions: Seq
             with torch.no_grad(), warnings.catch_warnings():
                 warnings.simplefilter('ignore')
                 out = net(lq, noise_seeds=list(range(len(items))), return_intermediates=True)
-            images = [tensor2img(x) for x in out['image']]
+            images = list(tensor_to_uint8(out['image']))
             if ref_tokens is None:
                 ref_tokens = out['tokens']
             fp32_images = fp32_images or images  # fp32 first; without it (disqualified) the first that ran
             rows[f'{backend} {precision}'] = {
-                'psnr_vs_hr_db': statistics.mean(
-                    calculate_psnr(a, b, crop_border=0, test_y_channel=True) for a, b in zip(images, hr)),
-                'psnr_vs_fp32_db': statistics.mean(
-                    calculate_psnr(a, b, crop_border=0, test_y_channel=True) for a, b in zip(images, fp32_images)),
+                'psnr_vs_hr_db': statistics.mean(psnr_y8(a, b) for a, b in zip(images, hr)),
+                'psnr_vs_fp32_db': statistics.mean(psnr_y8(a, b) for a, b in zip(images, fp32_images)),
                 'same_text_prior': float((out['tokens'] == ref_tokens).all(1).float().mean()),
             }
             runtime.close()
@@ -525,7 +515,7 @@ def run_benchmark(opt_path: str, checkpoint=None, random_weights: bool = False, 
             name: {
                 'same_tokens': bool(torch.equal(ref['tokens'], out['tokens'])), 'image_rel_diff': float(
                     (ref['image'] - out['image']).abs().max() / ref['image'].abs().max()),
-                'image_psnr_db': psnr(ref['image'], out['image'])
+                'image_psnr_db': float_psnr(ref['image'], out['image'])
             }
             for name, out in outputs.items() if name != 'reference'
         }
