@@ -13,7 +13,7 @@ from tola_plugin.metrics.text_metrics import normalize
 from tola_plugin.ocr.ppocr import PPOCRv4Recognizer
 from tola_plugin.ocr.recognition import Recognition
 from tola_plugin.ocr.recognizers import build_recognizer
-from tola_plugin.ocr.transocr_recognizer import TransOCRRecognizer
+from tola_plugin.ocr.transocr_recognizer import TransOCRRecognizer, read_text
 from tola_plugin.text.alphabets import TRANSOCR_END, encode_transocr
 from numerics import within
 
@@ -120,14 +120,15 @@ def test_transocr_known_outputs():
         within(abs(r.confidence - p_end) / p_end, SOFTMAX_TOL, 'END confidence')
 
 
-def test_transocr_matches_module_recognize_and_batches():
+def test_transocr_matches_read_text_and_batches():
     model = tiny_transocr()
     rng = np.random.default_rng(0)
     images = [rng.integers(0, 256, (128, 512, 3)).astype(np.uint8) for _ in range(3)]
     images.insert(1, rng.integers(0, 256, (64, 200, 3)).astype(np.uint8))  # a different size splits the batch
     got = TransOCRRecognizer(model=model, batch_size=2)(images)
     expected = [
-        model.recognize(torch.from_numpy(img.astype(np.float32) / 255).permute(2, 0, 1)[None])[0] for img in images
+        read_text(model,
+                  torch.from_numpy(img.astype(np.float32) / 255).permute(2, 0, 1)[None])[0].text for img in images
     ]
     assert [r.text for r in got] == expected
     assert all(0.0 < r.confidence <= 1.0 for r in got)

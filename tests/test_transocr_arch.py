@@ -12,8 +12,9 @@ from basicsr.utils.registry import ARCH_REGISTRY
 
 import tola_plugin  # noqa: F401  (registers the arch)
 from tola_plugin.archs.transocr_arch import TransOCR, TransOCRLayerNorm
+from tola_plugin.ocr.transocr_recognizer import read_text
 from tola_plugin.text.alphabets import TRANSOCR_END, encode_transocr, transocr_classes
-from tola_plugin.text.text_prior import transocr_to_idm
+from tola_plugin.text.text_prior import difftsr_prediction_text, transocr_to_idm
 from numerics import EXACT_TOL, abs_err, assert_clear_argmax, equivalent, within
 
 DATA = os.path.join(os.path.dirname(__file__), 'data', 'transocr')
@@ -220,16 +221,24 @@ def _rigged(token):
     return model
 
 
-def test_recognize_default_and_difftsr_quirks():
+def test_read_text_and_the_difftsr_string():
+    """ocr's read_text (the one TransOCR reader) cuts at the first END and drops START; DiffTSR's own string (the
+    text prior's, text/text_prior.py) reads the 23-step window and writes START as letters."""
     a = transocr_classes().index('a')
     images = torch.rand(1, 3, 128, 512)
-    assert _rigged(a).recognize(images) == ['a' * 24]
-    assert _rigged(a).recognize(images, difftsr_quirks=True) == ['a' * 23]  # the 23-step window
-    assert _rigged(TRANSOCR_END).recognize(images) == ['']
-    assert _rigged(0).recognize(images) == ['']  # START is not a character
-    assert _rigged(0).recognize(images, difftsr_quirks=True) == ['START' * 23]
+
+    def texts(model):
+        return [r.text for r in read_text(model, images)]
+
+    def difftsr_string(model):
+        ids, probs = model.greedy_decode(images, max_steps=24, stop_at_end=True)
+        return difftsr_prediction_text(ids[0].tolist(), probs[0].tolist())[0]
+
+    assert texts(_rigged(a)) == ['a' * 24] and difftsr_string(_rigged(a)) == 'a' * 23  # the 23-step window
+    assert texts(_rigged(TRANSOCR_END)) == ['']
+    assert texts(_rigged(0)) == [''] and difftsr_string(_rigged(0)) == 'START' * 23  # START is not a character
     with pytest.raises(ValueError, match='7937-class'):
-        tiny(num_classes=50).recognize(images)
+        read_text(tiny(num_classes=50), images)
 
 
 def test_dropout_only_in_train_mode():

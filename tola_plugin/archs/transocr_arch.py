@@ -14,7 +14,7 @@ Hand-written because no library block has this key layout (``linears.0..3`` +
 biased 3×3-shortcut BasicBlocks); every op mirrors the official expression so fp32 results agree.
 """
 import math
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -22,8 +22,7 @@ from torch import nn
 
 from basicsr.utils.registry import ARCH_REGISTRY
 
-from tola_plugin.text.alphabets import TRANSOCR_NUM_CLASSES, TRANSOCR_START, decode_transocr
-from tola_plugin.text.text_prior import difftsr_prediction_text
+from tola_plugin.text.alphabets import TRANSOCR_NUM_CLASSES, TRANSOCR_START
 
 PREPROCESS_MODES = ('difftsr', 'benchmark')
 
@@ -360,7 +359,7 @@ class TransOCR(nn.Module):
             so the probabilities differ by float32 rounding (measured on the full-size parity fixture, in one
             process: 1.5e-6 relative) and the ids are the same wherever the argmax is not a near-tie.
         stop_at_end: stop after the first step at which every image has emitted END (at least once), so
-            S <= max_steps; the steps after an image's END are never read by the text prior or ``recognize``.
+            S <= max_steps; the steps after an image's END are never read by the text prior or ``read_text`` (ocr/).
             False (default): always ``max_steps`` steps (the official loop has no early stop).
         """
         memory = self.encode(images)
@@ -383,19 +382,3 @@ class TransOCR(nn.Module):
                 if bool(ended.all()):
                     break
         return torch.stack(ids, 1), torch.stack(probs, 1)
-
-    @torch.no_grad()
-    def recognize(self, images: torch.Tensor, max_steps: int = 24, difftsr_quirks: bool = False) -> List[str]:
-        """(B, 3, H, W) in [0, 1] -> B strings in the TransOCR alphabet.
-
-        Default: tokens cut at the first END, START tokens dropped, no conversion. ``difftsr_quirks=True``:
-        exactly the string DiffTSR's Text_Prediction builds (first 23 steps only, START written as 'START',
-        zhconv 'zh-cn').
-        """
-        if self.num_classes != TRANSOCR_NUM_CLASSES:
-            raise ValueError(f'TransOCR.recognize needs the {TRANSOCR_NUM_CLASSES}-class alphabet, '
-                             f'this model has {self.num_classes} classes')
-        ids, probs = self.greedy_decode(images, max_steps=max_steps, stop_at_end=True)  # both cut at the first END
-        if difftsr_quirks:
-            return [difftsr_prediction_text(row, prob)[0] for row, prob in zip(ids.tolist(), probs.tolist())]
-        return [decode_transocr(row) for row in ids.tolist()]

@@ -42,9 +42,10 @@ from tola_plugin.benchmarks.inference_routes import (build_reference, export_mer
                                                      say)
 from tola_plugin.benchmarks.machine_ceiling import machine, matmul_ceiling
 from tola_plugin.benchmarks.peak_memory import peak_rss
-from tola_plugin.benchmarks.precision_quality import psnr, quality
+from tola_plugin.benchmarks.precision_quality import quality
 from tola_plugin.benchmarks.stage_timing import STAGES, StageTimer, median_row, restore
 from tola_plugin.benchmarks.training_timing import training_iterations
+from tola_plugin.metrics.image_metrics import float_psnr
 from tola_plugin.runtime.openvino_stages import openvino_missing
 from tola_plugin.runtime.placement import NoPathLeft
 
@@ -123,7 +124,7 @@ def run_benchmark(opt_path: str, checkpoint=None, random_weights: bool = False, 
             name: {
                 'same_tokens': bool(torch.equal(ref['tokens'], out['tokens'])), 'image_rel_diff': float(
                     (ref['image'] - out['image']).abs().max() / ref['image'].abs().max()),
-                'image_psnr_db': psnr(ref['image'], out['image'])
+                'image_psnr_db': float_psnr(ref['image'], out['image'])
             }
             for name, out in outputs.items() if name != 'reference'
         }

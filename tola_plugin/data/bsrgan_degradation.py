@@ -16,6 +16,7 @@ from scipy.linalg import orth
 
 from basicsr.utils.matlab_functions import imresize as matlab_imresize
 
+from tola_plugin.data.image_io import jpeg_round_trip, to_uint8
 from tola_plugin.data.realesrgan_degradation import merge_options
 
 BSRGAN_DEFAULTS = {
@@ -140,11 +141,7 @@ class BSRGANDegradation:
     def _jpeg(self, img, rng):
         lo, hi = self.opt['jpeg_quality_range']
         quality = int(rng.integers(lo, hi + 1))
-        bgr = (np.clip(img, 0, 1)[..., ::-1] * 255.0).round().astype(np.uint8)
-        ok, buf = cv2.imencode('.jpg', bgr, [int(cv2.IMWRITE_JPEG_QUALITY), quality])
-        if not ok:
-            raise RuntimeError('cv2.imencode failed')
-        return cv2.imdecode(buf, cv2.IMREAD_COLOR)[..., ::-1].astype(np.float32) / 255.0
+        return jpeg_round_trip(to_uint8(img), quality, order='RGB').astype(np.float32) / 255.0
 
     def __call__(self, img: np.ndarray, scale: int, rng: np.random.Generator) -> np.ndarray:
         o = self.opt

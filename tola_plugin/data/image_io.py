@@ -4,7 +4,9 @@ and BasicSR's, the default; or 'RGB', the inference pipeline's); and the one ima
 ``list_image_files``: which files of a folder are images, and what was left out).
 
 Datasets, inference, evaluation and the tools all read through ``decode_image`` / ``read_image_file`` /
-``convert_array`` / ``convert_pil`` and write through ``write_image``:
+``convert_array`` / ``convert_pil`` and write through ``write_image`` (figures: ``write_pil_image``,
+``write_figure``); this module is also the package's one float -> uint8 conversion (``to_uint8``,
+``tensor_to_uint8``) and its one BGR <-> RGB swap (``convert_order``):
 - one image budget: the size the file declares is read from its header first (Pillow, without decoding the
   pixels), and an image over ``max_pixels`` (DEFAULT_MAX_PIXELS, 64 megapixels) is refused by name before any
   decoding (``ImageTooLargeError``); a decompression bomb costs a few kilobytes of reading;
@@ -35,6 +37,8 @@ DEFAULT_MAX_PIXELS = 64_000_000  # the image budget: 64 megapixels (a 48 MP phon
 CV_MAX_PIXELS = 1 << 30  # OpenCV's own ceiling (CV_IO_MAX_IMAGE_PIXELS), above which imdecode raises
 FLOAT_SLACK = 0.5 / 255  # floats this far outside [0, 1] still round to 0 or 255: accepted (and clipped)
 ORDERS = ('BGR', 'RGB')  # channel orders of the arrays going in and out
+ROUNDINGS = ('half_even', 'half_up')  # of to_uint8
+PEAKS = (1.0, 255.0)  # the float values to_uint8 maps to 255
 JPEG_QUALITY = 95  # of write_image's JPEG files
 _EXIF_ORIENTATION = 0x0112
 
@@ -175,9 +179,42 @@ def _float_to_unit(img: np.ndarray, what: str, value_range) -> np.ndarray:
                      f'to map your range to [0, 1])')
 
 
+def to_uint8(img: np.ndarray, rounding: str = 'half_even', peak: float = 1.0) -> np.ndarray:
+    """Float pixels -> uint8 of the same shape: the package's one float -> 8-bit conversion.
+
+    Values are clipped to [0, ``peak``] (1.0, or 255.0 for images computed on the 0-255 scale), scaled by 255 / peak
+    and rounded, in the array's own precision (float64 stays float64; any other type is computed in float32).
+    rounding: 'half_even' (numpy's ``rint``; BasicSR's ``tensor2img``: network outputs, metrics, the datasets' JPEG
+    step, rendered lines) or 'half_up' (+0.5, then truncation: the reader's float images, alpha composites). The
+    two differ only where x * 255 rounds to a half level in float32 (130 of the 1.07e9 float32 values in [0, 1]),
+    and each call site keeps the rounding it has always had. NaN is not checked here: the reader refuses it first
+    (``convert_array``) and the network's outputs are checked finite where they are made.
+    """
+    if rounding not in ROUNDINGS:
+        raise ValueError(f'rounding must be one of {ROUNDINGS}, got {rounding!r}')
+    if peak not in PEAKS:
+        raise ValueError(f'peak must be one of {PEAKS}, got {peak!r}')
+    img = np.asarray(img)
+    img = img if img.dtype == np.float64 else img.astype(np.float32, copy=False)
+    scaled = np.clip(img, 0.0, peak)
+    if peak == 1.0:
+        scaled = scaled * img.dtype.type(255.0)
+    if rounding == 'half_even':
+        return np.rint(scaled).astype(np.uint8)
+    return (scaled + img.dtype.type(0.5)).astype(np.uint8)
+
+
+def tensor_to_uint8(x, rounding: str = 'half_even') -> np.ndarray:
+    """A torch tensor (..., 3, H, W) of RGB values in [0, 1] (a batch or one image) -> uint8 (..., H, W, 3) RGB,
+    C-contiguous, computed in float32 (``to_uint8``; 'half_even' is BasicSR's ``tensor2img`` without its BGR swap)."""
+    if x.dim() < 3 or x.shape[-3] != 3:
+        raise ValueError(f'expected a (..., 3, H, W) image tensor, got shape {tuple(x.shape)}')
+    return np.ascontiguousarray(to_uint8(np.moveaxis(x.detach().float().cpu().numpy(), -3, -1), rounding))
+
+
 def _to_uint8(img: np.ndarray, what: str, value_range=None) -> np.ndarray:
     if np.issubdtype(img.dtype, np.floating):
-        return (np.clip(_float_to_unit(img, what, value_range), 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
+        return to_uint8(_float_to_unit(img, what, value_range), 'half_up')
     if value_range is not None:
         raise ValueError(f'{what}: value_range applies to float images, got {img.dtype} pixels')
     if img.dtype == np.uint8:
@@ -192,7 +229,7 @@ def _composite(colour_alpha: np.ndarray, back: Sequence[int]) -> np.ndarray:
     order."""
     alpha = colour_alpha[..., 3:4].astype(np.float32) / 255.0
     out = colour_alpha[..., :3].astype(np.float32) * alpha + np.array(back, np.float32).reshape(1, 1, 3) * (1.0 - alpha)
-    return (out + 0.5).astype(np.uint8)
+    return to_uint8(out, 'half_up', peak=255.0)
 
 
 def check_background(background: Sequence[int]) -> None:
@@ -207,10 +244,19 @@ def _check_order(order: str) -> str:
     return order
 
 
+def convert_order(img: np.ndarray, source: str, target: str) -> np.ndarray:
+    """(..., 3) pixels in channel order ``source`` -> ``target`` ('BGR' or 'RGB'): the same array when the two are
+    equal, else the channels reversed (a contiguous copy; any dtype). The package's one channel swap."""
+    if _check_order(source) == _check_order(target):
+        return img
+    if img.ndim < 1 or img.shape[-1] != 3:
+        raise ValueError(f'{source} -> {target}: expected (..., 3) pixels, got shape {img.shape}')
+    return np.ascontiguousarray(img[..., ::-1])
+
+
 def _bgr_swap(img: np.ndarray, order: str) -> np.ndarray:
-    """OpenCV's BGR <-> ``order``: the same array for 'BGR', the channels reversed (a contiguous copy) for 'RGB'; the
-    reversal is its own inverse, so this serves both ways."""
-    return img if _check_order(order) == 'BGR' else np.ascontiguousarray(img[..., ::-1])
+    """OpenCV's BGR <-> ``order`` (the reversal is its own inverse, so this serves both ways)."""
+    return convert_order(img, 'BGR', order)
 
 
 def convert_array(img: np.ndarray, what: str, background: Sequence[int] = WHITE, order: str = 'BGR',
@@ -333,10 +379,18 @@ def encode_image(img: np.ndarray, ext: str, what: str, order: str = 'BGR') -> by
     return data.tobytes()
 
 
-def write_image(path: str, img: np.ndarray, order: str = 'BGR') -> None:
-    """uint8 (H, W, 3) in channel ``order`` -> the file ``path``, its format from the extension (``encode_image``),
-    written atomically, its folder made if needed; errors name the file."""
-    data = encode_image(img, os.path.splitext(path)[1], path, order)
+def jpeg_round_trip(img: np.ndarray, quality: int, order: str = 'BGR') -> np.ndarray:
+    """uint8 (H, W, 3) in channel ``order`` -> the same image after JPEG compression at ``quality`` (OpenCV's
+    encoder and decoder, in memory): the degradation chains' JPEG step."""
+    ok, buf = cv2.imencode('.jpg', _bgr_swap(img, order), [int(cv2.IMWRITE_JPEG_QUALITY), int(quality)])
+    if not ok:
+        raise RuntimeError('cv2.imencode failed')
+    return _bgr_swap(cv2.imdecode(buf, cv2.IMREAD_COLOR), order)
+
+
+def write_file_bytes(path: str, data: bytes) -> None:
+    """The encoded bytes of an image or figure -> the file ``path``, written atomically (``atomic_write``: whole or
+    not at all), its folder made if needed."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
 
     def fill(tmp):
@@ -344,6 +398,36 @@ def write_image(path: str, img: np.ndarray, order: str = 'BGR') -> None:
             f.write(data)
 
     atomic_write(path, fill)
+
+
+def write_image(path: str, img: np.ndarray, order: str = 'BGR') -> None:
+    """uint8 (H, W, 3) in channel ``order`` -> the file ``path``, its format from the extension (``encode_image``),
+    written atomically, its folder made if needed; errors name the file."""
+    write_file_bytes(path, encode_image(img, os.path.splitext(path)[1], path, order))
+
+
+def _file_format(path: str, formats, what: str) -> str:
+    ext = os.path.splitext(path)[1].lower()
+    if ext not in formats:
+        raise ValueError(f'{path}: {what} cannot write {ext or "a file without an extension"} files')
+    return formats[ext]
+
+
+def write_pil_image(path: str, image: Image.Image, **params) -> None:
+    """A PIL image -> the file ``path`` in the format its extension names, with Pillow's save ``params`` (e.g. a
+    palette PNG with ``optimize=True``), written as ``write_image`` writes."""
+    buf = io.BytesIO()
+    image.save(buf, format=_file_format(path, Image.registered_extensions(), 'Pillow'), **params)
+    write_file_bytes(path, buf.getvalue())
+
+
+def write_figure(path: str, figure, **params) -> None:
+    """A matplotlib figure -> the file ``path`` in the format its extension names ('.png', '.pdf', ...), with
+    ``savefig``'s ``params``, written as ``write_image`` writes."""
+    formats = {f'.{ext}': ext for ext in figure.canvas.get_supported_filetypes()}
+    buf = io.BytesIO()
+    figure.savefig(buf, format=_file_format(path, formats, 'matplotlib'), **params)
+    write_file_bytes(path, buf.getvalue())
 
 
 @dataclass

@@ -20,6 +20,7 @@ from basicsr.data.degradations import (circular_lowpass_kernel, random_add_gauss
                                        random_add_poisson_noise_pt, random_mixed_kernels)
 from basicsr.utils.diffjpeg import DiffJPEG
 
+from tola_plugin.data.image_io import jpeg_round_trip, tensor_to_uint8
 from tola_plugin.data.sample_rng import seeded_global_rngs
 
 _KERNELS = ['iso', 'aniso', 'generalized_iso', 'generalized_aniso', 'plateau_iso', 'plateau_aniso']
@@ -153,12 +154,8 @@ class RealESRGANDegradation:
         out = torch.clamp(out, 0, 1)
         if self.jpeger is not None:
             return self.jpeger(out, quality=out.new_tensor([quality]))
-        img = (out[0].permute(1, 2, 0).numpy()[..., ::-1] * 255.0).round().astype(np.uint8)
-        ok, buf = cv2.imencode('.jpg', img, [int(cv2.IMWRITE_JPEG_QUALITY), int(round(quality))])
-        if not ok:
-            raise RuntimeError('cv2.imencode failed')
-        img = cv2.imdecode(buf, cv2.IMREAD_COLOR)[..., ::-1].astype(np.float32) / 255.0
-        return torch.from_numpy(np.ascontiguousarray(img)).permute(2, 0, 1)[None]
+        img = jpeg_round_trip(tensor_to_uint8(out[0]), int(round(quality)), order='RGB').astype(np.float32) / 255.0
+        return torch.from_numpy(img).permute(2, 0, 1)[None]
 
     def _interpolate(self, out, rng, size=None, scale_factor=None):
         mode = self.opt['resize_modes'][int(rng.integers(len(self.opt['resize_modes'])))]

@@ -7,12 +7,11 @@ turns into the saved image's name (``osp.splitext(osp.basename(key))[0]``).
 import os
 from typing import Optional, Sequence
 
-import cv2
 import numpy as np
 from PIL import Image
 
 from tola_plugin.data.fudanvi_lmdb import FudanVILmdbReader, image_key
-from tola_plugin.data.image_io import WHITE, read_image_file
+from tola_plugin.data.image_io import WHITE, convert_order, read_image_file
 from tola_plugin.data.text_labels import read_index_list, read_labels_tsv
 
 CANVAS_W, CANVAS_H = 512, 128
@@ -25,9 +24,7 @@ def canvas_rgb8(img: np.ndarray, width: int = CANVAS_W, height: int = CANVAS_H, 
     Resized with PIL bicubic on 8-bit RGB, as DiffTSR's dataset and inference do (PIL antialiases when
     shrinking, cv2 does not); images already at the canvas size are passed through unchanged.
     """
-    if order not in ('BGR', 'RGB'):
-        raise ValueError(f"channel order must be 'BGR' or 'RGB', got {order!r}")
-    rgb = cv2.cvtColor(img, cv2.COLOR_BGR2RGB) if order == 'BGR' else img
+    rgb = convert_order(img, order, 'RGB')
     if rgb.shape[:2] != (height, width):
         rgb = np.asarray(Image.fromarray(rgb).resize((width, height), Image.BICUBIC))
     return rgb

@@ -18,6 +18,7 @@ import numpy as np
 from fontTools.ttLib import TTCollection, TTFont
 from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
+from tola_plugin.data.image_io import to_uint8
 from tola_plugin.text.alphabets import idm_alphabet, transocr_classes
 
 # Lengths of the paper's real-text protocol (supplementary, RT50): 2-8 Chinese characters,
@@ -191,7 +192,7 @@ def render_line(text: str, face: FontFace, rng: np.random.Generator, height: int
     bg_colour, ink = _colours(rng)
     canvas = _background(rng, height, width, bg_colour) * (1 - alpha) + ink * alpha
     canvas = canvas + rng.normal(0, rng.uniform(2, 5), size=canvas.shape)  # mild HR sensor noise
-    return np.clip(np.rint(canvas), 0, 255).astype(np.uint8)
+    return to_uint8(canvas, peak=255.0)
 
 
 class TextLineRenderer:

@@ -9,9 +9,7 @@ image file.
 import os
 from typing import Optional
 
-import numpy as np
-
-from tola_plugin.data.image_io import write_image
+from tola_plugin.data.image_io import tensor_to_uint8, write_image
 from tola_plugin.data.text_degradation_dataset import TextDegradationDataset
 from tola_plugin.data.text_labels import TOOL_SKIP_HINT, InvalidLabelsError
 from tola_plugin.utils.cli_errors import UsageError
@@ -46,9 +44,7 @@ def write_test_set(out: str, lmdb: Optional[str] = None, images: Optional[str] =
             raise UsageError(f'{item["gt_path"]} and {seen[name]} would both be written as {name}; rename one')
         seen[name] = item['gt_path']
         for folder, image in ((hr_dir, item['gt']), (lr_dir, item['lq'])):  # RGB in [0, 1] on 8-bit levels
-            write_image(
-                os.path.join(folder, name),
-                np.round(image.numpy().transpose(1, 2, 0) * 255.0).astype(np.uint8), order='RGB')
+            write_image(os.path.join(folder, name), tensor_to_uint8(image), order='RGB')
         rows.append(f'{name}\t{item["text"]}\n')
     with open(os.path.join(out, 'labels.tsv'), 'w', encoding='utf-8') as f:  # last: marks a complete set
         f.writelines(rows)

@@ -11,6 +11,7 @@ import cv2
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+from tola_plugin.data.image_io import to_uint8
 from tola_plugin.data.text_render import load_faces, system_cjk_fonts
 
 
@@ -61,4 +62,4 @@ def render_photo(lines: Sequence[PhotoLine], height: int = 480, width: int = 640
         quads.append(cv2.transform(corners[None], matrix)[0])
     ink = np.array([40, 35, 60], np.float32)
     photo = background * (1 - alpha[..., None]) + ink * alpha[..., None]
-    return (np.clip(np.rint(photo), 0, 255).astype(np.uint8), np.stack(quads).astype(np.float32), alpha > 0.5)
+    return to_uint8(photo, peak=255.0), np.stack(quads).astype(np.float32), alpha > 0.5

@@ -19,8 +19,9 @@ from basicsr.archs import build_network
 from tola_plugin.archs.tola_arch import TOLANet
 from tola_plugin.archs.tola_loading import read_tola_options
 from tola_plugin.archs.vae_arch import LATENT_SCALE
+from tola_plugin.data.image_io import tensor_to_uint8
 from tola_plugin.data.text_degradation_dataset import TextDegradationDataset, held_out_dataset_opt
-from tola_plugin.metrics.image_metrics import mean_psnr_y8, to_rgb8
+from tola_plugin.metrics.image_metrics import mean_psnr_y8
 from tola_plugin.utils.atomic_files import atomic_write
 
 #: Seed offset of the second noise draw (the first uses the image index).
@@ -69,10 +70,10 @@ def one_step_error(net, lq: torch.Tensor, gt: torch.Tensor, first_seed: int = 0)
     with _frozen_encoder(net.vae):
         z_hr = LATENT_SCALE * net.vae.encode(gt).latent_dist.mode()
 
-    hr8 = to_rgb8(gt)
+    hr8 = tensor_to_uint8(gt)
 
     def psnr(images):
-        return mean_psnr_y8(to_rgb8(images), hr8)
+        return mean_psnr_y8(tensor_to_uint8(images), hr8)
 
     def decode(z_scaled):
         return net.vae.decode(z_scaled / LATENT_SCALE).sample

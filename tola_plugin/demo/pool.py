@@ -17,10 +17,9 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 import numpy as np
-import torch
 from torch.utils.data import DataLoader, Dataset
 
-from tola_plugin.data.image_io import write_image
+from tola_plugin.data.image_io import tensor_to_uint8, write_image
 from tola_plugin.data.text_degradation_dataset import TextDegradationDataset
 from tola_plugin.data.text_render import DEFAULT_CATEGORY_PROBS, TextLineRenderer
 
@@ -47,11 +46,6 @@ class _RenderedLines(Dataset):
         name = f'{i + 1:06d}.png'
         write_image(os.path.join(self.folder, name), rgb, order='RGB')
         return name, text
-
-
-def _to_uint8(x: torch.Tensor) -> np.ndarray:
-    """(B,3,H,W) float in [0,1] -> (B,H,W,3) uint8 (rounded, as a saved PNG would be)."""
-    return (x.permute(0, 2, 3, 1).numpy() * 255.0).round().clip(0, 255).astype(np.uint8)
 
 
 @dataclass
@@ -132,9 +126,9 @@ def build_pool(folder: str, num_lines: int, seed: int, degradations: int, chines
         start = 0
         for item in loader:
             n = item['lq'].shape[0]
-            lr[k * num_lines + start:k * num_lines + start + n] = _to_uint8(item['lq'])
+            lr[k * num_lines + start:k * num_lines + start + n] = tensor_to_uint8(item['lq'])
             if k == 0:
-                hr[start:start + n] = _to_uint8(item['gt'])
+                hr[start:start + n] = tensor_to_uint8(item['gt'])
                 idm_tokens[start:start + n] = item['idm_tokens'].numpy()
                 ocr_target[start:start + n] = item['ocr_target'].numpy()
             start += n

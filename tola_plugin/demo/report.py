@@ -15,10 +15,8 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 import torch
 
-from basicsr.utils import imwrite, tensor2img
-
 from tola_plugin.archs.backbone_builder import load_transocr, transocr_checkpoint_of
-from tola_plugin.data.image_io import read_image_file
+from tola_plugin.data.image_io import read_image_file, tensor_to_uint8, write_image
 from tola_plugin.data.text_degradation_dataset import TextDegradationDataset, held_out_dataset_opt
 from tola_plugin.evaluation import records as R
 from tola_plugin.evaluation.plots import comparison_grid, load_grid_rows
@@ -48,8 +46,8 @@ def export_pairs(opt: Dict, opt_path: str, results_root: str) -> List[str]:
             raise FileNotFoundError(f'restored image {restored!r} not found: run python -m tola_plugin.test -opt '
                                     f'{opt_path} first')
         name = f'{stem}.png'
-        imwrite(tensor2img(item['lq']), os.path.join(results_root, 'lr', name))
-        imwrite(tensor2img(item['gt']), os.path.join(results_root, 'hr', name))
+        write_image(os.path.join(results_root, 'lr', name), tensor_to_uint8(item['lq']), order='RGB')
+        write_image(os.path.join(results_root, 'hr', name), tensor_to_uint8(item['gt']), order='RGB')
         os.makedirs(os.path.join(results_root, 'tola'), exist_ok=True)
         shutil.copyfile(restored, os.path.join(results_root, 'tola', name))
         names.append(name)
@@ -73,8 +71,7 @@ def color_fix_psnr(results_root: str, names: Sequence[str]) -> Dict[str, float]:
         restored, lr = read('tola', name), read('lr', name)
         hr = read_image_file(os.path.join(results_root, 'hr', name), order='RGB')
         for fix in COLOR_FIXES:
-            fixed = apply_color_fix(fix, restored, lr)[0].permute(1, 2, 0).numpy()
-            fixed = np.clip(fixed * 255.0 + 0.5, 0, 255).astype(np.uint8)
+            fixed = tensor_to_uint8(apply_color_fix(fix, restored, lr)[0], rounding='half_up')
             scores[fix].append(mean_psnr_y8([fixed], [hr]))
     return {fix: float(np.mean(values)) for fix, values in scores.items()}
 

@@ -10,7 +10,7 @@ import cv2
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-from tola_plugin.data.image_io import list_image_files, read_image_file
+from tola_plugin.data.image_io import list_image_files, read_image_file, write_pil_image
 from tola_plugin.data.text_line_source import CANVAS_H, CANVAS_W, canvas_rgb8
 from tola_plugin.data.text_render import system_cjk_fonts
 from tola_plugin.inference.line_geometry import resize_rgb
@@ -81,7 +81,6 @@ def plot_restore_figure(samples: str, out: str, model: Optional[str] = None, dev
     bottom = np.full((left.shape[0], width, 3), 255, np.uint8)
     bottom[:, :PHOTO_W], bottom[:, PHOTO_W + GAP:2 * PHOTO_W + GAP] = left, right
     figure = np.concatenate(rows + [np.asarray(header), bottom])
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    Image.fromarray(figure).quantize(colors=128, method=Image.Quantize.MEDIANCUT).save(out, optimize=True)
+    write_pil_image(out, Image.fromarray(figure).quantize(colors=128, method=Image.Quantize.MEDIANCUT), optimize=True)
     print(f'wrote {out} ({figure.shape[1]}x{figure.shape[0]}, {os.path.getsize(out) / 1024:.0f} KB)')
     return 0

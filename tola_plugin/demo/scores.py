@@ -10,11 +10,12 @@ from typing import Dict, Sequence
 import numpy as np
 import torch
 
+from tola_plugin.data.image_io import tensor_to_uint8
 from tola_plugin.demo.pool import LinePool
 from tola_plugin.demo.stages import images
-from tola_plugin.metrics.image_metrics import mean_psnr_y8, to_rgb8
+from tola_plugin.metrics.image_metrics import mean_psnr_y8
 from tola_plugin.metrics.text_metrics import normalize
-from tola_plugin.text.alphabets import decode_transocr
+from tola_plugin.ocr.transocr_recognizer import read_text
 
 
 @torch.no_grad()
@@ -23,20 +24,20 @@ def vae_psnr(vae, pool: LinePool, batch_size: int = 8) -> float:
     out, ref = [], []
     for start in range(0, pool.num_lines, batch_size):
         x = images(pool.hr, range(start, min(start + batch_size, pool.num_lines)))
-        out += to_rgb8(vae.decode(vae.encode(x).latent_dist.mode()).sample)
-        ref += to_rgb8(x)
+        out.extend(tensor_to_uint8(vae.decode(vae.encode(x).latent_dist.mode()).sample))
+        ref.extend(tensor_to_uint8(x))
     return mean_psnr_y8(out, ref)
 
 
 @torch.no_grad()
 def transocr_accuracy(ocr, array: np.ndarray, labels: Sequence[str], batch_size: int = 32) -> float:
-    """Exact-match accuracy (lower-cased, normalized) of greedy TransOCR on the uint8 lines of ``array``."""
+    """Exact-match accuracy (lower-cased, normalized) of greedy TransOCR (``read_text``) on the uint8 lines of
+    ``array``."""
     hits = 0
     for start in range(0, len(labels), batch_size):
         x = images(array, range(start, min(start + batch_size, len(labels))))
-        ids, _ = ocr.greedy_decode(x, incremental=True)
-        for row, label in zip(ids.tolist(), labels[start:start + batch_size]):
-            hits += normalize(decode_transocr(row), lower=True) == normalize(label, lower=True)
+        for read, label in zip(read_text(ocr, x), labels[start:start + batch_size]):
+            hits += normalize(read.text, lower=True) == normalize(label, lower=True)
     return hits / len(labels)
 
 
@@ -49,9 +50,9 @@ def one_step_scores(net, pool: LinePool, batch_size: int = 8) -> Dict[str, float
         rows = range(start, min(start + batch_size, pool.num_lines))
         lq, gt = images(pool.lr, rows), images(pool.hr, rows)
         restored = net(lq, noise_seeds=list(rows))
-        lr_imgs += to_rgb8(lq)
-        out_imgs += to_rgb8(restored)
-        hr_imgs += to_rgb8(gt)
+        lr_imgs.extend(tensor_to_uint8(lq))
+        out_imgs.extend(tensor_to_uint8(restored))
+        hr_imgs.extend(tensor_to_uint8(gt))
     return {
         'psnr_lr': mean_psnr_y8(lr_imgs, hr_imgs), 'psnr_one_step': mean_psnr_y8(out_imgs, hr_imgs),
         'transocr_acc_lr': transocr_accuracy(net.transocr, np.stack(lr_imgs), pool.labels),

@@ -17,7 +17,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from tola_plugin.data.image_io import read_image_file
+from tola_plugin.data.image_io import read_image_file, write_figure
 from tola_plugin.evaluation.records import read_labels
 from tola_plugin.utils.atomic_files import read_json, read_text
 from tola_plugin.utils.cli_errors import UsageError
@@ -43,10 +43,9 @@ def _rc() -> dict:
 
 
 def _save(fig, out_stem: str, dpi: int = 200) -> Tuple[str, str]:
-    os.makedirs(os.path.dirname(os.path.abspath(out_stem)), exist_ok=True)
     paths = (f'{out_stem}.png', f'{out_stem}.pdf')
-    fig.savefig(paths[0], dpi=dpi, bbox_inches='tight')
-    fig.savefig(paths[1], bbox_inches='tight')
+    write_figure(paths[0], fig, dpi=dpi, bbox_inches='tight')
+    write_figure(paths[1], fig, bbox_inches='tight')
     return paths
 
 

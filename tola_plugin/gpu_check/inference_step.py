@@ -17,10 +17,10 @@ import torch
 
 from tola_plugin.archs.tola_arch import TOLANet
 from tola_plugin.benchmarks.benchmarking import build_benchmark_tola
-from tola_plugin.benchmarks.precision_quality import psnr
 from tola_plugin.data.image_io import list_image_files, read_image_file
 from tola_plugin.data.text_line_source import to_canvas
 from tola_plugin.gpu_check.configs import model_option_file
+from tola_plugin.metrics.image_metrics import float_psnr
 
 PRECISIONS = ('fp32', 'bf16', 'fp16')
 DRY_RUN_LINES = 1  # of the 6 samples: bf16 and fp16 are emulated on most CPUs, many times slower
@@ -92,7 +92,7 @@ def precision_row(model: str, lines: str, canvases: torch.Tensor, work: str, dev
         'precision': precision, 'lines': len(images), 'tola_infer_seconds_per_line': round(seconds / len(canvases), 3)
     }
     if reference is not None:
-        values = [psnr(a, b) for a, b in zip(images, reference)]
+        values = [float_psnr(a, b) for a, b in zip(images, reference)]
         row.update(psnr_vs_fp32_db_mean=db(sum(values) / len(values)), psnr_vs_fp32_db_min=db(min(values)))
     row.update(network_seconds(model, canvases, device, precision))
     return row, images

@@ -114,8 +114,3 @@ def blend_tiles(tiles: np.ndarray, layout: LineLayout) -> np.ndarray:
         total[:, start:start + layout.canvas_w] += tile * weight[None, :, None]
         norm[start:start + layout.canvas_w] += weight
     return (total / norm[None, :, None]).astype(np.float32)
-
-
-def to_uint8(image: np.ndarray) -> np.ndarray:
-    """float image in [0, 1] -> uint8, clipped and rounded half to even (as BasicSR's ``tensor2img``)."""
-    return np.rint(np.clip(image, 0.0, 1.0) * 255.0).astype(np.uint8)

@@ -11,6 +11,8 @@ from typing import Tuple
 import cv2
 import numpy as np
 
+from tola_plugin.data.image_io import to_uint8
+
 VERTICAL_RATIO = 1.5  # PaddleOCR's rule: a crop this much taller than wide is a vertical line
 
 
@@ -93,4 +95,4 @@ def paste_strip(photo: np.ndarray, strip: np.ndarray, quad: np.ndarray, feather:
         feather_mask(target_h, target_w, feather), matrix, size, flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT,
         borderValue=0)[..., None]
     region = photo[y0:y1, x0:x1].astype(np.float32)
-    photo[y0:y1, x0:x1] = (alpha * warped + (1.0 - alpha) * region + 0.5).astype(np.uint8)
+    photo[y0:y1, x0:x1] = to_uint8(alpha * warped + (1.0 - alpha) * region, 'half_up', peak=255.0)

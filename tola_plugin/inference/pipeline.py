@@ -21,12 +21,12 @@ from PIL import Image
 
 from tola_plugin.archs.tola_arch import TOLANet, image_noise_seed
 from tola_plugin.data.image_io import (DEFAULT_MAX_PIXELS, WHITE, budget_error, check_background, check_max_pixels,
-                                       convert_array, convert_pil, read_image_file)
+                                       convert_array, convert_pil, read_image_file, to_uint8)
 from tola_plugin.data.text_line_source import CANVAS_H
 from tola_plugin.inference.batching import auto_batch_size
 from tola_plugin.inference.color_fix import apply_color_fix, check_color_fix
 from tola_plugin.inference.line_geometry import (PAD_MODES, LineLayout, blend_tiles, cut_tiles, line_width, plan_line,
-                                                 resize_rgb, to_canvas_height, to_uint8)
+                                                 resize_rgb, to_canvas_height)
 from tola_plugin.inference.photo_geometry import expand_quad, paste_strip, reading_quad, rectify, scale_quad
 from tola_plugin.inference.work_bounds import (DEFAULT_MAX_OUTPUT_PIXELS, DEFAULT_MAX_WINDOWS, capped_scale,
                                                check_outscale, check_positive, check_positive_int, check_windows,

@@ -5,6 +5,7 @@ import base64
 import os
 from typing import Callable
 
+from tola_plugin.data.image_io import write_file_bytes
 from tola_plugin.inference.headless_browser import find_chromium, quit_chromium, restore_in_page, start_chromium
 from tola_plugin.inference.web_examples import example_paths
 
@@ -42,9 +43,7 @@ def screenshot_web_demo(start_app: Callable, out: str, example: str, width: int 
             raise RuntimeError(f'the page did not restore {example}: {state.status}')
         # the whole page, not only the window (Chrome DevTools protocol)
         shot = browser.execute_cdp_cmd('Page.captureScreenshot', {'format': 'png', 'captureBeyondViewport': True})
-        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-        with open(out, 'wb') as f:
-            f.write(base64.b64decode(shot['data']))
+        write_file_bytes(out, base64.b64decode(shot['data']))  # atomic, its folder made
     finally:
         if browser is not None:
             quit_chromium(browser)

@@ -1,4 +1,7 @@
-"""Image metrics of the paper through pyiqa: PSNR, SSIM, LPIPS-AlexNet, DISTS per image, FID per directory pair.
+"""Image metrics of the paper through pyiqa: PSNR, SSIM, LPIPS-AlexNet, DISTS per image, FID per directory pair; and
+the package's one home of PSNR: the pyiqa metric below, ``psnr_y8`` / ``mean_psnr_y8`` (BasicSR's, on 8-bit images:
+what validation logs and the demo reports) and ``float_psnr`` (all channels of float images: the benchmarks'
+agreement between routes).
 
 Luminance: PSNR and SSIM are computed on the Y channel of **YCbCr (ITU-R BT.601, limited range:
 Y = 16/255 + (65.481 R + 128.553 G + 24.966 B)/255 for RGB in [0,1])**, without border crop. This is
@@ -9,14 +12,16 @@ available as ``color_space='yiq'``. pyiqa's SSIM rounds Y to 8-bit levels (data 
 
 Inputs everywhere: float tensors (B,3,H,W), RGB, values in [0,1]; restored and reference of the same size.
 """
+import math
 import os
 import tempfile
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import Dict, Iterable, Optional, Sequence
 
 import numpy as np
 import torch
 
-from tola_plugin.data.image_io import DEFAULT_MAX_PIXELS, WHITE, list_image_files, read_image_file, write_image
+from tola_plugin.data.image_io import (DEFAULT_MAX_PIXELS, WHITE, convert_order, list_image_files, read_image_file,
+                                       write_image)
 from tola_plugin.pretrained import metric_weights as W
 
 LUMA_COLOR_SPACES = ('ycbcr', 'yiq')
@@ -24,21 +29,25 @@ DEFAULT_COLOR_SPACE = 'ycbcr'
 PAIRED_METRICS = ('psnr', 'ssim', 'lpips', 'dists')
 
 
-def to_rgb8(x: torch.Tensor) -> List[np.ndarray]:
-    """(B,3,H,W) RGB in [0,1] -> B uint8 HxWx3 RGB arrays (BasicSR's tensor2img rounding)."""
-    arr = (x.detach().float().clamp(0, 1).permute(0, 2, 3, 1).cpu().numpy() * 255.0).round()
-    return list(arr.astype(np.uint8))
+def psnr_y8(pred: np.ndarray, ref: np.ndarray) -> float:
+    """PSNR (dB; inf when equal) of two uint8 (H, W, 3) RGB images on the BT.601 Y channel, no border crop: BasicSR's
+    ``calculate_psnr``, what TOLA's validation logs (the pyiqa metrics below give the same convention on float
+    images). BasicSR's Y conversion reads BGR: the channels are swapped for it, here."""
+    from basicsr.metrics import calculate_psnr
+    return calculate_psnr(
+        convert_order(pred, 'RGB', 'BGR'), convert_order(ref, 'RGB', 'BGR'), crop_border=0, test_y_channel=True)
 
 
 def mean_psnr_y8(pred: Sequence[np.ndarray], ref: Sequence[np.ndarray]) -> float:
-    """Mean PSNR of uint8 RGB images on the BT.601 Y channel, no border crop: BasicSR's ``calculate_psnr``, what
-    TOLA's validation logs (the pyiqa metrics below give the same convention on float images). BasicSR's Y
-    conversion reads BGR: the channels are reversed for it, here."""
-    from basicsr.metrics import calculate_psnr
-    return float(
-        np.mean([
-            calculate_psnr(p[..., ::-1], r[..., ::-1], crop_border=0, test_y_channel=True) for p, r in zip(pred, ref)
-        ]))
+    """Mean ``psnr_y8`` over pairs of uint8 RGB images."""
+    return float(np.mean([psnr_y8(p, r) for p, r in zip(pred, ref)]))
+
+
+def float_psnr(a: torch.Tensor, b: torch.Tensor) -> float:
+    """PSNR (dB; inf when equal) of two float images (any equal shape, values in [0, 1], data range 1) over all
+    their values, in float64."""
+    mse = float(((a.double() - b.double())**2).mean())
+    return math.inf if mse == 0 else 10 * math.log10(1.0 / mse)
 
 
 def _check_color_space(color_space: str) -> str:

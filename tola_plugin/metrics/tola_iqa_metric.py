@@ -17,6 +17,7 @@ import numpy as np
 
 from basicsr.utils.registry import METRIC_REGISTRY
 
+from tola_plugin.data.image_io import convert_order
 from tola_plugin.metrics.image_metrics import DEFAULT_COLOR_SPACE, PairedImageMetrics, images_to_tensor
 from tola_plugin.pretrained.metric_weights import METRIC_TYPES
 from tola_plugin.utils.devices import resolve_device
@@ -47,8 +48,8 @@ def _score(name: str, img: np.ndarray, img2: np.ndarray, device: Optional[str], 
         img2 = img2[crop_border:-crop_border, crop_border:-crop_border]
     if img.shape != img2.shape:
         raise ValueError(f'calculate_tola_{name}: image shapes differ: {img.shape} and {img2.shape}')
-    x = images_to_tensor([np.ascontiguousarray(img[:, :, ::-1])])  # BGR -> RGB
-    y = images_to_tensor([np.ascontiguousarray(img2[:, :, ::-1])])
+    x = images_to_tensor([convert_order(img, 'BGR', 'RGB')])
+    y = images_to_tensor([convert_order(img2, 'BGR', 'RGB')])
     return float(_metric(name, _device(device), color_space)(x, y)[name][0])
 
 

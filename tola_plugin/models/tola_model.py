@@ -35,6 +35,7 @@ from tola_plugin.archs.tola_arch import image_noise_seed
 from tola_plugin.checkpoints.tola import write_adaptation_checkpoint
 from tola_plugin.losses.ocr_ce_loss import IGNORE_INDEX
 from tola_plugin.metrics.text_metrics import recognition_scores
+from tola_plugin.ocr.transocr_recognizer import read_text
 
 
 @MODEL_REGISTRY.register()
@@ -193,7 +194,7 @@ class TOLAModel(SRModel):
                                          f'(precision {net.precision}); nothing written')
             if self.ocr_records is not None and self.texts is not None:
                 # the frozen TransOCR (the paper's T-ACC/T-NED recognizer) reads the restored images
-                self.ocr_records[0].extend(self.bare_net.transocr.recognize(self.output))
+                self.ocr_records[0].extend(read.text for read in read_text(self.bare_net.transocr, self.output))
                 self.ocr_records[1].extend(self.texts)
         net.train()
 

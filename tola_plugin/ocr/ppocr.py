@@ -21,12 +21,13 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
+from tola_plugin.data.image_io import convert_order
 from tola_plugin.ocr.recognition import Recognition, check_rgb_images
 
 
 def _bgr(images: Sequence[np.ndarray]) -> List[np.ndarray]:
     """RGB -> BGR, the one conversion at PaddleOCR's boundary."""
-    return [np.ascontiguousarray(img[..., ::-1]) for img in images]
+    return [convert_order(img, 'RGB', 'BGR') for img in images]
 
 
 def rapidocr_model_config(section: str, num_threads: int) -> dict:
