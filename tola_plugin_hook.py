@@ -6,7 +6,7 @@ on ``sys.meta_path`` (standard library only: nothing heavy is imported at start)
   1. installs the torchvision shim (``tola_plugin_shim``), so that basicsr 1.4.2's own imports work on torchvision
      >= 0.17;
   2. lets basicsr import itself as usual;
-  3. imports ``tola_plugin``: BasicSR's fixes (``tola_plugin/basicsr_compat.py``) and TOLA's archs, datasets,
+  3. imports ``tola_plugin``: BasicSR's fixes (``tola_plugin/basicsr_glue/``) and TOLA's archs, datasets,
      losses, metrics and models in BasicSR's registries.
 So ``python basicsr/train.py``, ``python -m basicsr.train``, ``torchrun ... basicsr/train.py --launcher pytorch``
 and any ``import basicsr`` see the plugin. ``TOLA_PLUGIN_HOOK=0`` (or off, false, no) turns the hook off.
@@ -16,7 +16,7 @@ find the module already imported when runpy is about to run it as ``__main__``, 
 'basicsr.train' found in sys.modules after import of package 'basicsr' ...``). In such a process the hook forgets
 that imported copy once the plugin is registered (``forget_launcher_run_as_main``): runpy runs the launcher as
 ``__main__`` exactly as before, without the warning; the plugin fits the ``__main__`` namespace itself
-(tola_plugin/basicsr_compat.py, item 11).
+(tola_plugin/basicsr_glue/launchers.py).
 """
 import os
 import sys

@@ -12,7 +12,7 @@ import os
 LAYERS = {
     'utils': 0, 'text': 0, 'vocab': 0, 'version': 0,
     'data': 1, 'checkpoints': 1,
-    'archs': 2, 'samples': 2, 'rendered_samples': 2, 'basicsr_compat': 2,
+    'archs': 2, 'samples': 2, 'rendered_samples': 2, 'basicsr_glue': 2,
     'ocr': 3, 'metrics': 3, 'losses': 3, 'runtime': 3,
     'inference': 4, 'models': 4,
     'evaluation': 5,

@@ -5,7 +5,7 @@ BasicSR's registries (and applies the CPU/DDP overrides), so that BasicSR option
 package is imported by its import hook on the first ``import basicsr`` of any process (``tola_plugin_hook.py``).
 """
 # isort: off
-from tola_plugin import basicsr_compat  # noqa: F401  (first: makes basicsr importable, then patches it)
+from tola_plugin import basicsr_glue  # noqa: F401  (first: makes basicsr importable, then patches it)
 from tola_plugin import archs, data, losses, metrics, models  # noqa: F401
 from tola_plugin.inference import TOLAPipeline  # noqa: F401  (the Python API: docs/restore.md)
 from tola_plugin.version import __version__  # noqa: F401
