@@ -10,7 +10,7 @@ import os
 
 #: layer of each folder or top-level module of tola_plugin, bottom (0) to top; the table docs/architecture.md draws
 LAYERS = {
-    'utils': 0, 'text': 0, 'vocab': 0, 'version': 0,
+    'utils': 0, 'text': 0, 'vocab': 0, 'version': 0, 'registry_index': 0,
     'data': 1, 'checkpoints': 1,
     'archs': 2, 'samples': 2, 'rendered_samples': 2, 'basicsr_glue': 2,
     'ocr': 3, 'metrics': 3, 'losses': 3, 'runtime': 3,

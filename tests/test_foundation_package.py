@@ -18,6 +18,7 @@ from basicsr.utils.registry import ARCH_REGISTRY, DATASET_REGISTRY, LOSS_REGISTR
 import tola_plugin
 from tola_plugin.data.fudanvi_lmdb import FudanVILmdbReader, write_fudanvi_lmdb
 from tola_plugin.data.text_render import TextLineRenderer, common_chinese, system_cjk_fonts
+from tola_plugin.registry_index import REGISTRY_INDEX
 from tola_plugin.text.alphabets import idm_alphabet, transocr_classes
 from conftest import REPO
 
@@ -58,16 +59,20 @@ def declared_registrations():
 
 
 def test_every_declared_name_is_registered_after_import():
+    """Every ``@X_REGISTRY.register()`` of the package is known to its registry after ``import tola_plugin`` (announced
+    by the index, tola_plugin/registry_index.py), with the module that declares it, in its registry's folder."""
     declared = declared_registrations()
     for registry, name, path in declared:
         assert name in REGISTRIES[registry], f'{name} ({path}) is not in {registry} after import tola_plugin'
-    # Registrable modules live where the auto-import looks for them.
+    folders = {
+        'ARCH_REGISTRY': 'archs', 'DATASET_REGISTRY': 'data', 'LOSS_REGISTRY': 'losses', 'METRIC_REGISTRY': 'metrics',
+        'MODEL_REGISTRY': 'models'
+    }
+    indexed = {(REGISTRIES[r]._name, n, m) for r in REGISTRIES for n, m in REGISTRY_INDEX[REGISTRIES[r]._name].items()}
+    assert indexed == {(REGISTRIES[r]._name, n, p[:-3].replace(os.sep, '.')) for r, n, p in declared}
     for registry, name, path in declared:
-        folder = {
-            'ARCH_REGISTRY': 'archs', 'DATASET_REGISTRY': 'data', 'LOSS_REGISTRY': 'losses',
-            'METRIC_REGISTRY': 'metrics', 'MODEL_REGISTRY': 'models'
-        }[registry]
-        assert path.startswith(os.path.join('tola_plugin', folder) + os.sep), f'{name} registered outside {folder}/'
+        assert path.startswith(os.path.join('tola_plugin', folders[registry]) + os.sep), \
+            f'{name} registered outside {folders[registry]}/'
 
 
 @pytest.mark.parametrize('build,opt', [

@@ -23,6 +23,9 @@ module                 what changes in BasicSR
 ``launchers``          ``basicsr.train`` / ``basicsr.test`` and their scripts get ``parse_options`` (reading with
                        ``option_parsing``) and ``load_resume_state``; ``run_pipeline`` runs their pipelines for ours
 ``lmdb_reader``        ``LmdbBackend`` checks each LMDB before mapping it
+``registry_lookup``    ``Registry.get`` imports the module of an announced name at its first lookup (``announce``:
+                       ``tola_plugin/__init__`` announces TOLA's names, ``registry_index.py``), so that importing
+                       basicsr with the plugin imports none of TOLA's networks
 =====================  ==============================================================================================
 
 Helpers of these patches only: ``distributed.py`` (the launch decisions of GPU/DDP runs, as functions of their
@@ -35,11 +38,12 @@ install_torchvision_shim()
 # isort: split
 # The patch modules import basicsr, so they come after the shim (setup.cfg lets flake8 accept E402 here).
 from tola_plugin.basicsr_glue import (atomic_saves, ddp_wrapping, enlarged_sampler, exact_resume, launchers,
-                                      lmdb_reader, message_logger, network_loading, option_parsing, process_group)
+                                      lmdb_reader, message_logger, network_loading, option_parsing, process_group,
+                                      registry_lookup)
 
 #: the patch modules in the order their ``apply()`` runs (once, at this package's import)
 PATCHES = (process_group, ddp_wrapping, enlarged_sampler, option_parsing, atomic_saves, exact_resume, network_loading,
-           message_logger, launchers, lmdb_reader)
+           message_logger, launchers, lmdb_reader, registry_lookup)
 
 for _patch in PATCHES:
     _patch.apply()
