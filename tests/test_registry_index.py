@@ -125,4 +125,3 @@ def test_a_stale_index_and_a_taken_name_are_errors(probe_registry):
         registry_lookup.announce(probe_registry, {'ProbeNet': 'elsewhere'})
     with pytest.raises(ValueError, match="no BasicSR registry named 'probe'"):
         registry_lookup.announce_index({'probe': {'ProbeNet': 'tola_probe_owner'}})
-
