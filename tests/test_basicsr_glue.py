@@ -11,10 +11,12 @@ from basicsr.data.prefetch_dataloader import CPUPrefetcher
 from basicsr.models.base_model import BaseModel
 from basicsr.utils.file_client import LmdbBackend
 from basicsr.utils.logger import MessageLogger
+from basicsr.utils.registry import Registry
 
 from tola_plugin import basicsr_glue
 from tola_plugin.basicsr_glue import (atomic_saves, ddp_wrapping, enlarged_sampler, exact_resume, launchers,
-                                      lmdb_reader, message_logger, network_loading, option_parsing, process_group)
+                                      lmdb_reader, message_logger, network_loading, option_parsing, process_group,
+                                      registry_lookup)
 
 #: modules of the glue that patch nothing themselves: the helpers only the patches use, and ``resume_state``, whose
 #: ``load_resume_state`` the ``launchers`` patch hands to BasicSR's launchers
@@ -58,3 +60,6 @@ def test_basicsr_points_at_the_glue():
     assert LmdbBackend.__init__ is lmdb_reader.lmdb_backend_init
     assert MessageLogger.reset_start_time is message_logger.message_logger_reset_start_time
     assert MessageLogger.__call__.__wrapped__ is message_logger.message_logger_call
+    assert (Registry.get, Registry._do_register, Registry.__contains__, Registry.keys,
+            Registry.__iter__) == (registry_lookup.get, registry_lookup.do_register, registry_lookup.contains,
+                                   registry_lookup.keys, registry_lookup.iterate)

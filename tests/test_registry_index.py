@@ -123,5 +123,9 @@ def test_a_stale_index_and_a_taken_name_are_errors(probe_registry):
             ValueError, match="'ProbeNet' was already registered in 'probe' registry .*by "
             'tola_probe_owner.*elsewhere registers one of the same name'):
         registry_lookup.announce(probe_registry, {'ProbeNet': 'elsewhere'})
+    with pytest.raises(
+            AssertionError, match="'Renamed' was already registered in 'probe' registry "
+            r'\(announced by tola_probe_owner\)'):
+        probe_registry.register(type('Renamed', (), {}))  # another object under an announced name: upstream's rule
     with pytest.raises(ValueError, match="no BasicSR registry named 'probe'"):
         registry_lookup.announce_index({'probe': {'ProbeNet': 'tola_probe_owner'}})

@@ -5,8 +5,9 @@ plugin that wants its names known must import every module at start: for TOLA th
 in every process that imports basicsr (seconds, also for a user training only ESRGAN). Here a name can be announced
 with the module that registers it (``announce``); ``Registry.get`` imports that module the first time the name is
 looked up (when BasicSR builds the network, dataset, loss, metric or model, or an option check reads a class's
-signature), and ``in``, ``keys()`` and iteration see announced names as registered. Names BasicSR registered
-itself, and announced names once imported, are looked up exactly as upstream does.
+signature), and ``in``, ``keys()`` and iteration see announced names as registered; registering another object
+under an announced name fails as it would once the module is imported (BasicSR's rule: one object per name). Names
+BasicSR registered itself, and announced names once imported, are looked up exactly as upstream does.
 """
 import importlib
 from typing import Dict, Mapping
@@ -21,6 +22,7 @@ REGISTRIES = {r._name: r for r in (ARCH_REGISTRY, DATASET_REGISTRY, LOSS_REGISTR
 ANNOUNCED: Dict[str, Dict[str, str]] = {}
 
 _original_get = Registry.get
+_original_do_register = Registry._do_register
 _original_contains = Registry.__contains__
 _original_iter = Registry.__iter__
 
@@ -63,6 +65,17 @@ def get(self, name, suffix='basicsr'):
     return _original_get(self, name, suffix)
 
 
+def do_register(self, name, obj, suffix=None):
+    """Upstream's registration; an announced name is refused to an object of another module, as upstream refuses a
+    name registered twice."""
+    full = f'{name}_{suffix}' if isinstance(suffix, str) else name
+    module = ANNOUNCED.get(self._name, {}).get(full)
+    if module is not None and getattr(obj, '__module__', None) != module:
+        raise AssertionError(f"An object named '{full}' was already registered in '{self._name}' registry (announced "
+                             f'by {module})!')
+    _original_do_register(self, name, obj, suffix)
+
+
 def contains(self, name):
     """Registered, or announced (its module not imported yet)."""
     return _original_contains(self, name) or name in ANNOUNCED.get(self._name, {})
@@ -82,6 +95,7 @@ def iterate(self):
 
 def apply():
     Registry.get = get
+    Registry._do_register = do_register
     Registry.__contains__ = contains
     Registry.keys = keys
     Registry.__iter__ = iterate
