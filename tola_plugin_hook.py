@@ -6,8 +6,9 @@ on ``sys.meta_path`` (standard library only: nothing heavy is imported at start)
   1. installs the torchvision shim (``tola_plugin_shim``), so that basicsr 1.4.2's own imports work on torchvision
      >= 0.17;
   2. lets basicsr import itself as usual;
-  3. imports ``tola_plugin``: BasicSR's fixes (``tola_plugin/basicsr_compat.py``) and TOLA's archs, datasets,
-     losses, metrics and models in BasicSR's registries.
+  3. imports ``tola_plugin``: BasicSR's fixes (``tola_plugin/basicsr_glue/``) and the names of TOLA's archs,
+     datasets, losses, metrics and models in BasicSR's registries, each module imported when BasicSR first builds
+     one of its names (``tola_plugin/registry_index.py``): ``import basicsr`` imports no TOLA network.
 So ``python basicsr/train.py``, ``python -m basicsr.train``, ``torchrun ... basicsr/train.py --launcher pytorch``
 and any ``import basicsr`` see the plugin. ``TOLA_PLUGIN_HOOK=0`` (or off, false, no) turns the hook off.
 
@@ -16,7 +17,7 @@ find the module already imported when runpy is about to run it as ``__main__``, 
 'basicsr.train' found in sys.modules after import of package 'basicsr' ...``). In such a process the hook forgets
 that imported copy once the plugin is registered (``forget_launcher_run_as_main``): runpy runs the launcher as
 ``__main__`` exactly as before, without the warning; the plugin fits the ``__main__`` namespace itself
-(tola_plugin/basicsr_compat.py, item 11).
+(tola_plugin/basicsr_glue/launchers.py).
 """
 import os
 import sys
@@ -55,7 +56,7 @@ class _RegisteringLoader:
         module.__loader__ = module.__spec__.loader = self.loader
         self.loader.exec_module(module)
         try:
-            import tola_plugin  # noqa: F401  (BasicSR fixes, then TOLA's classes into the registries)
+            import tola_plugin  # noqa: F401  (BasicSR fixes, then TOLA's names into the registries)
         except Exception as err:
             raise ImportError(f'tola-plugin could not register itself into BasicSR: {err!r}; set {ENV_VAR}=0 to import '
                               f'basicsr without the plugin') from err

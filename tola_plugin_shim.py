@@ -1,6 +1,6 @@
 """The torchvision shim basicsr 1.4.2 needs, in a top-level module of its own (standard library only until called):
-the import hook (``tola_plugin_hook``) runs it before basicsr's first import, and ``tola_plugin.basicsr_compat`` runs
-it when the package is imported without the hook. Neither imports the other for it: both arrows point down here.
+the import hook (``tola_plugin_hook``) runs it before basicsr's first import, and ``tola_plugin.basicsr_glue`` runs it
+when the package is imported without the hook. Neither imports the other for it: both arrows point down here.
 """
 import sys
 

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 import tola_plugin  # noqa: F401  (registers everything before any test builds from options)
+from tola_plugin.basicsr_glue import distributed
 from tola_plugin.data.text_render import TextLineRenderer
-from tola_plugin.utils import distributed
 import numerics
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -55,8 +55,8 @@ def test_hook_at_start_and_on_import_basicsr(tmp_path):
     assert seen['heavy_at_start'] == [] and seen['waiting'] and not seen['waiting_after']
     assert seen['registered'] == [True, True, True] and seen['shim']
     assert seen['loader'] == 'SourceFileLoader'  # basicsr's own loader once imported
-    assert seen['parse_options'] == 'tola_plugin.basicsr_compat'
-    assert seen['launchers'] == ['tola_plugin.basicsr_compat'] * 2  # basicsr imported them before the plugin
+    assert seen['parse_options'] == 'tola_plugin.basicsr_glue.launchers'
+    assert seen['launchers'] == ['tola_plugin.basicsr_glue.launchers'] * 2  # basicsr imported them before the plugin
 
     off = subprocess.run(
         [sys.executable, '-c', 'import tola_plugin_hook; assert not tola_plugin_hook.installed(); import basicsr'],

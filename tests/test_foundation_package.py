@@ -18,6 +18,7 @@ from basicsr.utils.registry import ARCH_REGISTRY, DATASET_REGISTRY, LOSS_REGISTR
 import tola_plugin
 from tola_plugin.data.fudanvi_lmdb import FudanVILmdbReader, write_fudanvi_lmdb
 from tola_plugin.data.text_render import TextLineRenderer, common_chinese, system_cjk_fonts
+from tola_plugin.registry_index import REGISTRY_INDEX
 from tola_plugin.text.alphabets import idm_alphabet, transocr_classes
 from conftest import REPO
 
@@ -58,16 +59,20 @@ def declared_registrations():
 
 
 def test_every_declared_name_is_registered_after_import():
+    """Every ``@X_REGISTRY.register()`` of the package is known to its registry after ``import tola_plugin`` (announced
+    by the index, tola_plugin/registry_index.py), with the module that declares it, in its registry's folder."""
     declared = declared_registrations()
     for registry, name, path in declared:
         assert name in REGISTRIES[registry], f'{name} ({path}) is not in {registry} after import tola_plugin'
-    # Registrable modules live where the auto-import looks for them.
+    folders = {
+        'ARCH_REGISTRY': 'archs', 'DATASET_REGISTRY': 'data', 'LOSS_REGISTRY': 'losses', 'METRIC_REGISTRY': 'metrics',
+        'MODEL_REGISTRY': 'models'
+    }
+    indexed = {(REGISTRIES[r]._name, n, m) for r in REGISTRIES for n, m in REGISTRY_INDEX[REGISTRIES[r]._name].items()}
+    assert indexed == {(REGISTRIES[r]._name, n, p[:-3].replace(os.sep, '.')) for r, n, p in declared}
     for registry, name, path in declared:
-        folder = {
-            'ARCH_REGISTRY': 'archs', 'DATASET_REGISTRY': 'data', 'LOSS_REGISTRY': 'losses',
-            'METRIC_REGISTRY': 'metrics', 'MODEL_REGISTRY': 'models'
-        }[registry]
-        assert path.startswith(os.path.join('tola_plugin', folder) + os.sep), f'{name} registered outside {folder}/'
+        assert path.startswith(os.path.join('tola_plugin', folders[registry]) + os.sep), \
+            f'{name} registered outside {folders[registry]}/'
 
 
 @pytest.mark.parametrize('build,opt', [
@@ -278,3 +283,32 @@ def test_imports_point_down_the_layers_as_a_lint_rule(tmp_path):
     assert out.returncode == 1 and flagged == [('checkpoints/up.py', 'LAY001'), ('metrics/sideways.py', 'LAY001'),
                                                ('newfolder/x.py', 'LAY002')], out.stdout + out.stderr
     assert 'tola_plugin.checkpoints (layer 1) imports tola_plugin.archs (layer 2)' in out.stdout
+
+
+def test_the_layer_rule_covers_the_command_lines_the_tools_the_hook_and_the_shim(tmp_path):
+    """Outside the package too (lint/flake8_layers.py): tools/ may import tola_cli/ and the package, tola_cli/ and the
+    hook the package and the shim; the package imports no command line, the shim nothing, the hook no command line.
+    The repository's own files pass; each arrow up or sideways is flagged."""
+    files = {
+        'tools/fine.py': 'from tola_cli.command import run_command  # noqa: F401\nimport tola_plugin  # noqa: F401\n',
+        'tola_cli/fine.py': 'import tola_plugin_shim  # noqa: F401\nfrom tola_plugin.inference import pipeline  '
+        '# noqa: F401\n',
+        'tola_cli/up.py': 'import tola_plugin_hook  # noqa: F401\n',
+        'tola_plugin/gpu_check/up.py': 'def f():\n    from tola_cli import command\n    return command\n',
+        'tola_plugin_shim.py': 'from tola_plugin.utils import devices  # noqa: F401\n',
+        'tola_plugin_hook.py': 'import tola_cli.infer  # noqa: F401\nimport tola_plugin  # noqa: F401\n',
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text, encoding='utf-8')
+    repo = ['tola_cli', 'tools', 'tola_plugin_hook.py', 'tola_plugin_shim.py']
+    out = subprocess.run([sys.executable, '-m', 'flake8', '--select', 'LAY', *repo,
+                          str(tmp_path)], cwd=REPO, capture_output=True, text=True)
+    flagged = sorted((os.path.relpath(line.split(':', 1)[0], str(tmp_path)), line.split(': ', 1)[1].split(' ')[0])
+                     for line in out.stdout.splitlines())
+    assert out.returncode == 1 and flagged == [('tola_cli/up.py', 'LAY001'), ('tola_plugin/gpu_check/up.py', 'LAY001'),
+                                               ('tola_plugin_hook.py', 'LAY001'),
+                                               ('tola_plugin_shim.py', 'LAY001')], out.stdout + out.stderr
+    assert 'tola_plugin.gpu_check (layer 7) imports tola_cli/ (layer 8)' in out.stdout
+    assert 'tola_plugin_shim.py (layer 0) imports tola_plugin.utils (layer 0)' in out.stdout
+    assert 'tola_plugin_hook.py (layer 8) imports tola_cli/ (layer 8)' in out.stdout

@@ -6,7 +6,7 @@ import subprocess
 import pytest
 import torch
 
-from tola_plugin.utils import distributed
+from tola_plugin.basicsr_glue import distributed
 import conftest
 import test_cuda
 from tola_testing import REPO

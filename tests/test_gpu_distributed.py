@@ -1,7 +1,7 @@
 """Processes and devices on GPU machines, tested on a CPU with CUDA simulated (monkeypatched ``torch.cuda``): the
 process-group backend, one GPU per process, srun's environment, the timeout and device binding, DDP's options,
 DataParallel refused, the loader's batch in the resume bookkeeping, a driver this torch cannot use, and the
-process group destroyed at exit (utils/distributed.py, basicsr_compat)."""
+process group destroyed at exit (basicsr_glue/distributed.py, process_group.py, ddp_wrapping.py)."""
 import datetime
 import os
 import signal
@@ -15,8 +15,11 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-import tola_plugin.basicsr_compat as compat
-from tola_plugin.utils import distributed as D
+from tola_plugin.basicsr_glue import distributed as D
+from tola_plugin.basicsr_glue.ddp_wrapping import model_to_device
+from tola_plugin.basicsr_glue.option_parsing import check_cuda_usable
+from tola_plugin.basicsr_glue.process_group import init_dist, start_distributed
+from tola_plugin.utils.dist_params import process_group_timeout
 from tola_plugin.utils.option_checks import OptionError, check_run_options
 from conftest import free_port, write_options
 from tola_testing import TESTS, tiny_demo_options
@@ -76,8 +79,8 @@ def test_slurm_environment(tmp_path, monkeypatch):
 
 
 def test_timeout_and_run_options():
-    assert D.process_group_timeout(None) == datetime.timedelta(minutes=60)
-    assert D.process_group_timeout({'timeout_minutes': 90}) == datetime.timedelta(minutes=90)
+    assert process_group_timeout(None) == datetime.timedelta(minutes=60)
+    assert process_group_timeout({'timeout_minutes': 90}) == datetime.timedelta(minutes=90)
     check_run_options({'allow_tf32': True, 'deterministic': False, 'dist_params': {'port': 2950, 'timeout_minutes': 5}})
     for bad, message in (({'allow_tf32': 'yes'}, 'allow_tf32: expected true or false'),
                          ({'dist_params': {'timeout': 5}}, "did you mean 'timeout_minutes'"),
@@ -106,7 +109,7 @@ def test_start_distributed_under_torchrun(monkeypatch, num_gpu):
     cuda = CudaSimulated(monkeypatch, count=4)
     for key, value in (('RANK', '6'), ('LOCAL_RANK', '2'), ('LOCAL_WORLD_SIZE', '4'), ('WORLD_SIZE', '8')):
         monkeypatch.setenv(key, value)
-    compat.start_distributed({'num_gpu': num_gpu, 'dist_params': {'timeout_minutes': 20}}, 'pytorch')
+    start_distributed({'num_gpu': num_gpu, 'dist_params': {'timeout_minutes': 20}}, 'pytorch')
     init = cuda.calls['init']
     assert init['timeout'] == datetime.timedelta(minutes=20)
     if num_gpu:  # the GPU of the node-local rank, the process bound to it
@@ -122,10 +125,10 @@ def test_upstream_parse_options_still_gets_a_process_group(monkeypatch):
     cuda = CudaSimulated(monkeypatch, count=2)
     for key, value in (('RANK', '1'), ('LOCAL_RANK', '1'), ('LOCAL_WORLD_SIZE', '2')):
         monkeypatch.setenv(key, value)
-    compat.init_dist('pytorch')
+    init_dist('pytorch')
     assert cuda.calls['init']['backend'] == 'nccl' and cuda.calls['set_device'] == 1
     with pytest.raises(ValueError, match='Invalid launcher'):
-        compat.init_dist('mpi')
+        init_dist('mpi')
 
 
 def test_start_distributed_refuses_more_ranks_than_gpus(monkeypatch):
@@ -133,7 +136,7 @@ def test_start_distributed_refuses_more_ranks_than_gpus(monkeypatch):
     for key, value in (('RANK', '3'), ('LOCAL_RANK', '3'), ('LOCAL_WORLD_SIZE', '4')):
         monkeypatch.setenv(key, value)
     with pytest.raises(ValueError, match='4 processes on this node but only 2'):
-        compat.start_distributed({'num_gpu': 2}, 'pytorch')
+        start_distributed({'num_gpu': 2}, 'pytorch')
     assert cuda.calls == {}  # refused before touching a device or the network
 
 
@@ -147,7 +150,7 @@ def test_start_distributed_under_srun_on_cpu(monkeypatch, tmp_path):
         monkeypatch.setenv(key, value)
     for key in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'MASTER_ADDR', 'MASTER_PORT'):
         monkeypatch.delenv(key, raising=False)  # restored by monkeypatch after start_distributed sets them
-    compat.start_distributed({'num_gpu': 0, 'dist_params': {'port': 23456}}, 'slurm')
+    start_distributed({'num_gpu': 0, 'dist_params': {'port': 23456}}, 'slurm')
     assert cuda.calls['init']['backend'] == 'gloo'
     assert [os.environ[k] for k in ('RANK', 'WORLD_SIZE', 'LOCAL_RANK', 'MASTER_ADDR', 'MASTER_PORT')
             ] == ['1', '2', '0', '127.0.0.1', '23456']
@@ -174,7 +177,7 @@ def test_ddp_wrapper_of_a_frozen_backbone_broadcasts_nothing(monkeypatch):
         model.device, model.opt = torch.device('cpu'), {'dist': True, 'num_gpu': 0}
         net = nn.Sequential(nn.Conv2d(3, 3, 1), nn.BatchNorm2d(3))
         net[1].eval()
-        wrapped = compat.model_to_device(model, net)
+        wrapped = model_to_device(model, net)
         assert isinstance(wrapped, nn.parallel.DistributedDataParallel) and wrapped.broadcast_buffers is False
     finally:
         D.end_process_group()
@@ -255,9 +258,9 @@ def test_a_driver_this_torch_cannot_use(tmp_path, monkeypatch):
     args = type('Args', (), {'opt': str(opt_file), 'force_yml': None})()
     opt_file.write_text('num_gpu: auto\n')
     with pytest.raises(OptionError, match='num_gpu: auto found no usable GPU: an NVIDIA driver \\(535.104.05\\)'):
-        compat.check_cuda_usable({'num_gpu': 0}, args)
+        check_cuda_usable({'num_gpu': 0}, args)
     args.force_yml = ['num_gpu=0']
-    compat.check_cuda_usable({'num_gpu': 0}, args)
+    check_cuda_usable({'num_gpu': 0}, args)
     opt_file.write_text('num_gpu: 0\n')
     args.force_yml = None
-    compat.check_cuda_usable({'num_gpu': 0}, args)
+    check_cuda_usable({'num_gpu': 0}, args)

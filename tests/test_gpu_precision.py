@@ -10,9 +10,9 @@ import torch
 
 from basicsr.models import build_model
 
-import tola_plugin.basicsr_compat as compat
 from tola_plugin.archs import precision as P
 from tola_plugin.archs.tola_arch import TOLANet
+from tola_plugin.basicsr_glue.resume_state import load_resume_state
 from tola_plugin.runtime import plan
 from tola_plugin.utils import cuda_math
 from tola_testing import REPO, load_yaml, one_thread, tiny_net_opt, tiny_options  # noqa: F401
@@ -143,7 +143,7 @@ def test_tf32_and_deterministic_options(monkeypatch):
         # BasicSR's train_pipeline sets cudnn.benchmark after parse_options; load_resume_state applies it again
         torch.backends.cudnn.benchmark = True
         opt = {'deterministic': True, 'auto_resume': False, 'path': {}}
-        assert compat.load_resume_state(opt) is None
+        assert load_resume_state(opt) is None
         assert not torch.backends.cudnn.benchmark and torch.are_deterministic_algorithms_enabled()
         assert os.environ['CUBLAS_WORKSPACE_CONFIG'] == ':4096:8'
         with torch.backends.cudnn.flags(enabled=True):  # torch's own readers of the flags still work

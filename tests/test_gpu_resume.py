@@ -1,7 +1,7 @@
 """Exact resume on GPU machines, tested on a CPU with CUDA simulated: the training state keeps the CUDA RNG stream
 of the device the rank computes on (not every visible device's), so it resumes on another GPU layout; under
 torchrun only rank 0 removes the temporary files of interrupted saves, and rank 0 decides which state every rank
-resumes from (utils/training_resume.py)."""
+resumes from (basicsr_glue/training_resume.py)."""
 import json
 import os
 import subprocess
@@ -10,7 +10,7 @@ import sys
 import pytest
 import torch
 
-from tola_plugin.utils import training_resume as R
+from tola_plugin.basicsr_glue import training_resume as R
 from conftest import free_port
 from tola_testing import TESTS
 

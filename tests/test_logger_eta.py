@@ -1,4 +1,4 @@
-"""BasicSR's MessageLogger ETA as patched in tola_plugin/basicsr_compat.py (section 5)."""
+"""BasicSR's MessageLogger ETA as patched in tola_plugin/basicsr_glue/message_logger.py."""
 from basicsr.utils.logger import MessageLogger
 
 import tola_plugin  # noqa: F401  (applies the overrides)

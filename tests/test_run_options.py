@@ -1,6 +1,6 @@
-"""What the launchers' option parser adds to BasicSR's (tola_plugin/basicsr_compat.py, item 12): the short-run preset
-on every training option file of the repository, an entry of val.metrics removed with ~ (the override the weight
-check names), and the weight files of a run checked at start, BasicSR's own perceptual loss included."""
+"""What the launchers' option parser adds to BasicSR's (tola_plugin/basicsr_glue/option_parsing.py): the short-run
+preset on every training option file of the repository, an entry of val.metrics removed with ~ (the override the
+weight check names), and the weight files of a run checked at start, BasicSR's own perceptual loss included."""
 import glob
 import os
 import sys

@@ -7,7 +7,7 @@ at exit.
 """
 from basicsr.train import train_pipeline
 
-from tola_plugin.basicsr_compat import run_pipeline  # (the package __init__ has registered the plugin)
+from tola_plugin.basicsr_glue.launchers import run_pipeline  # (the package __init__ has registered the plugin)
 from tola_plugin.utils.cli_errors import debug_requested, run_tool
 
 

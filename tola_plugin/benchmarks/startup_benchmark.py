@@ -1,7 +1,8 @@
-"""Interpreter start-up with and without the plugin installed (tools/benchmark_startup.py; README, "Installing into
-an existing environment"): ``python -c pass`` in fresh virtualenvs that share this environment's dependencies,
-without the plugin, with a regular install (``pip install .``) and with an editable one (``pip install -e .``), run
-interleaved.
+"""Interpreter start-up with and without the plugin installed (tools/benchmark_startup.py; README, "Installing into an
+existing environment"): ``python -c pass`` in fresh virtualenvs that share this environment's dependencies, without the
+plugin, with a regular install (``pip install .``) and with an editable one (``pip install -e .``), run interleaved;
+then ``import basicsr`` in the regular install, with the plugin, without it, and with every class of the plugin imported
+(what each such process paid before the plugin registered names only: README, "A light plugin").
 
 The plugin's .pth file runs at every interpreter start (tola_plugin_hook.py: a finder waiting for basicsr, nothing
 imported); setuptools' editable install adds its own path finder, measured alone in a fourth venv whose hook .pth is
@@ -23,6 +24,18 @@ from typing import Dict, List, Optional
 SOURCES = ('setup.py', 'setup.cfg', 'README.md', 'tola_plugin_hook.py', 'tola_plugin_shim.py', 'tola_plugin',
            'tola_cli')
 LABELS = ('without', 'regular', 'editable', 'editable, no hook')
+# ``import basicsr`` in the regular install: basicsr 1.4.2 alone (the plugin's hook off; basicsr needs the
+# torchvision shim to import at all on torchvision >= 0.17), with the plugin, and with every module the plugin's
+# registry index names imported and TOLAPipeline (what `import basicsr` imported before the plugin became light)
+_SHIM = 'import tola_plugin_shim; tola_plugin_shim.install_torchvision_shim(); '
+_EVERY_CLASS = ('import importlib, tola_plugin; from tola_plugin.registry_index import REGISTRY_INDEX; '
+                '[importlib.import_module(m) for names in REGISTRY_INDEX.values() for m in names.values()]; '
+                'tola_plugin.TOLAPipeline')
+IMPORT_CODE = {
+    'basicsr alone (TOLA_PLUGIN_HOOK=0, torchvision shim)': _SHIM + 'import basicsr',
+    'basicsr with the plugin': 'import basicsr',
+    'basicsr with the plugin, every TOLA class imported': 'import basicsr; ' + _EVERY_CLASS,
+}
 
 
 def make_venv(path: str) -> str:
@@ -78,6 +91,32 @@ def time_starts(pythons: Dict[str, str], runs: int, warmup: int = 10) -> Dict[st
     return times
 
 
+def time_imports(python: str, runs: int, warmup: int = 2) -> Dict[str, List[float]]:
+    """{label of IMPORT_CODE: [seconds of each ``python -c CODE``]} in the venv of ``python``, interleaved, each in
+    a temporary folder (not a checkout, whose packages it would import)."""
+    env = {k: v for k, v in os.environ.items() if k != 'PYTHONDONTWRITEBYTECODE'}
+    envs = {label: dict(env, TOLA_PLUGIN_HOOK='0' if 'HOOK=0' in label else '1') for label in IMPORT_CODE}
+    times = {label: [] for label in IMPORT_CODE}
+    with tempfile.TemporaryDirectory(prefix='tola_import_') as cwd:
+        for i in range(warmup + runs):
+            for label, code in IMPORT_CODE.items():
+                start = time.perf_counter()
+                subprocess.run([python, '-c', code], check=True, env=envs[label], cwd=cwd)
+                if i >= warmup:
+                    times[label].append(time.perf_counter() - start)
+    return times
+
+
+def cpu_name() -> str:
+    """The CPU's model name (/proc/cpuinfo), and the cores this process may use."""
+    try:
+        with open('/proc/cpuinfo', encoding='utf-8') as f:
+            model = next((line.split(':', 1)[1].strip() for line in f if line.startswith('model name')), '')
+    except OSError:
+        model = ''
+    return f'{model or "unknown CPU"}, {len(os.sched_getaffinity(0))} cores'
+
+
 def hook_import_us(python: str) -> int:
     """Microseconds ``-X importtime`` gives the import of tola_plugin_hook at start (with byte-code)."""
     env = {k: v for k, v in os.environ.items() if k != 'PYTHONDONTWRITEBYTECODE'}
@@ -86,10 +125,10 @@ def hook_import_us(python: str) -> int:
     return int(lines[-1].split('|')[1]) if lines else 0
 
 
-def benchmark_startup(repo: str, runs: int = 200, out: Optional[str] = None) -> int:
+def benchmark_startup(repo: str, runs: int = 200, out: Optional[str] = None, import_runs: int = 10) -> int:
     """Build the four venvs in a temporary folder (the plugin installed from the checkout ``repo``), time ``runs``
-    interleaved starts of each, print the markdown table and write every timing to ``out`` (JSON). -> 0. OSError
-    when an install fails."""
+    interleaved starts of each and ``import_runs`` interleaved ``import basicsr`` of each IMPORT_CODE (none when 0),
+    print the markdown tables and write every timing to ``out`` (JSON). -> 0. OSError when an install fails."""
     with tempfile.TemporaryDirectory(prefix='tola_startup_') as tmp:
         pythons = {label: make_venv(os.path.join(tmp, str(i))) for i, label in enumerate(LABELS)}
         sources = copy_sources(repo, os.path.join(tmp, 'src'))
@@ -99,6 +138,7 @@ def benchmark_startup(repo: str, runs: int = 200, out: Optional[str] = None) -> 
         os.remove(os.path.join(site_packages(pythons['editable, no hook']), 'tola_plugin_hook.pth'))
         times = time_starts(pythons, runs)
         imports = {label: hook_import_us(python) for label, python in pythons.items()}
+        basicsr_times = time_imports(pythons['regular'], import_runs) if import_runs > 0 else {}
     rows = {
         label: {
             'mean_ms': 1e3 * statistics.mean(t), 'median_ms': 1e3 * statistics.median(t), 'min_ms': 1e3 * min(t),
@@ -113,8 +153,22 @@ def benchmark_startup(repo: str, runs: int = 200, out: Optional[str] = None) -> 
         delta = row['median_ms'] - rows['without']['median_ms']
         print(f'| {label} | {row["mean_ms"]:.2f} | {row["median_ms"]:.2f} | {row["min_ms"]:.2f} | {delta:+.2f} | '
               f'{row["hook_import_us"]} us |')
+    import_rows = {
+        label: {'median_s': statistics.median(t), 'min_s': min(t), 'max_s': max(t)}
+        for label, t in basicsr_times.items()
+    }
+    if import_rows:
+        print(f'\nimport basicsr (pip install .), {import_runs} interleaved runs each ({cpu_name()}):')
+        print('| process | median s | min s | max s |')
+        print('|---|---:|---:|---:|')
+        for label, row in import_rows.items():
+            print(f'| {label} | {row["median_s"]:.2f} | {row["min_s"]:.2f} | {row["max_s"]:.2f} |')
     if out:
         os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
         with open(out, 'w', encoding='utf-8') as f:
-            json.dump({'runs': runs, 'python': sys.version, 'summary': rows, 'seconds': times}, f, indent=1)
+            json.dump(
+                {
+                    'runs': runs, 'python': sys.version, 'cpu': cpu_name(), 'summary': rows, 'seconds': times,
+                    'import_runs': import_runs, 'import_summary': import_rows, 'import_seconds': basicsr_times
+                }, f, indent=1)
     return 0

@@ -73,8 +73,8 @@ class TextDegradationDataset(data.Dataset):
     (3,128,512) (both cropped with ``gt_size``); ``lq_path`` = ``gt_path`` = LMDB key or file path; ``text`` raw
     transcription; ``idm_tokens`` (24,) int64; ``ocr_target`` (25,) int64 (END, then -100).
 
-    ``index`` may exceed ``len(self)`` (``EnlargedSampler`` visits, see tola_plugin/basicsr_compat.py): sample
-    ``index % len`` is read and ``index`` itself seeds the degradation.
+    ``index`` may exceed ``len(self)`` (``EnlargedSampler`` visits, see tola_plugin/basicsr_glue/enlarged_sampler.py):
+    sample ``index % len`` is read and ``index`` itself seeds the degradation.
     """
 
     accepts_enlarged_indices = True

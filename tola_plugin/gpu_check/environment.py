@@ -9,7 +9,7 @@ from typing import Dict, List
 
 import torch
 
-from tola_plugin.utils import distributed
+from tola_plugin.basicsr_glue import distributed
 
 MIN_TORCH = (2, 4)
 # Modules the check takes from the image (checked before any step runs): a stock CUDA PyTorch image has them; the

@@ -1,9 +1,5 @@
-"""Import every ``*_metric.py`` module of this folder so that its classes register themselves."""
-import importlib
-from os import path as osp
+"""The metrics (``*_metric.py``) of this folder register themselves in BasicSR's registries when imported.
 
-from basicsr.utils import scandir
-
-_folder = osp.dirname(osp.abspath(__file__))
-_module_names = sorted(osp.splitext(osp.basename(p))[0] for p in scandir(_folder) if p.endswith('_metric.py'))
-_modules = [importlib.import_module(f'tola_plugin.metrics.{n}') for n in _module_names]
+``import tola_plugin`` announces their names (``tola_plugin/registry_index.py``); BasicSR imports a module when it
+first looks one of its names up, so importing this folder imports none of them.
+"""

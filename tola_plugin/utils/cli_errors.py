@@ -10,7 +10,7 @@
 - Anything else is a bug and keeps its traceback (exit status 1). ``--debug`` (any command; for the training and
   test launchers it is BasicSR's flag, which also shortens the run) shows the traceback of the errors above too.
 - BasicSR's own launcher scripts (``python -m basicsr.train``, ``basicsr/train.py``) get the same one line and exit
-  status through ``install_excepthook`` (``basicsr_compat`` installs it when they read their options).
+  status through ``install_excepthook`` (``basicsr_glue.launchers`` installs it when they read their options).
 
 Every tool is ``argparse`` + ``def main(argv=None) -> int`` + ``run_tool(main)`` (tests call ``main`` in-process),
 and ``main`` makes one call into the package, where the tool's logic lives (``make lint`` checks both:

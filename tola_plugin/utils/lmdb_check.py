@@ -2,7 +2,8 @@
 end of a truncated ``data.mdb`` (a copy cut short, a full disk) is a SIGBUS that kills the process without a word
 (exit status 135). ``check_lmdb`` compares the file's size with the pages its newest meta page says are in use, and
 turns every other failure to open it into an error naming the file. The package's LMDB reader
-(``data/fudanvi_lmdb.py``) and BasicSR's (``LmdbBackend``, patched in ``basicsr_compat``) call it before opening."""
+(``data/fudanvi_lmdb.py``) and BasicSR's (``LmdbBackend``, patched in ``basicsr_glue.lmdb_reader``) call it before
+opening."""
 import os
 
 import lmdb

@@ -17,7 +17,7 @@
   a schedule with an end (``CosineAnnealingRestartLR``: ``sum(periods)`` iterations) must cover ``total_iter``
   (BasicSR steps it ``total_iter - 1`` times; one step past the end is a TypeError deep in the run).
 - The run-wide GPU options: ``allow_tf32`` and ``deterministic`` are booleans (utils/cuda_math.py); ``dist_params``
-  holds only ``backend`` (nccl/gloo), ``port`` and ``timeout_minutes`` (utils/distributed.py).
+  holds only ``backend`` (nccl/gloo), ``port`` and ``timeout_minutes`` (utils/dist_params.py).
 
 Every error is an ``OptionError`` (a ValueError) whose message starts with the option's path in the file.
 """
@@ -29,7 +29,7 @@ from basicsr.utils.registry import ARCH_REGISTRY, DATASET_REGISTRY, LOSS_REGISTR
 
 from tola_plugin.utils import option_schema
 from tola_plugin.utils.devices import cuda_device_count
-from tola_plugin.utils.distributed import BACKENDS, DIST_PARAMS_KEYS, process_group_timeout
+from tola_plugin.utils.dist_params import BACKENDS, DIST_PARAMS_KEYS, process_group_timeout
 from tola_plugin.utils.option_files import OptionError
 
 # Dataset keys that BasicSR's pipelines and ``build_dataloader`` read (basicsr 1.4.2), valid for every dataset.

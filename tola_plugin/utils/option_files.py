@@ -1,4 +1,4 @@
-"""The one reader of option files (YAML): every launcher (ours, and BasicSR's own through ``basicsr_compat``, which
+"""The one reader of option files (YAML): every launcher (ours, and BasicSR's own through ``basicsr_glue``, which
 hands this loader to ``basicsr.utils.options``), tool and library function that reads an option file calls
 ``read_option_file`` (or ``yaml.load`` with ``OptionLoader``).
 

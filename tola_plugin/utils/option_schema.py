@@ -21,7 +21,7 @@ from typing import Dict, FrozenSet, Iterable, Mapping
 BLOCKS = ('top', 'train', 'val')
 
 # Read by BasicSR's pipelines (basicsr/train.py, test.py, utils/options.py, utils/misc.py) for every model, and by
-# this plugin (basicsr_compat.py: allow_tf32, deterministic, dist_params).
+# this plugin (basicsr_glue/: allow_tf32, deterministic, dist_params).
 PIPELINE_KEYS = {
     'top': frozenset({
         'name', 'model_type', 'scale', 'num_gpu', 'manual_seed', 'datasets', 'path', 'train', 'val', 'logger',

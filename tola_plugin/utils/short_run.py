@@ -10,7 +10,7 @@ or a laptop before the real run (docs/own_data.md, "A short run first"). What it
 - ``logger.print_freq: 1`` (a loss line every iteration).
 
 Validation and checkpoints keep their frequencies; BasicSR validates and saves ``net_g_latest.pth`` after the last
-iteration anyway. Applied by the launchers' option parser (``basicsr_compat.parse_options``) after ``--force_yml``.
+iteration anyway. Applied by the launchers' option parser (``basicsr_glue.option_parsing``) after ``--force_yml``.
 """
 from typing import Mapping, MutableMapping
 

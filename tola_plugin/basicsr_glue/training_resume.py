@@ -32,6 +32,7 @@ import os
 import os.path as osp
 import random
 import re
+import sys
 from collections import Counter
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
@@ -236,6 +237,13 @@ class LoopPosition:
 
 
 LOOP = LoopPosition()
+
+
+def warn_early(message: str) -> None:
+    """A warning before BasicSR's logger exists (its file handler is added later): stderr now, the log later
+    (``LOOP.notes``, written by ``exact_resume.resume_training``)."""
+    print(f'warning: {message}', file=sys.stderr, flush=True)
+    LOOP.notes.append(message)
 
 
 # ------------------------------------------------------------------------------------ finding a usable state

@@ -1,6 +1,7 @@
 """How a training or test run uses devices and processes: every decision that depends on CUDA or on the
 launcher, as a small function of its inputs (device counts, environment variables, options), so the tests run
-each branch on a CPU with CUDA simulated. ``basicsr_compat`` wires them into BasicSR's pipeline.
+each branch on a CPU with CUDA simulated. The patches of this package (``process_group``, ``ddp_wrapping``,
+``option_parsing``, ``launchers``) wire them into BasicSR's pipeline.
 
 - ``process_group_backend``: nccl when the model runs on CUDA (``num_gpu > 0``), gloo on the CPU, whatever the
   machine has (a CPU run on a GPU machine must not pick nccl: DDP of a CPU model on NCCL fails).
@@ -9,8 +10,6 @@ each branch on a CPU with CUDA simulated. ``basicsr_compat`` wires them into Bas
 - ``slurm_environment``: BasicSR's ``--launcher slurm`` (srun): rank, world size, master address (first host of
   the allocation, ``scontrol``) and port, with the node-local task id as LOCAL_RANK (upstream's
   ``SLURM_PROCID % device_count`` divides by zero on a CPU and is wrong on nodes with several tasks).
-- ``process_group_timeout``: ``dist_params.timeout_minutes`` (60): rank 0 validates alone while the others wait
-  at their next collective; NCCL's default watchdog (10 minutes) would kill a long validation.
 - ``ddp_options``: ``broadcast_buffers`` only when training can change a buffer (``buffers_change``: never for
   TOLANet, whose buffers are all frozen: nothing to send at every step) and ``device_ids`` on CUDA only.
 - ``check_data_parallel``: ``num_gpu > 1`` without a launcher means DataParallel, which copies every parameter to
@@ -23,7 +22,6 @@ each branch on a CPU with CUDA simulated. ``basicsr_compat`` wires them into Bas
   the process group, which under NCCL can wait on peers blocked in a collective until the timeout (60 minutes);
   torchrun then stops the other ranks.
 """
-import datetime
 import inspect
 import logging
 import os
@@ -34,10 +32,8 @@ import traceback
 from typing import Dict, Mapping, Optional
 
 from tola_plugin.utils.cli_errors import INPUT_ERRORS, USAGE_EXIT_STATUS, error_line
+from tola_plugin.utils.dist_params import BACKENDS
 
-DEFAULT_TIMEOUT_MINUTES = 60
-BACKENDS = ('nccl', 'gloo')
-DIST_PARAMS_KEYS = ('backend', 'port', 'timeout_minutes')
 NVIDIA_DRIVER_FILE = '/proc/driver/nvidia/version'
 
 
@@ -101,14 +97,6 @@ def slurm_environment(environ: Mapping[str, str], port: Optional[int] = None) ->
         'LOCAL_RANK': str(int(environ['SLURM_LOCALID'])), 'MASTER_ADDR': first_slurm_host(environ['SLURM_NODELIST']),
         'MASTER_PORT': str(port) if port is not None else environ.get('MASTER_PORT', '29500')
     }
-
-
-def process_group_timeout(dist_params: Optional[Mapping]) -> datetime.timedelta:
-    """``dist_params.timeout_minutes`` (default 60) as the process group's timeout."""
-    minutes = (dist_params or {}).get('timeout_minutes', DEFAULT_TIMEOUT_MINUTES)
-    if isinstance(minutes, bool) or not isinstance(minutes, (int, float)) or minutes <= 0:
-        raise ValueError(f'dist_params.timeout_minutes: expected a positive number of minutes, got {minutes!r}')
-    return datetime.timedelta(minutes=minutes)
 
 
 def buffers_change(net) -> bool:

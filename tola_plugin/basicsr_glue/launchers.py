@@ -1,0 +1,99 @@
+"""The BasicSR glue's launchers: BasicSR's own launchers, and the one run of its pipelines by ours (``run_pipeline``).
+
+``basicsr.train`` and ``basicsr.test`` get the plugin's ``parse_options`` (reading with
+``option_parsing.read_options``) and ``load_resume_state`` (``resume_state``). Run as scripts (a checkout's
+``basicsr/train.py``, ``python -m basicsr.train``, torchrun), they execute in their own ``__main__`` namespace
+instead, so ``parse_options`` is also patched where they import it from (``basicsr.utils.options``), and gives the
+calling script the same functions; run from an installed basicsr (``python -m``), whose root would be site-packages,
+experiments/, tb_logger/ and results/ go under the current directory instead. Their bad input ends in one ``error:``
+line (exit status 2) as with our launchers (``cli_errors.install_excepthook``; ``--debug`` shows the traceback).
+"""
+import os
+import sys
+
+import basicsr.test
+import basicsr.train
+import basicsr.utils.options
+
+from tola_plugin.basicsr_glue import distributed
+from tola_plugin.basicsr_glue.option_parsing import read_options
+from tola_plugin.basicsr_glue.resume_state import load_resume_state
+from tola_plugin.utils import run_lock
+from tola_plugin.utils.checkpoint_io import weights_only_loads
+from tola_plugin.utils.cli_errors import install_excepthook
+
+
+def parse_options(root_path, is_train=True):
+    """BasicSR's ``parse_options`` as every launcher calls it: the plugin's ``read_options``; called first by
+    BasicSR's pipelines, it also fits the calling launcher script to the plugin."""
+    root_path = _adopt_launcher_script(sys._getframe(1).f_globals, root_path)
+    return read_options(root_path, is_train)
+
+
+def run_pipeline(pipeline) -> int:
+    """Run BasicSR's ``train_pipeline`` or ``test_pipeline`` from the current directory, as ``python -m
+    tola_plugin.train`` / ``.test`` do: every ``torch.load`` weights-only; afterwards the run's locks are released and
+    a distributed run's process group destroyed (torchrun / srun: NCCL warns, and may leak, when a group is never
+    destroyed). A rank of several that raises ends its process at once instead, naming the error
+    (``distributed.end_failed_rank``: destroying the group could wait on the other ranks for the whole timeout).
+    -> 0."""
+    try:
+        with weights_only_loads():
+            pipeline(os.getcwd())
+    except Exception as err:
+        if distributed.distributed_world() > 1:
+            run_lock.release_all()
+            distributed.end_failed_rank(err)
+        raise
+    finally:
+        run_lock.release_all()
+        distributed.end_process_group()
+    return 0
+
+
+def _installed_package_root(root_path: str) -> bool:
+    """Whether ``root_path`` (the parent of the launcher script's folder) is where packages are installed, i.e.
+    the script is the installed basicsr's own (``python -m basicsr.train``), not a checkout's."""
+    return os.path.basename(os.path.normpath(root_path)) in ('site-packages', 'dist-packages')
+
+
+def _give_launcher_our_functions(namespace: dict) -> None:
+    """The plugin's ``parse_options`` and ``load_resume_state`` in a launcher's namespace (module or script)."""
+    for name, function in (('parse_options', parse_options), ('load_resume_state', load_resume_state)):
+        if name in namespace:
+            namespace[name] = function
+
+
+def _adopt_launcher_script(namespace: dict, root_path: str) -> str:
+    """Give a BasicSR launcher run as a script (``namespace``: its globals) the plugin's ``load_resume_state``
+    and, when it runs from an installed package, the current directory as root; returns the root to use."""
+    if 'train_pipeline' not in namespace and 'test_pipeline' not in namespace:
+        return root_path  # not a launcher (e.g. a test calling parse_options)
+    _give_launcher_our_functions(namespace)
+    if namespace.get('__name__') == '__main__':  # BasicSR's own script: no run_tool around it
+        install_excepthook(run_lock.release_all)
+    if not _installed_package_root(root_path):
+        return root_path
+    cwd = os.getcwd()
+    if 'init_tb_loggers' in namespace:  # train.py puts tb_logger/ under opt['root_path'] = its own root
+        script_init_tb_loggers, script_mkdir_and_rename = namespace['init_tb_loggers'], namespace['mkdir_and_rename']
+
+        def init_tb_loggers(opt):
+            return script_init_tb_loggers(dict(opt, root_path=cwd))
+
+        def mkdir_and_rename(path):
+            if os.path.commonpath([path, root_path]) == os.path.normpath(root_path):
+                path = os.path.join(cwd, os.path.relpath(path, root_path))
+            return script_mkdir_and_rename(path)
+
+        namespace['init_tb_loggers'], namespace['mkdir_and_rename'] = init_tb_loggers, mkdir_and_rename
+    print(
+        f'note: BasicSR\'s launcher runs from the installed package ({root_path}); its outputs go under the '
+        f'current directory {cwd}', file=sys.stderr, flush=True)
+    return cwd
+
+
+def apply():
+    basicsr.utils.options.parse_options = parse_options  # where launcher scripts import it from
+    _give_launcher_our_functions(vars(basicsr.train))  # basicsr/__init__ imported both modules before this
+    _give_launcher_our_functions(vars(basicsr.test))
