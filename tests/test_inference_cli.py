@@ -101,12 +101,17 @@ def test_outputs_never_replace_inputs_or_existing_files(tiny_model, tmp_path):
 
 def test_flags_are_strict(tiny_model, tmp_path, monkeypatch, capsys):
     base = ['-i', str(tmp_path), '--model', tiny_model]
-    for bad in (['--out', 'x'], ['--over'], ['--overlap', '512'], ['--batch-size', '0'], ['-s', '0'],
-                ['--checkpoint', 'c.pth'], ['--alpha-background', '1,2'], ['-opt', 'o.yml']):
+    for bad in (['--out', 'x'], ['--over'], ['--overlap', '512'], ['--batch-size',
+                                                                   '0'], ['-s', '0'], ['--checkpoint', 'c.pth'],
+                ['--alpha-background',
+                 '1,2'], ['-opt', 'o.yml'], ['--streams', '0'], ['--streams',
+                                                                 'many'], ['--streams', '2', '--backend', 'torch']):
         with pytest.raises(SystemExit) as exc:
             infer.parse_args(base + bad)  # abbreviations are off: --out is not --output
         assert exc.value.code == 2, bad
     assert infer.parse_args(base + ['-o', 'x']).output == 'x'  # -o is the output, not -opt
+    assert [infer.parse_args(base + s).streams
+            for s in ([], ['--streams', '3'], ['--streams', 'auto'])] == [infer.DEFAULT_STREAMS, 3, 'auto']
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match='CUDA is not available'):
             infer.main(base + ['--device', 'cuda', '-o', str(tmp_path / 'o')])

@@ -9,7 +9,7 @@ import yaml
 
 import tola_plugin  # noqa: F401
 from tola_plugin.archs.precision import cpu_has_native_bf16
-from tola_plugin.benchmarks import inference_inputs, peak_memory, stage_timing
+from tola_plugin.benchmarks import folder_throughput, inference_inputs, peak_memory, stage_timing
 from conftest import REPO, render_pairs
 from figure_testing import annotations, capture_figures, scatter_points
 from inference_testing import write_tiny_merged
@@ -46,7 +46,7 @@ def result(tmp_path_factory):
     assert benchmark_inference.main([
         '-opt',
         str(opt), '--random-weights', '--repeats', '1', '--precision', *PRECISIONS, '--photo-lines', '2', '--no-memory',
-        '--quality-model', quality_model, '--quality-opt',
+        '--folder-lines', '3', '--quality-model', quality_model, '--quality-opt',
         str(quality_opt), '--workdir',
         str(folder / 'work'), '--out',
         str(out)
@@ -84,6 +84,14 @@ def test_benchmark_reports_every_route_precision_and_target(result):
     assert set(data['targets']) >= {
         'default_vs_reference', 'openvino_fp32_vs_reference', 'default_vs_bf16_ceiling', 'photo_batch_speedup'
     }
+    folder = data['folder']  # every setting ran (OpenVINO fp32 qualified: the parity above) on the same 3 lines
+    assert folder['lines'] == 3 and set(folder['rows']) == {name for name, _, _ in folder_throughput.SETTINGS}
+    for name, streams, batch in folder_throughput.SETTINGS:
+        row = folder['rows'][name]
+        assert row['images_per_s'] == pytest.approx(3 / row['seconds']) and row['streams'] == streams
+        assert row['max_diff_u8'] <= 1 and row['same_text_prior']  # the same images as one stream
+        assert row['batch'] == (batch or row['batch']) and row['requests'] >= 1  # (one thread here: one stream)
+    assert folder['default'] == folder_throughput.folder_default(folder['rows'])['default']
     quality = data['quality']
     assert quality['lines'] == 3 and set(quality['rows']) == routes - set(quality['passed_over'])
     bf16_rows = {name.split()[0] for name in quality['rows'] if name.endswith('bf16')}
@@ -93,6 +101,18 @@ def test_benchmark_reports_every_route_precision_and_target(result):
     assert data['machine']['torch'] == torch.__version__
     table = (folder / 'inference.md').read_text(encoding='utf-8')
     assert table.startswith('| route | precision | batch |') and 'share of ceiling' in table and 'target ' in table
+    assert 'Folder of 3 lines' in table and 'folder default: ' in table
+
+
+def test_folder_default_changes_only_for_a_clear_win():
+
+    def rows(throughput):
+        return {'one stream': {'images_per_s': 2.0}, 'throughput': {'images_per_s': 2.0 * throughput}}
+
+    assert folder_throughput.folder_default(rows(1.19)) == {'speedup': pytest.approx(1.19), 'default': 'one stream'}
+    assert folder_throughput.folder_default(rows(1.2)) == {'speedup': pytest.approx(1.2), 'default': 'throughput'}
+    assert folder_throughput.folder_default(rows(0.5))['default'] == 'one stream'
+    assert folder_throughput.folder_default({}) == {'speedup': None, 'default': 'one stream'}  # not measured
 
 
 def test_peak_rss_child_measures_one_restore(result):

@@ -19,3 +19,17 @@ def rgb_triple(text: str):
     if len(values) != 3 or not all(0 <= v <= 255 for v in values):
         raise argparse.ArgumentTypeError(f'expected R,G,B with three integers in [0, 255], got {text!r}')
     return values
+
+
+def openvino_streams(text: str):
+    """'auto' or an integer >= 1 (OpenVINO's streams, tola_plugin.runtime.openvino_client.check_streams), else an
+    argparse error saying what was expected."""
+    if text == 'auto':
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1 or 'auto', got {text!r}")
+    return value

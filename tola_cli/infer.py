@@ -22,13 +22,15 @@ docs/restore.md and docs/reliability.md have the details.
 import argparse
 import math
 
-from tola_cli.arguments import rgb_triple
+from tola_cli.arguments import openvino_streams, rgb_triple
 
 # The library's defaults (tola_plugin.data.image_io.DEFAULT_MAX_PIXELS, inference.work_bounds), repeated here so
 # that --help needs no import of the package; tests/test_reliability_bounds.py checks that they agree.
 DEFAULT_MAX_MEGAPIXELS = 64.0
 DEFAULT_MAX_WINDOWS = 256
 DEFAULT_MAX_OUTPUT_MEGAPIXELS = 100.0
+#: OpenVINO's streams for a run: measured on a folder of 32 lines (docs/inference.md, "Folders: streams")
+DEFAULT_STREAMS = 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -66,6 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
         '--backend', choices=('auto', 'openvino', 'torch'), default='auto',
         help='runtime of the IDM and VAE (auto: OpenVINO on the CPU where it qualifies, else torch; on a GPU torch; '
         'docs/inference.md)')
+    parser.add_argument(
+        '--streams', type=openvino_streams, default=DEFAULT_STREAMS, metavar='N|auto',
+        help=f'OpenVINO streams: 1 = every core on each window (the fastest single image), N > 1 or auto = '
+        f"OpenVINO's throughput settings, a batch's windows in flight together (folders; docs/inference.md) "
+        f'({DEFAULT_STREAMS})')
     parser.add_argument(
         '--requalify', action='store_true',
         help="forget this machine's verdicts on the model's fast paths and qualify them again (docs/inference.md)")
@@ -106,6 +113,8 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error('the following arguments are required: -i/--input')
     if args.checkpoint and not args.opt:
         parser.error('--checkpoint goes with -opt (a merged --model already holds its adaptation)')
+    if args.streams != 1 and args.backend == 'torch':
+        parser.error(f'--streams {args.streams} is a setting of the OpenVINO backend; --backend torch runs one stream')
     if args.batch_size is not None and args.batch_size < 1:
         parser.error(f'--batch-size must be >= 1, got {args.batch_size}')
     if not 0 <= args.overlap < 512:
@@ -132,8 +141,8 @@ def main(argv=None) -> int:
 
     def pipeline():
         return TOLAPipeline.load(args.model, args.opt, args.checkpoint, switches, args.device, args.backend,
-                                 requalify=args.requalify, overlap=args.overlap, pad_mode=args.pad_mode,
-                                 batch_size=args.batch_size, background=args.alpha_background,
+                                 requalify=args.requalify, streams=args.streams, overlap=args.overlap,
+                                 pad_mode=args.pad_mode, batch_size=args.batch_size, background=args.alpha_background,
                                  max_pixels=round(args.max_megapixels * 1e6), max_windows=args.max_windows,
                                  max_output_pixels=args.max_output_megapixels * 1e6, color_fix=args.color_fix)
 

@@ -7,11 +7,13 @@ matmul ceiling, the batched photo path, peak memory, and the precisions' quality
         experiments/demo_TOLA/TOLA_demo_merged.safetensors --out results/benchmark/inference.json   # after make demo
     python tools/benchmark_inference.py -opt options/test/test_TOLA.yml --checkpoint net_g.pth --out ...
     python tools/benchmark_inference.py --random-weights --train-iteration options/train/train_TOLA.yml
+    python tools/benchmark_inference.py --folder-model experiments/demo_TOLA/TOLA_demo_merged.safetensors
 
 Routes (tola_plugin/benchmarks/inference_benchmark.py): reference (DiffTSR's way), torch and openvino in each
 --precision, and default (what tola-infer, TOLAPipeline and tola-web run here by default). Prints a markdown table
-with seconds per image, GMAC/s and the share of the measured matmul ceiling, the issue's targets met or not, and
-writes JSON (``tools/plot_results.py latency --benchmark`` reads it). Timed runs need a quiet machine.
+with seconds per image, GMAC/s and the share of the measured matmul ceiling, images per second of a folder run
+with one OpenVINO stream and with its throughput settings, the issue's targets met or not, and writes JSON
+(``tools/plot_results.py latency --benchmark`` reads it). Timed runs need a quiet machine.
 """
 import argparse
 import os
@@ -37,6 +39,11 @@ def parse_args(argv=None):
     p.add_argument('--photo-lines', type=int, default=8,
                    help='lines of the batched photo path, vs as many single calls (default 8; 1: skip)')
     p.add_argument('--no-memory', action='store_true', help='skip the peak-RSS processes')
+    p.add_argument(
+        '--folder-lines', type=int, default=32,
+        help='lines of the folder run timed with one OpenVINO stream and with its throughput settings '
+        '(default 32; 0: skip)')
+    p.add_argument('--folder-model', help='instead: only the folder run, of this merged model (e.g. the demo model)')
     p.add_argument('--quality-model', help='merged model with trained weights for the quality table (e.g. the demo '
                    'model of make demo)')
     p.add_argument('--quality-opt', default=DEMO_TEST_OPT,
@@ -51,6 +58,8 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.repeats < 1 or args.photo_lines < 1:
         p.error('--repeats and --photo-lines must be positive')
+    if args.folder_lines < 0 or (args.folder_model and args.folder_lines < 1):
+        p.error(f'--folder-lines must be positive (0: skip, without --folder-model), got {args.folder_lines}')
     return args
 
 
@@ -60,7 +69,7 @@ def main(argv=None) -> int:
     command = ' '.join(['python tools/benchmark_inference.py'] + list(sys.argv[1:] if argv is None else argv))
     benchmark_and_write(args.opt, args.checkpoint, args.random_weights, args.precision, args.repeats, args.photo_lines,
                         not args.no_memory, args.quality_model, args.quality_opt, args.quality_lines, args.workdir,
-                        command, args.train_iteration, args.out)
+                        command, args.train_iteration, args.out, args.folder_lines, args.folder_model)
     return 0
 
 

@@ -18,12 +18,14 @@ path: ``photo_lines`` windows in one call of the default network vs as many sing
 each route in a fresh process (with its OpenVINO worker's), above the import baseline, against the bytes of the
 weights it runs. Quality on trained weights (``quality``): the held-out lines of a test option file restored with a
 merged model in each precision and backend: PSNR (Y) against HR and against fp32, and whether the text prior's ids
-equal fp32's. ``TARGETS`` are the issue's; ``check_targets`` says which are met.
+equal fp32's. A folder run (``folder_throughput``, ``folder_lines`` lines): images per second with one OpenVINO
+stream vs its throughput settings. ``TARGETS`` are the issue's; ``check_targets`` says which are met.
 
 This module runs the benchmark (``run_benchmark``); each job is a module of its own: the inputs
 (``inference_inputs``), the networks (``inference_routes``), the ceiling and machine (``machine_ceiling``), the stage
-timers (``stage_timing``), peak memory (``peak_memory``), quality (``precision_quality``), the training iteration
-(``training_timing``), targets and tables (``inference_report``); MACs are ``complexity.route_macs``.
+timers (``stage_timing``), peak memory (``peak_memory``), quality (``precision_quality``), folders
+(``folder_throughput``), the training iteration (``training_timing``), targets and tables (``inference_report``);
+MACs are ``complexity.route_macs``.
 """
 import json
 import os
@@ -36,6 +38,7 @@ from typing import Dict, Optional
 import torch
 
 from tola_plugin.benchmarks.complexity import route_macs
+from tola_plugin.benchmarks.folder_throughput import folder_markdown, folder_throughput
 from tola_plugin.benchmarks.inference_inputs import rendered_lines
 from tola_plugin.benchmarks.inference_report import check_targets, markdown, write
 from tola_plugin.benchmarks.inference_routes import (build_reference, export_merged, load_route, runtime_weight_bytes,
@@ -53,7 +56,7 @@ from tola_plugin.runtime.placement import NoPathLeft
 def run_benchmark(opt_path: str, checkpoint=None, random_weights: bool = False, precisions=('fp32', 'bf16'),
                   repeats: int = 3, photo_lines: int = 8, memory: bool = True, quality_model: Optional[str] = None,
                   quality_opt: Optional[str] = None, quality_limit: Optional[int] = None, workdir: Optional[str] = None,
-                  command: str = '') -> Dict:
+                  command: str = '', folder_lines: int = 32) -> Dict:
     """The whole benchmark (module docstring) on the CPU -> the result dict (JSON-ready, with 'targets')."""
 
     lines = rendered_lines(max(1, photo_lines))
@@ -149,6 +152,8 @@ def run_benchmark(opt_path: str, checkpoint=None, random_weights: bool = False, 
         for runtime in runtimes.values():
             runtime.close()
         del nets, timers, runtimes
+        if folder_lines and 'openvino' in backends:
+            result['folder'] = folder_throughput(merged, folder_lines, max(1, repeats - 1), workdir=folder)
         if memory:
             result['memory'] = {
                 route: peak_rss(route, opt_path, checkpoint, random_weights, merged, lines[:1])
@@ -167,9 +172,20 @@ def benchmark_and_write(opt_path: str, checkpoint=None, random_weights: bool = F
                         repeats: int = 3, photo_lines: int = 8, memory: bool = True,
                         quality_model: Optional[str] = None, quality_opt: Optional[str] = None,
                         quality_limit: Optional[int] = None, workdir: Optional[str] = None, command: str = '',
-                        train_iteration: Optional[str] = None, out: Optional[str] = None) -> Dict:
+                        train_iteration: Optional[str] = None, out: Optional[str] = None, folder_lines: int = 32,
+                        folder_model: Optional[str] = None) -> Dict:
     """tools/benchmark_inference.py: the benchmark (or, with ``train_iteration``, the training iteration of that
-    option file), its table printed, the JSON and the table written to ``out``; returns the result."""
+    option file; with ``folder_model``, the folder run of that merged model alone), its table printed, the JSON and
+    the table written to ``out``; returns the result."""
+    if folder_model:
+        result = {
+            'machine': machine(), 'command': command, 'folder': folder_throughput(folder_model, folder_lines, repeats,
+                                                                                  workdir=workdir)
+        }
+        table = '\n'.join(folder_markdown(result['folder']))
+        print(table)
+        write(result, table, out)
+        return result
     if train_iteration:
         result = {
             'machine': machine(), 'command': command, 'random_weights': random_weights,
@@ -179,7 +195,7 @@ def benchmark_and_write(opt_path: str, checkpoint=None, random_weights: bool = F
         write(result, None, out)
         return result
     result = run_benchmark(opt_path, checkpoint, random_weights, precisions, repeats, photo_lines, memory,
-                           quality_model, quality_opt, quality_limit, workdir, command)
+                           quality_model, quality_opt, quality_limit, workdir, command, folder_lines)
     table = markdown(result)
     print(table)
     write(result, table, out)

@@ -3,6 +3,7 @@ import json
 import os
 from typing import Dict, Optional
 
+from tola_plugin.benchmarks.folder_throughput import folder_markdown
 from tola_plugin.benchmarks.stage_timing import STAGES
 
 #: the issue's targets (2-core CPU with native bf16, batch 1, full size)
@@ -77,6 +78,8 @@ def markdown(result: Dict) -> str:
         lines.append(f"peak RSS {route}: {mem['peak_rss_bytes'] / 2**30:.2f} GiB, {above / 2**30:.2f} GiB above the "
                      f"{mem['import_rss_bytes'] / 2**30:.2f} GiB import baseline = {above / weights:.2f}x the "
                      f"{weights / 2**30:.2f} GiB of weights it runs")
+    if 'folder' in result:
+        lines += folder_markdown(result['folder'])
     q = result.get('quality')
     if q:
         lines += [

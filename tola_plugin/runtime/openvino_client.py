@@ -1,6 +1,10 @@
 """The parent's side of the OpenVINO worker (``openvino_worker.py``): start it, have it compile the stages in one
 precision, run stages on CPU tensors, and turn its death, a hang or an error into ``ChildFailure``.
 
+Streams: 1 (the default) compiles the stages for one request at a time with every thread on it; n > 1 or 'auto'
+compiles them with OpenVINO's throughput settings and the worker splits each batch of a batch-major stage
+(``BATCH_MAJOR``) across the requests in flight (``openvino_worker.run_stage``; docs/inference.md, "Folders: streams").
+
 Everything OpenVINO does happens in the worker: a kernel that crashes there (SIGSEGV) or never returns is a
 ``ChildFailure`` here, and the runtime moves on to the next path (``placement.Runtime.fail``). The worker's stderr
 goes to a temporary file whose tail is part of the message.
@@ -9,7 +13,7 @@ import os
 import subprocess
 import tempfile
 from multiprocessing.connection import Connection
-from typing import Dict, Optional
+from typing import Dict, Optional, Union
 
 import numpy as np
 import torch
@@ -21,12 +25,29 @@ HINTS = {torch.float32: 'f32', torch.bfloat16: 'bf16', torch.float16: 'f16'}
 #: seconds a worker may take to compile the stages / to run one stage before it counts as hung (full size on 2
 #: cores: about 30 s to compile for bf16, 2 s per stage)
 TIMEOUTS = {'load': 900.0, 'run': 600.0}
+#: the stages whose inputs and output all have the batch first (``stages.py``): split across requests in flight
+BATCH_MAJOR = ('vae_encoder', 'idm', 'vae_decoder')
+
+Streams = Union[int, str]  # 1, n > 1, or 'auto'
+
+
+def check_streams(streams: Streams) -> Streams:
+    """``streams`` as the worker takes it (an int >= 1 or 'auto'), else a ValueError naming the choices."""
+    if streams == 'auto':
+        return streams
+    if isinstance(streams, bool) or not isinstance(streams, int) or streams < 1:
+        raise ValueError(f"streams must be 1 (one stream: every thread on each window), a number > 1 or 'auto' "
+                         f"(OpenVINO's throughput settings), got {streams!r}")
+    return streams
 
 
 class OpenVINOWorker:
-    """One worker process serving the stages of one cache entry in one precision (``dtype``)."""
+    """One worker process serving the stages of one cache entry in one precision (``dtype``) with ``streams``
+    (``check_streams``); ``streams_run`` and ``requests``: what OpenVINO compiled (streams, requests in flight)."""
 
-    def __init__(self, stages: Dict[str, str], dtype: torch.dtype, threads: int, cache_dir: Optional[str]):
+    def __init__(self, stages: Dict[str, str], dtype: torch.dtype, threads: int, cache_dir: Optional[str],
+                 streams: Streams = 1):
+        streams = check_streams(streams)
         if dtype not in HINTS:
             raise ValueError(f'the OpenVINO backend runs fp32, bf16 or fp16, got {dtype}')
         self.dtype, self.what = dtype, f'the OpenVINO worker ({HINTS[dtype]})'
@@ -46,8 +67,9 @@ class OpenVINOWorker:
         self.info = self.call(
             {
                 'op': 'load', 'stages': dict(stages), 'hint': HINTS[dtype], 'threads': int(threads),
-                'cache_dir': cache_dir
+                'cache_dir': cache_dir, 'streams': streams
             }, TIMEOUTS['load'])
+        self.streams_run, self.requests = int(self.info['streams']), int(self.info['requests'])
 
     def _stderr_tail(self) -> str:
         self.stderr.seek(0)
@@ -83,7 +105,8 @@ class OpenVINOWorker:
                                    'torch on a GPU')
             tensor = tensor.detach()
             feeds.append((tensor.float() if tensor.is_floating_point() else tensor.long()).contiguous().numpy())
-        reply = self.call({'op': 'run', 'stage': stage, 'inputs': feeds}, TIMEOUTS['run'])
+        reply = self.call({'op': 'run', 'stage': stage, 'inputs': feeds, 'split': stage in BATCH_MAJOR},
+                          TIMEOUTS['run'])
         return torch.from_numpy(np.asarray(reply['output'], dtype=np.float32))
 
     def alive(self) -> bool:

@@ -22,7 +22,7 @@ import torch
 from tola_plugin.archs.precision import dtype_name
 from tola_plugin.runtime import openvino_stages, qualification
 from tola_plugin.runtime.child_process import ChildFailure, python_command, run_child
-from tola_plugin.runtime.openvino_client import OpenVINOWorker
+from tola_plugin.runtime.openvino_client import OpenVINOWorker, Streams, check_streams
 from tola_plugin.runtime.plan import BACKENDS, Path, RuntimePlan, candidate_paths
 from tola_plugin.runtime.stage_source import StageSource
 from tola_plugin.runtime.stages import STAGES, RoutedIDM, RoutedVAE
@@ -65,11 +65,16 @@ def resolve_backends(backend: str, device: torch.device, notes: List) -> List[st
 class Runtime:
     """Where and how the inference TOLANet ``net`` runs (module docstring). ``source``: the merged file ``net`` was
     loaded from (names the model in the caches; None: a hash of its stage tensors). ``requalify``: drop this
-    machine's cached verdicts of the model first. ``say``: where the one-line notes go (stderr)."""
+    machine's cached verdicts of the model first. ``say``: where the one-line notes go (stderr). ``streams``: the
+    OpenVINO worker's (``openvino_client.check_streams``; docs/inference.md, "Folders: streams"); torch runs one."""
 
     def __init__(self, net, device=None, backend: str = 'auto', allow_tf32: bool = False, source: Optional[str] = None,
-                 requalify: bool = False, say: Callable[[str], None] = say):
+                 requalify: bool = False, say: Callable[[str], None] = say, streams: Streams = 1):
         self.net, self.say = net, say
+        self.streams = check_streams(streams)
+        if streams != 1 and backend == 'torch':
+            raise ValueError(f'streams {streams}: a setting of the OpenVINO backend; backend torch runs one stream '
+                             '(use streams 1, or backend auto or openvino)')
         self.device = resolve_device(None if device is None else str(device))
         self.backend, self.allow_tf32 = backend, allow_tf32
         self.source = StageSource(net.idm, net.vae, source)
@@ -83,6 +88,9 @@ class Runtime:
         if requalify:
             qualification.forget(self.source.digest)
         self.plan = self._decide()
+        if streams != 1 and self.plan.backend != 'openvino':
+            self.say(f'streams {streams}: a setting of the OpenVINO backend, not used: {self.plan.path.name} runs '
+                     'one stream')
 
     # ------------------------------------------------------------------------------------------------ deciding
     def _decide(self) -> RuntimePlan:
@@ -164,7 +172,8 @@ class Runtime:
             except (ChildFailure, OSError) as err:
                 return f'the conversion to OpenVINO failed: {err}', None
             try:
-                self.worker = OpenVINOWorker(stages.paths(), path.dtype, torch.get_num_threads(), cache_dir)
+                self.worker = OpenVINOWorker(stages.paths(), path.dtype, torch.get_num_threads(), cache_dir,
+                                             self.streams)
                 return '', None
             except ChildFailure as err:
                 if attempt == 2:
@@ -235,6 +244,11 @@ class Runtime:
             self.net.set_switches(precision=precision)
         self.plan = self._decide()
         return self.plan
+
+    @property
+    def requests_in_flight(self) -> int:
+        """How many windows run at once: the OpenVINO worker's requests (streams), else 1."""
+        return self.worker.requests if self.worker is not None and self.plan.backend == 'openvino' else 1
 
     def worker_peak_rss(self) -> int:
         """Peak resident memory of the OpenVINO worker (bytes; 0 without one): the benchmark adds it to ours."""
