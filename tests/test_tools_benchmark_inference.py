@@ -84,14 +84,14 @@ def test_benchmark_reports_every_route_precision_and_target(result):
     assert set(data['targets']) >= {
         'default_vs_reference', 'openvino_fp32_vs_reference', 'default_vs_bf16_ceiling', 'photo_batch_speedup'
     }
-    folder = data['folder']  # every setting ran (OpenVINO fp32 qualified: the parity above) on the same 3 lines
-    assert folder['lines'] == 3 and set(folder['rows']) == {name for name, _, _ in folder_throughput.SETTINGS}
+    run = data['folder']  # every setting ran (OpenVINO fp32 qualified: the parity above) on the same 3 lines
+    assert run['lines'] == 3 and set(run['rows']) == {name for name, _, _ in folder_throughput.SETTINGS}
     for name, streams, batch in folder_throughput.SETTINGS:
-        row = folder['rows'][name]
+        row = run['rows'][name]
         assert row['images_per_s'] == pytest.approx(3 / row['seconds']) and row['streams'] == streams
         assert row['max_diff_u8'] <= 1 and row['same_text_prior']  # the same images as one stream
         assert row['batch'] == (batch or row['batch']) and row['requests'] >= 1  # (one thread here: one stream)
-    assert folder['default'] == folder_throughput.folder_default(folder['rows'])['default']
+    assert run['default'] == folder_throughput.folder_default(run['rows'])['default']
     quality = data['quality']
     assert quality['lines'] == 3 and set(quality['rows']) == routes - set(quality['passed_over'])
     bf16_rows = {name.split()[0] for name in quality['rows'] if name.endswith('bf16')}

@@ -202,8 +202,10 @@ class TOLAPipeline:
         than one request runs at once)."""
         if self.plan is not None:
             requests = self.runtime.requests_in_flight
-            streams = f'; {self.runtime.worker.streams_run} OpenVINO streams, {requests} requests in flight'
-            return self.plan.describe() + (streams if requests > 1 else '')
+            if requests > 1:
+                return (f'{self.plan.describe()}; {self.runtime.worker.streams_run} OpenVINO streams, {requests} '
+                        'requests in flight')
+            return self.plan.describe()
         return f'runtime: {self.device}, torch (the network as given, no runtime decision)'
 
     @property
