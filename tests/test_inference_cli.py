@@ -12,7 +12,6 @@ from PIL import Image
 
 from tola_cli import infer
 from tola_plugin.data_preparation.photo_render import render_photo
-from tola_plugin.inference import folder_run
 from tola_plugin.inference.prior_csv import read_prior_csv
 from inference_testing import PHOTO_LINES, write_tiny_merged
 from tola_testing import one_thread  # noqa: F401
@@ -110,16 +109,7 @@ def test_flags_are_strict(tiny_model, tmp_path, monkeypatch, capsys):
         assert exc.value.code == 2, bad
     assert infer.parse_args(base + ['-o', 'x']).output == 'x'  # -o is the output, not -opt
     streams = [infer.parse_args(base + s).streams for s in ([], ['--streams', '3'], ['--streams', 'auto'])]
-    assert streams == [None, 3, 'auto']
-    # not asked: the throughput settings for a folder where OpenVINO may run, else one stream
-    cv2.imwrite(str(tmp_path / 'one.png'), np.zeros((8, 8, 3), np.uint8))
-    assert folder_run.default_streams(str(tmp_path)) == folder_run.FOLDER_STREAMS == 'auto'
-    assert folder_run.default_streams(str(tmp_path / 'one.png')) == 1
-    assert folder_run.default_streams(str(tmp_path), None, 'torch') == folder_run.default_streams(None) == 1
-    with monkeypatch.context() as cuda:
-        cuda.setattr(torch.cuda, 'is_available', lambda: True)  # CUDA simulated: torch runs there by default
-        assert folder_run.default_streams(str(tmp_path)) == 1
-        assert folder_run.default_streams(str(tmp_path), 'cpu') == 'auto'
+    assert streams == [1, 3, 'auto']  # one stream unless asked (docs/inference.md, "Folders: streams")
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match='CUDA is not available'):
             infer.main(base + ['--device', 'cuda', '-o', str(tmp_path / 'o')])

@@ -150,3 +150,17 @@ def test_latency_figure_from_the_benchmark_json(result, tmp_path, monkeypatch):
             str(summary), '--out',
             str(tmp_path / 'bad')
         ])
+
+
+def test_folder_model_runs_the_folder_measurement_alone(result, tmp_path):
+    """``--folder-model MERGED`` (docs/inference.md, "Folders: streams"): only the folder run, its table and JSON."""
+    _, folder = result
+    out = tmp_path / 'folder.json'
+    args = ['--folder-model', str(folder / 'trained.safetensors'), '--folder-lines', '2', '--repeats', '1']
+    assert benchmark_inference.main(args + ['--out', str(out)]) == 0
+    data = json.loads(out.read_text(encoding='utf-8'))
+    assert set(data) == {'machine', 'command', 'folder'} and data['folder']['lines'] == 2
+    assert all(row['max_diff_u8'] <= 1 and row['same_text_prior'] for row in data['folder']['rows'].values())
+    assert (tmp_path / 'folder.md').read_text(encoding='utf-8').lstrip().startswith('Folder of 2 lines')
+    with pytest.raises(SystemExit):
+        benchmark_inference.parse_args(args[:2] + ['--folder-lines', '0'])

@@ -67,10 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
         help='runtime of the IDM and VAE (auto: OpenVINO on the CPU where it qualifies, else torch; on a GPU torch; '
         'docs/inference.md)')
     parser.add_argument(
-        '--streams', type=openvino_streams, metavar='N|auto',
-        help="OpenVINO streams: 1 = every core on each window (the fastest single image); N > 1 or auto = OpenVINO's "
-        "throughput settings, a batch's windows in flight together (default: auto for a folder on the CPU, "
-        'measured 1.5x the images per second of one stream; 1 otherwise; docs/inference.md)')
+        '--streams', type=openvino_streams, default=1, metavar='N|auto',
+        help="OpenVINO streams: 1 = every core on each window (default: on a folder of 32 lines OpenVINO's "
+        'throughput settings measured 1.00-1.03x its images per second on 2 cores); N > 1 or auto = the throughput '
+        "settings, a batch's windows in flight together (docs/inference.md, Folders: streams)")
     parser.add_argument(
         '--requalify', action='store_true',
         help="forget this machine's verdicts on the model's fast paths and qualify them again (docs/inference.md)")
@@ -111,7 +111,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error('the following arguments are required: -i/--input')
     if args.checkpoint and not args.opt:
         parser.error('--checkpoint goes with -opt (a merged --model already holds its adaptation)')
-    if args.streams not in (None, 1) and args.backend == 'torch':
+    if args.streams != 1 and args.backend == 'torch':
         parser.error(f'--streams {args.streams} is a setting of the OpenVINO backend; --backend torch runs one stream')
     if args.batch_size is not None and args.batch_size < 1:
         parser.error(f'--batch-size must be >= 1, got {args.batch_size}')
@@ -129,7 +129,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def main(argv=None) -> int:
     """Run the command (for tests and tools): usage errors exit via argparse; bad input raises."""
     args = parse_args(argv)
-    from tola_plugin.inference.folder_run import default_streams, restore_folder, show_runtime  # after parsing
+    from tola_plugin.inference.folder_run import restore_folder, show_runtime  # heavy imports only after parsing
     from tola_plugin.inference.pipeline import TOLAPipeline
     switches = {
         name: value
@@ -139,13 +139,12 @@ def main(argv=None) -> int:
 
     def pipeline():
         return TOLAPipeline.load(args.model, args.opt, args.checkpoint, switches, args.device, args.backend,
-                                 requalify=args.requalify, streams=streams, overlap=args.overlap,
+                                 requalify=args.requalify, streams=args.streams, overlap=args.overlap,
                                  pad_mode=args.pad_mode, batch_size=args.batch_size, background=args.alpha_background,
                                  max_pixels=round(args.max_megapixels * 1e6), max_windows=args.max_windows,
                                  max_output_pixels=args.max_output_megapixels * 1e6, color_fix=args.color_fix)
 
     TOLAPipeline.check_placement(args.device, args.backend)  # a bad device: an error before anything is read
-    streams = args.streams if args.streams is not None else default_streams(args.input, args.device, args.backend)
     if args.show_runtime:
         return show_runtime(pipeline)
     return restore_folder(args.input, args.output, pipeline, args.suffix, args.ext, args.detect, args.outscale,

@@ -28,16 +28,11 @@ from tola_plugin.inference.pipeline import TOLAPipeline
 from tola_plugin.inference.prior_csv import read_prior_rows, write_prior_csv
 from tola_plugin.utils import run_lock
 from tola_plugin.utils.atomic_files import read_json_dict, write_json
-from tola_plugin.utils.devices import resolve_device
 
 PRIOR_CSV = 'prior.csv'
 LOCK_FILE = '.tola-infer.lock'
 MAX_LISTED = 5
 INTERRUPTED_STATUS = 130  # the shell's status for a run ended by Ctrl-C (128 + SIGINT)
-#: OpenVINO's streams of a folder run: its throughput settings, measured 1.53x the images per second of one stream
-#: on a folder of 32 lines of the demo model (2 vCPUs; docs/inference.md, "Folders: streams"); one image runs one
-#: stream, every core on its windows
-FOLDER_STREAMS = 'auto'
 
 
 @dataclass
@@ -261,13 +256,6 @@ def restore_folder(input: str, output: str, pipeline: PipelineSource, suffix: st
         if created:  # a run that wrote nothing (e.g. no model) leaves no empty folder behind
             with contextlib.suppress(OSError):
                 os.rmdir(output)
-
-
-def default_streams(source: Optional[str], device=None, backend: str = 'auto'):
-    """tola-infer's OpenVINO streams when none is asked: FOLDER_STREAMS for a folder where OpenVINO may run (the
-    CPU, backend auto or openvino), else 1."""
-    cpu = resolve_device(None if device is None else str(device)).type == 'cpu'
-    return FOLDER_STREAMS if source and os.path.isdir(source) and cpu and backend != 'torch' else 1
 
 
 def show_runtime(pipeline: PipelineSource) -> int:
