@@ -72,7 +72,8 @@ def test_openvino_text_prior_matches_the_torch_route(converted, shape):
     ids, probs = pipe.net.decode_text(lq)
     ref_ids, ref_probs = ref_net.decode_text(lq)
     assert torch.equal(ids, ref_ids)
-    # float32 vs float32, two runtimes' kernels (docs/inference.md, "Qualification": measured 3e-7 at most)
+    # float32 vs float32, two runtimes' kernels: measured 2.1e-7 here, 3.3e-6 on the demo model; the bound is 100x
+    # the larger (docs/inference.md, "Qualification")
     within(
         qualification.relative_rms(probs, ref_probs), qualification.PRIOR_BOUNDS[torch.float32],
         f'OpenVINO vs torch text prior confidences, {tuple(shape)}')
