@@ -6,7 +6,8 @@ interleaved, median of ``repeats`` runs after a warm-up, batch 1:
 
   reference        DiffTSR's way: greedy TransOCR re-running the whole prefix for 24 steps, LoRA unmerged, fp32.
   torch <p>        ``TOLANet.load_for_inference`` of the merged file on torch, precision p (qualified first).
-  openvino <p>     the same with the IDM and VAE on OpenVINO, in its worker process (``tola_plugin/runtime``).
+  openvino <p>     the same with the text prior (TransOCR), the IDM and the VAE on OpenVINO, in its worker
+                   process (``tola_plugin/runtime``).
   default          what tola-infer / TOLAPipeline / tola-web run by default here (``runtime.placement.Runtime``:
                    backend auto, precision auto; its plan is in the result). A route that does not qualify on
                    this machine is reported under 'passed_over', not timed.

@@ -8,8 +8,9 @@ goes to a temporary file whose tail is part of the message.
 import os
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import numpy as np
 import torch
@@ -21,6 +22,13 @@ HINTS = {torch.float32: 'f32', torch.bfloat16: 'bf16', torch.float16: 'f16'}
 #: seconds a worker may take to compile the stages / to run one stage before it counts as hung (full size on 2
 #: cores: about 30 s to compile for bf16, 2 s per stage)
 TIMEOUTS = {'load': 900.0, 'run': 600.0}
+
+
+@dataclass(frozen=True)
+class Kept:
+    """A stage output left in the worker (``OpenVINOWorker.run(..., keep=name)``): an input of later runs by name."""
+    name: str
+    shape: Tuple[int, ...]
 
 
 class OpenVINOWorker:
@@ -74,16 +82,22 @@ class OpenVINOWorker:
             raise ChildFailure(self.what, reply.get('error', 'failed'))
         return reply
 
-    def run(self, stage: str, *tensors: torch.Tensor) -> torch.Tensor:
-        """One stage on CPU tensors (floats as fp32, integers as int64) -> its fp32 output."""
+    def run(self, stage: str, *tensors, keep: Optional[str] = None):
+        """One stage on CPU tensors (floats as fp32, integers as int64) or ``Kept`` outputs -> its fp32 output; with
+        ``keep``, the output stays in the worker under that name and a ``Kept`` handle comes back."""
         feeds = []
         for tensor in tensors:
+            if isinstance(tensor, Kept):
+                feeds.append(tensor.name)
+                continue
             if tensor.device.type != 'cpu':
                 raise RuntimeError(f'the OpenVINO backend runs on the CPU, got a {tensor.device} tensor; use backend '
                                    'torch on a GPU')
             tensor = tensor.detach()
             feeds.append((tensor.float() if tensor.is_floating_point() else tensor.long()).contiguous().numpy())
-        reply = self.call({'op': 'run', 'stage': stage, 'inputs': feeds}, TIMEOUTS['run'])
+        reply = self.call({'op': 'run', 'stage': stage, 'inputs': feeds, 'keep': keep}, TIMEOUTS['run'])
+        if keep:
+            return Kept(keep, tuple(reply['shape']))
         return torch.from_numpy(np.asarray(reply['output'], dtype=np.float32))
 
     def alive(self) -> bool:

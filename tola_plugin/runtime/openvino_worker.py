@@ -6,7 +6,9 @@ kernels ends this process and the parent falls back to another path (docs/infere
 
 Messages (pickled dicts over ``multiprocessing.connection``): {'op': 'load', 'stages': {name: xml}, 'hint': 'f32' |
 'bf16' | 'f16', 'threads': n, 'cache_dir': path or None} -> {'ok': True, 'version', 'seconds'}; {'op': 'run',
-'stage': name, 'inputs': [arrays]} -> {'ok': True, 'output': float32 array}; {'op': 'exit'}. A failure is {'ok':
+'stage': name, 'inputs': [arrays], 'keep': None} -> {'ok': True, 'output': float32 array}; with 'keep': a name, the
+output stays here under that name (-> {'ok': True, 'shape': its shape}) and a later run's input may be that name
+(the text prior's encoder output, read by each decoding step); {'op': 'exit'}. A failure is {'ok':
 False, 'error': message}. End of input (the parent gone) ends the worker. Imports numpy, OpenVINO and the standard
 library only, so it starts in well under a second.
 """
@@ -33,7 +35,7 @@ def load(message):
 
 def serve(reader: Connection, writer: Connection) -> int:
     import numpy as np
-    requests = {}
+    requests, kept = {}, {}
     while True:
         try:
             message = reader.recv()
@@ -47,8 +49,14 @@ def serve(reader: Connection, writer: Connection) -> int:
                 requests, info = load(message)
                 reply = dict(info, ok=True)
             elif op == 'run':
-                result = requests[message['stage']].infer(message['inputs'])
-                reply = {'ok': True, 'output': np.array(result[0], dtype=np.float32, copy=True)}
+                inputs = [kept[x] if isinstance(x, str) else x for x in message['inputs']]
+                result = requests[message['stage']].infer(inputs)
+                output = np.array(result[0], dtype=np.float32, copy=True)
+                if message.get('keep'):
+                    kept[message['keep']] = output
+                    reply = {'ok': True, 'shape': output.shape}
+                else:
+                    reply = {'ok': True, 'output': output}
             else:
                 reply = {'ok': False, 'error': f'unknown operation {op!r}'}
         except Exception as err:  # noqa: B902  (any failure of OpenVINO is the parent's to judge)

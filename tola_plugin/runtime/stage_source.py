@@ -1,10 +1,11 @@
-"""Which model a runtime decision is about, and where a child process finds its IDM and VAE.
+"""Which model a runtime decision is about, and where a child process finds its stages' modules (IDM, VAE, TransOCR).
 
 A network loaded from a merged file is that file: its SHA-256 names it (remembered with the file's size, mtime and
 inode, so an unchanged file is hashed once) and a child reads the stages from it (memory-mapped, as
 ``TOLANet.load_for_inference`` does). Any other network (built from an option file and an adaptation checkpoint,
 LoRA merged in memory) is named by the hash of its stage tensors and, when a child needs its modules, exported once
-to a private folder with diffusers' ``save_pretrained`` (safetensors + config), which the child reads back.
+to a private folder with diffusers' ``save_pretrained`` (safetensors + config; TransOCR with ``save_transocr``),
+which the child reads back.
 """
 import hashlib
 import os
@@ -18,12 +19,15 @@ from torch import nn
 
 from basicsr.utils.registry import ARCH_REGISTRY
 
+from tola_plugin.archs.backbone_builder import load_transocr
 from tola_plugin.archs.tola_arch import TOLANet
+from tola_plugin.checkpoints.transocr import save_transocr
 from tola_plugin.utils.atomic_files import read_json_dict, write_json
 from tola_plugin.utils.user_cache import cache_path
 
 HASHES = 'file_hashes.json'  # merged file -> SHA-256, reused while its size, mtime and inode are unchanged
 CHUNK = 1 << 24
+TRANSOCR_FILE = 'transocr.safetensors'  # the TransOCR of an exported source (``save_transocr``)
 
 
 def sha256_of(path: str) -> str:
@@ -75,10 +79,11 @@ def tensors_sha256(modules: Sequence[nn.Module]) -> str:
 
 @dataclass
 class StageSource:
-    """The model of a runtime decision: ``digest`` names it; ``merged`` is its merged file, if any. ``idm`` and
-    ``vae`` are the network's torch modules (the parent's; a child gets them through ``spec``)."""
+    """The model of a runtime decision: ``digest`` names it; ``merged`` is its merged file, if any. ``idm``, ``vae``
+    and ``transocr`` are the network's torch modules (the parent's; a child gets them through ``spec``)."""
     idm: nn.Module
     vae: nn.Module
+    transocr: nn.Module
     merged: Optional[str] = None
     _digest: Optional[str] = None
     _folder: Optional[str] = None
@@ -87,7 +92,8 @@ class StageSource:
     def digest(self) -> str:
         """SHA-256 of the merged file, else of the stage tensors (computed on first use)."""
         if self._digest is None:
-            self._digest = file_sha256(self.merged) if self.merged else tensors_sha256([self.idm, self.vae])
+            modules = [self.idm, self.vae, self.transocr]
+            self._digest = file_sha256(self.merged) if self.merged else tensors_sha256(modules)
         return self._digest
 
     def spec(self) -> Dict:
@@ -99,6 +105,7 @@ class StageSource:
             self._folder = tempfile.mkdtemp(prefix='tola-stages-')
             self.idm.save_pretrained(os.path.join(self._folder, 'idm'), safe_serialization=True)
             self.vae.save_pretrained(os.path.join(self._folder, 'vae'), safe_serialization=True)
+            save_transocr(self.transocr, os.path.join(self._folder, TRANSOCR_FILE))
         return {'folder': self._folder, 'idm_class': type(self.idm).__name__, 'vae_class': type(self.vae).__name__}
 
     def close(self) -> None:
@@ -109,9 +116,15 @@ class StageSource:
 
 def load_stages(spec: Dict) -> Tuple[nn.Module, nn.Module, int]:
     """In a child: (idm, vae, context_dim) of a ``StageSource.spec``, fp32, eval, on the CPU."""
+    return load_modules(spec)[:3]
+
+
+def load_modules(spec: Dict) -> Tuple[nn.Module, nn.Module, int, nn.Module]:
+    """In a child: (idm, vae, context_dim, transocr) of a ``StageSource.spec``, fp32, eval, on the CPU."""
     if 'merged' in spec:
         net = TOLANet.load_for_inference(spec['merged'])
-        return net.idm, net.vae, int(net.context_dim)
+        return net.idm, net.vae, int(net.context_dim), net.transocr.eval()
     idm = ARCH_REGISTRY.get(spec['idm_class']).from_pretrained(os.path.join(spec['folder'], 'idm'))
     vae = ARCH_REGISTRY.get(spec['vae_class']).from_pretrained(os.path.join(spec['folder'], 'vae'))
-    return idm.eval(), vae.eval(), int(idm.config.cross_attention_dim)
+    transocr = load_transocr(os.path.join(spec['folder'], TRANSOCR_FILE))
+    return idm.eval(), vae.eval(), int(idm.config.cross_attention_dim), transocr
