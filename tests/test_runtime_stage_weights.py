@@ -11,7 +11,7 @@ import torch
 from tola_plugin.archs.tola_arch import TOLANet
 from tola_plugin.inference.pipeline import TOLAPipeline
 from tola_plugin.runtime.placement import NoPathLeft
-from tola_plugin.runtime.stage_source import StageWeights
+from tola_plugin.runtime.stage_source import StageWeights, drop_mapped_pages
 from inference_testing import write_tiny_merged
 from tola_testing import one_thread  # noqa: F401
 
@@ -42,12 +42,18 @@ def test_released_weights_are_read_back_from_their_own_mapping(model):
                                                                            999), torch.rand(1, 24, net.context_dim))
     with torch.inference_mode():
         expected = net.idm(*sample)
+    lq = torch.rand(1, 3, 128, 512)
+    with torch.inference_mode():
+        prior = net.predict_text_prior(lq)
     weights = StageWeights(net, [net.idm, net.vae], model)
     assert {s.key.split('.')[0] for s in weights.slots} == {'idm', 'vae'}  # the served modules' weights only
     assert len(weights.slots) == len(net.idm.state_dict()) + len(net.vae.state_dict())
-    before = mappings_of(model)
+    before, resident = mappings_of(model), resident_bytes(model)
     weights.release()
     assert devices(net.idm) == devices(net.vae) == {'meta'} and devices(net.transocr) == {'cpu'}
+    assert resident_bytes(model) < resident  # the pages loading touched left with them
+    with torch.inference_mode():  # the weights still held are untouched
+        assert all(torch.equal(a, b) for a, b in zip(net.predict_text_prior(lq)[:2], prior[:2]))
     with pytest.raises((RuntimeError, NotImplementedError)):  # a torch call on a released weight fails loudly
         with torch.inference_mode():
             net.idm(*sample)
@@ -61,6 +67,12 @@ def test_released_weights_are_read_back_from_their_own_mapping(model):
     with weights.loaded():  # loaded before: stays loaded after
         pass
     assert devices(net.idm) == {'cpu'} and not weights.released
+
+
+def test_only_pages_of_the_file_are_dropped(model):
+    elsewhere = torch.arange(1 << 20, dtype=torch.float32)  # ordinary memory: never dropped
+    assert drop_mapped_pages([elsewhere], model) == 0
+    assert torch.equal(elsewhere, torch.arange(1 << 20, dtype=torch.float32))
 
 
 def test_only_weights_as_they_are_in_the_file_are_managed(model):

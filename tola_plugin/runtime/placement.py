@@ -129,6 +129,9 @@ class Runtime:
             if cached is not None and not cached.qualified:
                 return f'{cached.reason} (verdict cached on this machine)'
             self.weights.release()
+            if cached is None:  # the fp32 reference before the worker holds its weights: torch's are gone by then
+                with contextlib.suppress(RuntimeError):  # qualify() meets the error again and judges it
+                    self.reference()
             why, verdict = self._start_openvino(path)
             if verdict is not None:  # it crashed or failed loading: remembered like a wrong result
                 qualification.store_verdict(key, verdict)

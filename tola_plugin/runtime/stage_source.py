@@ -11,8 +11,10 @@ to a private folder with diffusers' ``save_pretrained`` (safetensors + config), 
 weight, the worker's); torch reads them back from the merged file, memory-mapped, only for as long as it runs them.
 """
 import contextlib
+import ctypes
 import hashlib
 import itertools
+import mmap
 import os
 import shutil
 import tempfile
@@ -179,7 +181,9 @@ class StageWeights:
         return (slot.owner._parameters if slot.parameter else slot.owner._buffers)[slot.name]
 
     def release(self) -> None:
-        """Drop the weights from this process (meta tensors in their place)."""
+        """Drop the weights from this process: their pages of the merged file's mapping (loading touched them) and
+        the tensors (meta tensors in their place)."""
+        drop_mapped_pages([self._get(slot) for slot in self.slots], self.merged)
         for slot in self.slots:
             self._put(slot, torch.empty_like(self._get(slot), device='meta'))
         self.released = True
@@ -204,6 +208,38 @@ class StageWeights:
             if was_released:
                 self.release()
 
+
+def drop_mapped_pages(tensors: Sequence[torch.Tensor], path: str) -> int:
+    """Drop this process's resident pages of the memory-mapped file ``path`` that lie wholly inside ``tensors``
+    (madvise MADV_DONTNEED: a page used again is read from the file again); returns the bytes dropped. Creating a
+    tensor of a memory-mapped safetensors file reads the pages around its start (on this page's machine up to 2 MiB a
+    tensor: 0.67 GiB of the full-size merged file), which would stay resident for nothing while another runtime serves
+    those weights. Only pages of ``path``'s mappings are dropped, none of any other memory. Linux only (a no-op
+    elsewhere)."""
+    if not os.path.exists('/proc/self/maps'):
+        return 0
+    real, mapped = os.path.realpath(path), []
+    with open('/proc/self/maps', encoding='utf-8') as f:
+        for line in f:
+            fields = line.split(maxsplit=5)
+            if len(fields) == 6 and fields[5].rstrip('\n') == real:
+                mapped.append(tuple(int(x, 16) for x in fields[0].split('-')))
+    page, dropped = mmap.PAGESIZE, 0
+    for tensor in tensors:
+        if tensor.device.type != 'cpu' or not tensor.numel():
+            continue
+        start = tensor.data_ptr()
+        end = start + tensor.numel() * tensor.element_size()
+        first, last = -(-start // page) * page, end // page * page  # the whole pages inside the tensor
+        if last > first and any(lo <= first and last <= hi for lo, hi in mapped):
+            if _LIBC.madvise(first, last - first, MADV_DONTNEED) == 0:
+                dropped += last - first
+    return dropped
+
+
+MADV_DONTNEED = 4
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_LIBC.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 
 #: safetensors' dtype names -> torch's
 _TORCH_DTYPES = {
