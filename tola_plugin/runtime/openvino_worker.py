@@ -7,8 +7,9 @@ kernels ends this process and the parent falls back to another path (docs/infere
 Messages (pickled dicts over ``multiprocessing.connection``): {'op': 'load', 'stages': {name: xml}, 'hint': 'f32' |
 'bf16' | 'f16', 'threads': n, 'cache_dir': path or None} -> {'ok': True, 'version', 'seconds'}; {'op': 'run',
 'stage': name, 'inputs': [arrays]} -> {'ok': True, 'output': float32 array}; {'op': 'exit'}. A failure is {'ok':
-False, 'error': message}. End of input (the parent gone) ends the worker. Imports numpy, OpenVINO and the standard
-library only, so it starts in well under a second.
+False, 'error': message}. End of input (the parent gone) ends the worker. A thread keeps the weights files OpenVINO
+maps out of its resident memory (``PageTrimmer``). Imports numpy, OpenVINO and the standard library only, so it starts
+in well under a second.
 """
 import ctypes
 import os
