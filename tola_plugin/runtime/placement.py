@@ -24,8 +24,8 @@ from tola_plugin.runtime import openvino_stages, qualification
 from tola_plugin.runtime.child_process import ChildFailure, python_command, run_child
 from tola_plugin.runtime.openvino_client import OpenVINOWorker
 from tola_plugin.runtime.plan import BACKENDS, Path, RuntimePlan, candidate_paths
-from tola_plugin.runtime.stage_source import StageSource
-from tola_plugin.runtime.stages import IMAGE_STAGES, RoutedIDM, RoutedVAE
+from tola_plugin.runtime.stage_source import StageSource, StageWeights
+from tola_plugin.runtime.stages import IMAGE_STAGES, RoutedIDM, RoutedVAE, stage_modules
 from tola_plugin.runtime.text_prior_stages import KEPT, RoutedTextRecognizer
 from tola_plugin.utils.cuda_math import set_tf32
 from tola_plugin.utils.devices import resolve_device
@@ -81,6 +81,10 @@ class Runtime:
             set_tf32(allow_tf32)
         net.plan = None
         net.to(self.device)
+        # the weights of the stages the worker serves (the text prior's TransOCR too): in this process only while
+        # torch runs them
+        self.weights = StageWeights(net, [*stage_modules(net.idm, net.vae).values(), net.transocr],
+                                    source if self.device.type == 'cpu' else None)
         if requalify:
             qualification.forget(self.source.digest)
         self.plan = self._decide()
@@ -114,6 +118,8 @@ class Runtime:
         """Make ``path`` the network's way of running: '' when it runs (qualified or plain), else why not."""
         self._close_worker()
         self.net.idm, self.net.vae, self.net.text_recognizer = self.source.idm, self.source.vae, None
+        if path.backend == 'torch':
+            self.weights.load()
         if path.plain:
             return ''
         key = qualification.verdict_key(self.device, path.backend, path.dtype, self.source.digest)
@@ -123,6 +129,10 @@ class Runtime:
             cached = qualification.cached_verdict(key)
             if cached is not None and not cached.qualified:
                 return f'{cached.reason} (verdict cached on this machine)'
+            self.weights.release()
+            if cached is None:  # the fp32 reference before the worker holds its weights: torch's are gone by then
+                with contextlib.suppress(RuntimeError):  # qualify() meets the error again and judges it
+                    self.reference()
             why, verdict = self._start_openvino(path)
             if verdict is not None:  # it crashed or failed loading: remembered like a wrong result
                 qualification.store_verdict(key, verdict)
@@ -145,7 +155,8 @@ class Runtime:
     def reference(self):
         """The fp32 torch route's stage inputs and outputs on the probe (computed once)."""
         if self._reference is None:
-            self._reference = qualification.record_reference(self.net, self.device)
+            with self.weights.loaded():
+                self._reference = qualification.record_reference(self.net, self.device)
         return self._reference
 
     # ------------------------------------------------------------------------------------------------ openvino
@@ -231,7 +242,8 @@ class Runtime:
         self.net.idm, self.net.vae, self.net.text_recognizer = self.source.idm, self.source.vae, None
         self.net.plan = RuntimePlan.reference(self.device)
         try:
-            yield
+            with self.weights.loaded():
+                yield
         finally:
             self.net.idm, self.net.vae, self.net.plan, self.net.text_recognizer = saved
 
@@ -262,6 +274,7 @@ class Runtime:
         """End the worker, give the network its torch modules back (no plan: it runs as its precision switch asks)
         and remove what was exported for the children."""
         self._close_worker()
+        self.weights.load()
         self.net.idm, self.net.vae, self.net.plan = self.source.idm, self.source.vae, None
         self.net.text_recognizer = None
         self.source.close()
