@@ -1,7 +1,8 @@
 """One copy of each weight: while OpenVINO's worker serves the IDM, the VAE and the text prior (TransOCR), the user's
-process holds none of their weights (``runtime.stage_source.StageWeights``), and reads them back from the merged file, through a memory
-map of their own that is unmapped again, whenever torch runs them: the qualification's fp32 reference, the plain
-route that judges a non-finite output, the fallback after the worker died (tests/test_runtime_qualification.py)."""
+process holds none of their weights (``runtime.stage_source.StageWeights``), and reads them back from the merged
+file, through a memory map of their own that is unmapped again, whenever torch runs them: the qualification's fp32
+reference, the plain route that judges a non-finite output, the fallback after the worker died
+(tests/test_runtime_qualification.py)."""
 import os
 
 import numpy as np
@@ -101,7 +102,8 @@ def test_the_users_process_holds_no_served_weight_while_the_worker_serves(model)
         assert devices(source.idm) == devices(pipe.net.transocr) == {'meta'}
     finally:
         pipe.close()
-    assert devices(pipe.net.idm) == devices(pipe.net.vae) == devices(pipe.net.transocr) == {'cpu'}  # closed: the network has its weights back
+    # closed: the network has its weights back
+    assert devices(pipe.net.idm) == devices(pipe.net.vae) == devices(pipe.net.transocr) == {'cpu'}
 
 
 def test_the_worker_drops_mapped_weight_pages_and_reads_them_back_unchanged(tmp_path):
