@@ -1,7 +1,8 @@
 """Every fast path proves itself on this machine (tola_plugin/runtime): qualification in a child process, its cached
 verdict, the fallback order, and what happens when a path is broken — simulated here, so that these tests hold on a
-CPU whose OpenVINO (or torch bf16) really is broken: a stage that returns NaN, a worker that dies by SIGSEGV or
-hangs, a path that fails while serving, no path left, a cache folder that cannot be written."""
+CPU whose OpenVINO (or torch bf16) really is broken: a stage that returns NaN, a text prior that reads other ids, a
+worker that dies by SIGSEGV or hangs, a path that fails while serving, no path left, a cache folder that cannot be
+written."""
 import json
 import os
 import signal
@@ -72,9 +73,25 @@ def nan_for(stage, dtype):
     """OpenVINOWorker.run that returns NaN for ``stage`` in ``dtype`` (a broken kernel), the real output otherwise."""
     real = openvino_client.OpenVINOWorker.run
 
-    def run(self, name, *tensors):
-        out = real(self, name, *tensors)
+    def run(self, name, *tensors, **kwargs):
+        out = real(self, name, *tensors, **kwargs)
         return torch.full_like(out, float('nan')) if name == stage and self.dtype == dtype else out
+
+    return run
+
+
+def broken_text_prior(how):
+    """OpenVINOWorker.run whose fp32 text decoder step returns NaN ('nan'), logits shifted by one class ('wrong ids':
+    every id off by one, the confidences unchanged) or kills the worker ('dies', SIGSEGV)."""
+    real = openvino_client.OpenVINOWorker.run
+
+    def run(self, name, *tensors, **kwargs):
+        if name != 'text_decoder' or self.dtype != torch.float32:
+            return real(self, name, *tensors, **kwargs)
+        if how == 'dies':
+            os.kill(self.proc.pid, signal.SIGSEGV)
+        out = real(self, name, *tensors, **kwargs)
+        return torch.full_like(out, float('nan')) if how == 'nan' else out.roll(1, -1)
 
     return run
 
@@ -112,6 +129,22 @@ def test_explicit_request_of_a_disqualified_path_is_an_error(model, verdicts, mo
     assert '--backend torch --precision fp32' in message and '--requalify' in message  # the ways out
 
 
+@pytest.mark.parametrize('how, why', [('nan', 'text_prior: non-finite confidences'),
+                                      ('wrong ids', 'text_prior: other ids than the fp32 torch route'),
+                                      ('dies', 'died by SIGSEGV')])
+def test_a_path_whose_text_prior_fails_is_passed_over(model, serving, verdicts, monkeypatch, capsys, how, why):
+    """The text prior runs in the probe of an OpenVINO path: NaN, other ids or a worker dying in its decoder pass
+    the path over (one line, remembered) and the next path serves."""
+    monkeypatch.setattr(openvino_client.OpenVINOWorker, 'run', broken_text_prior(how))
+    pipe = TOLAPipeline.from_merged(model, batch_size=1)
+    assert pipe.plan.path.name == 'torch fp32' and why in pipe.plan.passed_over[0][1]
+    notes = [line for line in capsys.readouterr().err.splitlines() if 'openvino fp32 is not used' in line]
+    assert len(notes) == 1 and why in notes[0]
+    assert np.isfinite(pipe(LINE).image).all()
+    saved = [v for k, v in entries(verdicts).items() if 'openvino' in k]
+    assert len(saved) == 1 and not saved[0]['qualified'] and why in saved[0]['reason']
+
+
 @pytest.mark.parametrize('mode, how', [('segv-on-load', 'died by SIGSEGV'), ('hang-on-load', 'hung'),
                                        ('error-on-load', 'bad IR')])
 def test_a_worker_that_crashes_or_hangs_is_passed_over(model, verdicts, monkeypatch, capsys, mode, how):
@@ -142,15 +175,18 @@ def test_a_path_that_fails_while_serving_falls_back_and_is_remembered(model, ser
     assert saved and not saved[0]['qualified'] and 'failed while serving' in saved[0]['reason']
 
 
-def test_nan_while_serving_is_judged_by_the_plain_route(model, serving, verdicts, monkeypatch, capsys):
+@pytest.mark.parametrize('stage, what', [('vae_decoder', 'non-finite pixels'),
+                                         ('text_decoder', 'non-finite text prior confidences')])
+def test_nan_while_serving_is_judged_by_the_plain_route(model, serving, verdicts, monkeypatch, capsys, stage, what):
     plain = TOLAPipeline.from_merged(model, backend='torch', batch_size=1)
-    expected = plain(LINE, names=['a.png']).image
+    expected = plain(LINE, names=['a.png'])
     pipe = TOLAPipeline.from_merged(model, batch_size=1)
     assert pipe.plan.path.name == 'openvino fp32'
-    monkeypatch.setattr(openvino_client.OpenVINOWorker, 'run', nan_for('vae_decoder', torch.float32))
+    monkeypatch.setattr(openvino_client.OpenVINOWorker, 'run', nan_for(stage, torch.float32))
     out = pipe(LINE, names=['a.png'])
-    assert np.array_equal(out.image, expected)  # the plain route's result, judged finite, is kept
-    assert pipe.plan.path.name == 'torch fp32' and 'non-finite' in pipe.plan.passed_over[-1][1]
+    assert np.array_equal(out.image, expected.image)  # the plain route's result, judged finite, is kept
+    assert out.lines[0].token_confidences == expected.lines[0].token_confidences
+    assert pipe.plan.path.name == 'torch fp32' and what in pipe.plan.passed_over[-1][1]
     assert 'failed while serving' in capsys.readouterr().err
 
 

@@ -79,7 +79,12 @@ def test_benchmark_reports_every_route_precision_and_target(result):
         assert data['parity'][name]['same_tokens']
         within(data['parity'][name]['image_rel_diff'], 2e-3, f'benchmark parity, {name} vs reference route')
     assert data['route_gmac'] > 0 and set(data['macs']) >= {'IDM', 'VAE encoder', 'VAE decoder', 'LRC'}
-    assert data['ceiling_gflops']['fp32'] > 0 and data['ceiling_gflops']['bf16'] > 0
+    assert data['ceiling_gflops']['fp32'] > 0 and data['ceiling_gflops']['bf16'] > 0 and data['copy_gbps'] > 0
+    assert set(data['stage_elements']) >= {'IDM', 'VAE encode', 'VAE decode', 'LRC', 'text prior'}
+    assert set(data['bounds']) == {name for name, row in data['timings'].items() if row['batch'] == 1}
+    assert {b['bound']
+            for stages in data['bounds'].values()
+            for b in stages.values()} <= {'compute', 'memory bandwidth', 'kernels'}
     assert data['photo']['lines'] == 2 and data['photo']['speedup'] > 0
     assert set(data['targets']) >= {
         'default_vs_reference', 'openvino_fp32_vs_reference', 'default_vs_bf16_ceiling', 'photo_batch_speedup'
@@ -101,6 +106,7 @@ def test_benchmark_reports_every_route_precision_and_target(result):
     assert data['machine']['torch'] == torch.__version__
     table = (folder / 'inference.md').read_text(encoding='utf-8')
     assert table.startswith('| route | precision | batch |') and 'share of ceiling' in table and 'target ' in table
+    assert '| ideal s | x ideal |' in table and 'What bounds each stage' in table
     assert 'Folder of 3 lines' in table and 'folder default: ' in table
 
 
@@ -122,6 +128,9 @@ def test_peak_rss_child_measures_one_restore(result):
     merged = str(folder / 'work' / 'TOLA_merged_benchmark.safetensors')
     memory = peak_memory.peak_rss_child('default', None, None, True, merged, lq[:, :, :32, :128])
     assert memory['peak_rss_bytes'] >= memory['import_rss_bytes'] > 0
+    # the user's process and the OpenVINO worker's (where OpenVINO serves), each its own peak
+    assert memory['peak_rss_bytes'] == memory['user_peak_rss_bytes'] + memory['worker_peak_rss_bytes']
+    assert memory['user_peak_rss_bytes'] >= memory['import_rss_bytes']
 
 
 def test_latency_figure_from_the_benchmark_json(result, tmp_path, monkeypatch):

@@ -80,6 +80,9 @@ class TOLANet(TOLAAdaptationMixin, TOLALoadingMixin, nn.Module):
         self.config = config
         self.inference_only = False  # set by prepare_for_inference
         self.plan = None  # the runtime decision (tola_plugin.runtime), when an entry point made one
+        # TransOCR's greedy decoding on the runtime's stages (runtime/text_prior_stages.py) when the plan runs
+        # them (OpenVINO); None: self.transocr, in torch fp32
+        self.text_recognizer = None
         self.sqrt_alpha_bar, self.sqrt_one_minus_alpha_bar = schedule_constants(config.timestep)
 
         # Frozen backbone (official weights, strict), then LoRA on top (peft freezes every base weight).
@@ -172,9 +175,10 @@ class TOLANet(TOLAAdaptationMixin, TOLALoadingMixin, nn.Module):
         dtype = self.compute_dtype(lq.device)
         # inference-only networks run without autograd bookkeeping
         with torch.inference_mode() if self.inference_only else contextlib.nullcontext():
-            # 1-2. Text prior: frozen TransOCR -> tokens + confidences, normalised and mapped to IDM indices. Always
-            # fp32: its ids are discrete choices that low precision could flip on near-ties, and its decoding steps
-            # are weight-bound matrix-vector products that casting the weights would only slow down.
+            # 1-2. Text prior: frozen TransOCR -> tokens + confidences, normalised and mapped to IDM indices. On
+            # torch always fp32: its ids are discrete choices that low precision could flip on near-ties, and its
+            # decoding steps are weight-bound matrix-vector products that casting the weights would only slow down.
+            # On the runtime's stages (OpenVINO) in the plan's precision, whose ids qualified equal to these.
             tokens, confidences, prior_texts = self.predict_text_prior(lq, gt_tokens)
             with autocast(dtype, lq.device):  # the precision switch (a no-op for fp32)
                 # 1. LoRA-adapted VAE encoder -> unscaled z_LR (3, H/4, W/4). Algorithm 1's own arithmetic (z_t, ẑ0,
@@ -226,11 +230,7 @@ class TOLANet(TOLAAdaptationMixin, TOLALoadingMixin, nn.Module):
         if self.text_prior == 'none':
             return None, None, None
         if self.text_prior == 'predicted':
-            with torch.no_grad():  # frozen conditioning recognizer: nothing upstream of it is trained
-                if self.text_decoding == 'full_prefix':
-                    ids, probs = self.transocr.greedy_decode(lq, max_steps=TEXT_STEPS, incremental=False)
-                else:  # the prior reads 23 steps, cut at END: later steps are never decoded
-                    ids, probs = self.transocr.greedy_decode(lq, max_steps=DIFFTSR_MAX_TOKENS, stop_at_end=True)
+            ids, probs = self.decode_text(lq)
             tokens, confidences = transocr_to_idm(ids, probs)
             texts = [difftsr_prediction_text(i, p)[0] for i, p in zip(ids.tolist(), probs.tolist())]
         elif self.text_prior == 'gt':
@@ -248,6 +248,16 @@ class TOLANet(TOLAAdaptationMixin, TOLALoadingMixin, nn.Module):
         if self.confidence == 'uniform':
             confidences = None
         return tokens.to(lq.device), None if confidences is None else confidences.to(lq), texts
+
+    def decode_text(self, lq: torch.Tensor, recognizer=None):
+        """TransOCR's greedy reading of ``lq`` for the text prior, per text_decoding -> (ids (B, S) long, probs (B, S)),
+        by ``recognizer`` (None: the runtime's ``text_recognizer`` when it routed one, else ``transocr``)."""
+        recognizer = recognizer or self.text_recognizer or self.transocr
+        with torch.no_grad():  # frozen conditioning recognizer: nothing upstream of it is trained
+            if self.text_decoding == 'full_prefix':
+                return recognizer.greedy_decode(lq, max_steps=TEXT_STEPS, incremental=False)
+            # the prior reads 23 steps, cut at END: later steps are never decoded
+            return recognizer.greedy_decode(lq, max_steps=DIFFTSR_MAX_TOKENS, stop_at_end=True)
 
     def text_context(self, tokens, confidences, batch: int, like: torch.Tensor) -> torch.Tensor:
         """C_cond (B, 24, context_dim) for the IDM cross-attention."""

@@ -14,7 +14,7 @@ Hand-written because no library block has this key layout (``linears.0..3`` +
 biased 3×3-shortcut BasicBlocks); every op mirrors the official expression so fp32 results agree.
 """
 import math
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -105,10 +105,21 @@ class TransOCRDecoder(nn.Module):
 
     def forward(self, text: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
         """text (B, L, d) token inputs, memory (B, N, d) image tokens -> (B, L, d) (causal self-attention)."""
+        return self.cross_and_feed_forward(
+            self.self_attention_rows(text), self.multihead.project(memory, 1), self.multihead.project(memory, 2))
+
+    def self_attention_rows(self, text: torch.Tensor) -> torch.Tensor:
+        """The first sub-layer on every row: LN1(text + causal self-attention(text)), (B, L, d) -> (B, L, d)."""
         length = text.size(1)
         causal = torch.ones(length, length, dtype=torch.bool, device=text.device).tril()
-        result = self.mul_layernorm1(text + self.mask_multihead(text, text, text, mask=causal))
-        result = self.mul_layernorm2(result + self.multihead(result, memory, memory))
+        return self.mul_layernorm1(text + self.mask_multihead(text, text, text, mask=causal))
+
+    def cross_and_feed_forward(self, result: torch.Tensor, memory_k: torch.Tensor,
+                               memory_v: torch.Tensor) -> torch.Tensor:
+        """The other two sub-layers: LN3(. + FFN(.)) of LN2(result + cross-attention to the image tokens' projected
+        keys/values (B, h, N, d_k)); (B, L, d) -> (B, L, d), row by row."""
+        cross = self.multihead.attend(self.multihead.project(result, 0), memory_k, memory_v)
+        result = self.mul_layernorm2(result + cross)
         return self.mul_layernorm3(result + self.pff(result))
 
     def start_cache(self, memory: torch.Tensor) -> Dict[str, Optional[torch.Tensor]]:
@@ -129,9 +140,7 @@ class TransOCRDecoder(nn.Module):
         cache['k'] = k if cache['k'] is None else torch.cat([cache['k'], k], 2)
         cache['v'] = v if cache['v'] is None else torch.cat([cache['v'], v], 2)
         result = self.mul_layernorm1(text + attn.attend(attn.project(text, 0), cache['k'], cache['v']))
-        cross = self.multihead.attend(self.multihead.project(result, 0), cache['memory_k'], cache['memory_v'])
-        result = self.mul_layernorm2(result + cross)
-        return self.mul_layernorm3(result + self.pff(result))
+        return self.cross_and_feed_forward(result, cache['memory_k'], cache['memory_v'])
 
 
 class TransOCRBasicBlock(nn.Module):
@@ -308,16 +317,22 @@ class TransOCR(nn.Module):
 
     def encode(self, images: torch.Tensor) -> torch.Tensor:
         """(B, 3, H, W) in [0, 1] -> image tokens (B, N, d_model), N = 32 at 32×256."""
-        feature = self.encoder(self.preprocess(images))
+        return self.image_tokens(self.preprocess(images))
+
+    def image_tokens(self, network_input: torch.Tensor) -> torch.Tensor:
+        """The network input (``preprocess``'s) -> image tokens (B, N, d_model)."""
+        feature = self.encoder(network_input)
         b, c, h, w = feature.shape
         return feature.view(b, c, h * w).permute(0, 2, 1).contiguous()
 
     def decode(self, tokens: torch.Tensor, memory: torch.Tensor) -> torch.Tensor:
         """tokens (B, L) decoder input ids (START first), memory (B, N, d) -> logits (B, L, C)."""
+        return self.generator_word(self.decoder(self.token_inputs(tokens), memory))
+
+    def token_inputs(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Decoder input ids (B, L) -> the decoder's inputs (B, L, d): embedding and positional table side by side."""
         embedding = self.embedding_word(tokens)
-        position = self.pe_dropout(self.pe(tokens.size(1)).expand_as(embedding))
-        hidden = self.decoder(torch.cat([embedding, position], 2), memory)
-        return self.generator_word(hidden)
+        return torch.cat([embedding, self.pe_dropout(self.pe(tokens.size(1)).expand_as(embedding))], 2)
 
     def decode_step(self, tokens: torch.Tensor, position: int, cache: Dict[str,
                                                                            Optional[torch.Tensor]]) -> torch.Tensor:
@@ -363,22 +378,37 @@ class TransOCR(nn.Module):
             False (default): always ``max_steps`` steps (the official loop has no early stop).
         """
         memory = self.encode(images)
-        batch = images.size(0)
-        tokens = torch.full((batch, 1), self.start_index, dtype=torch.long, device=images.device)
-        cache = self.decoder.start_cache(memory) if incremental else None
-        ended = torch.zeros(batch, dtype=torch.bool, device=images.device)
-        ids, probs = [], []
-        for step in range(max_steps):
-            if incremental:
-                logits = self.decode_step(tokens[:, -1:], step, cache)
-            else:
-                logits = self.decode(tokens, memory)[:, -1]
-            prob, index = torch.max(torch.softmax(logits, -1), -1)  # argmax of the softmax, as the official loop
-            ids.append(index)
-            probs.append(prob)
-            tokens = torch.cat([tokens, index.view(-1, 1)], 1)
-            if stop_at_end:
-                ended |= index == self.end_index
-                if bool(ended.all()):
-                    break
-        return torch.stack(ids, 1), torch.stack(probs, 1)
+        if incremental:
+            cache = self.decoder.start_cache(memory)
+
+            def step(tokens, position):
+                return self.decode_step(tokens[:, -1:], position, cache)
+        else:
+
+            def step(tokens, position):
+                return self.decode(tokens, memory)[:, -1]
+
+        return greedy_loop(step, images.size(0), self.start_index, self.end_index, max_steps, stop_at_end,
+                           images.device)
+
+
+def greedy_loop(step: Callable[[torch.Tensor, int], torch.Tensor], batch: int, start_index: int, end_index: int,
+                max_steps: int, stop_at_end: bool, device) -> Tuple[torch.Tensor, torch.Tensor]:
+    """The greedy decoding loop of ``TransOCR.greedy_decode``, whatever computes a step (the torch decoder, or the
+    decoder stage of another runtime: ``tola_plugin.runtime.text_prior_stages``): ``step(tokens, position)`` takes
+    the decoder inputs so far (B, position + 1) long (START first) and returns the logits (B, C) of ``position``.
+    -> ids (B, S) long, probs (B, S) float (``greedy_decode``'s)."""
+    tokens = torch.full((batch, 1), start_index, dtype=torch.long, device=device)
+    ended = torch.zeros(batch, dtype=torch.bool, device=device)
+    ids, probs = [], []
+    for position in range(max_steps):
+        logits = step(tokens, position)
+        prob, index = torch.max(torch.softmax(logits, -1), -1)  # argmax of the softmax, as the official loop
+        ids.append(index)
+        probs.append(prob)
+        tokens = torch.cat([tokens, index.view(-1, 1)], 1)
+        if stop_at_end:
+            ended |= index == end_index
+            if bool(ended.all()):
+                break
+    return torch.stack(ids, 1), torch.stack(probs, 1)

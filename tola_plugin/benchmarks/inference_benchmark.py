@@ -6,25 +6,29 @@ interleaved, median of ``repeats`` runs after a warm-up, batch 1:
 
   reference        DiffTSR's way: greedy TransOCR re-running the whole prefix for 24 steps, LoRA unmerged, fp32.
   torch <p>        ``TOLANet.load_for_inference`` of the merged file on torch, precision p (qualified first).
-  openvino <p>     the same with the IDM and VAE on OpenVINO, in its worker process (``tola_plugin/runtime``).
+  openvino <p>     the same with the text prior (TransOCR), the IDM and the VAE on OpenVINO, in its worker
+                   process (``tola_plugin/runtime``).
   default          what tola-infer / TOLAPipeline / tola-web run by default here (``runtime.placement.Runtime``:
                    backend auto, precision auto; its plan is in the result). A route that does not qualify on
                    this machine is reported under 'passed_over', not timed.
 
 Per row: seconds per image, the stages (text prior, VAE encode, MoM text, IDM, LRC, VAE decode), GMAC/s of the
-route's counted multiply-adds (``complexity.count_macs`` of the tensor stages) and their share of the machine's
-matmul ceiling in that precision (a 2048x2048 torch matmul, measured here: ``matmul_ceiling``). The batched photo
-path: ``photo_lines`` windows in one call of the default network vs as many single calls. Peak RSS of one restore of
-each route in a fresh process (with its OpenVINO worker's), above the import baseline, against the bytes of the
-weights it runs. Quality on trained weights (``quality``): the held-out lines of a test option file restored with a
-merged model in each precision and backend: PSNR (Y) against HR and against fp32, and whether the text prior's ids
-equal fp32's. A folder run (``folder_throughput``, ``folder_lines`` lines): images per second with one OpenVINO
-stream vs its throughput settings. ``TARGETS`` are the issue's; ``check_targets`` says which are met.
+route's counted multiply-adds (``complexity.count_macs`` of the tensor stages), their share of the machine's matmul
+ceiling in that precision (a 2048x2048 torch matmul, measured here: ``matmul_ceiling``), the route's ideal time at
+that ceiling and its time over it; per stage what bounds it: compute, memory bandwidth (its bytes at the measured
+``copy_bandwidth``) or the runtime's kernels (``stage_bounds``). The batched photo path: ``photo_lines`` windows in
+one call of the default network vs as many single calls. Peak RSS of one restore of each route in a fresh process
+(with its OpenVINO worker's), above the import baseline, against the bytes of the weights it runs. Quality on
+trained weights (``quality``): the held-out lines of a test option file restored with a merged model in each
+precision and backend: PSNR (Y) against HR and against fp32, and whether the text prior's ids equal fp32's. A folder
+run (``folder_throughput``, ``folder_lines`` lines): images per second with one OpenVINO stream vs its throughput
+settings. ``TARGETS`` are the issue's; ``check_targets`` says which are met.
 
 This module runs the benchmark (``run_benchmark``); each job is a module of its own: the inputs
 (``inference_inputs``), the networks (``inference_routes``), the ceiling and machine (``machine_ceiling``), the stage
-timers (``stage_timing``), peak memory (``peak_memory``), quality (``precision_quality``), folders
-(``folder_throughput``), the training iteration (``training_timing``), targets and tables (``inference_report``);
+timers (``stage_timing``), what bounds each stage (``stage_bounds``), peak memory (``peak_memory``), quality
+(``precision_quality``), folders (``folder_throughput``), the training iteration (``training_timing``), targets and
+tables (``inference_report``);
 MACs are ``complexity.route_macs``.
 """
 import json
@@ -37,20 +41,24 @@ from typing import Dict, Optional
 
 import torch
 
+from tola_plugin.archs.tola_arch import TOLANet
 from tola_plugin.benchmarks.complexity import route_macs
 from tola_plugin.benchmarks.folder_throughput import folder_markdown, folder_throughput
 from tola_plugin.benchmarks.inference_inputs import rendered_lines
-from tola_plugin.benchmarks.inference_report import check_targets, markdown, write
+from tola_plugin.benchmarks.inference_report import bounds, check_targets, markdown, write
 from tola_plugin.benchmarks.inference_routes import (build_reference, export_merged, load_route, runtime_weight_bytes,
                                                      say)
-from tola_plugin.benchmarks.machine_ceiling import machine, matmul_ceiling
+from tola_plugin.benchmarks.machine_ceiling import copy_bandwidth, machine, matmul_ceiling
 from tola_plugin.benchmarks.peak_memory import peak_rss
 from tola_plugin.benchmarks.precision_quality import quality
+from tola_plugin.benchmarks.stage_bounds import stage_traffic
 from tola_plugin.benchmarks.stage_timing import STAGES, StageTimer, median_row, restore
 from tola_plugin.benchmarks.training_timing import training_iterations
 from tola_plugin.metrics.image_metrics import float_psnr
 from tola_plugin.runtime.openvino_stages import openvino_missing
 from tola_plugin.runtime.placement import NoPathLeft
+
+MEMORY_ROUTES = ('reference', 'torch fp32', 'default')  # peak RSS of one restore, each in a fresh process
 
 
 def run_benchmark(opt_path: str, checkpoint=None, random_weights: bool = False, precisions=('fp32', 'bf16'),
@@ -67,9 +75,9 @@ def run_benchmark(opt_path: str, checkpoint=None, random_weights: bool = False, 
     backends = ['torch'] + ([] if openvino_missing() else ['openvino'])
     result = {
         'machine': machine(), 'command': command, 'random_weights': random_weights, 'repeats': repeats,
-        'stages': list(STAGES), 'ceiling_gflops': matmul_ceiling()
+        'stages': list(STAGES), 'ceiling_gflops': matmul_ceiling(), 'copy_gbps': copy_bandwidth()
     }
-    say(f"matmul ceiling: {result['ceiling_gflops']}")
+    say(f"matmul ceiling: {result['ceiling_gflops']}, copy bandwidth {result['copy_gbps']:.1f} GB/s")
     try:
         start = time.perf_counter()
         export_merged(opt_path, checkpoint, random_weights, merged)
@@ -100,8 +108,9 @@ def run_benchmark(opt_path: str, checkpoint=None, random_weights: bool = False, 
         macs = route_macs(nets['reference'], lines[:1])
         result['macs'] = macs
         result['route_gmac'] = sum(macs.values()) / 1e9
+        result['stage_elements'] = stage_traffic(TOLANet.load_for_inference(merged, precision='fp32'), lines[:1])
         weights = runtime_weight_bytes(nets['reference'])  # the same tensors on every route
-        result['weight_bytes'] = {route: weights for route in ['reference', 'torch', 'default'] + routes}
+        result['weight_bytes'] = {route: weights for route in list(MEMORY_ROUTES) + routes}
         timers = {route: StageTimer(net) for route, net in nets.items()}
         variants = list(nets)
         runs, outputs = defaultdict(list), {}
@@ -120,6 +129,7 @@ def run_benchmark(opt_path: str, checkpoint=None, random_weights: bool = False, 
         if default.path.name in routes:  # its row under its own name too
             result['timings'][f'{default.path.name} batch 1'] = dict(result['timings']['default batch 1'],
                                                                      route=default.path.name)
+        result['bounds'] = bounds(result)
         ref = outputs['reference']
         if default.path.name in routes:
             outputs[default.path.name] = outputs['default']
@@ -157,7 +167,7 @@ def run_benchmark(opt_path: str, checkpoint=None, random_weights: bool = False, 
         if memory:
             result['memory'] = {
                 route: peak_rss(route, opt_path, checkpoint, random_weights, merged, lines[:1])
-                for route in ['reference', 'torch', 'default']
+                for route in MEMORY_ROUTES
             }
     finally:
         if temporary:

@@ -1,5 +1,5 @@
-"""The machine a benchmark ran on, and its own matmul ceiling in fp32 and bf16 (the yardstick of every route's
-share)."""
+"""The machine a benchmark ran on, its own matmul ceiling in fp32 and bf16 (the yardstick of every route's share)
+and its memory copy bandwidth (the yardstick of a stage that moves more bytes than it computes)."""
 import contextlib
 import os
 import platform
@@ -35,6 +35,20 @@ def matmul_ceiling(size: int = 2048, repeats: int = 5, min_seconds: float = 0.2)
             times.append(time.perf_counter() - start)
         rates[name] = 2 * n**3 / statistics.median(times) / 1e9
     return rates
+
+
+def copy_bandwidth(megabytes: int = 256, repeats: int = 5) -> float:
+    """This machine's memory bandwidth (GB/s, bytes read plus bytes written) of a torch copy of a ``megabytes`` fp32
+    tensor (far larger than the caches), median of ``repeats`` after a warm-up."""
+    src = torch.ones(megabytes * 2**20 // 4)
+    dst = torch.empty_like(src)
+    dst.copy_(src)  # warm-up: the pages of both are touched before timing
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        dst.copy_(src)
+        times.append(time.perf_counter() - start)
+    return 2 * src.numel() * src.element_size() / statistics.median(times) / 1e9
 
 
 def machine() -> Dict:

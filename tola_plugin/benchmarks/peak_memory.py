@@ -33,8 +33,10 @@ def peak_rss_child(route: str, opt_path: str, checkpoint, random_weights: bool, 
         warnings.simplefilter('ignore')
         net(lq, noise_seeds=[0])
     worker = runtime.worker_peak_rss() if runtime is not None else 0  # OpenVINO's own process
+    user = rss_bytes('VmHWM')
     return {
-        'peak_rss_bytes': rss_bytes('VmHWM') + worker, 'import_rss_bytes': baseline, 'worker_peak_rss_bytes': worker
+        'peak_rss_bytes': user + worker, 'import_rss_bytes': baseline, 'user_peak_rss_bytes': user,
+        'worker_peak_rss_bytes': worker
     }
 
 

@@ -4,7 +4,7 @@ import statistics
 import time
 import warnings
 from collections import defaultdict
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import torch
 
@@ -12,10 +12,12 @@ STAGES = ('text prior', 'VAE encode', 'MoM text', 'IDM', 'LRC', 'VAE decode')
 
 
 class StageTimer:
-    """Wall-clock seconds of each stage of ``net``'s forward, by wrapping the six calls Algorithm 1 makes."""
+    """Wall-clock seconds of each stage of ``net``'s forward, by wrapping the six calls Algorithm 1 makes;
+    ``current``: the stage running now (None between stages)."""
 
     def __init__(self, net):
         self.seconds: Dict[str, float] = defaultdict(float)
+        self.current: Optional[str] = None
         self.sync = torch.cuda.synchronize if next(net.parameters()).is_cuda else (lambda: None)
         for stage, owner, name in (('text prior', net, 'predict_text_prior'), ('VAE encode', net.vae, 'encode'),
                                    ('MoM text', net, 'text_context'), ('IDM', net.idm, 'forward'),
@@ -27,9 +29,12 @@ class StageTimer:
 
         def run(*args, **kwargs):
             self.sync()
-            start = time.perf_counter()
-            out = fn(*args, **kwargs)
-            self.sync()
+            start, self.current = time.perf_counter(), stage
+            try:
+                out = fn(*args, **kwargs)
+                self.sync()
+            finally:
+                self.current = None
             self.seconds[stage] += time.perf_counter() - start
             return out
 

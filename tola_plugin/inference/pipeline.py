@@ -470,9 +470,12 @@ class TOLAPipeline:
         with torch.inference_mode():
             batch = batch.to(self.device)
             out = self.net(batch, noise_seeds=list(seeds), return_intermediates=True)
+            plan = getattr(self.net, 'plan', None)  # the net's: the plain route's while it judges
+            where = plan.path.name if plan is not None else 'the network'
+            if out['confidences'] is not None and not bool(torch.isfinite(out['confidences']).all()):
+                raise NonFiniteOutput(f'{where} returned non-finite text prior confidences (NaN or infinity); '
+                                      'nothing written')
             if not bool(torch.isfinite(out['image']).all()):
-                plan = getattr(self.net, 'plan', None)  # the net's: the plain route's while it judges
-                where = plan.path.name if plan is not None else 'the network'
                 raise NonFiniteOutput(f'{where} returned non-finite pixels (NaN or infinity); nothing written')
             restored = apply_color_fix(self.color_fix, out['image'].float(), batch)
         images = restored.permute(0, 2, 3, 1).cpu().numpy()

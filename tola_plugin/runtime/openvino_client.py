@@ -12,21 +12,24 @@ goes to a temporary file whose tail is part of the message.
 import os
 import subprocess
 import tempfile
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Dict, Optional, Union
+from typing import Dict, Optional, Tuple, Union
 
 import numpy as np
 import torch
 
 from tola_plugin.runtime.child_process import ChildFailure, child_environment, describe_exit, python_command
+from tola_plugin.runtime.stages import IMAGE_STAGES
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'openvino_worker.py')
 HINTS = {torch.float32: 'f32', torch.bfloat16: 'bf16', torch.float16: 'f16'}
 #: seconds a worker may take to compile the stages / to run one stage before it counts as hung (full size on 2
 #: cores: about 30 s to compile for bf16, 2 s per stage)
 TIMEOUTS = {'load': 900.0, 'run': 600.0}
-#: the stages whose inputs and output all have the batch first (``stages.py``): split across requests in flight
-BATCH_MAJOR = ('vae_encoder', 'idm', 'vae_decoder')
+#: the stages whose inputs and output all have the batch first: split across requests in flight (the text prior's
+#: stages, whose decoding steps read a kept output, run on one request)
+BATCH_MAJOR = IMAGE_STAGES
 
 Streams = Union[int, str]  # 1, n > 1, or 'auto'
 
@@ -39,6 +42,13 @@ def check_streams(streams: Streams) -> Streams:
         raise ValueError(f"streams must be 1 (one stream: every thread on each window), a number > 1 or 'auto' "
                          f"(OpenVINO's throughput settings), got {streams!r}")
     return streams
+
+
+@dataclass(frozen=True)
+class Kept:
+    """A stage output left in the worker (``OpenVINOWorker.run(..., keep=name)``): an input of later runs by name."""
+    name: str
+    shape: Tuple[int, ...]
 
 
 class OpenVINOWorker:
@@ -96,17 +106,23 @@ class OpenVINOWorker:
             raise ChildFailure(self.what, reply.get('error', 'failed'))
         return reply
 
-    def run(self, stage: str, *tensors: torch.Tensor) -> torch.Tensor:
-        """One stage on CPU tensors (floats as fp32, integers as int64) -> its fp32 output."""
+    def run(self, stage: str, *tensors, keep: Optional[str] = None):
+        """One stage on CPU tensors (floats as fp32, integers as int64) or ``Kept`` outputs -> its fp32 output; with
+        ``keep``, the output stays in the worker under that name and a ``Kept`` handle comes back."""
         feeds = []
         for tensor in tensors:
+            if isinstance(tensor, Kept):
+                feeds.append(tensor.name)
+                continue
             if tensor.device.type != 'cpu':
                 raise RuntimeError(f'the OpenVINO backend runs on the CPU, got a {tensor.device} tensor; use backend '
                                    'torch on a GPU')
             tensor = tensor.detach()
             feeds.append((tensor.float() if tensor.is_floating_point() else tensor.long()).contiguous().numpy())
-        reply = self.call({'op': 'run', 'stage': stage, 'inputs': feeds, 'split': stage in BATCH_MAJOR},
-                          TIMEOUTS['run'])
+        message = {'op': 'run', 'stage': stage, 'inputs': feeds, 'keep': keep, 'split': stage in BATCH_MAJOR}
+        reply = self.call(message, TIMEOUTS['run'])
+        if keep:
+            return Kept(keep, tuple(reply['shape']))
         return torch.from_numpy(np.asarray(reply['output'], dtype=np.float32))
 
     def alive(self) -> bool:

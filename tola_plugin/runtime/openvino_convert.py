@@ -1,7 +1,8 @@
 """Converts TOLA's stages to OpenVINO IR, in a child process of ``openvino_stages.StageCache.build`` (OpenVINO never
-loads into the user's process): ``python -m tola_plugin.runtime.openvino_convert SPEC_JSON OUT_DIR`` reads the IDM
-and VAE of ``stage_source.load_stages(SPEC)`` and writes ``<stage>.xml`` / ``.bin`` for each stage into OUT_DIR
-(fp32 weights: the precision is chosen when the IR is compiled; batch and image size dynamic)."""
+loads into the user's process): ``python -m tola_plugin.runtime.openvino_convert SPEC_JSON OUT_DIR`` reads the IDM,
+VAE and TransOCR of ``stage_source.load_modules(SPEC)`` and writes ``<stage>.xml`` / ``.bin`` for each stage into
+OUT_DIR (fp32 weights: the precision is chosen when the IR is compiled; batch, image size and the text prior's
+decoded length dynamic)."""
 import json
 import os
 import sys
@@ -9,11 +10,12 @@ import warnings
 
 import torch
 
-from tola_plugin.runtime.stage_source import load_stages
+from tola_plugin.runtime.stage_source import load_modules
 from tola_plugin.runtime.stages import STAGES, stage_modules
+from tola_plugin.runtime.text_prior_stages import TextEncoderStage, prior_stage_modules
 
 
-def conversion_jobs(idm, vae, context_dim: int):
+def conversion_jobs(idm, vae, context_dim: int, transocr):
     """stage -> (example inputs, input shapes with -1 = dynamic) for ``ov.convert_model``."""
     import openvino as ov
     latent = int(vae.config.latent_channels)
@@ -25,7 +27,12 @@ def conversion_jobs(idm, vae, context_dim: int):
     timestep = torch.full((2, ), 999, dtype=torch.long)
     context = torch.randn(2, 24, context_dim, generator=gen)
     dynamic = ov.PartialShape
+    network_input = transocr.preprocess(torch.rand(2, 3, 64, 256, generator=gen))
+    memory = TextEncoderStage(transocr)(network_input)
+    tokens = torch.randint(0, transocr.num_classes, (2, 5), generator=gen)
     return {
+        'text_encoder': ((network_input, ), [dynamic([-1, *network_input.shape[1:]])]),
+        'text_decoder': ((tokens, memory), [dynamic([-1, -1]), dynamic([-1, *memory.shape[1:]])]),
         'vae_encoder': ((image, ), [dynamic([-1, 3, -1, -1])]), 'vae_decoder': ((z, ), [dynamic([-1, latent, -1, -1])]),
         'idm': ((sample, timestep, context),
                 [dynamic([-1, channels, -1, -1]),
@@ -35,14 +42,16 @@ def conversion_jobs(idm, vae, context_dim: int):
 
 def convert(spec, out_dir: str) -> None:
     import openvino as ov
-    idm, vae, context_dim = load_stages(spec)
-    modules = stage_modules(idm, vae)
-    jobs = conversion_jobs(idm, vae, context_dim)
+    idm, vae, context_dim, transocr = load_modules(spec)
+    modules = dict(stage_modules(idm, vae), **prior_stage_modules(transocr))
+    with torch.no_grad():
+        jobs = conversion_jobs(idm, vae, context_dim, transocr)
     for stage in STAGES:
         example, shapes = jobs[stage]
         with torch.no_grad(), warnings.catch_warnings():
             # the trace's TracerWarnings name diffusers' shape checks (asserts, the >= 64 batch branch of a
-            # .contiguous() call): the same values either way; shapes stay dynamic (``input``)
+            # .contiguous() call) and TransOCR's positional-table bound: the same values either way; shapes stay
+            # dynamic (``input``)
             warnings.simplefilter('ignore', torch.jit.TracerWarning)
             warnings.simplefilter('ignore', FutureWarning)  # torch.jit.trace's deprecation, OpenVINO's call
             model = ov.convert_model(modules[stage].eval(), example_input=example, input=shapes)

@@ -114,8 +114,8 @@ class StageCache:
         staging = tempfile.mkdtemp(prefix=os.path.basename(self.folder) + '.building-', dir=parent)
         try:
             start = time.perf_counter()
-            _say(f'converting the IDM and VAE for OpenVINO once for this model (about a minute at full size); '
-                 f'cached in {self.folder}')
+            _say(f'converting TransOCR, the IDM and the VAE for OpenVINO once for this model (about a minute at full '
+                 f'size); cached in {self.folder}')
             command = python_command(
                 module='tola_plugin.runtime.openvino_convert') + [json.dumps(source.spec()), staging]
             run_child(command, 'the OpenVINO conversion', CONVERT_TIMEOUT)

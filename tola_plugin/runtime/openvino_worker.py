@@ -6,10 +6,12 @@ kernels ends this process and the parent falls back to another path (docs/infere
 
 Messages (pickled dicts over ``multiprocessing.connection``): {'op': 'load', 'stages': {name: xml}, 'hint': 'f32' |
 'bf16' | 'f16', 'threads': n, 'cache_dir': path or None, 'streams': 1 | n | 'auto' (optional, 1)} -> {'ok': True,
-'version', 'seconds', 'streams', 'requests'}; {'op': 'run', 'stage': name, 'inputs': [arrays], 'split': bool
-(optional, False)} -> {'ok': True, 'output': float32 array}; {'op': 'exit'}. A failure is {'ok': False, 'error':
-message}. End of input (the parent gone) ends the worker. Imports numpy, OpenVINO and the standard library only, so
-it starts in well under a second.
+'version', 'seconds', 'streams', 'requests'}; {'op': 'run', 'stage': name, 'inputs': [arrays], 'keep': None,
+'split': False} -> {'ok': True, 'output': float32 array}; with 'keep': a name, the output stays here under that name
+(-> {'ok': True, 'shape': its shape}) and a later run's input may be that name (the text prior's encoder output, read
+by each decoding step); {'op': 'exit'}. A failure is {'ok': False, 'error': message}. End of input (the parent gone)
+ends the worker. Imports numpy, OpenVINO and the standard library only, so it starts in well under a second. A
+thread keeps the weights files OpenVINO maps out of its resident memory (``PageTrimmer``).
 
 Streams (``compile_config``): 1 is one stream with every thread on each request (LATENCY); n > 1 or 'auto' are
 OpenVINO's throughput settings (THROUGHPUT hint, n streams or OpenVINO's choice, the threads shared among them),
@@ -17,9 +19,66 @@ with as many requests as OpenVINO advises (OPTIMAL_NUMBER_OF_INFER_REQUESTS): a 
 inputs and output have the batch first) splits its batch across them, in flight together (``run_stage``);
 docs/inference.md, "Folders: streams".
 """
+import ctypes
+import os
 import sys
+import threading
 import time
 from multiprocessing.connection import Connection
+
+MADV_DONTNEED = 4
+WEIGHT_FILES = ('.bin', '.blob')  # the IR's weights, OpenVINO's compiled cache entries
+
+
+class PageTrimmer:
+    """Keeps the original weights OpenVINO maps from its files out of this worker's resident memory, so that it holds
+    one copy of each weight: the one its kernels run on.
+
+    OpenVINO maps a weights file read-only (the IR's .bin, or the compiled model's cache blob) and keeps the mapping
+    for the compiled model's life, while its convolutions and matmuls run on copies repacked for this CPU: after the
+    first inference the mapped pages are rarely read again, yet they stay resident, a second copy of every weight.
+    Every ``period`` seconds, when this process's resident file pages grew by ``growth`` bytes, a thread drops its
+    pages of those read-only mappings (madvise MADV_DONTNEED: a page read again is mapped again, unchanged, from the
+    file). Written by hand: OpenVINO has no setting for it."""
+
+    def __init__(self, period: float = 0.02, growth: int = 32 << 20):
+        self.period, self.growth = period, growth
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        self.libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+        self.trimmed = 0
+
+    def start(self) -> 'PageTrimmer':
+        self.trimmed = self.rss_file()
+        threading.Thread(target=self.run, name='page-trimmer', daemon=True).start()
+        return self
+
+    @staticmethod
+    def rss_file() -> int:
+        """Resident file-backed bytes of this process (/proc/self/status RssFile)."""
+        with open('/proc/self/status', encoding='ascii') as f:
+            for line in f:
+                if line.startswith('RssFile:'):
+                    return int(line.split()[1]) * 1024
+        return 0
+
+    def trim(self) -> int:
+        """Drop this process's pages of the read-only mappings of weight files; returns the bytes of mappings."""
+        dropped = 0
+        with open('/proc/self/maps', encoding='utf-8') as f:
+            for line in f:
+                fields = line.split(maxsplit=5)
+                if len(fields) == 6 and 'w' not in fields[1] and fields[5].rstrip('\n').endswith(WEIGHT_FILES):
+                    start, end = (int(x, 16) for x in fields[0].split('-'))
+                    if self.libc.madvise(start, end - start, MADV_DONTNEED) == 0:
+                        dropped += end - start
+        return dropped
+
+    def run(self) -> None:
+        while True:
+            time.sleep(self.period)
+            if self.rss_file() > self.trimmed + self.growth:
+                self.trim()
+                self.trimmed = self.rss_file()
 
 
 def compile_config(message) -> dict:
@@ -84,7 +143,7 @@ def run_stage(requests, inputs, split: bool = False):
 
 
 def serve(reader: Connection, writer: Connection) -> int:
-    requests = {}
+    requests, kept = {}, {}
     while True:
         try:
             message = reader.recv()
@@ -98,10 +157,13 @@ def serve(reader: Connection, writer: Connection) -> int:
                 requests, info = load(message)
                 reply = dict(info, ok=True)
             elif op == 'run':
-                reply = {
-                    'ok': True, 'output': run_stage(requests[message['stage']], message['inputs'],
-                                                    bool(message.get('split')))
-                }
+                inputs = [kept[x] if isinstance(x, str) else x for x in message['inputs']]
+                output = run_stage(requests[message['stage']], inputs, bool(message.get('split')))
+                if message.get('keep'):
+                    kept[message['keep']] = output
+                    reply = {'ok': True, 'shape': output.shape}
+                else:
+                    reply = {'ok': True, 'output': output}
             else:
                 reply = {'ok': False, 'error': f'unknown operation {op!r}'}
         except Exception as err:  # noqa: B902  (any failure of OpenVINO is the parent's to judge)
@@ -113,6 +175,8 @@ def main(argv=None) -> int:
     args = sys.argv[1:] if argv is None else argv
     reader = Connection(int(args[0]), writable=False)
     writer = Connection(int(args[1]), readable=False)
+    if os.path.exists('/proc/self/maps'):  # Linux
+        PageTrimmer().start()
     return serve(reader, writer)
 
 

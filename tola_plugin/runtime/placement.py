@@ -24,8 +24,9 @@ from tola_plugin.runtime import openvino_stages, qualification
 from tola_plugin.runtime.child_process import ChildFailure, python_command, run_child
 from tola_plugin.runtime.openvino_client import OpenVINOWorker, Streams, check_streams
 from tola_plugin.runtime.plan import BACKENDS, Path, RuntimePlan, candidate_paths
-from tola_plugin.runtime.stage_source import StageSource
-from tola_plugin.runtime.stages import STAGES, RoutedIDM, RoutedVAE
+from tola_plugin.runtime.stage_source import StageSource, StageWeights
+from tola_plugin.runtime.stages import IMAGE_STAGES, RoutedIDM, RoutedVAE, stage_modules
+from tola_plugin.runtime.text_prior_stages import KEPT, RoutedTextRecognizer
 from tola_plugin.utils.cuda_math import set_tf32
 from tola_plugin.utils.devices import resolve_device
 
@@ -77,7 +78,7 @@ class Runtime:
                              '(use streams 1, or backend auto or openvino)')
         self.device = resolve_device(None if device is None else str(device))
         self.backend, self.allow_tf32 = backend, allow_tf32
-        self.source = StageSource(net.idm, net.vae, source)
+        self.source = StageSource(net.idm, net.vae, net.transocr, source)
         self.worker: Optional[OpenVINOWorker] = None
         self._reference = None
         self._qualified_reason = ''
@@ -85,6 +86,10 @@ class Runtime:
             set_tf32(allow_tf32)
         net.plan = None
         net.to(self.device)
+        # the weights of the stages the worker serves (the text prior's TransOCR too): in this process only while
+        # torch runs them
+        self.weights = StageWeights(net, [*stage_modules(net.idm, net.vae).values(), net.transocr],
+                                    source if self.device.type == 'cpu' else None)
         if requalify:
             qualification.forget(self.source.digest)
         self.plan = self._decide()
@@ -120,7 +125,9 @@ class Runtime:
     def _start(self, path: Path) -> str:
         """Make ``path`` the network's way of running: '' when it runs (qualified or plain), else why not."""
         self._close_worker()
-        self.net.idm, self.net.vae = self.source.idm, self.source.vae
+        self.net.idm, self.net.vae, self.net.text_recognizer = self.source.idm, self.source.vae, None
+        if path.backend == 'torch':
+            self.weights.load()
         if path.plain:
             return ''
         key = qualification.verdict_key(self.device, path.backend, path.dtype, self.source.digest)
@@ -130,15 +137,21 @@ class Runtime:
             cached = qualification.cached_verdict(key)
             if cached is not None and not cached.qualified:
                 return f'{cached.reason} (verdict cached on this machine)'
+            self.weights.release()
+            if cached is None:  # the fp32 reference before the worker holds its weights: torch's are gone by then
+                with contextlib.suppress(RuntimeError):  # qualify() meets the error again and judges it
+                    self.reference()
             why, verdict = self._start_openvino(path)
             if verdict is not None:  # it crashed or failed loading: remembered like a wrong result
                 qualification.store_verdict(key, verdict)
             if why:
                 return why
-            verdict = qualification.qualify(key, self._openvino_probe, self.reference, path.dtype)
+            verdict = qualification.qualify(key, self._openvino_probe, self.reference, path.dtype,
+                                            qualification.OPENVINO_CHECKS)
             if verdict.qualified:
                 self.net.idm = RoutedIDM(self._run_openvino, self.source.idm.config)
                 self.net.vae = RoutedVAE(self._run_openvino, self.source.vae.config)
+                self.net.text_recognizer = RoutedTextRecognizer(self._run_openvino, self.source.transocr)
         if not verdict.qualified:
             self._close_worker()
             return verdict.reason + (' (verdict cached on this machine)' if verdict.source == 'cache' else '')
@@ -150,7 +163,8 @@ class Runtime:
     def reference(self):
         """The fp32 torch route's stage inputs and outputs on the probe (computed once)."""
         if self._reference is None:
-            self._reference = qualification.record_reference(self.net, self.device)
+            with self.weights.loaded():
+                self._reference = qualification.record_reference(self.net, self.device)
         return self._reference
 
     # ------------------------------------------------------------------------------------------------ openvino
@@ -183,12 +197,16 @@ class Runtime:
                 stages.remove()
         return '', None
 
-    def _run_openvino(self, stage: str, *tensors: torch.Tensor) -> torch.Tensor:
-        return self.worker.run(stage, *tensors)
+    def _run_openvino(self, stage: str, *tensors):
+        return self.worker.run(stage, *tensors, keep=KEPT.get(stage))
 
     def _openvino_probe(self):
         reference = self.reference()
-        return {stage: self.worker.run(stage, *reference[stage][0]) for stage in STAGES}
+        outputs = {stage: self.worker.run(stage, *reference[stage][0]) for stage in ('text_encoder', ) + IMAGE_STAGES}
+        image = reference[qualification.TEXT_PRIOR][0][0]
+        outputs[qualification.TEXT_PRIOR] = self.net.decode_text(
+            image, RoutedTextRecognizer(self._run_openvino, self.source.transocr))
+        return outputs
 
     # ------------------------------------------------------------------------------------------------ torch
     def _torch_probe(self, dtype: torch.dtype):
@@ -203,7 +221,7 @@ class Runtime:
             run_child(command, f'the torch {dtype_name(dtype)} probe', TORCH_PROBE_TIMEOUT,
                       env={'OMP_NUM_THREADS': str(torch.get_num_threads())})
             with np.load(outputs, allow_pickle=False) as arrays:
-                return {stage: torch.from_numpy(arrays[stage]) for stage in STAGES}
+                return {stage: torch.from_numpy(arrays[stage]) for stage in IMAGE_STAGES}
         finally:
             for path in (cases, outputs):
                 if os.path.exists(path):
@@ -229,13 +247,14 @@ class Runtime:
     def plain_route(self):
         """The plain fp32 torch route for the duration of the block (the judge of a non-finite output: when it is
         finite there, the current path is to blame)."""
-        saved = self.net.idm, self.net.vae, self.net.plan
-        self.net.idm, self.net.vae = self.source.idm, self.source.vae
+        saved = self.net.idm, self.net.vae, self.net.plan, self.net.text_recognizer
+        self.net.idm, self.net.vae, self.net.text_recognizer = self.source.idm, self.source.vae, None
         self.net.plan = RuntimePlan.reference(self.device)
         try:
-            yield
+            with self.weights.loaded():
+                yield
         finally:
-            self.net.idm, self.net.vae, self.net.plan = saved
+            self.net.idm, self.net.vae, self.net.plan, self.net.text_recognizer = saved
 
     def replan(self, precision: Optional[str] = None) -> RuntimePlan:
         """Decide again (after the network's precision switch changed to ``precision``)."""
@@ -269,5 +288,7 @@ class Runtime:
         """End the worker, give the network its torch modules back (no plan: it runs as its precision switch asks)
         and remove what was exported for the children."""
         self._close_worker()
+        self.weights.load()
         self.net.idm, self.net.vae, self.net.plan = self.source.idm, self.source.vae, None
+        self.net.text_recognizer = None
         self.source.close()

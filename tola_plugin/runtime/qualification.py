@@ -5,10 +5,12 @@ computes.
 The probe is one 64x256 input (``probe_image``) through the real model: the fp32 torch route runs it here and
 records each stage's inputs and output (``record_reference``); the candidate runs the same stage inputs in its child
 (the OpenVINO worker that would then serve, or ``torch_probe.py``) and its outputs must be finite and within
-``BOUNDS`` of the reference (relative RMS error per stage, ``compare``). The verdict (qualified or not, why, the
-errors) is cached in ``qualification.json`` beside the bf16 decision, keyed by the device (CPU model and flags, or the
-GPU), the runtime versions, the forced kernels, the backend, the precision and the model's digest; it is written
-atomically and read by every later run. ``--requalify`` (``forget``) drops this machine's verdicts of a model.
+``BOUNDS`` of the reference (relative RMS error per stage, ``compare``). A path that runs the text prior's stages
+(OpenVINO) also reads the probe's text through them (``TEXT_PRIOR``: the greedy decode, as ``TOLANet.decode_text``):
+its ids must equal the torch route's and its confidences be within ``PRIOR_BOUNDS``. The verdict (qualified or not,
+why, the errors) is cached in ``qualification.json`` beside the bf16 decision, keyed by the device (CPU model and
+flags, or the GPU), the runtime versions, the forced kernels, the backend, the precision and the model's digest; it is
+written atomically and read by every later run. ``--requalify`` (``forget``) drops this machine's verdicts of a model.
 """
 import os
 import tempfile
@@ -22,11 +24,12 @@ import torch
 from tola_plugin.archs.precision import dtype_name
 from tola_plugin.runtime.machine import device_identity, package_version
 from tola_plugin.runtime.plan import RuntimePlan
-from tola_plugin.runtime.stages import STAGES, RoutedIDM, RoutedVAE, run_torch_stage, stage_modules
+from tola_plugin.runtime.stages import IMAGE_STAGES, RoutedIDM, RoutedVAE, run_torch_stage, stage_modules
+from tola_plugin.runtime.text_prior_stages import prior_stage_modules
 from tola_plugin.utils.atomic_files import read_json_dict, write_json
 from tola_plugin.utils.user_cache import cache_path
 
-FORMAT = 'tola_plugin.qualification/1'
+FORMAT = 'tola_plugin.qualification/2'  # 2: the text prior is part of an OpenVINO path's probe
 CACHE_FILE = 'qualification.json'
 #: a quarter of a 128x512 canvas: every layer and weight of the model in a quarter of the time; what depends on the
 #: shape alone is caught by the output check while serving
@@ -36,6 +39,15 @@ PROBE_SHAPE = (1, 3, 64, 256)
 #: "Qualification": fp32 2.9e-6, bf16 3.5e-2, fp16 1.7e-3), capped at 0.35: a third of the error of an all-zero
 #: output, which a wrong kernel reaches (bf16's 100x would be 3.5 and catch nothing)
 BOUNDS = {torch.float32: 3e-4, torch.bfloat16: 0.35, torch.float16: 0.17}
+TEXT_PRIOR = 'text_prior'  # the probe's text read through the prior's stages: (ids (B, S), confidences (B, S))
+#: what a path is checked on: the image stages (torch: the text prior runs in fp32 there whatever the plan), and
+#: on OpenVINO, which runs the text prior's stages too, the encoder's output and the greedy decode through them
+TORCH_CHECKS = IMAGE_STAGES
+OPENVINO_CHECKS = ('text_encoder', TEXT_PRIOR) + IMAGE_STAGES
+#: largest relative RMS error of the text prior's confidences (its ids must be equal): fp32 100x the largest
+#: measured (docs/inference.md, "Qualification": OpenVINO fp32 vs torch fp32, 3.3e-6 on the demo model's 32 lines);
+#: bf16 / fp16 (not measurable on a CPU without them) the image stages' caps: there the ids' equality is the check
+PRIOR_BOUNDS = {torch.float32: 3.3e-4, torch.bfloat16: 0.35, torch.float16: 0.17}
 
 _memory: Dict[str, Dict] = {}  # verdicts of this process when the cache file cannot be written
 
@@ -77,13 +89,19 @@ def record_reference(net, device: torch.device) -> Dict[str, Tuple[List[torch.Te
         cases[stage] = ([t.detach().cpu() for t in tensors], out)
         return out.to(device)
 
-    idm, vae, plan = net.idm, net.vae, net.plan
+    idm, vae, plan, recognizer = net.idm, net.vae, net.plan, net.text_recognizer
     net.idm, net.vae, net.plan = RoutedIDM(runner), RoutedVAE(runner, vae.config), RuntimePlan.reference(device)
+    net.text_recognizer = None
+    image = probe_image().to(device)
     try:
         with torch.inference_mode():
-            net(probe_image().to(device), noise_seeds=[0])
+            net(image, noise_seeds=[0])
+            network_input = net.transocr.preprocess(image)
+            memory = prior_stage_modules(net.transocr)['text_encoder'](network_input)
+            cases['text_encoder'] = ([network_input.cpu()], memory.float().cpu())
+            cases[TEXT_PRIOR] = ([image.cpu()], tuple(t.cpu() for t in net.decode_text(image)))
     finally:
-        net.idm, net.vae, net.plan = idm, vae, plan
+        net.idm, net.vae, net.plan, net.text_recognizer = idm, vae, plan, recognizer
     return cases
 
 
@@ -95,19 +113,43 @@ def relative_rms(candidate: torch.Tensor, reference: torch.Tensor) -> float:
     return float((candidate.double() - ref).norm() / ref.norm().clamp_min(1e-30))
 
 
-def compare(reference: Dict, outputs: Dict[str, torch.Tensor], dtype: torch.dtype) -> Verdict:
-    """The verdict of a candidate's stage ``outputs`` against the reference, in compute dtype ``dtype``."""
-    errors = {stage: relative_rms(outputs[stage], reference[stage][1]) for stage in STAGES}
-    bound = BOUNDS[dtype]
-    bad = [stage for stage in STAGES if not errors[stage] <= bound]
-    shown = {k: (v if np.isfinite(v) else 'non-finite') for k, v in errors.items()}
+def check_output(check: str, candidate, reference, dtype: torch.dtype) -> Tuple[object, str]:
+    """(the error shown in the verdict, what is wrong or '' when within bound) of the candidate's output of ``check``
+    (a stage, or TEXT_PRIOR: (ids, confidences)) against the reference's, in compute dtype ``dtype``."""
+    if check == TEXT_PRIOR:
+        (ids, probs), (ref_ids, ref_probs) = candidate, reference
+        if not bool(torch.isfinite(probs).all()):
+            return 'non-finite', 'non-finite confidences'
+        if tuple(ids.shape) != tuple(ref_ids.shape) or not torch.equal(ids, ref_ids):
+            steps = min(ids.shape[1], ref_ids.shape[1])
+            differ = (ids[:, :steps] != ref_ids[:, :steps]).any(0).nonzero()
+            first = int(differ[0]) if len(differ) else steps
+            return 'different ids', (f'other ids than the fp32 torch route from step {first} ({ids.shape[1]} steps '
+                                     f'read, {ref_ids.shape[1]} there)')
+        error, bound, what = relative_rms(probs, ref_probs), PRIOR_BOUNDS[dtype], 'confidences'
+    else:
+        error, bound, what = relative_rms(candidate, reference), BOUNDS[dtype], 'output'
+    if not np.isfinite(error):
+        return 'non-finite', f'non-finite or misshaped {what}'
+    return error, ('' if error <= bound else f'relative error of the {what} {error:.2g} > {bound:g}')
+
+
+def compare(reference: Dict, outputs: Dict, dtype: torch.dtype, checks=TORCH_CHECKS) -> Verdict:
+    """The verdict of a candidate's ``outputs`` (stage -> output; TEXT_PRIOR -> (ids, confidences)) against the
+    reference, on ``checks``, in compute dtype ``dtype``."""
+    errors, bad = {}, []
+    for check in checks:
+        errors[check], why = check_output(check, outputs[check], reference[check][1], dtype)
+        if why:
+            bad.append(f'{check}: {why}')
     if bad:
-        what = ', '.join(f'{s}: ' + ('non-finite or misshaped output'
-                                     if not np.isfinite(errors[s]) else f'relative error {errors[s]:.2g} > {bound:g}')
-                         for s in bad)
-        return Verdict(False, f'wrong results ({what})', shown)
-    worst = max(errors.values())
-    return Verdict(True, f'matches the fp32 torch route (largest relative error {worst:.2g}, bound {bound:g})', shown)
+        return Verdict(False, f'wrong results ({", ".join(bad)})', errors)
+    stages = [errors[c] for c in checks if c != TEXT_PRIOR]
+    how = f'largest relative error {max(stages):.2g}, bound {BOUNDS[dtype]:g}'
+    if TEXT_PRIOR in checks:
+        how += (f'; text prior: the same ids, confidences within {errors[TEXT_PRIOR]:.2g}, bound '
+                f'{PRIOR_BOUNDS[dtype]:g}')
+    return Verdict(True, f'matches the fp32 torch route ({how})', errors)
 
 
 def save_cases(reference: Dict, path: str) -> None:
@@ -172,16 +214,17 @@ def forget(digest: Optional[str] = None) -> int:
     return len(drop)
 
 
-def qualify(key: str, run_candidate: Callable[[], Dict[str, torch.Tensor]], reference: Callable[[], Dict],
-            dtype: torch.dtype) -> Verdict:
-    """The verdict of ``key``: cached, else measured now: ``run_candidate()`` (the candidate's stage outputs, from its
-    child; a ChildFailure or RuntimeError is the verdict's reason) against ``reference()``, then cached."""
+def qualify(key: str, run_candidate: Callable[[], Dict], reference: Callable[[], Dict], dtype: torch.dtype,
+            checks=TORCH_CHECKS) -> Verdict:
+    """The verdict of ``key``: cached, else measured now: ``run_candidate()`` (the candidate's outputs, from its
+    child; a ChildFailure or RuntimeError is the verdict's reason) against ``reference()`` on ``checks``, then
+    cached."""
     cached = cached_verdict(key)
     if cached is not None:
         return cached
     start = time.perf_counter()
     try:
-        verdict = compare(reference(), run_candidate(), dtype)
+        verdict = compare(reference(), run_candidate(), dtype, checks)
     except RuntimeError as err:
         verdict = Verdict(False, str(err))
     verdict.seconds = round(time.perf_counter() - start, 2)

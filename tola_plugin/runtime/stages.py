@@ -1,6 +1,7 @@
-"""The three tensor stages of Algorithm 1 that a runtime other than torch may run: the VAE encoder, the IDM and the
-VAE decoder, each one function of tensors, and the modules with the calls ``TOLANet.forward`` makes that route those
-calls to a stage runner (OpenVINO's worker, or a recorder of the torch route for qualification).
+"""The tensor stages of Algorithm 1 that a runtime other than torch may run: the text prior's two (TransOCR's encoder
+and greedy step: ``text_prior_stages.py``), the VAE encoder, the IDM and the VAE decoder, each one function of
+tensors, and the modules with the calls ``TOLANet.forward`` makes that route those calls to a stage runner
+(OpenVINO's worker, or a recorder of the torch route for qualification).
 
 - 'vae_encoder': image (B, 3, H, W) in [0, 1] -> the posterior's moments (B, 2 x latent, H/4, W/4) (mean and
   log-variance, unclamped: ``quant_conv(encoder(x))``)
@@ -15,8 +16,11 @@ from diffusers.models.modeling_outputs import AutoencoderKLOutput
 from torch import nn
 
 from tola_plugin.archs.precision import autocast, decoder_autocast, full_precision
+from tola_plugin.runtime.text_prior_stages import PRIOR_STAGES
 
-STAGES = ('vae_encoder', 'vae_decoder', 'idm')  # conversion order: the largest last (peak memory)
+#: the stages whose precision follows the plan on every backend (the torch route runs the text prior in fp32 always)
+IMAGE_STAGES = ('vae_encoder', 'vae_decoder', 'idm')
+STAGES = PRIOR_STAGES + IMAGE_STAGES  # every stage a runtime converts; conversion order: the largest last (peak memory)
 
 Runner = Callable[..., torch.Tensor]  # runner(stage, *tensors) -> the stage's output (fp32)
 

@@ -1,4 +1,5 @@
-"""Runs TOLA's stages on torch in a low precision, in a child process of the qualification (a kernel that crashes
+"""Runs TOLA's image stages (``stages.IMAGE_STAGES``: the text prior runs in fp32 on torch) on torch in a low
+precision, in a child process of the qualification (a kernel that crashes
 there ends the child, not the user's run): ``python -m tola_plugin.runtime.torch_probe SPEC_JSON CASES_NPZ DEVICE
 PRECISION OUT_NPZ``. CASES holds each stage's inputs (``<stage>.<i>``); OUT receives each stage's output
 (``<stage>``), computed as ``TOLANet.forward`` computes it in that precision (``stages.run_torch_stage``)."""
@@ -10,7 +11,7 @@ import torch
 
 from tola_plugin.archs.precision import precision_dtype
 from tola_plugin.runtime.stage_source import load_stages
-from tola_plugin.runtime.stages import STAGES, run_torch_stage, stage_modules
+from tola_plugin.runtime.stages import IMAGE_STAGES, run_torch_stage, stage_modules
 
 
 def probe(spec, cases_path: str, device: str, precision: str, out_path: str) -> None:
@@ -22,7 +23,7 @@ def probe(spec, cases_path: str, device: str, precision: str, out_path: str) -> 
     modules = {name: module.to(device) for name, module in stage_modules(idm, vae).items()}
     with np.load(cases_path, allow_pickle=False) as cases:
         outputs = {}
-        for stage in STAGES:
+        for stage in IMAGE_STAGES:
             count = sum(1 for key in cases.files if key.startswith(stage + '.'))
             inputs = [torch.from_numpy(cases[f'{stage}.{i}']) for i in range(count)]
             outputs[stage] = run_torch_stage(modules[stage], stage, inputs, precision_dtype(precision), device).numpy()
