@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         '--streams', type=openvino_streams, default=1, metavar='N|auto',
         help="OpenVINO streams: 1 = every core on each window (default: on a folder of 32 lines OpenVINO's "
-        'throughput settings measured 1.00-1.03x its images per second on 2 cores); N > 1 or auto = the throughput '
+        'throughput settings measured 1.00-1.07x its images per second on 2 cores); N > 1 or auto = the throughput '
         "settings, a batch's windows in flight together (docs/inference.md, Folders: streams)")
     parser.add_argument(
         '--requalify', action='store_true',
