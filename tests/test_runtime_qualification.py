@@ -288,3 +288,19 @@ def test_show_runtime_prints_the_decision(model, serving, verdicts, capsys):
     assert infer.main(['--show-runtime', '--model', model]) == 0
     line = capsys.readouterr().out.strip()
     assert line.startswith('runtime: cpu, openvino fp32 (asked backend auto, precision fp32): qualified')
+
+
+def test_throughput_streams_are_a_path_of_their_own():
+    """A verdict on one stream does not stand for OpenVINO's throughput configuration, nor the reverse; torch's key
+    never names streams (it runs one)."""
+    cpu, digest = torch.device('cpu'), 'ab' * 32
+    one = qualification.verdict_key(cpu, 'openvino', torch.float32, digest)
+    assert qualification.verdict_key(cpu, 'openvino', torch.float32, digest, 1) == one
+    keys = {
+        one,
+        qualification.verdict_key(cpu, 'openvino', torch.float32, digest, 2),
+        qualification.verdict_key(cpu, 'openvino', torch.float32, digest, 'auto')
+    }
+    assert len(keys) == 3
+    assert qualification.verdict_key(cpu, 'torch', torch.float32, digest, 2) == \
+        qualification.verdict_key(cpu, 'torch', torch.float32, digest)

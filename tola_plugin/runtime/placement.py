@@ -130,7 +130,7 @@ class Runtime:
             self.weights.load()
         if path.plain:
             return ''
-        key = qualification.verdict_key(self.device, path.backend, path.dtype, self.source.digest)
+        key = qualification.verdict_key(self.device, path.backend, path.dtype, self.source.digest, self.streams)
         if path.backend == 'torch':
             verdict = qualification.qualify(key, lambda: self._torch_probe(path.dtype), self.reference, path.dtype)
         else:
@@ -234,7 +234,7 @@ class Runtime:
         failed = self.plan
         why = f'failed while serving: {error}'
         if not failed.path.plain:
-            key = qualification.verdict_key(self.device, failed.backend, failed.dtype, self.source.digest)
+            key = qualification.verdict_key(self.device, failed.backend, failed.dtype, self.source.digest, self.streams)
             qualification.store_verdict(key, qualification.Verdict(False, why))
         passed = list(failed.passed_over) + [(failed.path.name, why)]
         if self.candidates:

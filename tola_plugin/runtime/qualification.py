@@ -9,8 +9,9 @@ records each stage's inputs and output (``record_reference``); the candidate run
 (OpenVINO) also reads the probe's text through them (``TEXT_PRIOR``: the greedy decode, as ``TOLANet.decode_text``):
 its ids must equal the torch route's and its confidences be within ``PRIOR_BOUNDS``. The verdict (qualified or not,
 why, the errors) is cached in ``qualification.json`` beside the bf16 decision, keyed by the device (CPU model and
-flags, or the GPU), the runtime versions, the forced kernels, the backend, the precision and the model's digest; it is
-written atomically and read by every later run. ``--requalify`` (``forget``) drops this machine's verdicts of a model.
+flags, or the GPU), the runtime versions, the forced kernels, the backend (with OpenVINO's streams where not 1), the
+precision and the model's digest; it is written atomically and read by every later run. ``--requalify``
+(``forget``) drops this machine's verdicts of a model.
 """
 import os
 import tempfile
@@ -159,9 +160,12 @@ def save_cases(reference: Dict, path: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------------------ verdicts
-def verdict_key(device: torch.device, backend: str, dtype: torch.dtype, digest: str) -> str:
-    """The cache key of a verdict (module docstring)."""
+def verdict_key(device: torch.device, backend: str, dtype: torch.dtype, digest: str, streams=1) -> str:
+    """The cache key of a verdict (module docstring); OpenVINO's throughput streams (``streams`` other than 1: another
+    compiled configuration of the same IR) are a path of their own."""
     runtime = f'openvino {package_version("openvino")}' if backend == 'openvino' else 'torch'
+    if backend == 'openvino' and streams != 1:
+        runtime += f' streams {streams}'
     return f'{device_identity(device)} | {runtime} {dtype_name(dtype)} | model {digest[:16]} | {FORMAT}'
 
 
