@@ -53,7 +53,7 @@ def result_with(default_s, ref_s=8.0):
     }
     result = {
         'timings': timings, 'route_gmac': 100.0, 'macs': {'IDM': 100e9}, 'ceiling_gflops': CEILING, 'copy_gbps': COPY,
-        'stage_elements': {'IDM': 1e9}
+        'stage_elements': {'IDM': 1e9}, 'machine': {'native_bf16': True}
     }
     result['bounds'] = inference_report.bounds(result)
     return result
@@ -77,6 +77,9 @@ def test_the_report_shows_each_routes_ideal_time_and_each_stages_bound():
     assert checks['default_vs_bf16_ceiling']['value'] == pytest.approx(1.2) and checks['default_vs_bf16_ceiling']['met']
     slow = inference_report.check_targets(result_with(default_s=0.8))  # 1.6x the ideal: over the 1.5x
     assert not slow['default_vs_bf16_ceiling']['met']
+    emulated = result_with(default_s=0.6)
+    emulated['machine']['native_bf16'] = False  # no bf16 instructions: the bf16 ceiling is no target here
+    assert 'default_vs_bf16_ceiling' not in inference_report.check_targets(emulated)
 
 
 def test_copy_bandwidth_is_bytes_read_and_written_per_second(monkeypatch):
