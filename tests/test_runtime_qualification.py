@@ -5,6 +5,7 @@ worker that dies by SIGSEGV or hangs, a path that fails while serving, no path l
 written."""
 import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -145,6 +146,51 @@ def test_a_path_whose_text_prior_fails_is_passed_over(model, serving, verdicts, 
     assert len(saved) == 1 and not saved[0]['qualified'] and why in saved[0]['reason']
 
 
+def scaled_logits(dtypes, factor):
+    """OpenVINOWorker.run whose text decoder step, where it was compiled in one of ``dtypes``, returns its logits times
+    ``factor`` (1: unchanged; 0.9: the same ids, other confidences; -1: other ids); the real output otherwise."""
+    real = openvino_client.OpenVINOWorker.run
+
+    def run(self, name, *tensors, **kwargs):
+        out = real(self, name, *tensors, **kwargs)
+        return out * factor if name == 'text_decoder' and self.dtype_of(name) in dtypes else out
+
+    return run
+
+
+def test_the_text_prior_runs_in_fp32_on_a_low_precision_path(model, serving, verdicts, bf16_first, monkeypatch):
+    """A bf16 path compiles its image stages in bf16 and the text prior's stages in fp32 (what OpenVINO reports it
+    compiled): a bf16 prior that would read other ids is never run."""
+    monkeypatch.setattr(openvino_client.OpenVINOWorker, 'run', scaled_logits({torch.bfloat16}, -1.0))
+    pipe = TOLAPipeline.from_merged(model, switches={'precision': 'auto'}, batch_size=1)
+    try:
+        assert (pipe.plan.path.name, pipe.plan.passed_over) == ('openvino bf16', ())
+        worker = pipe.runtime.worker
+        assert worker.precisions['text_encoder'] == worker.precisions['text_decoder'] == 'f32'
+        assert worker.dtype_of('idm') == torch.bfloat16 and worker.dtype_of('text_decoder') == torch.float32
+        saved = [v for k, v in entries(verdicts).items() if ' bf16 |' in k]
+        assert len(saved) == 1 and saved[0]['qualified'] and 'text prior in fp32' in saved[0]['reason']
+        assert np.isfinite(pipe(LINE).image).all()
+    finally:
+        pipe.close()
+
+
+def test_the_text_prior_is_held_to_the_fp32_bound_on_a_low_precision_path(model, serving, verdicts, bf16_first,
+                                                                          monkeypatch):
+    """The prior's confidences off by far less than bf16's bound but more than fp32's (logits x 0.9: the same ids)
+    pass a bf16 path over: the prior is checked as what it is, fp32."""
+    monkeypatch.setattr(openvino_client.OpenVINOWorker, 'run', scaled_logits({torch.float32}, 0.9))
+    pipe = TOLAPipeline.from_merged(model, switches={'precision': 'auto'}, batch_size=1)
+    try:
+        assert pipe.plan.backend == 'torch'  # OpenVINO fp32 has the same (broken) prior
+        why = dict(pipe.plan.passed_over)['openvino bf16']
+        error = float(why.split('confidences ')[1].split(' >')[0])
+        assert qualification.PRIOR_BOUND < error < qualification.BOUNDS[torch.bfloat16]
+        assert f'text_prior: relative error of the confidences {error:.2g} > {qualification.PRIOR_BOUND:g}' in why
+    finally:
+        pipe.close()
+
+
 @pytest.mark.parametrize('mode, how', [('segv-on-load', 'died by SIGSEGV'), ('hang-on-load', 'hung'),
                                        ('error-on-load', 'bad IR')])
 def test_a_worker_that_crashes_or_hangs_is_passed_over(model, verdicts, monkeypatch, capsys, mode, how):
@@ -259,8 +305,11 @@ def test_child_failures_are_named():
         run_child([sys.executable, '-c', 'import os, signal; os.kill(os.getpid(), signal.SIGSEGV)'], 'x', 60)
     with pytest.raises(ChildFailure, match='hung: still running after 1 s'):
         run_child([sys.executable, '-c', 'import time; time.sleep(60)'], 'x', 1)
-    with pytest.raises(ChildFailure, match='exit status 3: boom'):
+    with pytest.raises(ChildFailure, match='exit status 3: boom') as caught:
         run_child([sys.executable, '-c', 'import sys; sys.stderr.write("boom"); sys.exit(3)'], 'x', 60)
+    # raised in a pool's child (the benchmark's memory runs), it reaches the parent whole
+    again = pickle.loads(pickle.dumps(caught.value))
+    assert (type(again), str(again), again.what, again.how) == (ChildFailure, str(caught.value), 'x', caught.value.how)
 
 
 def test_openvino_never_loads_into_the_users_process(model, serving):

@@ -19,6 +19,9 @@ class ChildFailure(RuntimeError):
         super().__init__(f'{what}: {how}')
         self.what, self.how = what, how
 
+    def __reduce__(self):  # raised in a pool's child (the benchmark's memory runs), it must reach the parent whole
+        return type(self), (self.what, self.how)
+
 
 def python_command(script: Optional[str] = None, module: Optional[str] = None) -> List[str]:
     """This interpreter running ``script`` (a file; ``child_environment`` keeps the file's folder off sys.path) or

@@ -52,14 +52,18 @@ class Kept:
 
 
 class OpenVINOWorker:
-    """One worker process serving the stages of one cache entry in one precision (``dtype``) with ``streams``
-    (``check_streams``); ``streams_run`` and ``requests``: what OpenVINO compiled (streams, requests in flight)."""
+    """One worker process serving the stages of one cache entry in the precision ``dtype`` (``stage_dtypes``: stages
+    compiled in another, e.g. the text prior in fp32 on a bf16 path) with ``streams`` (``check_streams``);
+    ``streams_run``, ``requests`` and ``precisions``: what OpenVINO compiled (streams, requests in flight, each
+    stage's precision as OpenVINO reports it: 'f32', 'bf16', 'f16')."""
 
     def __init__(self, stages: Dict[str, str], dtype: torch.dtype, threads: int, cache_dir: Optional[str],
-                 streams: Streams = 1):
+                 streams: Streams = 1, stage_dtypes: Optional[Dict[str, torch.dtype]] = None):
         streams = check_streams(streams)
-        if dtype not in HINTS:
-            raise ValueError(f'the OpenVINO backend runs fp32, bf16 or fp16, got {dtype}')
+        self.stage_dtypes = dict(stage_dtypes or {})
+        for name, precision in [('dtype', dtype)] + sorted(self.stage_dtypes.items()):
+            if precision not in HINTS:
+                raise ValueError(f'the OpenVINO backend runs fp32, bf16 or fp16, got {precision} for {name}')
         self.dtype, self.what = dtype, f'the OpenVINO worker ({HINTS[dtype]})'
         to_child, from_parent = os.pipe()
         from_child, to_parent = os.pipe()
@@ -74,12 +78,18 @@ class OpenVINOWorker:
             os.close(to_parent)
         self.writer = Connection(from_parent, readable=False)
         self.reader = Connection(from_child, writable=False)
+        hints = {stage: HINTS[d] for stage, d in self.stage_dtypes.items()}
         self.info = self.call(
             {
-                'op': 'load', 'stages': dict(stages), 'hint': HINTS[dtype], 'threads': int(threads),
+                'op': 'load', 'stages': dict(stages), 'hint': HINTS[dtype], 'hints': hints, 'threads': int(threads),
                 'cache_dir': cache_dir, 'streams': streams
             }, TIMEOUTS['load'])
         self.streams_run, self.requests = int(self.info['streams']), int(self.info['requests'])
+        self.precisions = dict(self.info['precisions'])
+
+    def dtype_of(self, stage: str) -> torch.dtype:
+        """The precision ``stage`` was compiled for."""
+        return self.stage_dtypes.get(stage, self.dtype)
 
     def _stderr_tail(self) -> str:
         self.stderr.seek(0)

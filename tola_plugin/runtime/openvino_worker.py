@@ -5,13 +5,14 @@ kernels ends this process and the parent falls back to another path (docs/infere
     python openvino_worker.py READ_FD WRITE_FD
 
 Messages (pickled dicts over ``multiprocessing.connection``): {'op': 'load', 'stages': {name: xml}, 'hint': 'f32' |
-'bf16' | 'f16', 'threads': n, 'cache_dir': path or None, 'streams': 1 | n | 'auto' (optional, 1)} -> {'ok': True,
-'version', 'seconds', 'streams', 'requests'}; {'op': 'run', 'stage': name, 'inputs': [arrays], 'keep': None,
-'split': False} -> {'ok': True, 'output': float32 array}; with 'keep': a name, the output stays here under that name
-(-> {'ok': True, 'shape': its shape}) and a later run's input may be that name (the text prior's encoder output, read
-by each decoding step); {'op': 'exit'}. A failure is {'ok': False, 'error': message}. End of input (the parent gone)
-ends the worker. Imports numpy, OpenVINO and the standard library only, so it starts in well under a second. A
-thread keeps the weights files OpenVINO maps out of its resident memory (``PageTrimmer``).
+'bf16' | 'f16', 'hints': {name: hint} (optional: stages compiled in another precision), 'threads': n, 'cache_dir':
+path or None, 'streams': 1 | n | 'auto' (optional, 1)} -> {'ok': True, 'version', 'seconds', 'streams', 'requests',
+'precisions': {name: the precision OpenVINO compiled it in}}; {'op': 'run', 'stage': name, 'inputs': [arrays],
+'keep': None, 'split': False} -> {'ok': True, 'output': float32 array}; with 'keep': a name, the output stays here
+under that name (-> {'ok': True, 'shape': its shape}) and a later run's input may be that name (the text prior's
+encoder output, read by each decoding step); {'op': 'exit'}. A failure is {'ok': False, 'error': message}. End of
+input (the parent gone) ends the worker. Imports numpy, OpenVINO and the standard library only, so it starts in well
+under a second. A thread keeps the weights files OpenVINO maps out of its resident memory (``PageTrimmer``).
 
 Streams (``compile_config``): 1 is one stream with every thread on each request (LATENCY); n > 1 or 'auto' are
 OpenVINO's throughput settings (THROUGHPUT hint, n streams or OpenVINO's choice, the threads shared among them),
@@ -81,9 +82,11 @@ class PageTrimmer:
                 self.trimmed = self.rss_file()
 
 
-def compile_config(message) -> dict:
-    """OpenVINO's CPU settings for the load message's precision hint, threads and streams (module docstring)."""
-    config = {'INFERENCE_PRECISION_HINT': message['hint'], 'INFERENCE_NUM_THREADS': int(message['threads'])}
+def compile_config(message, stage: str = '') -> dict:
+    """OpenVINO's CPU settings of ``stage`` for the load message's precision hints, threads and streams (module
+    docstring)."""
+    hint = (message.get('hints') or {}).get(stage, message['hint'])
+    config = {'INFERENCE_PRECISION_HINT': hint, 'INFERENCE_NUM_THREADS': int(message['threads'])}
     streams = message.get('streams', 1)
     if streams == 1:
         config.update({'NUM_STREAMS': 1, 'PERFORMANCE_HINT': 'LATENCY'})
@@ -100,15 +103,19 @@ def load(message):
     core = ov.Core()
     if message.get('cache_dir'):
         core.set_property({'CACHE_DIR': message['cache_dir']})
-    config = compile_config(message)
-    requests, streams, count = {}, 1, 1
+    requests, precisions, streams, count = {}, {}, 1, 1
     for stage, xml in message['stages'].items():
+        config = compile_config(message, stage)
         compiled = core.compile_model(xml, 'CPU', config)
+        precisions[stage] = compiled.get_property('INFERENCE_PRECISION_HINT').get_type_name()
         streams = int(compiled.get_property('NUM_STREAMS'))
         if config['PERFORMANCE_HINT'] == 'THROUGHPUT':
             count = int(compiled.get_property('OPTIMAL_NUMBER_OF_INFER_REQUESTS'))
         requests[stage] = [compiled.create_infer_request() for _ in range(count)]
-    info = {'version': ov.__version__, 'seconds': time.perf_counter() - start, 'streams': streams, 'requests': count}
+    info = {
+        'version': ov.__version__, 'seconds': time.perf_counter() - start, 'streams': streams, 'requests': count,
+        'precisions': precisions
+    }
     return requests, info
 
 

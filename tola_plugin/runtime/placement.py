@@ -26,13 +26,16 @@ from tola_plugin.runtime.openvino_client import OpenVINOWorker, Streams, check_s
 from tola_plugin.runtime.plan import BACKENDS, Path, RuntimePlan, candidate_paths
 from tola_plugin.runtime.stage_source import StageSource, StageWeights
 from tola_plugin.runtime.stages import IMAGE_STAGES, RoutedIDM, RoutedVAE, stage_modules
-from tola_plugin.runtime.text_prior_stages import KEPT, RoutedTextRecognizer
+from tola_plugin.runtime.text_prior_stages import KEPT, PRIOR_STAGES, RoutedTextRecognizer
 from tola_plugin.utils.cuda_math import set_tf32
 from tola_plugin.utils.devices import resolve_device
 
 REQUALIFY = ('re-qualify with `tola-infer --requalify` (TOLAPipeline.from_merged(..., requalify=True)), or delete '
              'the verdicts in qualification.json of the cache folder (docs/inference.md, "Qualification")')
 TORCH_PROBE_TIMEOUT = 900.0  # seconds for the torch child: importing the package, loading, three stages
+#: the text prior runs in fp32 on every path, as on torch: in bf16 its greedy ids differed from fp32's on 7 of the
+#: demo model's 32 held-out lines (OpenVINO 2025.4.1, docs/inference.md "Precision"), and ids are what it gives
+PRIOR_DTYPES = {stage: torch.float32 for stage in PRIOR_STAGES}
 
 
 class NoPathLeft(RuntimeError):
@@ -169,9 +172,10 @@ class Runtime:
 
     # ------------------------------------------------------------------------------------------------ openvino
     def _start_openvino(self, path: Path):
-        """Start the worker for ``path`` (the IR converted first when needed) -> (why not, or '' when it runs; the
-        verdict to remember when OpenVINO itself failed, else None). What is not OpenVINO's fault (a cache folder
-        that cannot be written, a failed conversion) holds for this run only."""
+        """Start the worker for ``path`` (the IR converted first when needed; the text prior's stages compiled in
+        fp32, ``PRIOR_DTYPES``) -> (why not, or '' when it runs; the verdict to remember when OpenVINO itself failed,
+        else None). What is not OpenVINO's fault (a cache folder that cannot be written, a failed conversion) holds
+        for this run only."""
         try:
             cache_dir = openvino_stages.compiled_cache_dir()
             if not os.access(cache_dir, os.W_OK):
@@ -187,7 +191,7 @@ class Runtime:
                 return f'the conversion to OpenVINO failed: {err}', None
             try:
                 self.worker = OpenVINOWorker(stages.paths(), path.dtype, torch.get_num_threads(), cache_dir,
-                                             self.streams)
+                                             self.streams, PRIOR_DTYPES)
                 return '', None
             except ChildFailure as err:
                 if attempt == 2:
