@@ -1,5 +1,6 @@
-"""The parent's side of the OpenVINO worker (``openvino_worker.py``): start it, have it compile the stages in one
-precision, run stages on CPU tensors, and turn its death, a hang or an error into ``ChildFailure``.
+"""The parent's side of the OpenVINO worker (``openvino_worker.py``): start it, have it compile the stages in the
+path's precision (a stage may take another: the text prior's in fp32), run stages on CPU tensors, and turn its death,
+a hang or an error into ``ChildFailure``.
 
 Streams: 1 (the default) compiles the stages for one request at a time with every thread on it; n > 1 or 'auto'
 compiles them with OpenVINO's throughput settings and the worker splits each batch of a batch-major stage

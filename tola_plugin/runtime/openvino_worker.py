@@ -1,6 +1,7 @@
-"""The OpenVINO worker: a child process that compiles TOLA's stages (OpenVINO IR) in one precision and runs them on
-the arrays its parent sends. Started by ``openvino_client.py``; OpenVINO is only ever loaded here, so a crash of its
-kernels ends this process and the parent falls back to another path (docs/inference.md, "Qualification").
+"""The OpenVINO worker: a child process that compiles TOLA's stages (OpenVINO IR), each in the precision its parent
+asks, and runs them on the arrays its parent sends. Started by ``openvino_client.py``; OpenVINO is only ever loaded
+here, so a crash of its kernels ends this process and the parent falls back to another path (docs/inference.md,
+"Qualification").
 
     python openvino_worker.py READ_FD WRITE_FD
 

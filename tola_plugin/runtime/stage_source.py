@@ -251,7 +251,7 @@ def drop_mapped_pages(tensors: Sequence[torch.Tensor], path: str) -> int:
     return dropped
 
 
-MADV_DONTNEED = 4
+MADV_DONTNEED = 4  # as openvino_worker.PageTrimmer's: that script imports nothing of the package
 _LIBC = ctypes.CDLL(None, use_errno=True)
 _LIBC.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 
