@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup demo demo-baseline restore-demo web lint test test-cuda test-isa margins gpu-bundle clean
+.PHONY: setup demo demo-baseline restore-demo web lint test test-cuda test-isa margins gpu-carry gpu-bundle clean
 
 setup: $(VENV)/.installed
 
@@ -49,8 +49,14 @@ test: setup
 test-cuda: setup
 	$(PY) -m pytest -q -m cuda -rs --require-cuda tests
 
-# The GPU check's folder (docs/training_gpus.md, "The GPU check"): copy it to a GPU machine with a stock CUDA
-# PyTorch image and run `bash gpu_check.sh REPORT_DIR` there. Wheels are fetched once into the user cache (PyPI).
+# The GPU check (docs/training_gpus.md, "The GPU check"). gpu-carry: what a lease that sends this checkout carries
+# beside it (build/gpu_carry); there: `bash tools/gpu_check.sh REPORT_DIR`. gpu-bundle: one folder to copy to any GPU
+# machine with a stock CUDA PyTorch image; there: `bash gpu_check.sh REPORT_DIR`. Wheels are fetched once into the
+# user cache (PyPI).
+GPU_CARRY ?= build/gpu_carry
+gpu-carry: setup
+	$(PY) tools/gpu_bundle.py --checkout --out $(GPU_CARRY)
+
 GPU_BUNDLE ?= build/gpu_bundle
 gpu-bundle: setup
 	$(PY) tools/gpu_bundle.py --out $(GPU_BUNDLE)

@@ -1,17 +1,18 @@
 """Shared fixtures: a tiny rendered text-line set, and helpers to run the launchers in a temp CWD."""
 import os
+import shutil
 import socket
 import subprocess
 import sys
 import tempfile
 
-import cv2
 import pytest
 import yaml
 
 import tola_plugin  # noqa: F401  (registers everything before any test builds from options)
 from tola_plugin.basicsr_glue import distributed
-from tola_plugin.data.text_render import TextLineRenderer
+from tola_plugin.data.text_render import system_cjk_fonts
+from tola_plugin.data_preparation.rendered_lines import write_rendered_pairs
 import numerics
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -75,13 +76,20 @@ def cuda_unusable() -> str:
 
 
 CUDA_FAILURE = pytest.StashKey[str]()
+#: '1': the tests marked ``cuda`` run on the CPU standing in for the GPU (the GPU check's dry run runs their bodies)
+CUDA_ON_CPU = 'TOLA_CUDA_TESTS_ON_CPU'
+
+
+def cuda_test_device() -> str:
+    """The device of the tests marked ``cuda``: 'cuda', or 'cpu' under ``TOLA_CUDA_TESTS_ON_CPU=1``."""
+    return 'cpu' if os.environ.get(CUDA_ON_CPU) == '1' else 'cuda'
 
 
 def pytest_collection_modifyitems(config, items):
     """Tests marked ``cuda`` are skipped, with the reason, where no CUDA GPU is usable; with ``--require-cuda``
     (make test-cuda: asked to test a GPU) they fail with it instead."""
     reason = cuda_unusable()
-    if not reason:
+    if not reason or cuda_test_device() == 'cpu':
         return
     required = config.getoption('require_cuda')
     skip = pytest.mark.skip(reason=f'needs a CUDA GPU: {reason} (make test-cuda on a GPU machine, docs/testing.md)')
@@ -96,29 +104,26 @@ def pytest_collection_modifyitems(config, items):
 
 def render_pairs(folder, num, seed, scale=4):
     """Render ``num`` lines into folder/{hr,lr_x<scale>} with folder/labels.tsv; returns the folder."""
-    renderer = TextLineRenderer(seed=seed)
-    hr, lr = os.path.join(folder, 'hr'), os.path.join(folder, f'lr_x{scale}')
-    os.makedirs(hr, exist_ok=True)
-    os.makedirs(lr, exist_ok=True)
-    lines = []
-    for i in range(num):
-        rgb, text, _ = renderer.render(i)
-        bgr = cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR)
-        name = f'{i + 1:06d}.png'
-        cv2.imwrite(os.path.join(hr, name), bgr)
-        cv2.imwrite(
-            os.path.join(lr, name),
-            cv2.resize(bgr, (bgr.shape[1] // scale, bgr.shape[0] // scale), interpolation=cv2.INTER_CUBIC))
-        lines.append(f'{name}\t{text}\n')
-    with open(os.path.join(folder, 'labels.tsv'), 'w', encoding='utf-8') as f:
-        f.writelines(lines)
-    return folder
+    return write_rendered_pairs(folder, num, seed, scale)
+
+
+#: a folder of the pre-rendered ``rendered_sets`` (train/, val/), used where no CJK font can render them: the GPU
+#: check carries one (tola_plugin/gpu_check/bundle.py, ``FIXTURE``), since a GPU image has no such font
+PRERENDERED = 'TOLA_TEST_RENDERED_SETS'
 
 
 @pytest.fixture(scope='session')
 def rendered_sets(tmp_path_factory):
-    """{'train': folder of 8 lines, 'val': folder of 2 lines}, each with hr/, lr_x4/ and labels.tsv."""
+    """{'train': folder of 8 lines, 'val': folder of 2 lines}, each with hr/, lr_x4/ and labels.tsv: rendered here,
+    or where this machine has no CJK font, copied from the pre-rendered folder that $TOLA_TEST_RENDERED_SETS names."""
     root = tmp_path_factory.mktemp('rendered')
+    if not system_cjk_fonts():
+        source = os.environ.get(PRERENDERED, '')
+        if not source or not all(os.path.isfile(os.path.join(source, p, 'labels.tsv')) for p in ('train', 'val')):
+            raise RuntimeError(f'no CJK font to render the test lines (fc-list :lang=zh finds none) and ${PRERENDERED} '
+                               f'({source or "unset"}) names no pre-rendered train/ and val/ folders: install a font '
+                               '(fonts-wqy-microhei) or point it at a GPU carry\'s fixtures/rendered_sets')
+        return {p: shutil.copytree(os.path.join(source, p), str(root / p)) for p in ('train', 'val')}
     return {'train': render_pairs(str(root / 'train'), 8, seed=0), 'val': render_pairs(str(root / 'val'), 2, seed=1)}
 
 

@@ -4,8 +4,10 @@ gradients, 2-rank NCCL DDP (with two GPUs), TOLAPipeline and tola-infer in every
 deterministic algorithms, and the 200-step route drawing from a CPU generator.
 
 The CPU suite tests every CUDA-dependent decision with CUDA simulated; these run the real kernels. They compare
-structure and exact facts (shapes, ranges, dtypes, bit-identical resumed weights, float64 equivalences), not float32
-values against the CPU: those tolerances would need measurements on GPUs first."""
+structure and exact facts (shapes, ranges, dtypes, bit-identical resumed weights, float64 equivalences); float32 on
+the GPU against the CPU is the GPU check's precision step (tola_plugin/gpu_check/precision_step.py). The GPU check's
+dry run runs their bodies on the CPU (``TOLA_CUDA_TESTS_ON_CPU=1``: ``DEVICE`` is the CPU), so a test that cannot run
+without a GPU image's missing font or a broken fixture fails here first."""
 import glob
 import os
 import warnings
@@ -28,7 +30,7 @@ from tola_plugin.archs.transocr_arch import TransOCR
 from tola_plugin.inference.pipeline import TOLAPipeline
 from tola_plugin.utils.cuda_math import set_deterministic, tf32_allowed
 from backbone_testing import DATA, official_fixture, write_tiny_official_ckpt
-from conftest import free_port, run_launcher, write_options
+from conftest import cuda_test_device, free_port, run_launcher, write_options
 from inference_testing import write_tiny_merged
 from numerics import equivalent
 from tola_testing import one_thread  # noqa: F401
@@ -40,11 +42,18 @@ pytestmark = pytest.mark.cuda
 os.environ.setdefault('CUBLAS_WORKSPACE_CONFIG', ':4096:8')
 SIZE = (32, 128)
 PRECISIONS = ['fp32', 'bf16', 'fp16', 'auto']
+DEVICE = cuda_test_device()  # 'cuda'; 'cpu' in the GPU check's dry run
+NUM_GPU = 1 if DEVICE == 'cuda' else 0
+
+
+def no_native_bf16() -> bool:
+    """A GPU without native bf16 (the CPU stand-in computes bf16 either way)."""
+    return DEVICE == 'cuda' and not cuda_has_native_bf16('cuda')
 
 
 def gpu_train_opt(tmp_path, rendered, **train_changes):
     opt = tiny_options(load_yaml(os.path.join(REPO, 'options/train/train_TOLA.yml')), rendered, tmp_path)
-    opt['num_gpu'] = 1
+    opt['num_gpu'] = NUM_GPU
     opt['train'].pop('warmup_iter', None)
     opt['train']['perceptual_opt'].update(pretrained_backbone=False)
     opt['train'].update(train_changes)
@@ -62,12 +71,12 @@ def gpu_batch(opt, n=2):
 
 @pytest.mark.parametrize('precision', ['fp32', 'bf16'])
 def test_one_training_iteration(tmp_path, rendered_sets, precision):
-    if precision == 'bf16' and not cuda_has_native_bf16('cuda'):
+    if precision == 'bf16' and no_native_bf16():
         pytest.skip('this GPU has no native bf16')
     opt = gpu_train_opt(tmp_path, rendered_sets)
     opt['network_g']['precision'] = precision
     model = build_model(opt)
-    assert model.device.type == 'cuda' and next(model.bare_net.parameters()).is_cuda
+    assert model.device.type == DEVICE and next(model.bare_net.parameters()).device.type == DEVICE
     before = {k: v.detach().clone() for k, v in model.bare_net.adaptation_state_dict().items()}
     model.feed_data(gpu_batch(opt))
     model.optimize_parameters(1)
@@ -132,23 +141,26 @@ def line_image(folder):
 
 @pytest.mark.parametrize('precision', PRECISIONS)
 def test_pipeline_and_tola_infer_in_each_precision(tiny_model, tmp_path, precision):
-    if precision == 'bf16' and not cuda_has_native_bf16('cuda'):
+    if precision == 'bf16' and no_native_bf16():
         pytest.skip('this GPU has no native bf16')
+    if DEVICE == 'cpu' and precision in ('bf16', 'fp16'):
+        pytest.skip('the CPU standing in for the GPU: bf16 and fp16 are emulated there, many times slower')
     path = line_image(str(tmp_path))
-    pipe = TOLAPipeline.from_merged(tiny_model).to('cuda').set_switches(precision=precision)
+    pipe = TOLAPipeline.from_merged(tiny_model).to(DEVICE).set_switches(precision=precision)
     result = pipe(path)
     assert result.image.shape == (128, 512, 3) and result.image.dtype == np.uint8
     out = tmp_path / 'out'
     assert infer.main(['-i', path, '-o',
-                       str(out), '--model', tiny_model, '--device', 'cuda', '--precision', precision]) == 0
+                       str(out), '--model', tiny_model, '--device', DEVICE, '--precision', precision]) == 0
     assert cv2.imread(str(out / 'line.png')).shape == (128, 512, 3)
-    assert tf32_allowed() == {'matmul': False, 'conv': False}  # tola-infer computes fp32 as IEEE fp32
+    if DEVICE == 'cuda':
+        assert tf32_allowed() == {'matmul': False, 'conv': False}  # tola-infer computes fp32 as IEEE fp32
 
 
 def test_exact_resume_on_cuda_with_deterministic_algorithms(rendered_sets, tmp_path, monkeypatch, caplog,
                                                             one_thread):  # noqa: F811  (threads as the children's)
     opt = resume_options(rendered_sets, tmp_path)
-    opt.update(num_gpu=1, deterministic=True)
+    opt.update(num_gpu=NUM_GPU, deterministic=True)
     deterministic = torch.are_deterministic_algorithms_enabled()
     try:
         log, expected, got = kill_then_resume(opt, tmp_path, monkeypatch, caplog)
@@ -187,7 +199,7 @@ def run_200_step_route(tmp_path, device):
 
 
 def test_200_step_route_on_cuda(tmp_path):
-    lq, out, again = run_200_step_route(tmp_path, 'cuda')
+    lq, out, again = run_200_step_route(tmp_path, DEVICE)
     assert out.shape == lq.shape and out.device == lq.device
     assert torch.isfinite(out).all(), f'{int((~torch.isfinite(out)).sum())} non-finite values'
     assert 0 <= float(out.min()) <= float(out.max()) <= 1

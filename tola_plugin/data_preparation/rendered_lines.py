@@ -58,3 +58,12 @@ def write_rendered_lines(num: int, seed: int = 0, out: Optional[str] = None, lab
         write_fudanvi_lmdb(lmdb, encoded)
     print(f'rendered {num} lines' + (f' -> {out}' if out else '') + (f' -> {lmdb}' if lmdb else ''))
     return 0
+
+
+def write_rendered_pairs(folder: str, num: int, seed: int, scale: int = 4) -> str:
+    """``num`` rendered lines as a paired set: ``folder``/hr/000001.png..., ``folder``/lr_x<scale>/ (the same names
+    downsampled bicubic) and ``folder``/labels.tsv (the tests' ``rendered_sets`` fixture). -> ``folder``."""
+    os.makedirs(folder, exist_ok=True)
+    write_rendered_lines(num, seed=seed, out=os.path.join(folder, 'hr'), labels=os.path.join(folder, 'labels.tsv'),
+                         lq_out=os.path.join(folder, f'lr_x{scale}'), lq_scale=scale)
+    return folder

@@ -1,14 +1,16 @@
-"""The option dicts of the GPU check's training runs and model, from the repository's own option files.
+"""The option dicts of the GPU check's training runs and models, from the repository's own option files.
 
-``options/train/train_TOLA.yml`` (the model: ``options/test/test_TOLA.yml``) with random backbone weights (the
-official checkpoints cannot travel): at full size on a GPU; in a dry run (CPU) at the test suite's tiny size
-(``tests/data/tola/tiny_backbone.yml``: the same classes, few channels). LPIPS-VGG on a random trunk, validation
-without the metrics that need ImageNet weights (a dry run leaves LPIPS out: its VGG16 would take most of the CPU's
-time); the bundle's rendered lines (``data/train``, ``data/val``).
+``options/train/train_TOLA.yml`` (the model: ``options/test/test_TOLA.yml``) with one of three backbones: the
+full-size random backbone (the official checkpoints cannot travel), written once into the work folder and loaded by
+every step that needs it (``fullsize_backbone``); the tests' tiny one (``tests/data/tola/tiny_backbone.yml``: the same
+classes, few channels) for the smoke step and a dry run; or the demo backbone (trained: the resume step, where LoRA's
+effect on a real model's output matters). LPIPS-VGG on a random trunk, validation without the metrics that need
+ImageNet weights (a dry run leaves LPIPS out: its VGG16 would take most of the CPU's time); the carried rendered
+lines (``CARRY/data/train``, ``CARRY/data/val``).
 """
 import copy
 import os
-from typing import Dict, Sequence
+from typing import Dict, Optional, Sequence
 
 import yaml
 
@@ -18,6 +20,8 @@ from tola_plugin.utils.option_files import read_option_file
 TRAINING = 'options/train/train_TOLA.yml'
 MODEL = 'options/test/test_TOLA.yml'
 TINY_BACKBONE = 'tests/data/tola/tiny_backbone.yml'
+BACKBONE_FILES = ('fullsize_backbone/DiffTSR_random.safetensors', 'fullsize_backbone/transocr_random.safetensors')
+BACKBONES = ('fullsize', 'tiny', 'demo')
 
 
 def read_yaml(path: str) -> Dict:
@@ -38,42 +42,68 @@ def dataset(folder: str, name: str, seed: int) -> Dict:
     }
 
 
-def random_backbone(root: str, dry_run: bool) -> Dict:
-    """``network_g`` changes: the backbone with random weights (seed 0), full size or (dry run) tiny."""
-    net = {'backbone_init': 'random', 'random_seed': 0}
-    return dict(net, **read_yaml(os.path.join(root, TINY_BACKBONE))) if dry_run else net
+def fullsize_backbone(work: str, seed: int = 0) -> Dict:
+    """``network_g`` changes that load the full-size backbone with random weights (seed ``seed``) from two files in
+    ``work``, written by the first call (a later step, in another process, reads them: the 1.0 B weights are drawn
+    once per check)."""
+    paths = [os.path.join(work, p) for p in BACKBONE_FILES]
+    if not all(os.path.isfile(p) for p in paths):
+        from tola_plugin.archs.backbone_builder import build_backbone, save_converted
+        from tola_plugin.checkpoints.transocr import save_transocr
+        from tola_plugin.utils.atomic_files import atomic_write
+        os.makedirs(os.path.dirname(paths[0]), exist_ok=True)
+        idm, vae, mom, transocr = build_backbone('random', random_seed=seed)
+        atomic_write(paths[1], lambda tmp: save_transocr(transocr, tmp))
+        save_converted({'idm': idm, 'vae': vae, 'mom': mom}, paths[0])  # atomic, and last: both files are whole
+    return {'backbone_init': 'checkpoint', 'difftsr_checkpoint': paths[0], 'transocr_checkpoint': paths[1]}
 
 
-def model_option_file(root: str, dry_run: bool, path: str) -> str:
-    """``options/test/test_TOLA.yml`` with ``random_backbone``, written to ``path``."""
-    opt = read_yaml(os.path.join(root, MODEL))
+def backbone_options(root: str, backbone: str, work: Optional[str] = None) -> Dict:
+    """``network_g`` changes for ``backbone`` ('fullsize': ``fullsize_backbone(work)``; 'tiny': random weights at the
+    tests' tiny size; 'demo': the shipped demo backbone)."""
+    if backbone not in BACKBONES:
+        raise ValueError(f'backbone must be one of {BACKBONES}, got {backbone!r}')
+    if backbone == 'fullsize':
+        return fullsize_backbone(work)
+    if backbone == 'demo':
+        return {'backbone_init': 'demo'}
+    return dict({'backbone_init': 'random', 'random_seed': 0}, **read_yaml(os.path.join(root, TINY_BACKBONE)))
+
+
+def network_options(opt: Dict, root: str, backbone: str, work: Optional[str]) -> Dict:
+    """``opt['network_g']`` with its checkpoints replaced by ``backbone``'s (in place; -> opt)."""
     for key in ('difftsr_checkpoint', 'transocr_checkpoint'):
         opt['network_g'].pop(key, None)
-    opt['network_g'].update(random_backbone(root, dry_run))
-    return write_yaml(path, opt)
+    opt['network_g'].update(backbone_options(root, backbone, work))
+    return opt
 
 
-def training_options(root: str, dry_run: bool, name: str, total_iter: int, freq: int, batch: int, precision: str,
-                     checkpointing: Sequence[str], accumulate: int, workers: int) -> Dict:
-    """A training option dict for the bundle in ``root``: ``total_iter`` iterations of ``batch`` lines (``accumulate``
-    micro-batches), a training state and a validation every ``freq`` (0: no validation), deterministic kernels."""
+def model_option_file(root: str, backbone: str, work: str, path: str) -> str:
+    """``options/test/test_TOLA.yml`` with ``backbone``, written to ``path``."""
+    return write_yaml(path, network_options(read_yaml(os.path.join(root, MODEL)), root, backbone, work))
+
+
+def training_options(root: str, data: str, backbone: str, on_gpu: bool, name: str, total_iter: int, freq: int,
+                     batch: int, precision: str, checkpointing: Sequence[str], accumulate: int, workers: int,
+                     work: Optional[str] = None, lr: Optional[float] = None) -> Dict:
+    """A training option dict: ``total_iter`` iterations of ``batch`` lines of the carry ``data``'s data/train
+    (``accumulate`` micro-batches), a training state and a validation on its data/val every ``freq`` (0: none),
+    deterministic kernels; ``lr``: a constant learning rate without warm-up (None: the file's schedule)."""
     full = read_yaml(os.path.join(root, TRAINING))
-    opt = copy.deepcopy(full)
-    data = os.path.join(root, 'data')
-    opt.update(name=name, num_gpu=0 if dry_run else 'auto', deterministic=True)
+    opt = network_options(copy.deepcopy(full), root, backbone, work)
+    opt.update(name=name, num_gpu='auto' if on_gpu else 0, deterministic=True)
     opt['datasets'] = {
         'train': dict(
-            dataset(os.path.join(data, 'train'), 'gpu_check_train', 0), use_shuffle=True, num_worker_per_gpu=workers,
-            batch_size_per_gpu=batch, dataset_enlarge_ratio=1, prefetch_mode=None)
+            dataset(os.path.join(data, 'data', 'train'), 'gpu_check_train', 0), use_shuffle=True,
+            num_worker_per_gpu=workers, batch_size_per_gpu=batch, dataset_enlarge_ratio=1, prefetch_mode=None)
     }
-    net = opt['network_g']
-    for key in ('difftsr_checkpoint', 'transocr_checkpoint'):
-        net.pop(key, None)
-    net.update(random_backbone(root, dry_run))
-    net.update(precision=precision, gradient_checkpointing=list(checkpointing))
+    opt['network_g'].update(precision=precision, gradient_checkpointing=list(checkpointing))
     train = opt['train']
     train.update(total_iter=total_iter, accumulate_grad_batches=accumulate)
-    if dry_run:
+    if lr is not None:
+        train['optim_g']['lr'] = lr
+        train.pop('warmup_iter', None)
+    if not on_gpu:
         train.pop('perceptual_opt', None)  # LPIPS-VGG's VGG16 would be most of a CPU's time
     else:
         train['perceptual_opt']['pretrained_backbone'] = False  # random VGG trunk: the same cost, no ImageNet file
@@ -81,7 +111,7 @@ def training_options(root: str, dry_run: bool, name: str, total_iter: int, freq:
     opt['logger'] = {'print_freq': 1, 'save_checkpoint_freq': freq or total_iter, 'use_tb_logger': False}
     opt.pop('val', None)
     if freq:
-        opt['datasets']['val'] = dataset(os.path.join(data, 'val'), 'gpu_check_val', 1)
+        opt['datasets']['val'] = dataset(os.path.join(data, 'data', 'val'), 'gpu_check_val', 1)
         opt['val'] = dict(copy.deepcopy(full['val']), val_freq=freq, save_img=False)
         metrics = opt['val']['metrics']
         for metric in [k for k, m in metrics.items() if m.get('type') in WEIGHTED_METRICS]:

@@ -1,14 +1,25 @@
-"""Step 1 of the GPU check: the tests marked ``cuda`` (``pytest -m cuda --require-cuda``, as ``make test-cuda``)
-from the bundle's tests/ on the bundled package; a dry run only collects them (the CPU has no GPU to run them on)."""
+"""The GPU check's cuda-tests step: the tests marked ``cuda`` (``pytest -m cuda --require-cuda``, as ``make
+test-cuda``) on the package the check runs. Their fixture's rendered lines come from the carry where the machine has
+no CJK font (``TOLA_TEST_RENDERED_SETS``); a dry run runs their bodies on the CPU standing in for the GPU
+(``TOLA_CUDA_TESTS_ON_CPU=1``). Passed when every test ran and passed, except those that need more GPUs than the
+machine has (``MULTI_GPU_TESTS``: they skip, and the report lists them as not tested)."""
+import os
 import re
-import subprocess
 import sys
 import time
-from typing import Dict
+import xml.etree.ElementTree as ElementTree
+from typing import Dict, List
 
-RUN_TIMEOUT_S = 1800
+from tola_plugin.utils.process_tree import TreeTimeout, run_tree
+
 TESTS = 'tests/test_cuda.py'  # every test marked cuda (make test-cuda selects them from tests/)
-EXPECTED = 10  # the tests of tests/test_cuda.py (the 2-GPU one skips itself on one GPU)
+EXPECTED = 10  # the tests of tests/test_cuda.py
+MULTI_GPU_TESTS = ('test_two_rank_nccl_ddp', )  # skip themselves on one GPU
+# skipped on the CPU standing in for the GPU in a dry run (emulated there, many times slower)
+DRY_RUN_SKIPS = ('test_pipeline_and_tola_infer_in_each_precision[bf16]',
+                 'test_pipeline_and_tola_infer_in_each_precision[fp16]')
+RUN_TIMEOUT_S = 480
+FIXTURE_ENV = 'TOLA_TEST_RENDERED_SETS'  # tests/conftest.py's
 
 
 def summary_counts(line: str) -> Dict[str, int]:
@@ -23,22 +34,56 @@ def summary_counts(line: str) -> Dict[str, int]:
     return counts
 
 
-def cuda_tests_step(root: str, dry_run: bool) -> Dict:
-    """Run (dry run: collect) ``pytest -m cuda`` in the bundle folder ``root``."""
-    args = [sys.executable, '-m', 'pytest', '-q', '-m', 'cuda', '-rs', '--require-cuda', '-p', 'no:cacheprovider']
-    args += ['--collect-only'] if dry_run else []
+def outcomes(junit_xml: str) -> Dict[str, str]:
+    """{test name (with its parameters): 'passed' | 'failed' | 'error' | 'skipped: REASON'} from pytest's JUnit XML."""
+    found = {}
+    for case in ElementTree.parse(junit_xml).getroot().iter('testcase'):
+        outcome = 'passed'
+        for child in case:
+            if child.tag in ('failure', 'error'):
+                outcome = 'failed' if child.tag == 'failure' else 'error'
+            elif child.tag == 'skipped':
+                outcome = 'skipped: ' + (child.get('message') or '')
+        found[case.get('name')] = outcome
+    return found
+
+
+def judge(results: Dict[str, str], dry_run: bool) -> List[str]:
+    """What keeps the run from passing: missing tests, failures, errors, skips of a one-GPU test."""
+    problems = [f'{len(results)} tests ran, {EXPECTED} expected'] if len(results) != EXPECTED else []
+    for name, outcome in sorted(results.items()):
+        allowed = name.split('[')[0] in MULTI_GPU_TESTS or (dry_run and name in DRY_RUN_SKIPS)
+        if outcome.startswith('skipped') and allowed:
+            continue
+        if outcome != 'passed':
+            problems.append(f'{name}: {outcome}')
+    return problems
+
+
+def cuda_tests_step(root: str, data: str, work: str, dry_run: bool) -> Dict:
+    """Run ``pytest -m cuda`` in the folder ``root`` (a checkout or the bundle)."""
+    junit = os.path.join(work, 'cuda_tests.xml')
+    args = [
+        sys.executable, '-m', 'pytest', '-q', '-m', 'cuda', '-rs', '--require-cuda', '-p', 'no:cacheprovider',
+        f'--junitxml={junit}', TESTS
+    ]
+    env = dict(os.environ)
+    env[FIXTURE_ENV] = os.path.join(data, 'fixtures', 'rendered_sets')
+    if dry_run:
+        env.update(TOLA_CUDA_TESTS_ON_CPU='1', OMP_NUM_THREADS='1')
     start = time.monotonic()
-    proc = subprocess.run(args + [TESTS], cwd=root, capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+    try:
+        proc = run_tree(args, timeout=RUN_TIMEOUT_S, cwd=root, env=env)
+    except TreeTimeout as err:
+        raise RuntimeError(f'pytest ran past {RUN_TIMEOUT_S} s and was killed; its output:\n'
+                           f'{(err.output or "")[-3000:]}') from None
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
-    counts = summary_counts(lines[-1] if lines else '')
-    result = {
-        'command': 'python ' + ' '.join(args[1:] + [TESTS]), 'seconds': round(time.monotonic() - start, 1),
-        'exit_status': proc.returncode, 'summary': lines[-1] if lines else proc.stderr[-500:], 'counts': counts,
-        'failures': [line for line in lines if line.startswith(('FAILED', 'ERROR', 'SKIPPED'))]
+    results = outcomes(junit) if os.path.isfile(junit) else {}
+    problems = judge(results, dry_run)
+    return {
+        'command': 'python ' + ' '.join(args[1:]), 'seconds': round(time.monotonic() - start,
+                                                                    1), 'exit_status': proc.returncode,
+        'summary': lines[-1] if lines else proc.stderr[-500:], 'counts': summary_counts(lines[-1] if lines else ''),
+        'outcomes': results, 'problems': problems, 'device': 'cpu (dry run: CUDA_TESTS_ON_CPU)' if dry_run else 'cuda',
+        'passed': proc.returncode == 0 and not problems, 'output_tail': '' if not problems else proc.stdout[-3000:]
     }
-    collected = counts.get('collected', 0) if dry_run else sum(
-        counts.get(k, 0) for k in ('passed', 'failed', 'skipped', 'error'))
-    result['passed'] = proc.returncode == 0 and collected == EXPECTED
-    if not dry_run:
-        result['passed'] = result['passed'] and counts.get('failed', 0) == 0 and counts.get('error', 0) == 0
-    return result

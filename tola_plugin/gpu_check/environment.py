@@ -1,22 +1,20 @@
 """What the GPU check runs on: the machine (GPUs, driver, torch) and where each imported distribution comes from
-(the bundle's private folder or the image), checked before any step runs."""
+(the carried wheels or the image) with its version beside the one the tests ran with where the carry was built,
+checked before any step runs."""
 import importlib
 import importlib.metadata
 import os
 import platform
 import sys
-from typing import Dict, List
-
-import torch
-
-from tola_plugin.basicsr_glue import distributed
+from typing import Dict, List, Mapping, Optional
 
 MIN_TORCH = (2, 4)
 # Modules the check takes from the image (checked before any step runs): a stock CUDA PyTorch image has them; the
-# bundle carries the rest (bundle.WHEELS). opencv: the image's opencv-python-headless (cv2 without GUI).
+# carry brings the rest (bundle.WHEELS). opencv: the image's opencv-python-headless (cv2 without GUI); transformers:
+# what the image's peft imports.
 IMAGE_MODULES = ('torch', 'torchvision', 'numpy', 'cv2', 'scipy', 'skimage', 'PIL', 'yaml', 'safetensors', 'peft',
-                 'huggingface_hub', 'fontTools', 'tqdm', 'pytest')
-# the import name of each distribution the bundle carries or the image must have
+                 'transformers', 'huggingface_hub', 'fontTools', 'tqdm', 'pytest')
+# the import name of each distribution the carry brings or the image must have
 BUNDLED_MODULES = {
     'tola-plugin': 'tola_plugin', 'basicsr': 'basicsr', 'diffusers': 'diffusers', 'lpips': 'lpips', 'lmdb': 'lmdb',
     'zhconv': 'zhconv', 'rapidfuzz': 'rapidfuzz', 'mmengine': 'mmengine', 'addict': 'addict', 'yapf': 'yapf',
@@ -31,6 +29,9 @@ def torch_version_tuple(version: str):
 
 def machine() -> Dict:
     """Python, torch, CUDA build, driver and every visible GPU (name, compute capability, memory)."""
+    import torch
+
+    from tola_plugin.basicsr_glue import distributed
     gpus = []
     if torch.cuda.is_available():
         for index in range(torch.cuda.device_count()):
@@ -47,30 +48,63 @@ def machine() -> Dict:
     }
 
 
-def module_origin(module, site: str) -> str:
+def distribution_of(module_name: str) -> str:
+    """The distribution that provides the top-level module ``module_name`` ('cv2' -> 'opencv-python-headless' or
+    'opencv-python'); the module name itself when none is recorded."""
+    dists = importlib.metadata.packages_distributions().get(module_name) or [module_name]
+    return dists[0]
+
+
+def tested_versions() -> Dict[str, str]:
+    """{distribution: version} installed here of every module the check imports (what the tests ran with)."""
+    found = {}
+    for name, module_name in [*BUNDLED_MODULES.items(), *[(None, m) for m in IMAGE_MODULES]]:
+        dist = name or distribution_of(module_name)
+        try:
+            found[module_name] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return found
+
+
+def module_origin(module, site: str, root: str = '') -> str:
+    """'carry' (the private folder ``site`` the wheels were installed into), 'checkout' (the checkout ``root``) or
+    'image'."""
     path = os.path.realpath(getattr(module, '__file__', '') or '')
-    return 'bundle' if site and path.startswith(os.path.realpath(site) + os.sep) else 'image'
+    if site and path.startswith(os.path.realpath(site) + os.sep):
+        return 'carry'
+    if root and path.startswith(os.path.realpath(root) + os.sep) and 'site-packages' not in path.split(os.sep):
+        return 'checkout'  # (a virtualenv inside the checkout is the image's stand-in, not the checkout)
+    return 'image'
 
 
-def check_imports(image_modules: List[str], site: str) -> Dict[str, Dict]:
-    """{distribution or module: {'version', 'origin' ('bundle': the private folder ``site``; 'image')}} of the
-    bundled distributions and the image's modules the check needs. ImportError naming every missing one, and
-    RuntimeError for a torch older than 2.4."""
+def check_imports(image_modules: List[str], site: str, root: str = '',
+                  tested: Optional[Mapping[str, str]] = None) -> Dict[str, Dict]:
+    """{module: {'distribution', 'version', 'tested' (the version the tests ran with, from the manifest), 'differs',
+    'origin'}} of the carried distributions and the image's modules the check needs. ImportError naming every
+    missing one, and RuntimeError for a torch older than 2.4."""
     found, missing = {}, []
-    for name, module_name in [*BUNDLED_MODULES.items(), *[(m, m) for m in image_modules]]:
+    tested = tested or {}
+    for name, module_name in [*BUNDLED_MODULES.items(), *[(None, m) for m in image_modules]]:
         try:
             module = importlib.import_module(module_name)
         except ImportError as err:
             missing.append(f'{module_name} ({err})')
             continue
+        dist = name or distribution_of(module_name)
         try:
-            version = importlib.metadata.version(name)
+            version = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
             version = getattr(module, '__version__', 'unknown')
-        found[name] = {'version': str(version), 'origin': module_origin(module, site)}
+        pin = tested.get(module_name)
+        found[module_name] = {
+            'distribution': dist, 'version': str(version), 'tested': pin, 'differs': bool(pin and pin != str(version)),
+            'origin': module_origin(module, site, root)
+        }
     if missing:
-        raise ImportError(f'the GPU check needs {", ".join(missing)}: not in the bundle, and this Python '
+        raise ImportError(f'the GPU check needs {", ".join(missing)}: not carried, and this Python '
                           f'({sys.executable}) does not have it (docs/training_gpus.md, "The GPU check")')
+    import torch
     if torch_version_tuple(torch.__version__) < MIN_TORCH:
         raise RuntimeError(f'torch {torch.__version__}: the GPU check needs torch 2.4 or newer')
     return found

@@ -1,29 +1,31 @@
-"""Steps 3 and 4 (training) of the GPU check: one training iteration at the paper's batch of 16 per GPU in fp32
-and bf16, each without and with gradient checkpointing of all three parts, in this process on one GPU: the peak
-GPU memory (``torch.cuda.max_memory_allocated``: tensors, as the estimate counts them) next to
-``tools/estimate_memory.py``'s prediction (fp32 only: the estimate's precision), and the seconds per iteration (median
-of the iterations after the first; a training run's math: IEEE fp32, cuDNN benchmarking). A dry run measures on the
-CPU, where no peak is read."""
+"""The GPU check's memory step: training iterations at the paper's batch of 16 per GPU at full size, in this process
+on one GPU, in IEEE fp32, fp32 with TF32 (PyTorch's default for convolutions) and bf16, without and with gradient
+checkpointing of all three parts: the peak GPU memory (``torch.cuda.max_memory_allocated``: tensors, as the estimate
+counts them, read after a first iteration whose cuDNN benchmarking trials are not training's memory) next to
+``tools/estimate_memory.py``'s prediction (fp32: the estimate's precision), and the seconds per iteration (median of
+the iterations after the first). A configuration that does not fit, or whose kernels fail to allocate (cuDNN), is
+recorded as such and the next one runs. A dry run measures the tiny network on the CPU, where no peak is read."""
 import gc
 import statistics
 import time
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import torch
-
-from basicsr.data import build_dataset
-from basicsr.models import build_model
 
 from tola_plugin.archs.tola_adaptation import CHECKPOINTABLE
 from tola_plugin.benchmarks.memory_estimate import GIB, estimate
 from tola_plugin.gpu_check.configs import training_options
 from tola_plugin.utils import cuda_math
 
-CONFIGS = [(precision, parts) for precision in ('fp32', 'bf16') for parts in ((), CHECKPOINTABLE)]
+# (precision, TF32, checkpointed parts); the first row that must fit a GPU of 40 GB or more: fp32, all checkpointed
+CONFIGS = [('fp32', False, ()), ('fp32', False, CHECKPOINTABLE), ('fp32', True, ()), ('bf16', False, ()),
+           ('bf16', False, CHECKPOINTABLE)]
+REQUIRED = ('fp32', False, CHECKPOINTABLE)  # 1.05 GiB per sample + 3.9 GiB of weights: 21 GiB at batch 16
 
 
 def batch_of(opt: Dict, size: int) -> Dict[str, torch.Tensor]:
     """``size`` training samples of the option dict's training set, stacked (lines repeat when it has fewer)."""
+    from basicsr.data import build_dataset
     data = build_dataset(opt['datasets']['train'])
     items = [data[i % len(data)] for i in range(size)]
     return {k: torch.stack([it[k] for it in items]) for k in items[0] if torch.is_tensor(items[0][k])}
@@ -37,44 +39,66 @@ def predicted_bytes(result: Dict, parts, batch: int) -> int:
     return fixed + batch * row['per_sample_bytes']
 
 
-def measure(model, batch: Dict, precision: str, parts, iterations: int, device: torch.device) -> Dict:
-    """Peak memory and seconds of ``iterations`` optimizer steps of ``model`` in one configuration."""
+def failure_kind(err: RuntimeError) -> Optional[str]:
+    """'out of memory' for an allocation failure (torch's OutOfMemoryError, or cuDNN/cuBLAS failing to allocate its
+    workspace), None for any other error."""
+    text = str(err)
+    if isinstance(err, torch.cuda.OutOfMemoryError) or any(
+            s in text for s in ('out of memory', 'CUDNN_STATUS_ALLOC_FAILED', 'CUBLAS_STATUS_ALLOC_FAILED')):
+        return 'out of memory'
+    return None
+
+
+def measure(model, batch: Dict, precision: str, tf32: bool, parts, iterations: int, device: torch.device) -> Dict:
+    """Peak memory and seconds of ``iterations`` optimizer steps of ``model`` in one configuration; the peak is
+    reset after the first (warm-up) iteration."""
     net = model.bare_net
     net.set_switches(precision=precision)
     net.set_gradient_checkpointing(parts)
+    cuda_math.set_tf32(tf32)
     cuda = device.type == 'cuda'
-    if cuda:
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats(device)
     seconds: List[float] = []
+    peak = None
     try:
         model.feed_data(batch)
         for it in range(iterations):
+            if cuda and it == 1:
+                torch.cuda.reset_peak_memory_stats(device)
             start = time.perf_counter()
             model.optimize_parameters(it + 1)
             if cuda:
                 torch.cuda.synchronize(device)
             seconds.append(time.perf_counter() - start)
-    except torch.cuda.OutOfMemoryError as err:
-        return {'out_of_memory': str(err).splitlines()[0]}
+        if cuda:
+            peak = torch.cuda.max_memory_allocated(device)
+    except RuntimeError as err:
+        kind = failure_kind(err)
+        return {'out_of_memory' if kind else 'error': f'{type(err).__name__}: {str(err).splitlines()[0][:300]}'}
     finally:
         model.optimizer_g.zero_grad(set_to_none=True)
+        model.output = None
         gc.collect()
+        if cuda:
+            torch.cuda.empty_cache()
     row = {
         'seconds_per_iteration': round(statistics.median(seconds[1:] or seconds),
                                        3), 'all_seconds': [round(s, 3) for s in seconds],
         'losses_finite': all(bool(torch.isfinite(torch.as_tensor(v))) for v in model.log_dict.values())
     }
-    if cuda:
-        row['peak_gib'] = round(torch.cuda.max_memory_allocated(device) / GIB, 2)
+    if peak is not None:
+        row['peak_gib'] = round(peak / GIB, 2)
     return row
 
 
-def memory_step(root: str, dry_run: bool) -> Dict:
-    """Every configuration of ``CONFIGS`` at batch 16 (dry run: 2), with the estimate's prediction (fp32)."""
-    batch_size, iterations = (1, 1) if dry_run else (16, 3)
-    opt = training_options(root, dry_run, name='gpu_check_memory', total_iter=1, freq=0, batch=batch_size,
-                           precision='fp32', checkpointing=(), accumulate=1, workers=0)
+def memory_step(root: str, data: str, work: str, dry_run: bool) -> Dict:
+    """Every configuration of ``CONFIGS`` at batch 16 (dry run: the tiny network, batch 1), with the estimate's
+    prediction (fp32). Passed when ``REQUIRED`` fits, no configuration failed other than by running out of memory,
+    and every one that fit had finite losses."""
+    from basicsr.models import build_model
+    batch_size, iterations = (1, 2) if dry_run else (16, 3)
+    opt = training_options(root, data, 'tiny' if dry_run else 'fullsize', on_gpu=not dry_run, name='gpu_check_memory',
+                           total_iter=1, freq=0, batch=batch_size, precision='fp32', checkpointing=(), accumulate=1,
+                           workers=0, work=work)
     opt.update(num_gpu=0 if dry_run else 1, dist=False, rank=0, world_size=1, is_train=True, auto_resume=False)
     device = torch.device('cpu' if dry_run else 'cuda')
     start = time.monotonic()
@@ -84,24 +108,22 @@ def memory_step(root: str, dry_run: bool) -> Dict:
         k: f'experiments/{opt["name"]}'
         for k in ('experiments_root', 'models', 'training_states', 'log', 'visualization')
     })
-    cuda_math.apply_options(dict(opt, deterministic=False))  # a training run's math: IEEE fp32 (allow_tf32: false)
-    torch.backends.cudnn.benchmark = True  # and BasicSR's cuDNN benchmarking (the first iteration is not timed)
+    cuda_math.apply_options(dict(opt, deterministic=False))
+    torch.backends.cudnn.benchmark = True  # BasicSR's cuDNN benchmarking (its trials: the first iteration, untimed)
     model = build_model(opt)
     batch = batch_of(opt, batch_size)
-    rows, threads = [], torch.get_num_threads()
-    torch.set_num_threads(1 if dry_run else threads)  # the tiny network: one thread is faster on a shared CPU
-    try:
-        for precision, parts in CONFIGS:
-            row = {'precision': precision, 'gradient_checkpointing': list(parts), 'batch': batch_size}
-            row.update(measure(model, batch, precision, parts, iterations, device))
-            if precision == 'fp32':
-                row['predicted_gib'] = round(predicted_bytes(prediction, parts, batch_size) / GIB, 2)
-            rows.append(row)
-    finally:
-        torch.set_num_threads(threads)
-    del model
-    gc.collect()
+    rows = []
+    for precision, tf32, parts in CONFIGS:
+        row = {'precision': precision, 'tf32': tf32, 'gradient_checkpointing': list(parts), 'batch': batch_size}
+        row.update(measure(model, batch, precision, tf32, parts, iterations, device))
+        if precision == 'fp32' and not tf32:
+            row['predicted_gib'] = round(predicted_bytes(prediction, parts, batch_size) / GIB, 2)
+        rows.append(row)
+    cuda_math.set_tf32(False)
+    required = next(r for r in rows if (r['precision'], r['tf32'], tuple(r['gradient_checkpointing'])) == REQUIRED)
+    fitted = [r for r in rows if 'out_of_memory' not in r and 'error' not in r]
     return {
-        'passed': all(r.get('losses_finite') for r in rows if 'out_of_memory' not in r), 'device': str(device),
-        'rows': rows, 'estimate_seconds': round(estimate_s, 1)
+        'passed': 'seconds_per_iteration' in required and not any('error' in r for r in rows)
+        and all(r['losses_finite'] for r in fitted), 'device': str(device), 'rows': rows,
+        'estimate_seconds': round(estimate_s, 1)
     }

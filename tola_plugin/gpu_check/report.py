@@ -1,6 +1,7 @@
 """The GPU check's report: ``gpu_check.json`` (every figure) and ``gpu_check.md`` (the same as tables; each line is
 explained in docs/training_gpus.md, "Reading the report"), rewritten after every step so that a lease cut short
-still leaves what was measured."""
+still leaves what was measured. Its first lines: the machine, and every distribution whose version differs from the
+one the tests ran with."""
 import json
 import os
 from typing import Dict, List
@@ -9,14 +10,17 @@ from tola_plugin.utils.atomic_files import write_json, write_text
 
 JSON_FILE, MARKDOWN_FILE = 'gpu_check.json', 'gpu_check.md'
 STEP_TITLES = {
-    'cuda_tests': '1. Tests marked cuda', 'resume': '2. Training under torchrun, exact resume',
-    'memory': '3. Peak GPU memory and seconds per training iteration', 'inference': '4. Inference in each precision'
+    'smoke': '1. Smoke: one training step and one restore of the tiny network',
+    'memory': '2. Peak GPU memory and seconds per training iteration (batch 16, full size)',
+    'precision': '3. Each precision where TOLA amplifies its error (demo backbone, frozen route)',
+    'inference': '4. Inference in each precision (full size)', 'cuda_tests': '5. Tests marked cuda',
+    'resume': '6. Training under torchrun, exact resume'
 }
 
 
 def verdict(step: Dict) -> str:
     if step.get('skipped'):
-        return 'not run: ' + step['skipped']
+        return 'skipped: ' + step['skipped']
     if 'error' in step:
         return 'ERROR: ' + step['error'].splitlines()[0][:300]
     return 'passed' if step.get('passed') else 'FAILED'
@@ -27,6 +31,10 @@ def table(header: List[str], rows: List[List]) -> List[str]:
             ] + ['| ' + ' | '.join('' if v is None else str(v) for v in row) + ' |' for row in rows]
 
 
+def _g(value, digits=3) -> str:
+    return f'{value:.{digits}g}' if isinstance(value, float) else str(value)
+
+
 def _machine(m: Dict) -> List[str]:
     gpus = '; '.join(f'{g["index"]}: {g["name"]} (sm {g["capability"]}, {g["memory_gib"]} GiB)'
                      for g in m['gpus']) or 'none usable' + (f' ({m["cuda_unusable_reason"]})'
@@ -35,59 +43,110 @@ def _machine(m: Dict) -> List[str]:
                  [[gpus, m['driver'], m['torch'], m['torch_cuda'], m['python'], m['cpu_count']]])
 
 
-def _cuda_tests(s: Dict) -> List[str]:
-    return [f'`{s["command"]}`: {s["summary"]}', ''] + [f'- {line}' for line in s.get('failures', [])]
+def _skew(dists: Dict) -> List[str]:
+    rows = [[k, v['version'], v['tested'], v['origin']] for k, v in sorted(dists.items()) if v.get('differs')]
+    if not rows:
+        return ['Every distribution has the version the tests ran with.' if dists else '']
+    return ['Versions other than the tests ran with (all distributions: the last section):', ''] + table(
+        ['module', 'here', 'tested', 'from'], rows)
 
 
-def _resume(s: Dict) -> List[str]:
-    w = s['weights']
-    runs = [[name, r['seconds']] for name, r in s['runs'].items()]
+def _smoke(s: Dict) -> List[str]:
     return [
-        f'{s["processes"]} process(es), {s["backend"]}, {s["precision"]}, gradient checkpointing '
-        f'{s["gradient_checkpointing"]}, accumulate_grad_batches {s["accumulate_grad_batches"]}, batch '
-        f'{s["batch_per_gpu"]} per GPU; {s["iterations"]["first"]} iterations, then --auto_resume to '
-        f'{s["iterations"]["resumed_to"]} (resumed from iteration {", ".join(s["resumed_from_iteration"]) or "none"}),'
-        f' against one uninterrupted run ({s["validations_uninterrupted"]} validations).', '',
-        f'Adaptation weights after the resumed and the uninterrupted run: {w["tensors"] - w["differ"]} of '
-        f'{w["tensors"]} tensors equal bit for bit (largest difference {w["max_abs_difference"]:.3g}).', ''
-    ] + table(['run', 'seconds'], runs)
+        f'On {s["device"]}: losses {s["losses"]}; adaptation tensors changed: {s["adaptation_tensors_changed"]}; '
+        f'restored line finite: {s["restored_finite"]} (range {s["restored_range"]}).'
+    ]
 
 
 def _memory(s: Dict) -> List[str]:
     rows = []
     for r in s['rows']:
         parts = '[' + ', '.join(r['gradient_checkpointing']) + ']' if r['gradient_checkpointing'] else 'none'
-        peak = r.get('peak_gib', 'out of memory' if 'out_of_memory' in r else 'not measured on the CPU')
+        peak = r.get('peak_gib',
+                     r.get('out_of_memory') and 'out of memory' or r.get('error') or 'not measured on the CPU')
         rows.append([
-            r['precision'], parts, r['batch'], peak,
-            r.get('predicted_gib', 'n/a (fp32 only)'),
+            r['precision'] + (' + TF32' if r.get('tf32') else ''), parts, r['batch'], peak,
+            r.get('predicted_gib', ''),
             r.get('seconds_per_iteration')
         ])
     return [f'On {s["device"]}; the estimate took {s["estimate_seconds"]} s.', ''] + table(
         ['precision', 'gradient_checkpointing', 'batch', 'peak GiB', 'estimate GiB', 's / iteration'], rows)
 
 
+def _precision(s: Dict) -> List[str]:
+    rows = [[
+        r['stage'], r['precision'],
+        _g(r['eps_hat_mean_abs_error']),
+        _g(r['z0_mean_abs_error']), f'{100 * r["z0_of_z_lr"]:.2f} %', f'{r["z0_of_lr_to_hr"]:.3f}', r['image_psnr_db'],
+        'yes' if r['finite'] else 'NO',
+        json.dumps(r['bounds']) if r['bounds'] else '', 'passed' if r['passed'] else 'FAILED'
+    ] for r in s['rows']]
+    f = s['fidelity']
+    return [
+        f'{s["model"]}, {s["lines"]} lines on {s["device"]}; mean |z_LR| {s["z_lr_mean_abs"]:.3f}, mean |z_LR - z_HR| '
+        f'{s["lr_to_hr_mean_abs"]:.3f}, mean |ẑ0 - z_HR| (fp32) {s["z0_to_hr_mean_abs"]:.3f}. Each row against the '
+        'route in IEEE fp32 on the same device.', ''
+    ] + table([
+        'stage', 'precision', 'mean |Δε̂|', 'mean |Δẑ0|', 'of |z_LR|', 'of |z_LR - z_HR|', 'image PSNR dB', 'finite',
+        'bounds', 'result'
+    ], rows) + [
+        '',
+        f'fp32 on the CPU against fp32 here, same lines: largest |Δ| of the image {_g(f["image_max_abs_difference"])}'
+        f' (bound {f["bound"]}), PSNR {f["image_psnr_db"]} dB: {"passed" if f["passed"] else "FAILED"}.'
+    ]
+
+
 def _inference(s: Dict) -> List[str]:
     rows = [[
-        r['precision'], r['lines'], r['tola_infer_seconds_per_line'], r['network_seconds_per_line'],
+        r['precision'], r['runtime'], r['lines'], r['tola_infer_seconds_per_line'],
         r.get('psnr_vs_fp32_db_mean', 'reference'),
-        r.get('psnr_vs_fp32_db_min', ''), 'yes' if r['finite'] else 'NO'
+        r.get('psnr_vs_fp32_db_min', '')
     ] for r in s['rows']]
-    return [f'Model: {s["model"]}, on {s["device"]}.', ''] + table([
-        'precision', 'lines', 'tola-infer s / line', 'network s / line', 'PSNR vs fp32 dB (mean)', '(worst line)',
-        'all finite'
-    ], rows)
+    network = [[r['precision'], r['network_seconds_per_line'], 'yes' if r['finite'] else 'NO'] for r in s['network']]
+    stages = [[r['precision'], r['vae_encoder'], r['idm'], r['vae_decoder']] for r in s['stage_seconds']]
+    return [f'Model: {s["model"]}, on {s["device"]}.', ''] + table(
+        ['tola-infer --precision', 'runtime it reported', 'lines', 's / line', 'PSNR vs fp32 dB (mean)', '(worst)'],
+        rows) + [''] + table(['network precision', 'warm s / line', 'all finite (before the clamp)'], network) + [
+            ''
+        ] + table(['stage precision', 'VAE encoder s', 'IDM s', 'VAE decoder s'], stages)
 
 
-SECTIONS = {'cuda_tests': _cuda_tests, 'resume': _resume, 'memory': _memory, 'inference': _inference}
+def _cuda_tests(s: Dict) -> List[str]:
+    lines = [f'`{s["command"]}` on {s.get("device", "cuda")}: {s["summary"]}', '']
+    lines += [f'- {name}: {outcome}' for name, outcome in sorted(s.get('outcomes', {}).items())]
+    return lines + [''] + [f'- problem: {p}' for p in s.get('problems', [])]
+
+
+def _resume(s: Dict) -> List[str]:
+    w, m = s['weights'], s['moved_after_resume_point']
+    runs = [[name, r['seconds']] for name, r in s['runs'].items()]
+    return [
+        f'{s["processes"]} process(es), {s["backend"]}, {s["precision"]}, gradient checkpointing '
+        f'{s["gradient_checkpointing"]}, accumulate_grad_batches {s["accumulate_grad_batches"]}, batch '
+        f'{s["batch_per_gpu"]} per GPU ({s["iterations_per_epoch"]} iterations per epoch), learning rate '
+        f'{s["learning_rate"]}; {s["iterations"]["first"]} iterations, then --auto_resume to '
+        f'{s["iterations"]["resumed_to"]} (resumed from iteration {", ".join(s["resumed_from_iteration"]) or "none"}),'
+        f' against one uninterrupted run ({s["validations_uninterrupted"]} validations).', '',
+        f'Adaptation weights after the resumed and the uninterrupted run: {w["tensors"] - w["differ"]} of '
+        f'{w["tensors"]} tensors equal bit for bit (largest difference {w["max_abs_difference"]:.3g}); after the '
+        f'resume point {m["differ"]} of {m["tensors"]} moved (largest change {m["max_abs_difference"]:.3g}).', ''
+    ] + table(['run', 'seconds'], runs)
+
+
+SECTIONS = {
+    'smoke': _smoke, 'memory': _memory, 'precision': _precision, 'inference': _inference, 'cuda_tests': _cuda_tests,
+    'resume': _resume
+}
 
 
 def markdown(result: Dict) -> str:
+    bundle = result['bundle']
     lines = [
         f'# TOLA GPU check{" (dry run: CPU, tiny network)" if result["dry_run"] else ""}', '',
-        f'{result["started"]}, bundle of commit {result["bundle"].get("commit", "unknown")}, `{result["command"]}`; '
-        f'{result["seconds"]:.0f} s in all.', ''
-    ] + _machine(result['machine']) + ['', '| step | result | seconds |', '|---|---|---|']
+        f'{result["started"]}, {bundle.get("mode", "bundle")} of commit {bundle.get("commit", "unknown")}, '
+        f'`{result["command"]}`; {result["seconds"]:.0f} s in all (deadline {result.get("deadline_s", "none")} s).', ''
+    ] + _machine(result['machine']) + [''] + _skew(result.get(
+        'distributions', {})) + ['', '| step | result | seconds |', '|---|---|---|']
     for key, title in STEP_TITLES.items():
         step = result['steps'].get(key)
         if step is not None:
@@ -97,10 +156,16 @@ def markdown(result: Dict) -> str:
         if step is None or step.get('skipped'):
             continue
         lines += ['', f'## {title}', '']
-        lines += [f'```\n{step["error"]}\n```'] if 'error' in step else SECTIONS[key](step)
+        if 'error' in step:
+            lines += [f'```\n{step["error"]}\n{step.get("output_tail") or step.get("traceback", "")}\n```']
+        else:
+            lines += SECTIONS[key](step)
+    lines += ['', '## Not tested here (one GPU, one node, random full-size weights)', '']
+    lines += [f'- {item}' for item in result.get('not_tested', [])]
     env = result.get('distributions', {})
-    lines += ['', '## Distributions', ''] + table(['distribution', 'version', 'from'],
-                                                  [[k, v['version'], v['origin']] for k, v in sorted(env.items())])
+    lines += ['', '## Distributions', ''] + table(['module', 'distribution', 'version', 'tested', 'from'],
+                                                  [[k, v['distribution'], v['version'], v['tested'] or '', v['origin']]
+                                                   for k, v in sorted(env.items())])
     return '\n'.join(lines) + '\n'
 
 
