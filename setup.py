@@ -1,14 +1,15 @@
 """tola-plugin: TOLA (one-step DiffTSR) as a BasicSR plugin."""
 import os
 import re
+import sys
 
 from setuptools import find_packages, setup
 from setuptools.command.build_py import build_py
 
-# The import hook (tola_plugin_hook.py): this .pth file beside the installed packages makes every process of the
+# The import hook (tola_plugin_hook.py): its .pth file beside the installed packages makes every process of the
 # environment register the plugin into BasicSR on basicsr's first import (nothing is imported before that).
-HOOK_PTH = 'tola_plugin_hook.pth'
-HOOK_LINE = 'import tola_plugin_hook; tola_plugin_hook.install()\n'
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tola_plugin_hook import HOOK_LINE, HOOK_PTH, write_pth  # noqa: E402  (the source tree's; standard library only)
 
 
 class BuildPyWithHook(build_py):
@@ -17,8 +18,7 @@ class BuildPyWithHook(build_py):
     def run(self):
         super().run()
         os.makedirs(self.build_lib, exist_ok=True)
-        with open(os.path.join(self.build_lib, HOOK_PTH), 'w', encoding='utf-8') as f:
-            f.write(HOOK_LINE)
+        write_pth(self.build_lib)
 
     def get_outputs(self, include_bytecode=True):
         return super().get_outputs(include_bytecode) + [os.path.join(self.build_lib, HOOK_PTH)]

@@ -23,6 +23,9 @@ import os
 import sys
 
 ENV_VAR = 'TOLA_PLUGIN_HOOK'
+# the .pth file an install puts beside the packages (setup.py), and its one line
+HOOK_PTH = 'tola_plugin_hook.pth'
+HOOK_LINE = 'import tola_plugin_hook; tola_plugin_hook.install()\n'
 LAUNCHERS = ('basicsr.train', 'basicsr.test')
 _OFF, _ON = ('0', 'off', 'false', 'no'), ('', '1', 'on', 'true', 'yes')
 
@@ -115,6 +118,15 @@ def install():
     if 'basicsr' in sys.modules or installed() or not hook_enabled():
         return
     sys.meta_path.insert(0, BasicSRFinder())
+
+
+def write_pth(folder: str) -> str:
+    """Write the hook's .pth file into ``folder`` (a site folder: setup.py's builds, the GPU check's private one);
+    -> its path."""
+    path = os.path.join(folder, HOOK_PTH)
+    with open(path, 'w', encoding='utf-8') as f:
+        f.write(HOOK_LINE)
+    return path
 
 
 def uninstall():

@@ -32,7 +32,9 @@ for wheel in "$CARRY"/wheels/*.whl; do
   esac
 done
 for name in lmdb rapidfuzz; do                                     # the wheels tied to CPython's ABI
-  if ! printf '%s\n' "${WHEELS[@]}" | grep -q "/$name-"; then
+  found=0
+  for wheel in "${WHEELS[@]}"; do [[ "$(basename "$wheel")" == "$name"-* ]] && found=1; done
+  if [ "$found" = 0 ]; then
     echo "error: the carry has no $name wheel for $TAG ($PYTHON); it carries:" \
          "$(cd "$CARRY/wheels" && ls $name-* | tr '\n' ' ') (set PYTHON to a CPython 3.10-3.12)" >&2
     exit 2
@@ -45,6 +47,14 @@ if [ "$(cat "$TOLA_GPU_CHECK_SITE/.installed" 2>/dev/null || true)" != "$KEY" ];
   echo "installing ${#WHEELS[@]} wheels for $TAG into $TOLA_GPU_CHECK_SITE" >&2
   "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --disable-pip-version-check \
     --target "$TOLA_GPU_CHECK_SITE" "${WHEELS[@]}"
+  # The private folder works as an installed environment: its .pth files run at every interpreter start (the plugin's
+  # import hook, as `pip install` puts it beside the packages; from a checkout, written from the checkout's hook).
+  printf 'import os, site\nsite.addsitedir(os.path.dirname(os.path.abspath(__file__)))\n' \
+    > "$TOLA_GPU_CHECK_SITE/sitecustomize.py"
+  if [ -n "$EXTRA_PATH" ]; then
+    "$PYTHON" -c 'import sys; sys.path.insert(0, sys.argv[1]); import tola_plugin_hook; tola_plugin_hook.write_pth(sys.argv[2])' \
+      "$ROOT" "$TOLA_GPU_CHECK_SITE" >/dev/null
+  fi
   echo "$KEY" > "$TOLA_GPU_CHECK_SITE/.installed"
 fi
 export PYTHONPATH="$TOLA_GPU_CHECK_SITE${EXTRA_PATH:+:$EXTRA_PATH}${PYTHONPATH:+:$PYTHONPATH}"

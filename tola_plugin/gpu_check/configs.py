@@ -5,7 +5,8 @@ full-size random backbone (the official checkpoints cannot travel), written once
 every step that needs it (``fullsize_backbone``); the tests' tiny one (``tests/data/tola/tiny_backbone.yml``: the same
 classes, few channels) for the smoke step and a dry run; or the demo backbone (trained: the resume step, where LoRA's
 effect on a real model's output matters). LPIPS-VGG on a random trunk, validation without the metrics that need
-ImageNet weights (a dry run leaves LPIPS out: its VGG16 would take most of the CPU's time); the carried rendered
+ImageNet weights (a dry run leaves LPIPS out but in the smoke step: its VGG16 would take most of the CPU's
+time); the carried rendered
 lines (``CARRY/data/train``, ``CARRY/data/val``).
 """
 import copy
@@ -85,10 +86,11 @@ def model_option_file(root: str, backbone: str, work: str, path: str) -> str:
 
 def training_options(root: str, data: str, backbone: str, on_gpu: bool, name: str, total_iter: int, freq: int,
                      batch: int, precision: str, checkpointing: Sequence[str], accumulate: int, workers: int,
-                     work: Optional[str] = None, lr: Optional[float] = None) -> Dict:
+                     work: Optional[str] = None, lr: Optional[float] = None, lpips: Optional[bool] = None) -> Dict:
     """A training option dict: ``total_iter`` iterations of ``batch`` lines of the carry ``data``'s data/train
     (``accumulate`` micro-batches), a training state and a validation on its data/val every ``freq`` (0: none),
-    deterministic kernels; ``lr``: a constant learning rate without warm-up (None: the file's schedule)."""
+    deterministic kernels; ``lr``: a constant learning rate without warm-up (None: the file's schedule); ``lpips``:
+    LPIPS-VGG on a random trunk in the loss (None: on a GPU only, its VGG16 would take most of a CPU's time)."""
     full = read_yaml(os.path.join(root, TRAINING))
     opt = network_options(copy.deepcopy(full), root, backbone, work)
     opt.update(name=name, num_gpu='auto' if on_gpu else 0, deterministic=True)
@@ -103,8 +105,8 @@ def training_options(root: str, data: str, backbone: str, on_gpu: bool, name: st
     if lr is not None:
         train['optim_g']['lr'] = lr
         train.pop('warmup_iter', None)
-    if not on_gpu:
-        train.pop('perceptual_opt', None)  # LPIPS-VGG's VGG16 would be most of a CPU's time
+    if not (on_gpu if lpips is None else lpips):
+        train.pop('perceptual_opt', None)
     else:
         train['perceptual_opt']['pretrained_backbone'] = False  # random VGG trunk: the same cost, no ImageNet file
     opt['path'] = {'pretrain_network_g': None, 'strict_load_g': True, 'resume_state': None}

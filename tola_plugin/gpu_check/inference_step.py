@@ -2,8 +2,8 @@
 and auto (one process each, as a user runs it: seconds per line with the model's loading; the runtime it reports;
 PSNR of each output against fp32's), the network alone on the same lines in each precision (warm seconds per line;
 every value finite before the clamp), and each stage's warm seconds in each precision (fp32, fp32 with TF32, bf16,
-fp16). The model: the full-size backbone with random weights (``configs.fullsize_backbone``) and seeded random
-adaptation weights, exported merged. Random weights say nothing of quality: the precisions' effect on a trained model
+fp16; fp32 is IEEE fp32, TF32 off, as tola-infer computes it). The model: the full-size backbone with random weights
+(``configs.fullsize_backbone``) and seeded random adaptation weights, exported merged. Random weights say nothing of quality: the precisions' effect on a trained model
 is the precision step's. Dry run: the tiny network on the CPU, one line."""
 import contextlib
 import glob
@@ -28,9 +28,17 @@ from tola_plugin.metrics.image_metrics import float_psnr
 from tola_plugin.utils.process_tree import TreeTimeout, run_tree
 
 PRECISIONS = ('fp32', 'bf16', 'fp16', 'auto')  # tola-infer's; fp32 first: the reference
-NETWORK_PRECISIONS = ('fp32', 'bf16', 'fp16')
+NETWORK_PRECISIONS = ('fp32', 'tf32', 'bf16', 'fp16')
 STAGE_PRECISIONS = ('fp32', 'tf32', 'bf16', 'fp16')
-DRY_RUN_LINES = 1  # of the 6 samples: bf16 and fp16 are emulated on most CPUs, many times slower
+# A dry run: one of the 6 samples, and fp16 left out (emulated on CPUs without AMX-FP16: many times slower than fp32;
+# its code path is bf16's with another dtype)
+DRY_RUN_LINES = 1
+
+
+def precisions(names, dry_run: bool):
+    return tuple(p for p in names if not (dry_run and p == 'fp16'))
+
+
 RUN_TIMEOUT_S = 300
 
 
@@ -87,11 +95,12 @@ def synchronize(device: str) -> None:
 
 
 def network_row(net, canvases: torch.Tensor, device: str, precision: str) -> Dict:
-    """The network alone in ``precision``: warm seconds per line (one line per call, after one warm-up) and whether
-    every value is finite (before the clamp)."""
-    net.set_switches(precision=precision)
+    """The network alone in ``precision`` ('tf32': fp32 with TF32; 'fp32': IEEE fp32, TF32 off, as tola-infer runs
+    it, where PyTorch's own default would run convolutions in TF32): warm seconds per line (one line per call, after
+    one warm-up) and whether every value is finite (before the clamp)."""
+    net.set_switches(precision=precision if precision in ('bf16', 'fp16') else 'fp32')
     seconds, finite = [], True
-    with torch.inference_mode():
+    with torch.inference_mode(), tf32(precision == 'tf32'):
         net(canvases[:1].to(device), noise_seeds=[0])
         for i in range(len(canvases)):
             synchronize(device)
@@ -104,9 +113,9 @@ def network_row(net, canvases: torch.Tensor, device: str, precision: str) -> Dic
     return {'precision': precision, 'network_seconds_per_line': round(statistics.median(seconds), 4), 'finite': finite}
 
 
-def stage_seconds(net, canvas: torch.Tensor, device: str, repeats: int) -> List[Dict]:
-    """Warm seconds (median of ``repeats``) of the VAE encoder, the IDM and the VAE decoder on one line in each of
-    ``STAGE_PRECISIONS`` (autocast as TOLANet runs them; the decoder stays fp32 under fp16)."""
+def stage_seconds(net, canvas: torch.Tensor, device: str, names, repeats: int) -> List[Dict]:
+    """Warm seconds (median of ``repeats``) of the VAE encoder, the IDM and the VAE decoder on one line in each
+    precision of ``names`` (autocast as TOLANet runs them; the decoder stays fp32 under fp16)."""
     captured = {}
     hook = net.idm.register_forward_hook(lambda m, a, k, o: captured.update(args=a, kwargs=k), with_kwargs=True)
     with torch.inference_mode():
@@ -120,7 +129,7 @@ def stage_seconds(net, canvas: torch.Tensor, device: str, repeats: int) -> List[
         'vae_decoder': lambda: net.vae.decode((1.0 / LATENT_SCALE) * out['z0_corr']).sample,
     }
     rows = []
-    for precision in STAGE_PRECISIONS:
+    for precision in names:
         dtype = {'bf16': torch.bfloat16, 'fp16': torch.float16}.get(precision, torch.float32)
         row = {'precision': precision}
         for stage, call in calls.items():
@@ -154,7 +163,7 @@ def inference_step(root: str, work: str, dry_run: bool) -> Dict:
     model = export_model(root, work, dry_run)
     env = dict(os.environ, OMP_NUM_THREADS='1') if dry_run else dict(os.environ)  # the tiny network: one thread
     rows, reference = [], None
-    for precision in PRECISIONS:
+    for precision in precisions(PRECISIONS, dry_run):
         out = os.path.join(work, f'tola_infer_{precision}')
         run = tola_infer(model, lines, out, device, precision, env)
         images = images_of(out)
@@ -170,8 +179,8 @@ def inference_step(root: str, work: str, dry_run: bool) -> Dict:
         rows.append(row)
     net = TOLANet.load_for_inference(model).to(device)
     net.set_switches(clamp_output=False)
-    network = [network_row(net, canvases, device, p) for p in NETWORK_PRECISIONS]
-    stages = stage_seconds(net, canvases[:1], device, repeats=1 if dry_run else 5)
+    network = [network_row(net, canvases, device, p) for p in precisions(NETWORK_PRECISIONS, dry_run)]
+    stages = stage_seconds(net, canvases[:1], device, precisions(STAGE_PRECISIONS, dry_run), 1 if dry_run else 5)
     return {
         'passed': all(r['lines'] == len(files) for r in rows) and all(r['finite'] for r in network), 'device': device,
         'model': 'tiny, random weights (dry run)' if dry_run else 'full size, random weights', 'rows': rows,

@@ -67,10 +67,13 @@ def _memory(s: Dict) -> List[str]:
         rows.append([
             r['precision'] + (' + TF32' if r.get('tf32') else ''), parts, r['batch'], peak,
             r.get('predicted_gib', ''),
-            r.get('seconds_per_iteration')
+            r.get('seconds_per_iteration'),
+            r.get('first_iteration_seconds')
         ])
-    return [f'On {s["device"]}; the estimate took {s["estimate_seconds"]} s.', ''] + table(
-        ['precision', 'gradient_checkpointing', 'batch', 'peak GiB', 'estimate GiB', 's / iteration'], rows)
+    return [f'On {s["device"]}; the estimate took {s["estimate_seconds"]} s.', ''] + table([
+        'precision', 'gradient_checkpointing', 'batch', 'peak GiB', 'estimate GiB', 's / iteration',
+        'first iteration s (cuDNN trials)'
+    ], rows)
 
 
 def _precision(s: Dict) -> List[str]:

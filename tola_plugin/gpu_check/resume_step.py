@@ -66,6 +66,13 @@ def compare_states(a: str, b: str) -> Dict:
 LR = 3e-3
 
 
+def resume_verdict(comparison: Dict, moved: Dict, resumed_from: List[str], first: int, validations: int) -> bool:
+    """Passed: the resumed and the uninterrupted run's weights are equal bit for bit, the resumed run started from
+    iteration ``first``, the uninterrupted one validated, and the weights moved after ``first`` (a resume of a run
+    that changes nothing would be equal too)."""
+    return comparison['differ'] == 0 and resumed_from == [str(first)] and validations > 0 and moved['differ'] > 0
+
+
 def resume_step(root: str, data: str, work: str, dry_run: bool) -> Dict:
     """Run the three trainings in ``work`` and compare; -> the step's figures (``passed``: weights equal, resumed
     from ``first``, validated, and moved after ``first``)."""
@@ -93,9 +100,9 @@ def resume_step(root: str, data: str, work: str, dry_run: bool) -> Dict:
     resumed_from = re.findall(r'Resuming training from epoch: \d+, iter: (\d+)\.', resumed_log)
     validations = len(re.findall(r'# psnr:', uninterrupted_log))
     return {
-        'passed': comparison['differ'] == 0 and resumed_from == [str(first)] and validations > 0
-        and moved['differ'] > 0, 'processes': nproc, 'learning_rate': LR, 'moved_after_resume_point': moved,
-        'iterations_per_epoch': 32 // batch, 'backend': 'gloo' if dry_run else 'nccl', 'precision': common['precision'],
+        'passed': resume_verdict(comparison, moved, resumed_from, first, validations), 'processes': nproc,
+        'learning_rate': LR, 'moved_after_resume_point': moved, 'iterations_per_epoch': 32 // batch,
+        'backend': 'gloo' if dry_run else 'nccl', 'precision': common['precision'],
         'gradient_checkpointing': list(CHECKPOINTABLE), 'accumulate_grad_batches': 4, 'batch_per_gpu': batch,
         'iterations': {'first': first, 'resumed_to': final}, 'resumed_from_iteration': resumed_from,
         'validations_uninterrupted': validations, 'weights': comparison, 'runs': runs

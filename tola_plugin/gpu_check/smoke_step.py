@@ -14,7 +14,7 @@ def smoke_step(root: str, data: str, dry_run: bool) -> Dict:
     from basicsr.data import build_dataset
     from basicsr.models import build_model
     opt = training_options(root, data, 'tiny', on_gpu=not dry_run, name='gpu_check_smoke', total_iter=1, freq=0,
-                           batch=2, precision='fp32', checkpointing=(), accumulate=1, workers=0, lr=1e-3)
+                           batch=2, precision='fp32', checkpointing=(), accumulate=1, workers=0, lr=1e-3, lpips=True)
     opt.update(num_gpu=0 if dry_run else 1, dist=False, rank=0, world_size=1, is_train=True, auto_resume=False)
     folders = ('experiments_root', 'models', 'training_states', 'log', 'visualization')
     opt['path'].update({k: os.path.join('experiments', opt['name']) for k in folders})

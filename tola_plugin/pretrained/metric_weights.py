@@ -153,16 +153,23 @@ def no_downloads() -> Iterator[None]:
     current ``$TORCH_HOME``. The download functions are swapped for one that raises, restored on exit.
     """
     import torch.hub
-    from pyiqa.utils import download_util
-    saved = (download_util.DEFAULT_CACHE_DIR, download_util.download_url_to_file, torch.hub.download_url_to_file)
-    download_util.DEFAULT_CACHE_DIR = pyiqa_cache_dir()
-    download_util.download_url_to_file = _refuse_download
+    try:
+        from pyiqa.utils import download_util
+    except ImportError:  # pyiqa is an evaluation extra (the GPU check's image lacks it): none of its code can run
+        download_util = None
+    saved_hub = torch.hub.download_url_to_file
     torch.hub.download_url_to_file = _refuse_download
+    if download_util is not None:
+        saved = (download_util.DEFAULT_CACHE_DIR, download_util.download_url_to_file)
+        download_util.DEFAULT_CACHE_DIR = pyiqa_cache_dir()
+        download_util.download_url_to_file = _refuse_download
     try:
         with weights_only_loads():
             yield
     finally:
-        download_util.DEFAULT_CACHE_DIR, download_util.download_url_to_file, torch.hub.download_url_to_file = saved
+        torch.hub.download_url_to_file = saved_hub
+        if download_util is not None:
+            download_util.DEFAULT_CACHE_DIR, download_util.download_url_to_file = saved
 
 
 def vgg_weight_file(vgg_type: str) -> WeightFile:
