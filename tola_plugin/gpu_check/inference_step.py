@@ -3,8 +3,9 @@ and auto (one process each, as a user runs it: seconds per line with the model's
 PSNR of each output against fp32's), the network alone on the same lines in each precision (warm seconds per line;
 every value finite before the clamp), and each stage's warm seconds in each precision (fp32, fp32 with TF32, bf16,
 fp16; fp32 is IEEE fp32, TF32 off, as tola-infer computes it). The model: the full-size backbone with random weights
-(``configs.fullsize_backbone``) and seeded random adaptation weights, exported merged. Random weights say nothing of quality: the precisions' effect on a trained model
-is the precision step's. Dry run: the tiny network on the CPU, one line."""
+(``configs.fullsize_backbone``) and seeded random adaptation weights, exported merged. Random weights say nothing of
+quality: the precisions' effect on a trained model is the precision step's. Dry run: the tiny network on the CPU,
+one line."""
 import contextlib
 import glob
 import importlib.resources
