@@ -112,19 +112,26 @@ def render_pairs(folder, num, seed, scale=4):
 PRERENDERED = 'TOLA_TEST_RENDERED_SETS'
 
 
-@pytest.fixture(scope='session')
-def rendered_sets(tmp_path_factory):
-    """{'train': folder of 8 lines, 'val': folder of 2 lines}, each with hr/, lr_x4/ and labels.tsv: rendered here,
-    or where this machine has no CJK font, copied from the pre-rendered folder that $TOLA_TEST_RENDERED_SETS names."""
-    root = tmp_path_factory.mktemp('rendered')
+def rendered_sets_in(root):
+    """{'train': folder of 8 lines, 'val': folder of 2 lines} under ``root``, each with hr/, lr_x4/ and labels.tsv:
+    rendered here, or where this machine has no CJK font, copied from the pre-rendered folder that
+    $TOLA_TEST_RENDERED_SETS names (RuntimeError naming both ways out when neither is at hand)."""
     if not system_cjk_fonts():
         source = os.environ.get(PRERENDERED, '')
         if not source or not all(os.path.isfile(os.path.join(source, p, 'labels.tsv')) for p in ('train', 'val')):
             raise RuntimeError(f'no CJK font to render the test lines (fc-list :lang=zh finds none) and ${PRERENDERED} '
                                f'({source or "unset"}) names no pre-rendered train/ and val/ folders: install a font '
                                '(fonts-wqy-microhei) or point it at a GPU carry\'s fixtures/rendered_sets')
-        return {p: shutil.copytree(os.path.join(source, p), str(root / p)) for p in ('train', 'val')}
-    return {'train': render_pairs(str(root / 'train'), 8, seed=0), 'val': render_pairs(str(root / 'val'), 2, seed=1)}
+        return {p: shutil.copytree(os.path.join(source, p), os.path.join(root, p)) for p in ('train', 'val')}
+    return {
+        'train': render_pairs(os.path.join(root, 'train'), 8, seed=0),
+        'val': render_pairs(os.path.join(root, 'val'), 2, seed=1)
+    }
+
+
+@pytest.fixture(scope='session')
+def rendered_sets(tmp_path_factory):
+    return rendered_sets_in(str(tmp_path_factory.mktemp('rendered')))
 
 
 def free_port():

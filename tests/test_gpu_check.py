@@ -1,137 +1,360 @@
-"""The GPU check on the CPU (docs/training_gpus.md, "The GPU check"): ``make gpu-bundle`` writes one folder under
-60 MiB with a wheel of every distribution the image lacks, for CPython 3.12 manylinux x86-64; its wheels install
-into an empty folder with ``pip install --no-index --no-deps --target`` and import (this Python is 3.11: the
-pure-Python ones; the binary ones are checked for their 3.12 tags and extension modules); ``gpu_check.sh --dry-run``
-runs every step on the CPU and writes the report; without a GPU the real check stops at once, naming why."""
+"""The GPU check on the CPU (docs/training_gpus.md, "The GPU check").
+
+``make gpu-carry`` writes what a lease that sends this checkout carries beside it (dependency wheels for CPython
+3.10-3.12, rendered lines, the tests' fixture), and the checkout with it stays under 60 MiB; ``make gpu-bundle`` writes
+one folder to copy anywhere. The dry run goes the way a GPU run goes on a bare image: from the checkout, with the
+wheels installed into a private folder by ``tools/gpu_check.sh``, on the bare interpreter (this environment's packages
+on PYTHONPATH stand in for the image's, without their .pth files), with no CJK font, the image's missing modules
+hidden, and every step in its own process, the cuda tests' bodies run on the CPU. The verdicts can fail: each is fed
+here what a broken GPU run would give."""
 import fcntl
 import glob
 import hashlib
 import json
+import math
 import os
 import subprocess
 import sys
+import sysconfig
+import time
 import zipfile
 
 import pytest
+import torch
 from packaging.utils import parse_wheel_filename
 
 from tola_plugin.gpu_check import bundle as B
-from tola_plugin.gpu_check.cuda_tests_step import summary_counts
-from tola_plugin.gpu_check.environment import BUNDLED_MODULES
+from tola_plugin.gpu_check import cuda_tests_step as C
+from tola_plugin.gpu_check import environment as E
+from tola_plugin.gpu_check import memory_step as M
+from tola_plugin.gpu_check import precision_step as P
+from tola_plugin.gpu_check import report as R
+from tola_plugin.gpu_check import resume_step as S
+from tola_plugin.gpu_check import run as G
+from tola_plugin.utils import process_tree
+import conftest
 from tola_testing import REPO
 
 sys.path.insert(0, os.path.join(REPO, 'tools'))
 import gpu_check  # noqa: E402  (tools/gpu_check.py)
 
+EMPTY_FONTCONFIG = '<?xml version="1.0"?>\n<!DOCTYPE fontconfig SYSTEM "fonts.dtd">\n<fontconfig></fontconfig>\n'
 
-@pytest.fixture(scope='module')
-def bundle(tmp_path_factory, worker_id):
-    """``make gpu-bundle`` into a folder shared by the test workers of this session, built once under a lock
-    (wheels fetched once into the tests' user cache)."""
+
+def shared_build(tmp_path_factory, worker_id, name, target):
+    """``make <target>`` into a folder shared by the test workers of this session, built once under a lock (wheels
+    fetched once into the tests' user cache)."""
     base = tmp_path_factory.getbasetemp()
     shared = base if worker_id == 'master' else base.parent  # the parent: the same for every xdist worker
-    out = shared / 'gpu_bundle'
-    with open(shared / 'gpu_bundle.lock', 'w') as lock:
+    out = shared / name
+    with open(shared / f'{name}.lock', 'w') as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (out / 'MANIFEST.json').exists():
             env = {k: v for k, v in os.environ.items() if not k.startswith(('PYTEST_', 'MAKE'))}
-            proc = subprocess.run(['make', '-s', 'gpu-bundle', f'GPU_BUNDLE={out}'], cwd=REPO, capture_output=True,
-                                  text=True, timeout=900, env=env)
+            variable = 'GPU_CARRY' if target == 'gpu-carry' else 'GPU_BUNDLE'
+            proc = subprocess.run(['make', '-s', target, f'{variable}={out}'], cwd=REPO, capture_output=True, text=True,
+                                  timeout=900, env=env)
             assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return out
 
 
+@pytest.fixture(scope='module')
+def carry(tmp_path_factory, worker_id):
+    return shared_build(tmp_path_factory, worker_id, 'gpu_carry', 'gpu-carry')
+
+
+@pytest.fixture(scope='module')
+def bundle(tmp_path_factory, worker_id):
+    return shared_build(tmp_path_factory, worker_id, 'gpu_bundle', 'gpu-bundle')
+
+
 def wheels_of(folder):
-    return {parse_wheel_filename(os.path.basename(p))[0]: p for p in glob.glob(os.path.join(folder, 'wheels', '*.whl'))}
+    return sorted(glob.glob(os.path.join(folder, 'wheels', '*.whl')))
 
 
-def test_the_bundle_is_under_its_limit_with_a_wheel_of_each_missing_distribution(bundle):
-    manifest = json.loads((bundle / 'MANIFEST.json').read_text(encoding='utf-8'))
-    total = sum(B.folder_bytes(str(bundle)).values())
-    assert manifest['bytes'] < total <= B.LIMIT_BYTES == 60 * 2**20, total  # the manifest counts too
-    wheels = wheels_of(str(bundle))
-    assert set(wheels) == {B.canonicalize_name(n)
-                           for n in BUNDLED_MODULES
-                           } == {B.canonicalize_name(n)
-                                 for n in list(B.WHEELS) + ['tola-plugin']}
-    assert not {'torch', 'torchvision', 'numpy', 'opencv-python', 'opencv-python-headless'} & set(wheels)
+def names_of(paths):
+    return {parse_wheel_filename(os.path.basename(p))[0] for p in paths}
+
+
+def hidden_fonts(tmp_path):
+    path = tmp_path / 'fonts.conf'
+    path.write_text(EMPTY_FONTCONFIG, encoding='utf-8')
+    return str(path)
+
+
+def test_the_checkout_and_its_carry_fit_a_lease_with_wheels_for_each_python(carry):
+    manifest = json.loads((carry / 'MANIFEST.json').read_text(encoding='utf-8'))
+    total = manifest['checkout_bytes'] + sum(B.folder_bytes(str(carry)).values())
+    assert manifest['mode'] == 'checkout' and total <= B.LIMIT_BYTES == 60 * 2**20, total / 2**20
+    assert manifest['checkout_bytes'] == B.checkout_bytes(REPO)
+    wheels = wheels_of(str(carry))
+    assert names_of(wheels) == {B.canonicalize_name(n) for n in B.WHEELS}  # no wheel of the package: it is here
+    for name in ('lmdb', 'rapidfuzz'):  # tied to CPython's ABI: one for each Python of CUDA PyTorch images
+        for version in B.PYTHON_VERSIONS:
+            fits = [w for w in wheels if names_of([w]) == {name} and B.wheel_fits(os.path.basename(w), version)]
+            assert len(fits) == 1, (name, version, wheels)
     for entry in manifest['wheels']:
-        path = bundle / 'wheels' / entry['file']
-        assert hashlib.sha256(path.read_bytes()).hexdigest() == entry['sha256'] and B.wheel_fits(entry['file'])
-    for name in ('gpu_check.sh', 'tools/gpu_check.py', 'setup.cfg', 'options/train/train_TOLA.yml',
-                 'tests/test_cuda.py', 'tests/data/tola/tiny_backbone.yml'):
-        assert (bundle / name).is_file(), name
+        path = carry / 'wheels' / entry['file']
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == entry['sha256']
+    assert manifest['tested_versions']['torch'] == torch.__version__.split('+')[0]
+    for phase, (lines, _) in B.FIXTURE_LINES.items():  # the tests' fixture, for a machine without a CJK font
+        fixture = carry / B.FIXTURE / phase
+        assert len((fixture / 'labels.tsv').read_text(encoding='utf-8').splitlines()) == lines
+        assert len(os.listdir(fixture / 'hr')) == len(os.listdir(fixture / 'lr_x4')) == lines
     for phase, lines in (('train', B.TRAIN_LINES), ('val', B.VAL_LINES)):
-        assert len((bundle / 'data' / phase / 'labels.tsv').read_text(encoding='utf-8').splitlines()) == lines
-    with zipfile.ZipFile(wheels['tola-plugin']) as whl:  # the package with its demo model and the import hook
-        names = whl.namelist()
-    assert 'tola_plugin/demo/backbone/difftsr_demo.safetensors' in names and 'tola_plugin_hook.pth' in names
+        assert len((carry / 'data' / phase / 'labels.tsv').read_text(encoding='utf-8').splitlines()) == lines
 
 
-def test_its_wheels_install_into_an_empty_target_without_an_index_and_import(bundle, tmp_path):
+def test_the_bundle_is_under_its_limit_and_its_wheels_install_for_this_python(bundle, tmp_path):
+    manifest = json.loads((bundle / 'MANIFEST.json').read_text(encoding='utf-8'))
+    assert manifest['bytes'] < sum(B.folder_bytes(str(bundle)).values()) <= B.LIMIT_BYTES
     wheels = wheels_of(str(bundle))
-    pure = {n: p for n, p in wheels.items() if p.endswith('-none-any.whl')}
-    binary = {n: p for n, p in wheels.items() if n not in pure}
-    assert set(binary) == {'lmdb', 'rapidfuzz'}
-    for name, path in binary.items():  # CPython 3.12 extension modules for linux x86-64
-        tags = parse_wheel_filename(os.path.basename(path))[3]
-        assert {t.interpreter for t in tags} == {'cp312'} and all('manylinux' in t.platform for t in tags)
-        with zipfile.ZipFile(path) as whl:
-            assert any(n.endswith('.cpython-312-x86_64-linux-gnu.so') for n in whl.namelist()), name
+    assert names_of(wheels) == {B.canonicalize_name(n) for n in E.BUNDLED_MODULES}
+    assert not {'torch', 'torchvision', 'numpy', 'opencv-python', 'opencv-python-headless'} & names_of(wheels)
+    for name in ('gpu_check.sh', 'tools/gpu_check.py', 'setup.cfg', 'requirements.txt', 'tests/test_cuda.py',
+                 'options/train/train_TOLA.yml', f'{B.FIXTURE}/train/labels.tsv'):
+        assert (bundle / name).is_file(), name
+    with zipfile.ZipFile(next(w for w in wheels if 'tola_plugin' in w)) as whl:  # the package, demo model, hook
+        assert {'tola_plugin/demo/backbone/difftsr_demo.safetensors', 'tola_plugin_hook.pth'} <= set(whl.namelist())
+    here = f'{sys.version_info[0]}.{sys.version_info[1]}'
+    mine = [w for w in wheels if B.wheel_fits(os.path.basename(w), here)]
+    assert names_of(mine) == names_of(wheels)  # one of each for this Python too
     target = tmp_path / 'site'
     install = [sys.executable, '-m', 'pip', 'install', '-q', '--no-index', '--no-deps', '--target', str(target)]
-    proc = subprocess.run(install + sorted(pure.values()), capture_output=True, text=True)
+    proc = subprocess.run(install + mine, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    refused = subprocess.run(install + [binary['lmdb']], capture_output=True, text=True)
-    assert refused.returncode != 0 and 'is not a supported wheel on this platform' in refused.stderr  # 3.12 only
-    modules = {BUNDLED_MODULES[n] for n in BUNDLED_MODULES if B.canonicalize_name(n) in pure}
     code = ('import importlib, json, sys\n'
             'print(json.dumps({m: importlib.import_module(m).__file__ for m in sys.argv[1:]}))')
-    order = ['tola_plugin'] + sorted(modules - {'tola_plugin'})  # the package first: its torchvision shim (no hook)
-    proc = subprocess.run([sys.executable, '-c', code, *order], capture_output=True, text=True, cwd=tmp_path,
+    modules = ['tola_plugin'] + sorted(set(E.BUNDLED_MODULES.values()) - {'tola_plugin'})
+    proc = subprocess.run([sys.executable, '-c', code, *modules], capture_output=True, text=True, cwd=tmp_path,
                           env=dict(os.environ, PYTHONPATH=str(target), TOLA_PLUGIN_HOOK='0'))
     assert proc.returncode == 0, proc.stderr[-3000:]
     files = json.loads(proc.stdout.strip().splitlines()[-1])
     assert all(path.startswith(str(target)) for path in files.values()), files
 
 
-def test_gpu_check_dry_run_writes_the_report(bundle, tmp_path):
+def bare_environment(tmp_path, carry, **extra):
+    """The environment of a run on a bare image: this environment's packages on PYTHONPATH (no .pth of theirs runs:
+    no import hook, no editable finder), no CJK font, the carry and a private folder of the test's own."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(('PYTEST_', 'VIRTUAL_ENV'))}
+    env.update(PYTHON=sys._base_executable, PYTHONPATH=sysconfig.get_paths()['purelib'],
+               FONTCONFIG_FILE=hidden_fonts(tmp_path), TOLA_GPU_CHECK_CARRY=str(carry),
+               TOLA_GPU_CHECK_SITE=str(tmp_path / 'site'), **extra)
+    return env
+
+
+def test_gpu_check_dry_run_from_the_checkout_on_a_bare_interpreter_without_fonts(carry, tmp_path):
     report = tmp_path / 'report'
-    env = dict(os.environ, PYTHON=sys.executable, TOLA_GPU_CHECK_SITE=str(tmp_path / 'site'))
-    proc = subprocess.run(
-        ['bash', str(bundle / 'gpu_check.sh'),
-         str(report), '--dry-run', '--work',
-         str(tmp_path / 'work')], capture_output=True, text=True, timeout=900, env=env)
+    proc = subprocess.run([
+        'bash',
+        os.path.join(REPO, 'tools', 'gpu_check.sh'),
+        str(report), '--dry-run', '--work',
+        str(tmp_path / 'work'), '--deadline', '1500'
+    ], capture_output=True, text=True, timeout=1800, env=bare_environment(tmp_path, carry))
     result = json.loads((report / 'gpu_check.json').read_text(encoding='utf-8'))
-    failed = {k: v.get('error') or v for k, v in result['steps'].items() if not v.get('passed')}
+    failed = {k: v.get('error') or v.get('skipped') or v for k, v in result['steps'].items() if not v.get('passed')}
     assert proc.returncode == 0 and not failed, (failed, proc.stderr[-3000:])
-    assert result['dry_run'] and list(result['steps']) == ['cuda_tests', 'resume', 'memory', 'inference']
     steps = result['steps']
-    assert steps['cuda_tests']['counts']['collected'] == 10
+    assert list(steps) == list(G.STEPS)
+    outcomes = steps['cuda_tests']['outcomes']  # the bodies ran, on the CPU, from the carried fixture
+    assert len(outcomes) == C.EXPECTED and sum(o == 'passed' for o in outcomes.values()) == 7, outcomes
     assert steps['resume']['resumed_from_iteration'] == ['2'] and steps['resume']['weights']['differ'] == 0
-    assert [(r['precision'], len(r['gradient_checkpointing'])) for r in steps['memory']['rows']] == [('fp32', 0),
-                                                                                                     ('fp32', 3),
-                                                                                                     ('bf16', 0),
-                                                                                                     ('bf16', 3)]
-    assert all(r['predicted_gib'] > 0 for r in steps['memory']['rows'] if r['precision'] == 'fp32')
-    assert [r['precision'] for r in steps['inference']['rows']] == ['fp32', 'bf16', 'fp16']
-    assert all(r['finite'] for r in steps['inference']['rows'])
+    assert steps['resume']['moved_after_resume_point']['differ'] > 0
+    assert [(r['precision'], r['tf32'], len(r['gradient_checkpointing']))
+            for r in steps['memory']['rows']] == [(p, t, len(c)) for p, t, c in M.CONFIGS]
+    assert {r['stage'] for r in steps['precision']['rows']} == {'idm', 'vae_encoder', 'vae_decoder', 'route'}
+    assert 'l_lpips' in steps['smoke']['losses']  # LPIPS-VGG (random trunk) in the smoke step, even on the CPU
     origins = result['distributions']
-    assert origins['tola-plugin']['origin'] == origins['diffusers']['origin'] == 'bundle'  # not this checkout
-    assert origins['torch']['origin'] == 'image'
+    assert origins['tola_plugin']['origin'] == 'checkout' and origins['diffusers']['origin'] == 'carry'
+    assert origins['torch']['origin'] == 'image' and origins['torch']['tested'] == origins['torch']['version']
     markdown = (report / 'gpu_check.md').read_text(encoding='utf-8')
-    assert markdown.startswith(
-        '# TOLA GPU check (dry run') and '| 4. Inference in each precision | passed |' in markdown
+    assert markdown.startswith('# TOLA GPU check (dry run') and '| 5. Tests marked cuda | passed |' in markdown
+    assert '## Not tested here' in markdown and 'NCCL' in markdown
 
 
 def test_without_a_gpu_the_check_stops_naming_why(tmp_path):
     assert gpu_check.main([str(tmp_path / 'report'), '--bundle', REPO, '--work', str(tmp_path / 'work')]) == 1
     result = json.loads((tmp_path / 'report' / 'gpu_check.json').read_text(encoding='utf-8'))
-    assert result['steps']['cuda_tests']['error'].startswith('no usable GPU: ')
+    assert result['steps']['smoke']['error'].startswith('no usable GPU: ')
     assert 'no usable GPU' in (tmp_path / 'report' / 'gpu_check.md').read_text(encoding='utf-8')
 
 
+def test_the_help_shows_the_deadline_and_the_steps():
+    proc = subprocess.run([sys.executable, os.path.join(REPO, 'tools', 'gpu_check.py'), '--help'], capture_output=True,
+                          text=True)
+    assert proc.returncode == 0 and '--deadline' in proc.stdout and '--steps' in proc.stdout
+    assert gpu_check.STEPS == G.STEPS  # the tool parses before importing the package: the same steps
+    with pytest.raises(SystemExit):
+        gpu_check.parse_args(['out', '--steps', 'smoke,nonsense'])
+
+
+def test_steps_whose_estimate_does_not_fit_are_skipped_saying_why(tmp_path, monkeypatch):
+    ran = []
+    monkeypatch.setattr(G, 'run_step', lambda name, *a, **k: ran.append(name) or {'passed': True})
+    monkeypatch.setattr(G, 'DRY_RUN_ESTIMATES_S', dict(G.DRY_RUN_ESTIMATES_S, smoke=1, memory=10**6))
+    code = G.run_gpu_check(str(tmp_path / 'report'), REPO, dry_run=True, work=str(tmp_path / 'work'), deadline=60)
+    steps = json.loads((tmp_path / 'report' / 'gpu_check.json').read_text(encoding='utf-8'))['steps']
+    assert code == 1 and ran == ['smoke', 'precision', 'inference']
+    assert steps['memory']['skipped'].startswith('needs about 1000000 s') and '--deadline' in steps['memory']['skipped']
+
+
+def test_a_failed_smoke_step_ends_the_check(tmp_path, monkeypatch):
+    monkeypatch.setattr(G, 'run_step', lambda name, *a, **k: {'passed': name != 'smoke', 'error': 'broken'})
+    assert G.run_gpu_check(str(tmp_path / 'r'), REPO, dry_run=True, work=str(tmp_path / 'w')) == 1
+    steps = json.loads((tmp_path / 'r' / 'gpu_check.json').read_text(encoding='utf-8'))['steps']
+    assert all(steps[s]['skipped'].startswith('the smoke step failed') for s in G.STEPS[1:])
+
+
+def test_a_step_past_its_time_is_killed_with_the_processes_it_started(tmp_path):
+    """A grandchild in a session of its own (as torchrun starts its workers) is killed too."""
+    pid_file = tmp_path / 'grandchild.pid'
+    script = ('import subprocess, sys, time\n'
+              f'p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)\n'
+              f'open({str(pid_file)!r}, "w").write(str(p.pid))\n'
+              'time.sleep(600)\n')
+    start = time.monotonic()
+    with pytest.raises(process_tree.TreeTimeout) as caught:
+        process_tree.run_tree([sys.executable, '-c', script], timeout=3)
+    assert time.monotonic() - start < 30
+    grandchild = int(pid_file.read_text())
+    assert grandchild in caught.value.killed
+    time.sleep(0.5)
+    assert not process_tree._alive(grandchild)
+
+
+def test_the_private_folder_is_keyed_by_python_and_wheels(carry, tmp_path):
+    """A folder installed by another Python or from other wheels (a dry run made in the bundle) is never reused."""
+    site = tmp_path / 'site'
+    site.mkdir()
+    (site / '.installed').write_text('cp312-0000000000000000\n')
+    run = ['bash', os.path.join(REPO, 'tools', 'gpu_check.sh'), '--help']
+    env = dict(os.environ, PYTHON=sys.executable, TOLA_GPU_CHECK_CARRY=str(carry), TOLA_GPU_CHECK_SITE=str(site))
+    first = subprocess.run(run, capture_output=True, text=True, env=env)
+    again = subprocess.run(run, capture_output=True, text=True, env=env)
+    tag = f'cp{sys.version_info[0]}{sys.version_info[1]}'
+    assert first.returncode == 0 and 'installing' in first.stderr and 'installing' not in again.stderr
+    assert (site / '.installed').read_text().startswith(tag + '-')
+    assert (site / 'tola_plugin_hook.pth').is_file() and (site / 'sitecustomize.py').is_file()  # the import hook
+
+
+def test_a_python_without_its_abi_wheels_is_refused_naming_them(carry, tmp_path):
+    fake = tmp_path / 'python3.9'
+    fake.write_text('#!/bin/sh\necho cp39\n')
+    fake.chmod(0o755)
+    proc = subprocess.run(['bash', os.path.join(REPO, 'tools', 'gpu_check.sh'),
+                           str(tmp_path / 'r')], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHON=str(fake), TOLA_GPU_CHECK_CARRY=str(carry)))
+    assert proc.returncode == 2 and 'no lmdb wheel for cp39' in proc.stderr and 'cp312' in proc.stderr
+
+
+def test_versions_other_than_tested_lead_the_report(tmp_path):
+    dists = E.check_imports(['numpy', 'torch'], '', REPO, {'numpy': '0.0.1', 'torch': torch.__version__.split('+')[0]})
+    assert dists['numpy']['differs'] and dists['numpy']['tested'] == '0.0.1' and not dists['torch']['differs']
+    result = {
+        'dry_run': True, 'started': 'now', 'command': 'x', 'seconds': 1.0, 'bundle': {}, 'machine': E.machine(),
+        'steps': {}, 'distributions': dists, 'not_tested': list(G.NOT_TESTED)
+    }
+    head = R.markdown(result).split('| step |')[0]
+    assert 'Versions other than the tests ran with' in head and '| numpy |' in head and '0.0.1' in head
+
+
+def test_rendered_sets_come_from_the_carry_where_no_font_can_render_them(tmp_path, monkeypatch):
+    monkeypatch.setenv('FONTCONFIG_FILE', hidden_fonts(tmp_path))
+    monkeypatch.delenv(conftest.PRERENDERED, raising=False)
+    with pytest.raises(RuntimeError, match='no CJK font'):
+        conftest.rendered_sets_in(tmp_path / 'a')
+    source = tmp_path / 'fixture'
+    for phase in ('train', 'val'):
+        (source / phase / 'hr').mkdir(parents=True)
+        (source / phase / 'labels.tsv').write_text('000001.png\tabc\n', encoding='utf-8')
+    monkeypatch.setenv(conftest.PRERENDERED, str(source))
+    sets = conftest.rendered_sets_in(tmp_path / 'b')
+    assert sorted(sets) == ['train', 'val'] and os.path.isfile(os.path.join(sets['train'], 'labels.tsv'))
+
+
+def memory_row(precision='fp32', tf32=False, parts=(), **figures):
+    return dict(precision=precision, tf32=tf32, gradient_checkpointing=list(parts), batch=16, **figures)
+
+
+def test_the_memory_verdict_needs_a_row_that_fits_and_no_other_failure():
+    fits = dict(seconds_per_iteration=1.0, losses_finite=True)
+    required = memory_row('fp32', False, M.REQUIRED[2], **fits)
+    assert M.memory_verdict([memory_row(out_of_memory='OOM'), required])
+    assert not M.memory_verdict(
+        [memory_row(out_of_memory='OOM'),
+         memory_row('fp32', False, M.REQUIRED[2], out_of_memory='OOM')])
+    assert not M.memory_verdict([required, memory_row('bf16', error='RuntimeError: CUDA error: illegal address')])
+    assert not M.memory_verdict([dict(required, losses_finite=False)])
+    assert M.failure_kind(RuntimeError('cuDNN error: CUDNN_STATUS_ALLOC_FAILED')) == 'out of memory'
+    assert M.failure_kind(RuntimeError('CUDA error: an illegal memory access was encountered')) is None
+
+
+def test_the_cuda_tests_pass_only_when_every_one_ran_and_passed():
+    names = [f'test_{i}' for i in range(C.EXPECTED - 1)] + ['test_two_rank_nccl_ddp']
+    results = dict({n: 'passed' for n in names}, test_two_rank_nccl_ddp='skipped: needs two GPUs')
+    assert C.judge(results, dry_run=False) == []
+    assert C.judge(dict(results, test_0='skipped: no native bf16'),
+                   dry_run=False) == ['test_0: skipped: no native bf16']
+    assert C.judge({n: 'passed' for n in names[:5]}, dry_run=False) == [f'5 tests ran, {C.EXPECTED} expected']
+    assert C.judge(dict(results, test_1='error'), dry_run=False) == ['test_1: error']
+
+
 def test_pytest_summaries_are_read():
-    assert summary_counts('10/578 tests collected (568 deselected) in 4.40s') == {'collected': 10, 'deselected': 568}
-    assert summary_counts('566 deselected, 10 errors in 4.40s') == {'deselected': 566, 'error': 10}
-    assert summary_counts('8 passed, 1 skipped, 1 failed in 9.10s') == {'passed': 8, 'skipped': 1, 'failed': 1}
+    assert C.summary_counts('10/578 tests collected (568 deselected) in 4.40s') == {'collected': 10, 'deselected': 568}
+    assert C.summary_counts('566 deselected, 10 errors in 4.40s') == {'deselected': 566, 'error': 10}
+    assert C.summary_counts('8 passed, 1 skipped, 1 failed in 9.10s') == {'passed': 8, 'skipped': 1, 'failed': 1}
+
+
+def test_the_resume_verdict_needs_weights_that_moved_after_the_resume_point():
+    equal, moved = {'differ': 0}, {'differ': 12}
+    assert S.resume_verdict(equal, moved, ['2'], 2, 1)
+    assert not S.resume_verdict(equal, {'differ': 0}, ['2'], 2, 1)  # a run that changed nothing resumes "exactly"
+    assert not S.resume_verdict({'differ': 1}, moved, ['2'], 2, 1)
+    assert not S.resume_verdict(equal, moved, [], 2, 1)
+
+
+def precision_ref(z0_shift=0.0, image=None):
+    z_lr = torch.full((1, 3, 4, 4), 2.0)
+    ref = {
+        'z_lr': z_lr, 'z_hr': z_lr + 1.0, 'eps_hat': torch.zeros_like(z_lr), 'z0': torch.zeros_like(z_lr),
+        'image': torch.full((1, 3, 16, 16), 0.5)
+    }
+    got = {'eps_hat': ref['eps_hat'], 'z0': ref['z0'] + z0_shift, 'image': ref['image'] if image is None else image}
+    return ref, got
+
+
+def test_a_precision_row_is_judged_on_z0_and_on_the_image_before_the_clamp():
+    ref, got = precision_ref(z0_shift=0.2)  # 10 % of |z_LR|: a bf16-sized error in the IDM
+    row = P.compare(ref, got)
+    assert math.isclose(row['z0_of_z_lr'], 0.1, rel_tol=1e-6) and not P.within(row, P.BOUNDS['fp16'])
+    assert P.within(P.compare(*precision_ref(z0_shift=0.02)), P.BOUNDS['fp16'])
+    inf_image = torch.full((1, 3, 16, 16), 0.5)
+    inf_image[0, 0, 0, 0] = math.inf  # clamped, it would be 1.0 and pass
+    row = P.compare(*precision_ref(image=inf_image))
+    assert not row['finite'] and not P.within(row, None)
+
+
+def test_the_fidelity_bound_fails_a_gpu_that_computes_another_route():
+
+    class Route(torch.nn.Module):
+
+        def forward(self, lq, noise_seeds=None):
+            return lq * 0.5
+
+    lq = torch.rand(1, 3, 8, 8)
+    assert P.fidelity(Route(), lq, lq * 0.5)['passed']
+    assert not P.fidelity(Route(), lq, lq * 0.5 + 4 * P.FIDELITY_BOUND)['passed']
+
+
+def test_downloads_are_refused_without_pyiqa(monkeypatch):
+    """The GPU image has no pyiqa (an evaluation extra): LPIPS-VGG's loss still builds with downloads refused."""
+    import torch.hub
+
+    from tola_plugin.pretrained import metric_weights as W
+    monkeypatch.setitem(sys.modules, 'pyiqa', None)
+    monkeypatch.setitem(sys.modules, 'pyiqa.utils', None)
+    real = torch.hub.download_url_to_file
+    with W.no_downloads():
+        with pytest.raises(RuntimeError, match='refusing to download'):
+            torch.hub.download_url_to_file('https://example.com/x.pth', '/tmp/x')
+    assert torch.hub.download_url_to_file is real

@@ -162,7 +162,11 @@ def markdown(result: Dict) -> str:
         if 'error' in step:
             lines += [f'```\n{step["error"]}\n{step.get("output_tail") or step.get("traceback", "")}\n```']
         else:
-            lines += SECTIONS[key](step)
+            try:
+                lines += SECTIONS[key](step)
+            except (KeyError, TypeError, ValueError) as err:  # a figure missing: the report is still written, raw
+                lines += [f'(figures not as expected: {type(err).__name__}: {err})', '```',
+                          json.dumps(step, default=str)[:4000], '```']
     lines += ['', '## Not tested here (one GPU, one node, random full-size weights)', '']
     lines += [f'- {item}' for item in result.get('not_tested', [])]
     env = result.get('distributions', {})
