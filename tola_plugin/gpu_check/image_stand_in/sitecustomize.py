@@ -22,3 +22,13 @@ class _Absent(importlib.abc.MetaPathFinder):
 _names = [n.strip() for n in os.environ.get('TOLA_GPU_CHECK_ABSENT', '').split(',') if n.strip()]
 if _names:
     sys.meta_path.insert(0, _Absent(_names))
+
+# then the next sitecustomize on the path, which this one shadows (the GPU check's private folder has one: it runs
+# that folder's .pth files, the import hook among them)
+_here = os.path.dirname(os.path.abspath(__file__))
+for _entry in sys.path:
+    _path = os.path.join(os.path.abspath(_entry or '.'), 'sitecustomize.py')
+    if os.path.dirname(_path) != _here and os.path.isfile(_path):
+        with open(_path, encoding='utf-8') as _f:
+            exec(compile(_f.read(), _path, 'exec'), {'__file__': _path, '__name__': 'sitecustomize'})
+        break
