@@ -51,6 +51,9 @@ OPENVINO_CHECKS = PRIOR_CHECKS + IMAGE_STAGES
 #: demo model's 32 lines)
 PRIOR_BOUND = 3.3e-4
 
+#: the verdict cache holds a few hundred bytes per verdict; a larger file (damaged, or grown by hand) is not read
+#: (it cost 17 s and 1.4 GB at every start at 200 MB): taken as no cache, and replaced by the next verdict
+MAX_CACHE_BYTES = 1 << 20
 _memory: Dict[str, Dict] = {}  # verdicts of this process when the cache file cannot be written
 
 
@@ -180,7 +183,7 @@ def cache_file() -> str:
 
 def _entries() -> Dict:
     try:
-        data = read_json_dict(cache_file())
+        data = read_json_dict(cache_file(), MAX_CACHE_BYTES)
     except OSError:  # the cache folder cannot be made: this process's memory only
         data = None
     entries = data.get('entries') if data and data.get('format') == FORMAT else None

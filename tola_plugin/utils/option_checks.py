@@ -31,8 +31,12 @@ from tola_plugin.utils import option_schema
 from tola_plugin.utils.devices import cuda_device_count
 from tola_plugin.utils.dist_params import BACKENDS, DIST_PARAMS_KEYS, process_group_timeout
 from tola_plugin.utils.option_files import OptionError
+from tola_plugin.utils.user_paths import check_name
 
 # Dataset keys that BasicSR's pipelines and ``build_dataloader`` read (basicsr 1.4.2), valid for every dataset.
+#: bytes BasicSR and the plugin add to an experiment's name in a file name: 'debug_' (--debug), 'train_' ... '_'
+#: <time, 15> '.log' (the log; 26), '_archived_' <time> (25), '.lock' (5): the longest chain is 6 + 26
+EXPERIMENT_NAME_RESERVE = 32
 BASICSR_DATASET_KEYS = frozenset({
     'name', 'type', 'phase', 'scale', 'io_backend', 'batch_size_per_gpu', 'num_worker_per_gpu', 'use_shuffle',
     'dataset_enlarge_ratio', 'prefetch_mode', 'pin_memory', 'persistent_workers', 'num_prefetch_queue'
@@ -94,6 +98,10 @@ def check_required(opt: Mapping, is_train: bool) -> None:
             raise OptionError(f'{key}: missing; an option file needs {key}: {what}{typo}')
     if not isinstance(opt['name'], str) or not opt['name']:
         raise OptionError(f'name: expected the experiment\'s name (text), got {_shown(opt["name"])}')
+    try:  # experiments/<name>/, <name>.lock, <name>_archived_<time>, train_<name>_<time>.log, debug_<name>
+        check_name(opt['name'], 'name', reserve=EXPERIMENT_NAME_RESERVE)
+    except ValueError as err:
+        raise OptionError(f'{err}; the experiment\'s name becomes a folder name (experiments/<name>/)') from None
     datasets = check_mapping(opt['datasets'], 'datasets', REQUIRED['datasets'])
     for phase, dataset in datasets.items():
         check_mapping(dataset, f'datasets.{phase}', 'a dataset block with a type')
