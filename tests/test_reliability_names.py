@@ -328,3 +328,25 @@ def test_names_module_helpers_keep_temporary_names_within_name_max():
     with contextlib.suppress(ValueError):
         user_paths.check_name('x' * 300, 'name')
         pytest.fail('a 300-byte name passed')
+
+
+@pytest.mark.parametrize('method, needle', [('..', 'outside'), ('m' * 300, 'a file name has at most 255')])
+def test_evaluation_method_names_stay_in_the_output_folder(tmp_path, method, needle):
+    """A method's name becomes file names (per_image/<name>.csv, upscaled/<name>/): '..' or a name too long for the
+    file system is refused before any metric runs."""
+    from tola_plugin.evaluation.runner import evaluate_methods
+    folder = tmp_path / 'restored'
+    folder.mkdir()
+    write_png(folder / 'a.png')
+    with pytest.raises(ValueError, match=needle):
+        evaluate_methods({method: str(folder)}, str(tmp_path / 'eval'), reference_dir=str(folder), metrics=['psnr'],
+                         progress=False)
+    assert not (tmp_path / 'eval').exists()
+
+
+def test_a_dataset_name_is_one_folder_name(tmp_path, monkeypatch, capsys):
+    """BasicSR saves a test set's images under visualization/<dataset name>/."""
+    opt = load_yaml(os.path.join(REPO, 'options', 'demo', 'test_TOLA_demo.yml'))
+    opt['datasets']['test_1']['name'] = '../../../elsewhere'
+    expect_error(tmp_path, monkeypatch, capsys, opt, "datasets.test_1.name '../../../elsewhere': holds '/'",
+                 module='test')

@@ -105,6 +105,11 @@ def check_required(opt: Mapping, is_train: bool) -> None:
     datasets = check_mapping(opt['datasets'], 'datasets', REQUIRED['datasets'])
     for phase, dataset in datasets.items():
         check_mapping(dataset, f'datasets.{phase}', 'a dataset block with a type')
+        if dataset.get('name') is not None:  # BasicSR saves a test set's images in visualization/<name>/
+            try:
+                check_name(dataset['name'], f'datasets.{phase}.name')
+            except ValueError as err:
+                raise OptionError(f'{err}; a dataset\'s name becomes a folder name') from None
     check_logger_and_path(opt)  # BasicSR's parser edits path values: known keys only, before it does
     for key, value in opt['path'].items():
         if ('pretrain_network' in key or 'resume_state' in key) and not isinstance(value, (str, type(None))):
