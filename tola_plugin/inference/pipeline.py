@@ -501,19 +501,30 @@ class TOLAPipeline:
         """``_run_windows`` on the runtime's path; when that path fails (``PATH_FAILURES``) the batch runs again on
         the next path that works. A non-finite output is first judged by the plain fp32 torch route: finite there,
         the path is to blame (it is disqualified and the plain route's result kept); non-finite there too, the
-        input is (the images fail, the path stays). Without a path left the batch fails with the reasons."""
+        input is (the images fail, the path stays). A worker killed from outside (SIGKILL of the OOM killer or a
+        user, SIGTERM) is started again and the batch run again (``Runtime.restart_after``, bounded); only a second
+        death on the same batch counts against the path. Without a path left the batch fails with the reasons."""
+        restarted = False
         while True:
             try:
                 return self._run_windows(lq, seeds)
             except PATH_FAILURES as err:
                 if self.runtime is None:
                     raise
-                judged = None
+                if not restarted and self.runtime.restart_after(err):
+                    restarted = True
+                    continue
+                judged, remember = None, True
+                if isinstance(err, ChildFailure) and err.killed_from_outside:
+                    if restarted:  # killed again on the same windows: they are what kills it
+                        err = ChildFailure(err.what, f'{err.how}, again on the same windows after a restart')
+                    else:  # restarts used up: this run moves on, the verdict stays
+                        remember = False
                 if isinstance(err, NonFiniteOutput) and not self.runtime.plan.path.plain:
                     with self.runtime.plain_route():
                         judged = self._run_windows(lq, seeds)  # NonFiniteOutput: the input's failure
                 try:
-                    self.runtime.fail(err)
+                    self.runtime.fail(err, remember)
                 except NoPathLeft as none_left:
                     if judged is not None:
                         return judged

@@ -230,7 +230,7 @@ def qualify(key: str, run_candidate: Callable[[], Dict], reference: Callable[[],
             checks=TORCH_CHECKS) -> Verdict:
     """The verdict of ``key``: cached, else measured now: ``run_candidate()`` (the candidate's outputs, from its
     child; a ChildFailure or RuntimeError is the verdict's reason) against ``reference()`` on ``checks``, then
-    cached."""
+    cached; a child killed from outside (``ChildFailure.killed_from_outside``) fails the path for this run only."""
     cached = cached_verdict(key)
     if cached is not None:
         return cached
@@ -238,6 +238,8 @@ def qualify(key: str, run_candidate: Callable[[], Dict], reference: Callable[[],
     try:
         verdict = compare(reference(), run_candidate(), dtype, checks)
     except RuntimeError as err:
+        if getattr(err, 'killed_from_outside', False):  # a ChildFailure by SIGKILL, SIGTERM, ...: says nothing
+            return Verdict(False, f'{err} (killed from outside while qualifying; not remembered)')
         verdict = Verdict(False, str(err))
     verdict.seconds = round(time.perf_counter() - start, 2)
     store_verdict(key, verdict)
