@@ -21,7 +21,9 @@ UNSAFE = re.compile('[\x00-\x1f\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2
 #: UNSAFE but the C0 controls, which ``json.dumps`` escapes in strings itself (a raw newline in its output is layout)
 _JSON_UNSAFE = re.compile('[\x7f-\x9f\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]')
 _RECORDED = re.compile(r'\\(\\|x[0-9a-f]{2}|u[0-9a-f]{4})')
-MARKDOWN_SPECIAL = re.compile(r'([\\`*_{}\[\]()#+\-.!|<>~&$:])')
+#: what Markdown (GitHub's, as Gradio renders it) or the HTML it passes reads as syntax inside a line: emphasis, code,
+#: links and images, autolinks (':'), tags and entities, tables, strike-through, math
+MARKDOWN_SPECIAL = re.compile(r'([\\`*_{}\[\]()!|<>~&$:])')
 
 
 def _escape(match) -> str:
