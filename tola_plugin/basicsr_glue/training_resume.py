@@ -286,10 +286,13 @@ def find_resume_state(opt: Dict, warn: Callable[[str], None]) -> Tuple[Optional[
     """(path, state) of the newest usable ``N.state`` of the experiment, or (None, None) when it has none.
 
     A newer file that is incomplete, corrupt, or lacks its network files is skipped with a warning naming
-    it; if every state is unusable that is an error (training does not silently start over).
+    it; if every state is unusable that is an error (training does not silently start over). No state at all where
+    an archive of the experiment (``<name>_archived_<time>``, BasicSR's rename at a fresh start) holds one is an
+    error naming the archive (``check_no_archived_state``).
     """
     folder = opt['path']['training_states']
     if not osp.isdir(folder):
+        check_no_archived_state(opt)
         return None, None
     names = os.listdir(folder)
     if opt.get('rank', 0) == 0:  # under torchrun every rank looks; only rank 0 (the one that saves) cleans up
@@ -305,7 +308,43 @@ def find_resume_state(opt: Dict, warn: Callable[[str], None]) -> Tuple[Optional[
             warn(f'--auto_resume skips {path}: {err}')
     if problems:
         raise ValueError(f'--auto_resume: no usable training state in {folder}: ' + '; '.join(problems))
+    check_no_archived_state(opt)
     return None, None
+
+
+def archived_states(opt: Dict) -> List[Tuple[str, str]]:
+    """(archive folder, its newest ``N.state``) of every ``<experiments_root>_archived_*`` that holds a training
+    state, newest archive first."""
+    root = osp.normpath(opt['path']['experiments_root'])
+    parent, prefix = osp.dirname(root), osp.basename(root) + '_archived_'
+    try:
+        archives = sorted((n for n in os.listdir(parent or '.') if n.startswith(prefix)), reverse=True)
+    except OSError:
+        return []
+    found = []
+    for name in archives:
+        states = osp.join(parent, name, osp.relpath(opt['path']['training_states'], root))
+        try:
+            iters = [int(m.group(1)) for m in map(STATE_NAME.match, os.listdir(states)) if m]
+        except OSError:
+            continue
+        if iters:
+            found.append((osp.join(parent, name), osp.join(states, f'{max(iters)}.state')))
+    return found
+
+
+def check_no_archived_state(opt: Dict) -> None:
+    """``--auto_resume`` found no state in the experiment: a ValueError when an archive of it holds one (a start
+    that failed after BasicSR moved the experiment away, or a fresh start that saved nothing yet), rather than a
+    silent start from iteration 0."""
+    archived = archived_states(opt)
+    if archived:
+        archive, state = archived[0]
+        root = opt['path']['experiments_root']
+        raise ValueError(f'--auto_resume: {root} holds no training state, but {archive} does ({state}): a start '
+                         f'without --auto_resume moved the experiment there (BasicSR renames {root} when a run starts '
+                         f'afresh). To continue it, move it back (mv {archive} {root}, after moving away what '
+                         f'{root} holds now) and run again; to start over, run without --auto_resume')
 
 
 def agreed_resume_state(opt: Dict, warn: Callable[[str], None]) -> Tuple[Optional[str], Optional[Dict]]:
