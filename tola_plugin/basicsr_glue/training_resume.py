@@ -41,6 +41,7 @@ import torch
 import torch.distributed as dist
 
 from tola_plugin.utils.checkpoint_io import UnsafeCheckpointError, check_weights_file, safe_torch_load
+from tola_plugin.utils.user_text import shown
 
 LOOP_FORMAT = 1
 STATE_NAME = re.compile(r'^(\d+)\.state$')
@@ -242,8 +243,8 @@ LOOP = LoopPosition()
 def warn_early(message: str) -> None:
     """A warning before BasicSR's logger exists (its file handler is added later): stderr now, the log later
     (``LOOP.notes``, written by ``exact_resume.resume_training``)."""
-    print(f'warning: {message}', file=sys.stderr, flush=True)
-    LOOP.notes.append(message)
+    print(f'warning: {shown(message)}', file=sys.stderr, flush=True)
+    LOOP.notes.append(shown(message))
 
 
 # ------------------------------------------------------------------------------------ finding a usable state

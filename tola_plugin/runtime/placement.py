@@ -29,6 +29,7 @@ from tola_plugin.runtime.stages import IMAGE_STAGES, RoutedIDM, RoutedVAE, stage
 from tola_plugin.runtime.text_prior_stages import KEPT, PRIOR_STAGES, RoutedTextRecognizer
 from tola_plugin.utils.cuda_math import set_tf32
 from tola_plugin.utils.devices import resolve_device
+from tola_plugin.utils.user_text import shown
 
 REQUALIFY = ('re-qualify with `tola-infer --requalify` (TOLAPipeline.from_merged(..., requalify=True)), or delete '
              'the verdicts in qualification.json of the cache folder (docs/inference.md, "Qualification")')
@@ -45,7 +46,8 @@ class NoPathLeft(RuntimeError):
 
 
 def say(message: str) -> None:
-    print(f'tola-plugin: {message}', file=sys.stderr, flush=True)
+    """A one-line note on stderr (the names in it with their control characters escaped: ``user_text.shown``)."""
+    print(f'tola-plugin: {shown(message)}', file=sys.stderr, flush=True)
 
 
 def resolve_backends(backend: str, device: torch.device, notes: List) -> List[str]:
