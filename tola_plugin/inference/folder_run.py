@@ -27,8 +27,8 @@ from tola_plugin.inference.pipeline import TOLAPipeline
 from tola_plugin.inference.prior_csv import read_prior_rows, write_prior_csv
 from tola_plugin.utils import run_lock
 from tola_plugin.utils.atomic_files import read_json_dict, write_json
-from tola_plugin.utils.user_paths import (check_affix, check_folder_target, path_inside, path_kind, temporary_stem,
-                                          temporary_stem_of)
+from tola_plugin.utils.user_paths import (NOTHING_THERE, check_affix, check_folder_target, path_inside, path_kind,
+                                          temporary_stem, temporary_stem_of)
 from tola_plugin.utils.user_text import shown
 
 PRIOR_CSV = 'prior.csv'
@@ -63,7 +63,7 @@ def list_inputs(source: str, recursive: bool, skip_dir: str = '') -> Tuple[List[
     kind = path_kind(source)
     if kind == 'a file':
         return [source], FolderScan(images=[os.path.basename(source)])
-    if kind.startswith('missing'):
+    if kind in NOTHING_THERE:
         raise FileNotFoundError(f'input not found: {source} (expected an image file or a folder)')
     if kind != 'a folder':
         raise ValueError(f'input {source} is {kind}; expected an image file or a folder')

@@ -20,7 +20,7 @@ from typing import Iterator, Mapping, Tuple
 import torch
 
 from tola_plugin.utils.atomic_files import atomic_write
-from tola_plugin.utils.user_paths import NotARegularFile, check_regular_file, path_kind
+from tola_plugin.utils.user_paths import MISSING, NOTHING_THERE, NotARegularFile, check_regular_file, path_kind
 
 _TORCH_LOAD = torch.load  # the real loader, captured before any guard replaces the module attribute
 _GUARD_LOCK = threading.Lock()
@@ -35,11 +35,11 @@ def require_file(path: str, what: str, where: str) -> str:
     """Return ``path`` if it is a regular file; else FileNotFoundError when there is nothing there, NotARegularFile
     (a ValueError) naming what is there (a folder, a FIFO, a device, a symlink loop), each saying where to get the
     file. Nothing is opened."""
-    kind = path_kind(path) if path else 'missing'
+    kind = path_kind(path) if path else MISSING
     if kind == 'a file':
         return path
-    if kind.startswith('missing') or kind == 'a broken symlink':
-        raise FileNotFoundError(f'{what} not found at {path!r}' + ('' if kind == 'missing' else f' ({kind})') +
+    if kind in NOTHING_THERE:
+        raise FileNotFoundError(f'{what} not found at {path!r}' + ('' if kind == MISSING else f' ({kind})') +
                                 f'. {where}')
     raise NotARegularFile(f'{what} at {path!r} is {kind}, not a regular file. {where}')
 

@@ -32,7 +32,7 @@ from tola_plugin.utils import option_schema
 from tola_plugin.utils.devices import cuda_device_count
 from tola_plugin.utils.dist_params import BACKENDS, DIST_PARAMS_KEYS, process_group_timeout
 from tola_plugin.utils.option_files import OptionError
-from tola_plugin.utils.user_paths import check_name, path_kind
+from tola_plugin.utils.user_paths import MISSING, NOTHING_THERE, check_name, path_kind
 
 # Dataset keys that BasicSR's pipelines and ``build_dataloader`` read (basicsr 1.4.2), valid for every dataset.
 #: bytes BasicSR and the plugin add to an experiment's name in a file name: 'debug_' (--debug), 'train_' ... '_'
@@ -457,14 +457,14 @@ def _check_path(path: str, where: str, expected: str) -> None:
     if kind == expected:
         return
     hint = ''
-    if kind.startswith('missing'):
+    if kind in NOTHING_THERE:
         parent = os.path.dirname(os.path.abspath(path))
         try:
             close = difflib.get_close_matches(os.path.basename(path), os.listdir(parent), n=1, cutoff=0.6)
         except OSError:
             close = []
         hint = f"; {parent} has {close[0]!r}: a typo?" if close else ''
-        kind = 'not found' if kind == 'missing' else kind
+        kind = 'not found' + ('' if kind == MISSING else f' ({kind})')
     else:
         kind = f'is {kind}'
     raise OptionError(f'{where}: {path} {kind}; expected {expected}{hint} (checked before anything was made or moved)')

@@ -38,10 +38,7 @@ def check_name(name, what: str, reserve: int = 0) -> str:
     (``reserve``: what is appended to it later)."""
     if not isinstance(name, str):
         raise ValueError(f'{what}: expected text, got {name!r}')
-    bad = [c for c in ('/', os.altsep, '\0') if c and c in name]
-    if bad:
-        raise ValueError(f'{what} {name!r}: holds {bad[0]!r}; it names one file or folder, so it may not hold a path '
-                         "separator (it would write outside its folder) or a NUL byte")
+    _refuse_separators(name, what, 'it names one file or folder')
     if name in ('.', '..', ''):
         raise ValueError(f'{what} {name!r}: names no file or folder (empty, or the folder itself or its parent)')
     if UNSAFE.search(name):
@@ -61,11 +58,15 @@ def check_affix(text, what: str, why: str) -> str:
     folder)."""
     if not isinstance(text, str):
         raise ValueError(f'{what}: expected text, got {text!r}')
+    _refuse_separators(text, what, why)
+    return text
+
+
+def _refuse_separators(text: str, what: str, why: str) -> None:
     bad = [c for c in ('/', os.altsep, '\0') if c and c in text]
     if bad:
         raise ValueError(f'{what} {text!r}: holds {bad[0]!r}; {why}, so it may not hold a path separator (it would '
-                         'write outside the output folder) or a NUL byte')
-    return text
+                         'write outside its folder) or a NUL byte')
 
 
 def shorten(text: str, keep: int = 40) -> str:
@@ -123,22 +124,26 @@ def _cut(name: str, limit: int) -> str:
 
 
 # ------------------------------------------------------------------------------------------- what a path is
+MISSING, BROKEN_LINK, UNDER_A_FILE = 'missing', 'a broken symlink', 'under a file (a part of its path is not a folder)'
+NOTHING_THERE = (MISSING, BROKEN_LINK, UNDER_A_FILE)  # the kinds of a path that names no file
+KINDS = ((stat.S_ISREG, 'a file'), (stat.S_ISDIR, 'a folder'), (stat.S_ISFIFO, 'a FIFO (named pipe)'),
+         (stat.S_ISCHR, 'a character device'), (stat.S_ISBLK, 'a block device'), (stat.S_ISSOCK, 'a socket'))
+
+
 def path_kind(path: str) -> str:
     """What ``path`` is, in words: 'a file', 'a folder', 'a FIFO (named pipe)', 'a character device', 'a block
-    device', 'a socket', 'a symlink loop', 'a broken symlink', 'missing', or 'unreadable (<reason>)'."""
+    device', 'a socket', 'a symlink loop', or one of NOTHING_THERE, or 'unreadable (<reason>)'."""
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
-        return 'a broken symlink' if os.path.islink(path) else 'missing'
+        return BROKEN_LINK if os.path.islink(path) else MISSING
     except OSError as err:
         if err.errno == errno.ELOOP:
             return 'a symlink loop'
         if err.errno == errno.ENOTDIR:
-            return 'missing (a part of the path is a file, not a folder)'
+            return UNDER_A_FILE
         return f'unreadable ({err.strerror})'
-    for test, words in ((stat.S_ISREG, 'a file'), (stat.S_ISDIR, 'a folder'), (stat.S_ISFIFO, 'a FIFO (named pipe)'),
-                        (stat.S_ISCHR, 'a character device'), (stat.S_ISBLK, 'a block device'), (stat.S_ISSOCK,
-                                                                                                 'a socket')):
+    for test, words in KINDS:
         if test(mode):
             return words
     return 'not a file'
@@ -155,10 +160,8 @@ def check_regular_file(path: str, what: str, expected: str = '') -> str:
     kind = path_kind(os.fspath(path))
     if kind == 'a file':
         return path
-    if kind.startswith('missing') or kind == 'a broken symlink':
-        why = '' if kind == 'missing' else f' ({kind[len("missing ("):-1]})' if kind.startswith('missing (') else \
-            f' ({kind})'
-        raise FileNotFoundError(f'{what} not found: {path}{why}')
+    if kind in NOTHING_THERE:
+        raise FileNotFoundError(f'{what} not found: {path}' + ('' if kind == MISSING else f' ({kind})'))
     raise NotARegularFile(f'{what} {path} is {kind}, not a regular file' +
                           (f'; expected {expected}' if expected else ''))
 
