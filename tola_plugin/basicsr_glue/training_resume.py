@@ -316,7 +316,8 @@ def find_resume_state(opt: Dict, warn: Callable[[str], None]) -> Tuple[Optional[
 def archived_states(opt: Dict) -> List[Tuple[str, str]]:
     """(archive folder, its newest ``N.state``) of every ``<experiments_root>_archived_*`` that holds a training
     state, newest archive first."""
-    root = osp.normpath(opt['path']['experiments_root'])
+    states = osp.normpath(opt['path']['training_states'])
+    root = osp.normpath(opt['path'].get('experiments_root') or osp.dirname(states))
     parent, prefix = osp.dirname(root), osp.basename(root) + '_archived_'
     try:
         archives = sorted((n for n in os.listdir(parent or '.') if n.startswith(prefix)), reverse=True)
@@ -324,13 +325,13 @@ def archived_states(opt: Dict) -> List[Tuple[str, str]]:
         return []
     found = []
     for name in archives:
-        states = osp.join(parent, name, osp.relpath(opt['path']['training_states'], root))
+        archived = osp.join(parent, name, osp.relpath(states, root))
         try:
-            iters = [int(m.group(1)) for m in map(STATE_NAME.match, os.listdir(states)) if m]
+            iters = [int(m.group(1)) for m in map(STATE_NAME.match, os.listdir(archived)) if m]
         except OSError:
             continue
         if iters:
-            found.append((osp.join(parent, name), osp.join(states, f'{max(iters)}.state')))
+            found.append((osp.join(parent, name), osp.join(archived, f'{max(iters)}.state')))
     return found
 
 
@@ -341,7 +342,7 @@ def check_no_archived_state(opt: Dict) -> None:
     archived = archived_states(opt)
     if archived:
         archive, state = archived[0]
-        root = opt['path']['experiments_root']
+        root = opt['path'].get('experiments_root') or osp.dirname(osp.normpath(opt['path']['training_states']))
         raise ValueError(f'--auto_resume: {root} holds no training state, but {archive} does ({state}): a start '
                          f'without --auto_resume moved the experiment there (BasicSR renames {root} when a run starts '
                          f'afresh). To continue it, move it back (mv {archive} {root}, after moving away what '
