@@ -2,6 +2,7 @@
 ``--auto_resume`` falls back from a half-written newest state to the newest complete one (naming the skipped
 file), and a corrupt state is an error naming its file."""
 import os
+import shutil
 
 import pytest
 import torch
@@ -115,3 +116,45 @@ def test_training_states_and_checkpoints_are_written_atomically(tmp_path, monkey
         model.save_training_state(epoch=0, current_iter=3)
     assert open(final[0], 'rb').read() == before
     assert sorted(os.listdir(opt['path']['training_states'])) == ['3.state']
+
+
+# ------------------------------------------------------------------ issue 43 item 7: a resume never starts over
+def test_auto_resume_names_an_archive_instead_of_starting_over(tmp_path):
+    """BasicSR moved the experiment to <name>_archived_<time> (a fresh start that then failed): --auto_resume finds
+    no state in <name>, and says where its states are instead of starting from iteration 0."""
+    archived = experiment(tmp_path)
+    write_state(archived, 400)
+    os.rename(tmp_path / 'exp', tmp_path / 'exp_archived_20261127_101010')
+    opt = experiment(tmp_path)  # the new, empty experiment folder the failed start made
+    for _ in range(2):
+        with pytest.raises(
+                ValueError, match=r'--auto_resume: .*exp holds no training state, but .*'
+                r'exp_archived_20261127_101010 does \(.*400\.state\).*mv .*exp_archived_20261127_101010'):
+            basicsr.train.load_resume_state(opt)
+        shutil.rmtree(tmp_path / 'exp', ignore_errors=True)  # the same with no experiment folder at all
+    assert opt['path']['resume_state'] is None
+    fresh = experiment(tmp_path / 'other')  # no archive: a first run starts afresh
+    assert basicsr.train.load_resume_state(fresh) is None
+
+
+def test_a_start_with_a_mistyped_dataroot_moves_nothing(rendered_sets, tmp_path, monkeypatch, capsys):
+    """The dataroot is checked before BasicSR's mkdir_and_rename: the experiment with its states stays where it is
+    (before, it was moved to exp_archived_<time> and the next --auto_resume started from iteration 0)."""
+    from reliability_testing import expect_error
+
+    from tola_testing import tiny_demo_options
+    opt = tiny_demo_options(rendered_sets, 'exp', total_iter=2, freq=2)
+    good = opt['datasets']['train']['dataroot_gt']
+    opt['datasets']['train']['dataroot_gt'] = good + 'x'  # 'hrx'
+    existing = experiment(tmp_path / 'experiments')  # experiments/exp with a state
+    write_state(existing, 2)
+    before = sorted(os.listdir(tmp_path / 'experiments'))
+    expect_error(
+        tmp_path, monkeypatch, capsys, opt, f'datasets.train.dataroot_gt: {good}x not found; expected a '
+        f"folder; {os.path.dirname(good)} has 'hr': a typo?")
+    assert sorted(os.listdir(tmp_path / 'experiments')) == before == ['exp']
+    assert os.path.isfile(tmp_path / 'experiments' / 'exp' / 'training_states' / '2.state')
+    opt['datasets']['train']['dataroot_gt'] = good
+    opt['path'] = {'pretrain_network_g': str(tmp_path / 'absent.pth')}
+    expect_error(tmp_path, monkeypatch, capsys, opt, f'path.pretrain_network_g: {tmp_path / "absent.pth"} not found')
+    assert sorted(os.listdir(tmp_path / 'experiments')) == ['exp']

@@ -327,3 +327,22 @@ def test_evaluation_csv_cells_never_start_a_formula(tmp_path):
     assert [r['gt'] for r in table] == [f"'{text}" for text in FORMULAS] and table[0]['psnr'] == '-1.5'  # numbers kept
     back = read_per_image_csv(path)
     assert [back[f'{i}.png']['t_pred'] for i in range(len(FORMULAS))] == FORMULAS and back['0.png']['psnr'] == -1.5
+
+
+# ------------------------------------------------------------------- issue 43 item 1: outputs that never move
+@pytest.mark.parametrize('backend', ['torch', pytest.param('openvino', marks=pytest.mark.openvino)])
+def test_outputs_do_not_depend_on_the_batch_size(tmp_path, backend):
+    """The same folder with --batch-size 1 and 4 (and the default, from the free memory) gives the same bytes: every
+    image and prior.csv (before, up to 1 grey level and other confidences on torch). A wide line (3 windows) shares
+    batches with its neighbours."""
+    model = write_tiny_merged(tmp_path / 'tiny.safetensors')
+    folder = folder_of(tmp_path / 'in', ['a.png', 'b.png', 'c.png', 'd.png'])
+    cv2.imwrite(str(folder / 'wide.png'), noise(32, 300, seed=7))
+    written = {}
+    for batch in ('1', '4', None):
+        out = tmp_path / f'out_{batch}'
+        args = ['-i', str(folder), '-o', str(out), '--model', model, '--backend', backend]
+        assert infer.main(args + (['--batch-size', batch] if batch else [])) == 0
+        written[batch] = {name: (out / name).read_bytes() for name in outputs(out)}
+    assert sorted(written['1']) == ['a.png', 'b.png', 'c.png', 'd.png', 'prior.csv', 'wide.png']
+    assert written['1'] == written['4'] == written[None]

@@ -16,7 +16,7 @@ import torch
 
 from tola_plugin.archs.tola_arch import TOLANet
 from tola_plugin.inference.pipeline import TOLAPipeline
-from tola_plugin.runtime import openvino_client, openvino_stages, plan, qualification
+from tola_plugin.runtime import openvino_client, openvino_stages, placement, plan, qualification
 from tola_plugin.runtime.child_process import ChildFailure, run_child
 from tola_plugin.runtime.placement import NoPathLeft
 from conftest import REPO
@@ -353,3 +353,99 @@ def test_throughput_streams_are_a_path_of_their_own():
     assert len(keys) == 3
     assert qualification.verdict_key(cpu, 'torch', torch.float32, digest, 2) == \
         qualification.verdict_key(cpu, 'torch', torch.float32, digest)
+
+
+# ------------------------------------------------------------- issue 43 item 4: a killed worker is not a verdict
+def kill_worker_at(stage, calls, sig=signal.SIGKILL):
+    """OpenVINOWorker.run that kills its worker (``sig``, as the OOM killer or a user would) just before the
+    ``stage`` runs whose count (from 0, over the whole test) is in ``calls``; the real run otherwise."""
+    real = openvino_client.OpenVINOWorker.run
+    seen = []
+
+    def run(self, name, *tensors, **kwargs):
+        if name == stage:
+            if len(seen) in calls:
+                os.kill(self.proc.pid, sig)
+                self.proc.wait()
+            seen.append(1)
+        return real(self, name, *tensors, **kwargs)
+
+    return run
+
+
+def test_a_worker_killed_from_outside_is_restarted_and_its_verdict_kept(model, serving, verdicts, monkeypatch, tmp_path,
+                                                                        capsys):
+    """kill -9 of the worker in the middle of a folder run: it is started again, the batch runs again, every image
+    is restored on OpenVINO with the outputs of an undisturbed run, and the verdict stays 'qualified'."""
+    from tola_plugin.inference.folder_run import restore_folder
+    folder = tmp_path / 'in'
+    folder.mkdir()
+    import cv2
+    for i in range(4):
+        cv2.imwrite(str(folder / f'{i}.png'), np.random.default_rng(i).integers(0, 256, (32, 96, 3), dtype=np.uint8))
+    calm = TOLAPipeline.from_merged(model, batch_size=2)
+    assert restore_folder(str(folder), str(tmp_path / 'calm'), calm) == 0
+    calm.close()
+    capsys.readouterr()
+    monkeypatch.setattr(openvino_client.OpenVINOWorker, 'run', kill_worker_at('idm', {1, 5}))  # in both batches, once
+    pipe = TOLAPipeline.from_merged(model, batch_size=2)
+    try:
+        assert restore_folder(str(folder), str(tmp_path / 'killed'), pipe) == 0
+        assert pipe.plan.path.name == 'openvino fp32' and pipe.runtime.restarts == 2
+    finally:
+        pipe.close()
+    err = capsys.readouterr().err
+    assert err.count('its worker was killed from outside (died by SIGKILL (signal 9)') == 2, err
+    assert 'starting it again' in err and 'failed while serving' not in err
+    for name in sorted(os.listdir(tmp_path / 'calm')):
+        assert (tmp_path / 'calm' / name).read_bytes() == (tmp_path / 'killed' / name).read_bytes(), name
+    assert [v['qualified'] for v in entries(verdicts).values()] == [True]
+
+
+def test_a_worker_killed_again_on_the_same_batch_is_a_verdict(model, serving, verdicts, monkeypatch, capsys):
+    TOLAPipeline.from_merged(model, batch_size=1).close()  # qualified (the verdict cached) before the kills
+    monkeypatch.setattr(openvino_client.OpenVINOWorker, 'run', kill_worker_at('idm', set(range(100))))
+    pipe = TOLAPipeline.from_merged(model, batch_size=1)
+    out = pipe(LINE, names=['a.png'])
+    assert np.isfinite(out.image).all() and pipe.plan.path.name == 'torch fp32'
+    why = pipe.plan.passed_over[-1][1]
+    assert 'died by SIGKILL' in why and 'again on the same windows after a restart' in why
+    saved = [v for k, v in entries(verdicts).items() if 'openvino' in k]
+    assert saved and not saved[0]['qualified'] and 'again on the same windows' in saved[0]['reason']
+    assert 'starting it again (1 of at most 3)' in capsys.readouterr().err
+
+
+def test_restarts_are_bounded_and_then_the_run_moves_on_without_a_verdict(model, serving, verdicts, monkeypatch,
+                                                                          capsys):
+    """Killed on every other batch (each batch once): restarted at most MAX_RESTARTS times; then this run goes on on
+    torch, and the next run still finds OpenVINO qualified."""
+    TOLAPipeline.from_merged(model, batch_size=1).close()  # qualified (the verdict cached) before the kills
+    monkeypatch.setattr(placement, 'MAX_RESTARTS', 2)
+    real = openvino_client.OpenVINOWorker.run
+    monkeypatch.setattr(openvino_client.OpenVINOWorker, 'run', kill_worker_at('idm', {0, 2, 4}))
+    pipe = TOLAPipeline.from_merged(model, batch_size=1)
+    lines = [np.random.default_rng(i).integers(0, 256, (32, 96, 3), dtype=np.uint8) for i in range(3)]
+    outs = pipe(lines, names=['a.png', 'b.png', 'c.png'])
+    assert all(np.isfinite(o.image).all() for o in outs)
+    assert pipe.plan.path.name == 'torch fp32' and 'not remembered' in pipe.plan.passed_over[-1][1]
+    assert pipe.runtime.restarts == 2
+    assert [v['qualified'] for v in entries(verdicts).values()] == [True]
+    pipe.close()
+    monkeypatch.setattr(openvino_client.OpenVINOWorker, 'run', real)
+    again = TOLAPipeline.from_merged(model, batch_size=1)
+    assert again.plan.path.name == 'openvino fp32'
+    again.close()
+
+
+def test_a_worker_killed_while_loading_is_passed_over_for_this_run_only(model, verdicts, monkeypatch):
+    monkeypatch.setattr(openvino_client, 'WORKER', FAILING_WORKER)
+    monkeypatch.setenv('FAILING_WORKER', 'killed-on-load')
+    pipe = TOLAPipeline.from_merged(model, batch_size=1)
+    assert pipe.plan.path.name == 'torch fp32' and 'killed from outside while loading' in pipe.plan.passed_over[0][1]
+    assert not verdicts.exists() or not [k for k in entries(verdicts) if 'openvino' in k]
+    real_worker = os.path.join(os.path.dirname(openvino_client.__file__), 'openvino_worker.py')
+    monkeypatch.setattr(openvino_client, 'WORKER', real_worker)
+    monkeypatch.setattr(openvino_client.OpenVINOWorker, 'run', kill_worker_at('idm', {0}))  # in the probe
+    pipe = TOLAPipeline.from_merged(model, batch_size=1)
+    assert 'killed from outside while qualifying; not remembered' in pipe.plan.passed_over[0][1]
+    assert not verdicts.exists() or not [k for k in entries(verdicts) if 'openvino' in k]

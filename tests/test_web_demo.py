@@ -5,6 +5,7 @@ merged model), drive Debian's Chromium through Selenium, and stop both themselve
 printed, only where no Chromium and chromedriver are installed (tools/setup_env.sh installs them when run as root).
 """
 import glob
+import json
 import os
 import re
 import shutil
@@ -49,7 +50,7 @@ def test_restore_upload_line_sizes_and_text():
     number, prior, confidence, before, _ = page.rows[0]
     # StandInRestorer's prior is its noise seed: seeded by the uploaded file's name, as tola-infer seeds by file name
     assert (number, prior, confidence, before) == (1, str(image_noise_seed('line_1x4.png', 0)), 0.5, LINE_TEXT)
-    assert 'line_1x4.png' in page.summary and '128×32 → 512×128' in page.summary
+    assert 'line\\_1x4.png' in page.summary and '128×32 → 512×128' in page.summary  # Markdown: the name as text
     assert 'on cpu, torch' in page.summary
 
 
@@ -157,15 +158,17 @@ def test_page_refuses_a_file_over_the_upload_limit(demo_server, chromium, tmp_pa
 
 
 # ------------------------------------------------------------------- issue 33 item 7: bounded, cleaned-up uploads
-def _post_files(url, files):
-    """POST ``files`` ([(name, bytes)]) as one multipart form, as the page's upload does; -> (status, body)."""
+def _post_files(url, files, headers=None):
+    """POST ``files`` ([(name, bytes)]) as one multipart form, as the page's upload does (with more ``headers``);
+    -> (status, body)."""
     import urllib.error
     boundary = 'tolawebboundary'
     body = b''.join(b'--%s\r\nContent-Disposition: form-data; name="files"; filename="%s"\r\nContent-Type: image/png'
                     b'\r\n\r\n%s\r\n' % (boundary.encode(), name.encode(), data) for name, data in files)
     body += b'--%s--\r\n' % boundary.encode()
-    request = urllib.request.Request(url, data=body, method='POST',
-                                     headers={'Content-Type': f'multipart/form-data; boundary={boundary}'})
+    request = urllib.request.Request(
+        url, data=body, method='POST',
+        headers={'Content-Type': f'multipart/form-data; boundary={boundary}', **(headers or {})})
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             return response.status, response.read().decode()
@@ -190,3 +193,129 @@ def test_uploads_are_bounded_per_request_and_removed_when_the_server_stops(tmp_p
     finally:
         app.close()
     assert not os.path.exists(folder)
+
+
+# ------------------------------------------------- issue 43 item 6: bounds that cannot be walked around; no Markdown
+def _raw_request(url, head, body=b''):
+    """Send ``head`` (the request line and headers, without the blank line) and ``body`` as given, byte for byte
+    (urllib would fix the headers); -> (status, body)."""
+    import socket
+    from urllib.parse import urlsplit
+    parts = urlsplit(url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=30) as sock:
+        sock.sendall(head.encode('latin-1') + b'\r\n\r\n' + body)
+        data = b''
+        while True:
+            try:
+                chunk = sock.recv(65536)
+            except (ConnectionResetError, socket.timeout):
+                break
+            if not chunk:
+                break
+            data += chunk
+    status = int(data.split(b' ', 2)[1]) if data.startswith(b'HTTP/') else 0
+    return status, data.split(b'\r\n\r\n', 1)[-1].decode('utf-8', 'replace')
+
+
+def _stored(folder):
+    return sorted(p for p in glob.glob(os.path.join(folder, '**', '*'), recursive=True) if os.path.isfile(p))
+
+
+@pytest.fixture
+def upload_server(tmp_path):
+    """tola-web with the tiny model, 0.1 MB per file and 0.2 MB stored in all; yields (upload url, folder)."""
+    model = write_tiny_merged(tmp_path / 'tiny.safetensors')
+    app = web_cli.main([
+        '--model', model, '--port', '0', '--device', 'cpu', '--max-file-mb',
+        str(MAX_FILE_MB), '--max-stored-mb', '0.2'
+    ], block=False)
+    try:
+        yield app.local_url.rstrip('/') + '/gradio_api/upload', web_app.upload_folder(app)
+    finally:
+        app.close()
+
+
+def test_a_chunked_body_with_a_small_length_is_refused(upload_server):
+    """Content-Length: 10 with Transfer-Encoding: chunked stored 60 MB under --max-file-mb 2 (the server follows the
+    encoding): refused before the body is read."""
+    url, folder = upload_server
+    boundary = 'tolawebboundary'
+    part = b''.join(b'--%s\r\nContent-Disposition: form-data; name="files"; filename="%d.png"\r\nContent-Type: '
+                    b'image/png\r\n\r\n%s\r\n' % (boundary.encode(), i, os.urandom(60_000))
+                    for i in range(5)) + b'--%s--\r\n' % boundary.encode()  # 5 files, each under the per-file bound
+    chunked = b''.join(b'%x\r\n%s\r\n' % (len(part[i:i + 50_000]), part[i:i + 50_000])
+                       for i in range(0, len(part), 50_000)) + b'0\r\n\r\n'
+    path, before = url.split('/', 3)[3], _stored(folder)  # the page's own files: the examples
+    head = (f'POST /{path} HTTP/1.1\r\nHost: {url.split("/")[2]}\r\nContent-Length: 10\r\nTransfer-Encoding: chunked'
+            f'\r\nContent-Type: multipart/form-data; boundary={boundary}')
+    status, body = _raw_request(url, head, chunked)
+    assert status == 400 and 'both a Content-Length and a Transfer-Encoding' in body, (status, body)
+    assert _stored(folder) == before
+
+
+def test_a_body_that_grows_past_the_bound_while_read_is_cut():
+    """Whatever the headers say, the body is counted as the app reads it: past one file's worth the read fails, the
+    app's answer is replaced by 413."""
+    import asyncio
+    sent, reads = [], []
+
+    async def app(scope, receive, send):  # reads the whole body, as an upload route does, then answers 200
+        while True:
+            message = await receive()
+            reads.append(len(message.get('body', b'')))
+            if not message.get('more_body'):
+                break
+        await send({'type': 'http.response.start', 'status': 200, 'headers': []})
+        await send({'type': 'http.response.body', 'body': b'stored'})
+
+    chunks = [{'type': 'http.request', 'body': b'x' * 50_000, 'more_body': True} for _ in range(40)]
+
+    async def receive():
+        return chunks.pop(0)
+
+    async def send(message):
+        sent.append(message)
+
+    guard = web_app.RequestGuard(app, max_file_mb=0.1)
+    scope = {
+        'type': 'http', 'method': 'POST', 'path': '/gradio_api/upload', 'headers': [(b'content-length', b'10'),
+                                                                                    (b'host', b'127.0.0.1:1')]
+    }
+    asyncio.run(guard(scope, receive, send))
+    assert sent[0]['status'] == 413 and b'one request may carry one image of at most 0.1 MB' in sent[1]['body']
+    assert sum(reads) <= guard.max_bytes + 50_000 and len(sent) == 2  # the read stopped at the bound; no 200
+
+
+def test_uploads_from_another_site_are_refused(upload_server):
+    url, folder = upload_server
+    part, before = [('a.png', os.urandom(20_000))], _stored(folder)
+    for headers in ({'Origin': 'http://evil.example'}, {'Origin': 'null'}, {'Sec-Fetch-Site': 'cross-site'}):
+        status, body = _post_files(url, part, headers)
+        assert status == 403 and 'another site' in body, (headers, status, body)
+    assert _stored(folder) == before
+    own = url.split('/gradio_api')[0]
+    status, body = _post_files(url, part, {'Origin': own, 'Sec-Fetch-Site': 'same-origin'})  # the page itself
+    assert status == 200 and body.count(folder) == 1, body
+
+
+def test_stored_uploads_are_bounded_in_all_the_oldest_go_first(upload_server):
+    url, folder = upload_server
+    kept, page = [], set(_stored(folder))  # the page's own files (the examples) stay, outside the bound
+    for i in range(6):  # 6 x 60 KB under a 0.2 MB bound
+        status, body = _post_files(url, [(f'{i}.png', os.urandom(60_000))])
+        assert status == 200, body
+        kept.append(json.loads(body)[0])
+        total = sum(os.path.getsize(p) for p in _stored(folder) if p not in page)
+        assert total <= 0.2 * 2**20, total
+        assert os.path.exists(kept[-1])  # the new upload is there
+    assert not os.path.exists(kept[0]) and page <= set(_stored(folder))  # the oldest upload went first
+
+
+def test_names_on_the_page_are_text_not_markdown():
+    name = '[link](http://evil.example) **b** <img src=x>.png'
+    page = web_app.restore_upload(TOLAPipeline(StandInRestorer()), LINE, name)
+    assert not re.search(r'(?<!\\)[\[<]', page.summary.replace('**', ''))  # no link, no tag: all escaped
+    assert r'\[link\]\(http\://evil.example\) \*\*b\*\* \<img src=x\>.png' in page.summary
+    status = web_app.error_status(ValueError(f'{name} is not an image this demo can read'))
+    assert status.startswith('**Error:** \\[link\\]') and not re.search(r'(?<!\\)[\[<]', status)
+    assert '\x1b' not in web_app.error_status(ValueError('a\x1b[2J.png'))

@@ -57,8 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help='padding of a line narrower than 512 (edge)')
     parser.add_argument(
         '--batch-size', type=int,
-        help='128x512 windows per network call, across the lines of a photo and the images of a '
-        'folder (default: as many as fit in half the free memory, 1-8)')
+        help='128x512 windows per step, across the lines of a photo and the images of a folder; each window '
+        'runs alone, so results do not depend on it (default: from the free memory, 1-8)')
     parser.add_argument('--device', help='cpu, cuda, cuda:1, ... (default: cuda when available, else cpu)')
     parser.add_argument('--precision', choices=('fp32', 'bf16', 'fp16', 'auto'),
                         help="compute precision (default: the model's, fp32; auto: bf16 where faster and qualified)")

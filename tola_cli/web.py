@@ -41,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help='larger images are refused with a message (4.0 million pixels)')
     parser.add_argument('--max-file-mb', type=float, default=20.0,
                         help='larger uploads are refused by the server (20 MB)')
+    parser.add_argument('--max-stored-mb', type=float, default=200.0,
+                        help='uploads kept at once, all together; the oldest are removed first (200 MB)')
     parser.add_argument('--max-windows', type=int, default=DEFAULT_MAX_WINDOWS,
                         help=f'128x512 windows (network calls) one image may need ({DEFAULT_MAX_WINDOWS})')
     parser.add_argument('--max-output-megapixels', type=float, default=DEFAULT_MAX_OUTPUT_MEGAPIXELS,
@@ -56,9 +58,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     if not 0 <= args.port <= 65535:
         parser.error(f'--port must be in [0, 65535], got {args.port}')
     for flag, value in (('--max-megapixels', args.max_megapixels), ('--max-file-mb', args.max_file_mb),
-                        ('--max-windows', args.max_windows), ('--max-output-megapixels', args.max_output_megapixels)):
+                        ('--max-stored-mb', args.max_stored_mb), ('--max-windows', args.max_windows),
+                        ('--max-output-megapixels', args.max_output_megapixels)):
         if not (math.isfinite(value) and value > 0):
             parser.error(f'{flag} must be a finite number > 0, got {value}')
+    if args.max_stored_mb < args.max_file_mb:
+        parser.error(f'--max-stored-mb ({args.max_stored_mb:g}) must hold at least one upload (--max-file-mb, '
+                     f'{args.max_file_mb:g})')
     return args
 
 
@@ -74,7 +80,8 @@ def main(argv=None, block: bool = True):
         raise OSError('tola-web needs gradio: pip install "tola-plugin[web]" (or pip install -r '
                       'requirements.txt)') from err
     app = serve(args.model, args.detect, args.precision, args.device, args.backend, args.color_fix, args.max_windows,
-                args.max_output_megapixels, args.max_megapixels, args.max_file_mb, args.host, args.port, block)
+                args.max_output_megapixels, args.max_megapixels, args.max_file_mb, args.host, args.port, block,
+                args.max_stored_mb)
     return 0 if block else app
 
 

@@ -1,7 +1,9 @@
 """The BasicSR glue's launchers: BasicSR's own launchers, and the one run of its pipelines by ours (``run_pipeline``).
 
 ``basicsr.train`` and ``basicsr.test`` get the plugin's ``parse_options`` (reading with
-``option_parsing.read_options``) and ``load_resume_state`` (``resume_state``). Run as scripts (a checkout's
+``option_parsing.read_options``), ``load_resume_state`` (``resume_state``) and ``make_exp_dirs`` (upstream's, which
+renames an existing ``experiments/<name>`` to ``<name>_archived_<time>``, after the paths the run reads are checked:
+a mistyped dataroot moves nothing). Run as scripts (a checkout's
 ``basicsr/train.py``, ``python -m basicsr.train``, torchrun), they execute in their own ``__main__`` namespace
 instead, so ``parse_options`` is also patched where they import it from (``basicsr.utils.options``), and gives the
 calling script the same functions; run from an installed basicsr (``python -m``), whose root would be site-packages,
@@ -14,6 +16,7 @@ import sys
 import basicsr.test
 import basicsr.train
 import basicsr.utils.options
+from basicsr.utils import make_exp_dirs as _original_make_exp_dirs
 
 from tola_plugin.basicsr_glue import distributed
 from tola_plugin.basicsr_glue.option_parsing import read_options
@@ -21,6 +24,7 @@ from tola_plugin.basicsr_glue.resume_state import load_resume_state
 from tola_plugin.utils import run_lock
 from tola_plugin.utils.checkpoint_io import weights_only_loads
 from tola_plugin.utils.cli_errors import install_excepthook
+from tola_plugin.utils.option_checks import check_data_paths
 
 
 def parse_options(root_path, is_train=True):
@@ -28,6 +32,15 @@ def parse_options(root_path, is_train=True):
     BasicSR's pipelines, it also fits the calling launcher script to the plugin."""
     root_path = _adopt_launcher_script(sys._getframe(1).f_globals, root_path)
     return read_options(root_path, is_train)
+
+
+def make_exp_dirs(opt):
+    """BasicSR's ``make_exp_dirs`` (a fresh start: an existing experiment or results folder is renamed to
+    ``*_archived_<time>``), once every path the run reads is there (``option_checks.check_data_paths``): a start that
+    would fail on a mistyped dataroot fails before anything is moved, and the next ``--auto_resume`` finds the
+    experiment where it was."""
+    check_data_paths(opt)
+    _original_make_exp_dirs(opt)
 
 
 def run_pipeline(pipeline) -> int:
@@ -58,8 +71,10 @@ def _installed_package_root(root_path: str) -> bool:
 
 
 def _give_launcher_our_functions(namespace: dict) -> None:
-    """The plugin's ``parse_options`` and ``load_resume_state`` in a launcher's namespace (module or script)."""
-    for name, function in (('parse_options', parse_options), ('load_resume_state', load_resume_state)):
+    """The plugin's ``parse_options``, ``load_resume_state`` and ``make_exp_dirs`` in a launcher's namespace (module
+    or script)."""
+    ours = {'parse_options': parse_options, 'load_resume_state': load_resume_state, 'make_exp_dirs': make_exp_dirs}
+    for name, function in ours.items():
         if name in namespace:
             namespace[name] = function
 

@@ -7,7 +7,8 @@ its ``--force_yml`` values; the launchers get ``read_options`` through ``launche
     keys for every model, ``total_iter > 0``, ``num_gpu`` no more than the devices present (utils/option_checks.py),
     ``num_gpu: auto`` refused when a driver is installed that this torch cannot use; the CUDA math options
     ``allow_tf32`` and ``deterministic`` (utils/cuda_math.py); and one run per experiment (results) folder: a lock
-    file with the PID, stale locks replaced (utils/run_lock.py).
+    file with the PID, stale locks replaced (utils/run_lock.py). The paths the run reads are checked later, as BasicSR
+    makes the run's folders (``launchers.make_exp_dirs``).
 -   What the command line may change beyond upstream's ``--force_yml`` (which can only set values): an entry of
     ``val.metrics`` set to ``~`` is removed (upstream would call the metric ``None``: ``val:metrics:lpips=~`` drops
     LPIPS and keeps PSNR/SSIM); ``short_run: N`` applies the short-run preset (utils/short_run.py). Then every weight
@@ -117,6 +118,7 @@ def read_options(root_path, is_train=True):
         require_run_weights(opt)
     except FileNotFoundError as err:
         raise FileNotFoundError(f'{args.opt}: {err}') from None
+
     if 'launcher' in launch:
         process_group.start_distributed(opt, launch['launcher'])
         opt['rank'], opt['world_size'] = get_dist_info()

@@ -41,6 +41,7 @@ import torch
 import torch.distributed as dist
 
 from tola_plugin.utils.checkpoint_io import UnsafeCheckpointError, check_weights_file, safe_torch_load
+from tola_plugin.utils.user_text import shown
 
 LOOP_FORMAT = 1
 STATE_NAME = re.compile(r'^(\d+)\.state$')
@@ -242,8 +243,8 @@ LOOP = LoopPosition()
 def warn_early(message: str) -> None:
     """A warning before BasicSR's logger exists (its file handler is added later): stderr now, the log later
     (``LOOP.notes``, written by ``exact_resume.resume_training``)."""
-    print(f'warning: {message}', file=sys.stderr, flush=True)
-    LOOP.notes.append(message)
+    print(f'warning: {shown(message)}', file=sys.stderr, flush=True)
+    LOOP.notes.append(shown(message))
 
 
 # ------------------------------------------------------------------------------------ finding a usable state
@@ -286,10 +287,13 @@ def find_resume_state(opt: Dict, warn: Callable[[str], None]) -> Tuple[Optional[
     """(path, state) of the newest usable ``N.state`` of the experiment, or (None, None) when it has none.
 
     A newer file that is incomplete, corrupt, or lacks its network files is skipped with a warning naming
-    it; if every state is unusable that is an error (training does not silently start over).
+    it; if every state is unusable that is an error (training does not silently start over). No state at all where
+    an archive of the experiment (``<name>_archived_<time>``, BasicSR's rename at a fresh start) holds one is an
+    error naming the archive (``check_no_archived_state``).
     """
     folder = opt['path']['training_states']
     if not osp.isdir(folder):
+        check_no_archived_state(opt)
         return None, None
     names = os.listdir(folder)
     if opt.get('rank', 0) == 0:  # under torchrun every rank looks; only rank 0 (the one that saves) cleans up
@@ -305,7 +309,44 @@ def find_resume_state(opt: Dict, warn: Callable[[str], None]) -> Tuple[Optional[
             warn(f'--auto_resume skips {path}: {err}')
     if problems:
         raise ValueError(f'--auto_resume: no usable training state in {folder}: ' + '; '.join(problems))
+    check_no_archived_state(opt)
     return None, None
+
+
+def archived_states(opt: Dict) -> List[Tuple[str, str]]:
+    """(archive folder, its newest ``N.state``) of every ``<experiments_root>_archived_*`` that holds a training
+    state, newest archive first."""
+    states = osp.normpath(opt['path']['training_states'])
+    root = osp.normpath(opt['path'].get('experiments_root') or osp.dirname(states))
+    parent, prefix = osp.dirname(root), osp.basename(root) + '_archived_'
+    try:
+        archives = sorted((n for n in os.listdir(parent or '.') if n.startswith(prefix)), reverse=True)
+    except OSError:
+        return []
+    found = []
+    for name in archives:
+        archived = osp.join(parent, name, osp.relpath(states, root))
+        try:
+            iters = [int(m.group(1)) for m in map(STATE_NAME.match, os.listdir(archived)) if m]
+        except OSError:
+            continue
+        if iters:
+            found.append((osp.join(parent, name), osp.join(archived, f'{max(iters)}.state')))
+    return found
+
+
+def check_no_archived_state(opt: Dict) -> None:
+    """``--auto_resume`` found no state in the experiment: a ValueError when an archive of it holds one (a start
+    that failed after BasicSR moved the experiment away, or a fresh start that saved nothing yet), rather than a
+    silent start from iteration 0."""
+    archived = archived_states(opt)
+    if archived:
+        archive, state = archived[0]
+        root = opt['path'].get('experiments_root') or osp.dirname(osp.normpath(opt['path']['training_states']))
+        raise ValueError(f'--auto_resume: {root} holds no training state, but {archive} does ({state}): a start '
+                         f'without --auto_resume moved the experiment there (BasicSR renames {root} when a run starts '
+                         f'afresh). To continue it, move it back (mv {archive} {root}, after moving away what '
+                         f'{root} holds now) and run again; to start over, run without --auto_resume')
 
 
 def agreed_resume_state(opt: Dict, warn: Callable[[str], None]) -> Tuple[Optional[str], Optional[Dict]]:

@@ -30,6 +30,7 @@ import numpy as np
 from PIL import Image, ImageOps, TiffImagePlugin
 
 from tola_plugin.utils.atomic_files import atomic_write
+from tola_plugin.utils.user_paths import check_regular_file
 
 IMAGE_EXTENSIONS = ('.png', '.jpg', '.jpeg', '.bmp', '.webp', '.tif', '.tiff', '.gif')  # lower case
 WHITE = (255, 255, 255)
@@ -344,12 +345,13 @@ def decode_image(data: bytes, what: str, background: Sequence[int] = WHITE,
 def read_image_file(path: str, background: Sequence[int] = WHITE, max_pixels: Optional[int] = DEFAULT_MAX_PIXELS,
                     order: str = 'BGR') -> np.ndarray:
     """uint8 (H, W, 3) in channel ``order`` from a file (see ``decode_image``): the header is read first, so a file
-    over the budget is refused after reading a few kilobytes of it; a missing or unreadable file names its path."""
+    over the budget is refused after reading a few kilobytes of it; a missing or unreadable file names its path, a
+    path that is not a regular file (a folder, a FIFO, a device, a symlink loop) says what it is, before it is
+    opened."""
     check_background(background)
     _check_order(order)
     max_pixels = check_max_pixels(max_pixels)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f'image file not found: {path}')
+    check_regular_file(path, 'image file', 'an image file')
     with open(path, 'rb') as f:
         size = os.fstat(f.fileno()).st_size
         if size == 0:
@@ -432,11 +434,15 @@ def write_figure(path: str, figure, **params) -> None:
 
 @dataclass
 class FolderScan:
-    """What a folder holds: ``images`` (paths relative to the folder, sorted), ``unsupported`` (other files, not
-    hidden ones, relative paths, sorted) and ``unreadable`` (subfolders that could not be listed, with the reason)."""
+    """What a folder holds: ``images`` (paths relative to the folder, sorted: every entry with an image's name that
+    is not a folder, so that a FIFO or a broken link among them fails by name when it is read), ``unsupported`` (other
+    files, not hidden ones, relative paths, sorted), ``unreadable`` (subfolders that could not be listed, with the
+    reason) and ``folders`` (without ``recursive``: subfolders named like images, e.g. ``x.png/``, which are not
+    read)."""
     images: List[str] = field(default_factory=list)
     unsupported: List[str] = field(default_factory=list)
     unreadable: List[str] = field(default_factory=list)
+    folders: List[str] = field(default_factory=list)  # subfolders named like images, not read (not recursive)
 
 
 def scan_image_folder(folder: str, recursive: bool = False, skip_dir: str = '') -> FolderScan:
@@ -459,6 +465,8 @@ def scan_image_folder(folder: str, recursive: bool = False, skip_dir: str = '') 
         scan.unreadable.append(f'{err.filename}: {err.strerror}')
 
     for root, dirs, files in os.walk(folder, onerror=unreadable):
+        if not recursive:
+            scan.folders.extend(d + '/' for d in dirs if d.lower().endswith(IMAGE_EXTENSIONS))
         dirs[:] = sorted(d for d in dirs if os.path.realpath(os.path.join(root, d)) != skip) if recursive else []
         rel = os.path.relpath(root, folder)
         for name in files:
@@ -470,6 +478,7 @@ def scan_image_folder(folder: str, recursive: bool = False, skip_dir: str = '') 
     scan.images.sort()
     scan.unsupported.sort()
     scan.unreadable.sort()
+    scan.folders.sort()
     return scan
 
 

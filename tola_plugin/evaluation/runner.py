@@ -22,6 +22,7 @@ from tola_plugin.ocr.ppocr import ppocrv4_unavailable
 from tola_plugin.ocr.recognizers import RECOGNIZERS, build_recognizer
 from tola_plugin.pretrained import metric_weights as W
 from tola_plugin.utils.atomic_files import write_json, write_text
+from tola_plugin.utils.user_paths import path_inside
 
 ALL_METRICS = PAIRED_METRICS + ('fid', ) + RECOGNIZERS
 
@@ -102,6 +103,9 @@ def evaluate_methods(methods: Mapping[str, str], out_dir: str, reference_dir: Op
                          (f' (skipped for missing files: {sorted(skipped)})' if skipped else ''))
 
     stems = [_safe(m) for m in methods]
+    for method in methods:  # names that would leave the output folder or not fit it: refused before any work
+        _method_path(out_dir, 'upscaled', method, '')
+        _method_path(out_dir, 'per_image', method, '.csv')
     if len(set(stems)) != len(stems):
         raise ValueError(f'method names {list(methods)} collide as file names {stems}; rename them')
     sets = {}
@@ -126,10 +130,10 @@ def evaluate_methods(methods: Mapping[str, str], out_dir: str, reference_dir: Op
         methods = dict(methods)
         for name in methods:
             factor = upscale_folder(methods[name], files[name], names, reference_dir,
-                                    os.path.join(out_dir, 'upscaled', _safe(name)), background, max_pixels)
+                                    _method_path(out_dir, 'upscaled', name, ''), background, max_pixels)
             if factor > 1:
                 upscaled[name] = factor
-                methods[name] = os.path.join(out_dir, 'upscaled', _safe(name))
+                methods[name] = _method_path(out_dir, 'upscaled', name, '')
                 files[name] = {n: upscaled_name(n) for n in names}
                 (log or (lambda msg: print(msg, file=sys.stderr)))(
                     f'evaluate: {name}: images upscaled x{factor} (PIL bicubic) to the references\' size, in '
@@ -151,7 +155,7 @@ def evaluate_methods(methods: Mapping[str, str], out_dir: str, reference_dir: Op
         rows = score_folder(folder, names, reference_dir, labels, image_metrics, recognizers, lower, batch_size,
                             desc=f'evaluate {method}', progress=progress, ppocr_lower=ppocr_lower,
                             background=background, files=files[method], max_pixels=max_pixels)
-        csv_path = os.path.join(out_dir, 'per_image', f'{_safe(method)}.csv')
+        csv_path = _method_path(out_dir, 'per_image', method, '.csv')
         R.write_per_image_csv(csv_path, rows)
         per_image_files[method] = os.path.relpath(csv_path, out_dir)
         values = {}
@@ -272,3 +276,9 @@ def _paired_scores(image_metrics: PairedImageMetrics, restored_rgb, reference_rg
 def _safe(name: str) -> str:
     """Method name -> file name stem."""
     return ''.join(c if c.isalnum() or c in '-_.' else '_' for c in name)
+
+
+def _method_path(out_dir: str, folder: str, method: str, ext: str) -> str:
+    """``out_dir/folder/<method as a file name><ext>``, kept inside ``out_dir/folder`` and within the file system's
+    limits (a method named '..' or 300 characters long is an error naming it)."""
+    return path_inside(os.path.join(out_dir, folder), _safe(method) + ext, f'method {method!r}')

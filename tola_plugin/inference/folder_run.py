@@ -16,7 +16,6 @@ plan the outputs, restore with ``TOLAPipeline``, write images, ``prior.csv`` (li
 - Problems with the run as a whole (no input, a missing model, clashing outputs) raise before anything is written.
 """
 import contextlib
-import glob
 import os
 import sys
 import time
@@ -28,6 +27,9 @@ from tola_plugin.inference.pipeline import TOLAPipeline
 from tola_plugin.inference.prior_csv import read_prior_rows, write_prior_csv
 from tola_plugin.utils import run_lock
 from tola_plugin.utils.atomic_files import read_json_dict, write_json
+from tola_plugin.utils.user_paths import (NOTHING_THERE, check_affix, check_folder_target, path_inside, path_kind,
+                                          temporary_stem, temporary_stem_of)
+from tola_plugin.utils.user_text import shown
 
 PRIOR_CSV = 'prior.csv'
 LOCK_FILE = '.tola-infer.lock'
@@ -58,10 +60,13 @@ class Summary:
 def list_inputs(source: str, recursive: bool, skip_dir: str = '') -> Tuple[List[str], FolderScan]:
     """The image files of ``source`` (itself if it is a file, else the images in the folder, sorted; subfolders
     with ``recursive``, except ``skip_dir``, the output folder), and the scan of the folder (what it left out)."""
-    if os.path.isfile(source):
+    kind = path_kind(source)
+    if kind == 'a file':
         return [source], FolderScan(images=[os.path.basename(source)])
-    if not os.path.isdir(source):
+    if kind in NOTHING_THERE:
         raise FileNotFoundError(f'input not found: {source} (expected an image file or a folder)')
+    if kind != 'a folder':
+        raise ValueError(f'input {source} is {kind}; expected an image file or a folder')
     scan = scan_image_folder(source, recursive, skip_dir)
     found = [os.path.join(source, n) for n in scan.images]
     if not found:
@@ -102,7 +107,10 @@ def plan_outputs(inputs: List[str], source: str, out_dir: str, suffix: str, ext:
     a ValueError, before anything is written, when two inputs would write one file, an output would replace an input
     (the same file: compared by device and inode, not by name), or a photo's JSON exists that is not this input's
     record from an earlier run (without ``overwrite``). Inputs that are the planned outputs of other inputs are left
-    out (``Plan.own_outputs``)."""
+    out (``Plan.own_outputs``). Every output path is built by ``user_paths.path_inside``: ``suffix`` may not hold a
+    path separator, and a name that does not fit the file system is refused before anything is written; paths are
+    compared normalised."""
+    check_affix(suffix, '--suffix', 'it is appended to each output name')
     root = source if os.path.isdir(source) else os.path.dirname(source)
     jobs, seen = [], {}
     for path in inputs:
@@ -110,9 +118,9 @@ def plan_outputs(inputs: List[str], source: str, out_dir: str, suffix: str, ext:
         stem, in_ext = os.path.splitext(rel)
         out_ext = ext if ext != 'auto' else ('jpg' if in_ext.lower() in ('.jpg', '.jpeg') else 'png')
         name = f'{stem}{suffix}.{out_ext}'
-        jobs.append(
-            Job(path, os.path.join(out_dir, name), name.replace(os.sep, '/'),
-                os.path.join(out_dir, f'{stem}{suffix}.json')))
+        what, record = f'the output of {path}', f'{stem}{suffix}.json'  # the record is written with --detect only
+        record = path_inside(out_dir, record, what) if detect else os.path.join(out_dir, record)
+        jobs.append(Job(path, path_inside(out_dir, name, what), name.replace(os.sep, '/'), record))
     planned = {os.path.abspath(job.output): job for job in jobs}  # by name: a link to an input is refused below
     own = [job for job in jobs if planned.get(os.path.abspath(job.input), job) is not job]
     jobs = [job for job in jobs if job not in own]
@@ -152,17 +160,25 @@ def is_record_of(job: Job) -> bool:
 
 def remove_stale_temporaries(jobs: List[Job], out_dir: str) -> List[str]:
     """Delete the temporary files that atomic writes of a killed run left (``.<name>.<random>.tmp`` beside each
-    planned output); returns their paths. Only names this run would write are touched."""
-    targets = {os.path.join(out_dir, PRIOR_CSV)} | {p for job in jobs for p in (job.output, job.json)}
+    planned output, ``user_paths.temporary_name``); returns their paths. Only names this run would write are
+    touched. Each output folder is listed once (a rerun of 20,000 inputs lists one folder, not 40,000 globs)."""
+    stems: Dict[str, set] = {}
+    for target in {os.path.join(out_dir, PRIOR_CSV)} | {p for job in jobs for p in (job.output, job.json)}:
+        stems.setdefault(os.path.dirname(target), set()).add(temporary_stem_of(target))
     removed = []
-    for target in sorted(targets):
-        folder, base = os.path.split(target)
-        for tmp in glob.glob(os.path.join(glob.escape(folder), f'.{glob.escape(base)}.*.tmp')):
-            try:
-                os.remove(tmp)
-                removed.append(tmp)
-            except FileNotFoundError:
-                pass
+    for folder in sorted(stems):
+        try:
+            names = os.listdir(folder or '.')
+        except OSError:  # not there yet (a subfolder of a first run), or unreadable: no temporary file of ours
+            continue
+        for name in sorted(names):
+            if temporary_stem(name) in stems[folder]:
+                tmp = os.path.join(folder, name)
+                try:
+                    os.remove(tmp)
+                    removed.append(tmp)
+                except FileNotFoundError:
+                    pass
     return removed
 
 
@@ -197,13 +213,19 @@ class PriorFile:
 
 
 def _say(message: str, stream=None) -> None:
+    """A line on stderr (above the progress bar), control characters of the names in it escaped."""
     from tqdm import tqdm
-    tqdm.write(message, file=stream or sys.stderr)
+    tqdm.write(shown(message), file=stream or sys.stderr)
+
+
+def _print(message: str, stream=None) -> None:
+    """A summary line (stdout unless ``stream``), control characters of the names in it escaped."""
+    print(shown(message), file=stream or sys.stdout, flush=True)
 
 
 def describe(err: BaseException) -> str:
     """An error's message, or its type when it has none (MemoryError())."""
-    text = str(err).strip()
+    text = ' '.join(part.strip() for part in str(err).splitlines() if part.strip())  # one line per failure
     if isinstance(err, MemoryError):
         return f'out of memory{": " + text if text else ""}'
     return text or type(err).__name__
@@ -242,6 +264,7 @@ def restore_folder(input: str, output: str, pipeline: PipelineSource, suffix: st
     Returns 0 when every image was restored, 1 when some failed (or a subfolder could not be read), 130 when
     interrupted (what was done is kept)."""
     settings = RunSettings(input, output, suffix, ext, detect, outscale, seed, recursive, overwrite)
+    check_folder_target(output, 'output folder')  # -o naming a file: said now, not as makedirs' "File exists"
     inputs, scan = list_inputs(input, recursive, skip_dir=output)
     plan = plan_outputs(inputs, input, output, suffix, ext, detect, overwrite)
     _leave_out_own_files(scan, plan, settings)
@@ -401,28 +424,31 @@ def _print_summary(settings: RunSettings, summary: Summary, scan: FolderScan, lo
     per_image = f', {seconds / summary.done:.2f} s per image' if summary.done else ''
     timing = f' (model loaded in {load_seconds:.1f} s, restored in {seconds:.1f} s{per_image})' if summary.total > len(
         summary.skipped) else ''
-    print(f'restored {summary.done} of {summary.total} image(s) into {settings.output}{timing}', flush=True)
+    _print(f'restored {summary.done} of {summary.total} image(s) into {settings.output}{timing}')
     if summary.skipped:
-        print(
-            f'skipped {len(summary.skipped)} image(s) whose output already exists ({_listing(summary.skipped)}); '
-            f'--overwrite restores them again', flush=True)
+        _print(f'skipped {len(summary.skipped)} image(s) whose output already exists ({_listing(summary.skipped)}); '
+               f'--overwrite restores them again')
     if summary.own_outputs:
-        print(
-            f'left out {len(summary.own_outputs)} file(s) of the input folder that are outputs of its other images '
-            f'(written by an earlier run into it): {_listing(summary.own_outputs)}', flush=True)
+        _print(f'left out {len(summary.own_outputs)} file(s) of the input folder that are outputs of its other images '
+               f'(written by an earlier run into it): {_listing(summary.own_outputs)}')
     if scan.unsupported:
-        print(
+        _print(
             f'left out {len(scan.unsupported)} file(s) that are not images ({", ".join(IMAGE_EXTENSIONS)}): '
-            f'{_listing(scan.unsupported)}', file=sys.stderr, flush=True)
+            f'{_listing(scan.unsupported)}', sys.stderr)
+    if scan.folders:
+        _print(
+            f'left out {len(scan.folders)} subfolder(s) named like images (a folder is not read without '
+            f'--recursive): {_listing(scan.folders)}', sys.stderr)
     if scan.unreadable:
-        print(
+        _print(
             f'could not read {len(scan.unreadable)} subfolder(s); their images were not restored: '
-            f'{_listing(scan.unreadable)}', file=sys.stderr, flush=True)
+            f'{_listing(scan.unreadable)}', sys.stderr)
     if summary.failures:
-        print(f'{len(summary.failures)} image(s) failed:\n  ' + '\n  '.join(summary.failures), file=sys.stderr,
-              flush=True)
+        _print(f'{len(summary.failures)} image(s) failed:', sys.stderr)
+        for failure in summary.failures:
+            _print(f'  {failure}', sys.stderr)
     if summary.interrupted:
         left = summary.total - summary.done - len(summary.skipped) - len(summary.failures)
-        print(
+        _print(
             f'interrupted: {left} image(s) not restored; run the same command again to continue (the images '
-            f'restored so far are kept and skipped)', file=sys.stderr, flush=True)
+            f'restored so far are kept and skipped)', sys.stderr)

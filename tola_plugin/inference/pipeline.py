@@ -144,9 +144,10 @@ class TOLAPipeline:
         ``from_options`` to load one; ``set_switches`` changes its inference switches (precision, timestep, ...).
     overlap: minimum columns (at canvas height) shared by neighbouring windows of a wide line (0-511; 128).
     pad_mode: 'edge' or 'reflect', how a narrow line is padded to the canvas width.
-    batch_size: canvases per network call: the windows of all lines (a photo's detected lines, a list of images)
-        go through the network in batches of this size. None (default): ``runtime.auto_batch_size``, from the
-        memory free on the device (1 to 8).
+    batch_size: canvases per step: the windows of all lines (a photo's detected lines, a list of images) are
+        handed to the runtime in steps of this size (a path that fails runs the step again on the next; a folder
+        run writes its outputs after each step), each window through the network alone, so that results never
+        depend on it. None (default): ``runtime.auto_batch_size``, from the memory free on the device (1 to 8).
     color_fix: 'none' (default: the network's own colours, as the paper), 'wavelet' or 'adain': match the restored
         canvases' low frequencies / channel statistics to the input's (``color_fix.py``, docs/restore.md).
     margin: detect mode: each detected line is grown by this fraction of its height on every side before it is
@@ -215,8 +216,9 @@ class TOLAPipeline:
 
     @property
     def batch_size(self) -> int:
-        """Canvases per network call: the given one, else chosen from the memory free now on the device (a
-        multiple of the OpenVINO requests in flight, where that fits: ``auto_batch_size``)."""
+        """Canvases per step (each through the network alone: ``_run_windows``): the given one, else chosen from the
+        memory free now on the device (a multiple of the OpenVINO requests in flight, where that fits:
+        ``auto_batch_size``)."""
         if self._batch_size is not None:
             return self._batch_size
         return auto_batch_size(self.net, self.device, self.runtime.requests_in_flight if self.runtime else 1)
@@ -464,12 +466,23 @@ class TOLAPipeline:
 
     def _run_windows(self, lq: np.ndarray, seeds: List[int]) -> Tuple[np.ndarray, List[str], List[List[float]]]:
         """The one place the network runs: canvases (B, 128, 512, 3) float32 RGB in [0, 1] with their noise seeds
-        -> (restored (B, 128, 512, 3) float32, B text priors, B lists of per-character confidences)."""
+        -> (restored (B, 128, 512, 3) float32, B text priors, B lists of per-character confidences). Each canvas goes
+        through the network alone (batch 1): a batch's arithmetic depends on its size (oneDNN, cuDNN and OpenVINO
+        choose other kernels and reduction orders for another batch: up to 1 grey level and other confidences), so a
+        window computed alone depends on nothing but itself, and an image's result never on how it was batched
+        (docs/reliability.md)."""
+        results = [self._run_window(lq[i:i + 1], seeds[i]) for i in range(len(seeds))]
+        return (np.concatenate([r[0] for r in results]) if results else lq[:0], [r[1] for r in results],
+                [r[2] for r in results])
+
+    def _run_window(self, lq: np.ndarray, seed: int) -> Tuple[np.ndarray, str, List[float]]:
+        """One canvas (1, 128, 512, 3) through the network -> (restored (1, 128, 512, 3) float32, its text prior,
+        its per-character confidences)."""
         # contiguous NCHW, as BasicSR's data loader delivers it (a channels-last view runs other conv kernels)
         batch = torch.from_numpy(lq).permute(0, 3, 1, 2).contiguous()
         with torch.inference_mode():
             batch = batch.to(self.device)
-            out = self.net(batch, noise_seeds=list(seeds), return_intermediates=True)
+            out = self.net(batch, noise_seeds=[seed], return_intermediates=True)
             plan = getattr(self.net, 'plan', None)  # the net's: the plain route's while it judges
             where = plan.path.name if plan is not None else 'the network'
             if out['confidences'] is not None and not bool(torch.isfinite(out['confidences']).all()):
@@ -478,32 +491,40 @@ class TOLAPipeline:
             if not bool(torch.isfinite(out['image']).all()):
                 raise NonFiniteOutput(f'{where} returned non-finite pixels (NaN or infinity); nothing written')
             restored = apply_color_fix(self.color_fix, out['image'].float(), batch)
-        images = restored.permute(0, 2, 3, 1).cpu().numpy()
-        texts = out['prior_texts'] if out['prior_texts'] is not None else [''] * len(seeds)
+        image = restored.permute(0, 2, 3, 1).cpu().numpy()
+        text = out['prior_texts'][0] if out['prior_texts'] is not None else ''
         conf = out['confidences']
-        confidences = [
-            conf[i, :len(text)].float().tolist() if conf is not None else [1.0] * len(text)
-            for i, text in enumerate(texts)
-        ]
-        return images, list(texts), confidences
+        confidences = conf[0, :len(text)].float().tolist() if conf is not None else [1.0] * len(text)
+        return image, text, confidences
 
     def _run_batch(self, lq: np.ndarray, seeds: List[int]):
         """``_run_windows`` on the runtime's path; when that path fails (``PATH_FAILURES``) the batch runs again on
         the next path that works. A non-finite output is first judged by the plain fp32 torch route: finite there,
         the path is to blame (it is disqualified and the plain route's result kept); non-finite there too, the
-        input is (the images fail, the path stays). Without a path left the batch fails with the reasons."""
+        input is (the images fail, the path stays). A worker killed from outside (SIGKILL of the OOM killer or a
+        user, SIGTERM) is started again and the batch run again (``Runtime.restart_after``, bounded); only a second
+        death on the same batch counts against the path. Without a path left the batch fails with the reasons."""
+        restarted = False
         while True:
             try:
                 return self._run_windows(lq, seeds)
             except PATH_FAILURES as err:
                 if self.runtime is None:
                     raise
-                judged = None
+                if not restarted and self.runtime.restart_after(err):
+                    restarted = True
+                    continue
+                judged, remember = None, True
+                if isinstance(err, ChildFailure) and err.killed_from_outside:
+                    if restarted:  # killed again on the same windows: they are what kills it
+                        err = ChildFailure(err.what, f'{err.how}, again on the same windows after a restart')
+                    else:  # restarts used up: this run moves on, the verdict stays
+                        remember = False
                 if isinstance(err, NonFiniteOutput) and not self.runtime.plan.path.plain:
                     with self.runtime.plain_route():
                         judged = self._run_windows(lq, seeds)  # NonFiniteOutput: the input's failure
                 try:
-                    self.runtime.fail(err)
+                    self.runtime.fail(err, remember)
                 except NoPathLeft as none_left:
                     if judged is not None:
                         return judged
@@ -512,7 +533,7 @@ class TOLAPipeline:
                     return judged
 
     def _restore_lines(self, lines: List[_Line]) -> Dict[int, BaseException]:
-        """Run the network on every canvas of ``lines`` in batches of ``batch_size``; fill each line's restored
+        """Run the network on every canvas of ``lines`` in steps of ``batch_size``; fill each line's restored
         strip (uint8, canvas height) and its windows' text priors. Returns {id(line): error} for the lines with a
         canvas in a batch that failed (those are left unrestored)."""
         owners = [(line, k) for line in lines for k in range(line.layout.num_tiles)]

@@ -9,11 +9,13 @@ plain Python, so it is tested without a browser; ``build_app`` lays it out with 
 Gradio's analytics and version check are off (GRADIO_ANALYTICS_ENABLED=False, set before gradio is imported), its
 default theme's fonts are served by the app itself, the Hugging Face hub is put offline, and no share link is made.
 
-Uploads are bounded and cleaned up (``launch``): Gradio refuses a file over ``max_file_mb``, and a request body over
-one file's worth (``max_file_mb`` plus the form around it; many files in one request) is refused with 413 before it
-is read. Uploads go to a folder of this server's own (``tola-web-<pid>-*`` in the temporary folder), removed when
-the server stops (Ctrl-C, SIGTERM, ``app.close()``, the process's exit) and, if the process was killed, by the
-next server's start.
+Uploads are bounded and cleaned up (``launch``, ``RequestGuard``): Gradio refuses a file over ``max_file_mb``, and a
+request body over one file's worth (``max_file_mb`` plus the form around it; many files in one request) is refused
+with 413 before it is read, or cut when it grows past that while read (whatever its headers say); a write from another
+site (its ``Origin``) is refused with 403; the stored uploads are bounded in all (``max_stored_mb``, the oldest removed
+first). Names shown on the page are text, never Markdown (``user_text.markdown_text``). Uploads go to a folder of
+this server's own (``tola-web-<pid>-*`` in the temporary folder), removed when the server stops (Ctrl-C, SIGTERM,
+``app.close()``, the process's exit) and, if the process was killed, by the next server's start.
 """
 import os
 
@@ -21,6 +23,7 @@ os.environ['GRADIO_ANALYTICS_ENABLED'] = 'False'  # no telemetry, no version che
 os.environ.setdefault('HF_HUB_OFFLINE', '1')
 
 import atexit  # noqa: E402
+import contextlib  # noqa: E402
 import glob  # noqa: E402
 import shutil  # noqa: E402
 import signal  # noqa: E402
@@ -29,20 +32,23 @@ import tempfile  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
-from typing import Dict, List, Optional, Sequence  # noqa: E402
+from typing import Dict, List, Optional, Sequence, Tuple  # noqa: E402
 
 import cv2  # noqa: E402
 import gradio as gr  # noqa: E402
 import numpy as np  # noqa: E402
+from starlette.formparsers import MultiPartException  # noqa: E402
 
 from tola_plugin.data.image_io import ImageTooLargeError, read_image_file  # noqa: E402
 from tola_plugin.inference.color_fix import COLOR_FIXES, check_color_fix  # noqa: E402
 from tola_plugin.inference.pipeline import DEMO_MODEL, Restoration, TOLAPipeline  # noqa: E402
 from tola_plugin.inference.web_examples import example_paths  # noqa: E402
 from tola_plugin.inference.work_bounds import DEFAULT_MAX_OUTPUT_PIXELS, DEFAULT_MAX_WINDOWS  # noqa: E402
+from tola_plugin.utils.user_text import markdown_text  # noqa: E402
 
 DEFAULT_MAX_MEGAPIXELS = 4.0  # larger inputs are refused (CPU time grows with the pixels)
 DEFAULT_MAX_FILE_MB = 20.0  # larger uploads are refused by the server before they are stored
+DEFAULT_MAX_STORED_MB = 200.0  # all uploads (and Gradio's copies of shown images) kept at once: the oldest go first
 FORM_BYTES = 64 * 1024  # a request may carry one file of max_file_mb plus this much multipart form around it
 UPLOADS_PREFIX = 'tola-web-'
 TABLE_HEADERS = ['line', 'text prior (TransOCR)', 'prior confidence', 'PP-OCRv4 before', 'PP-OCRv4 after']
@@ -122,12 +128,18 @@ def restore_upload(pipeline: TOLAPipeline, path: str, name: str = '', detect: bo
     seconds = time.perf_counter() - start
     out_h, out_w = restoration.image.shape[:2]
     what = (f'{len(restoration.lines)} detected line(s)' if detect else 'one line')
-    summary = (f'Restored **{name}** ({what}) in **{seconds:.2f} s** on {_path(pipeline)}: '
+    summary = (f'Restored **{markdown_text(name)}** ({what}) in **{seconds:.2f} s** on {_path(pipeline)}: '
                f'{width}×{height} → {out_w}×{out_h} pixels.')
     if detect and not restoration.lines:
         summary += ' PP-OCRv4 found no text line, so the output is the input resized.'
     return PageResult(rgb, restoration.image,
                       draw_lines(rgb, restoration) if detect else None, _rows(restoration), summary)
+
+
+def error_status(err: BaseException) -> str:
+    """The page's status line for a failed request: the message as text (``markdown_text``: an upload named
+    ``[link](x).png`` shows as written, never as a link)."""
+    return f'**Error:** {markdown_text(err)}'
 
 
 def warm_up(pipeline: TOLAPipeline, detect: bool = False) -> None:
@@ -171,7 +183,7 @@ def build_app(pipeline: TOLAPipeline, detect: bool = False, demo_model: bool = F
                 return (*empty, 'Upload or paste an image, or pick an example, then press **Restore**.')
             page = restore_upload(pipeline, upload['path'], upload['name'], detect, max_megapixels, color_fix)
         except (ValueError, RuntimeError) as err:  # bad input; no path could restore it (never a non-finite image)
-            return (*empty, f'**Error:** {err}')
+            return (*empty, error_status(err))
         return page.input, page.restored, page.overlay, page.rows, page.summary
 
     with gr.Blocks(title='TOLA text restoration', analytics_enabled=False) as app:
@@ -212,38 +224,160 @@ def build_app(pipeline: TOLAPipeline, detect: bool = False, demo_model: bool = F
     return app
 
 
-class RequestSizeLimit:
-    """ASGI middleware: a request whose body (``Content-Length``) is over one file of ``max_file_mb`` plus FORM_BYTES
-    is answered 413 before any of it is read, and a chunked body without a length is refused (411); Gradio bounds
-    each file, not a request's sum."""
+class BodyTooLarge(MultiPartException):
+    """A request body that grew past its bound while it was read. Raised from the middleware's ``receive``, a
+    ``MultiPartException`` so that Gradio's upload route (starlette's multipart parser) deletes the files it had begun
+    to write; the middleware answers 413 in place of whatever the route then sends."""
 
-    def __init__(self, app, max_file_mb: float):
-        self.app, self.max_file_mb = app, max_file_mb
+
+class RequestGuard:
+    """ASGI middleware in front of the page (``launch``); every refusal is answered before the app sees the request:
+
+    - **Cross-origin writes** (403): a POST (any method but GET, HEAD, OPTIONS) whose ``Origin`` is not this page's
+      (``Host``), or that the browser marks ``Sec-Fetch-Site: cross-site``: a form on any other web page the user
+      visits could post uploads here (a multipart POST is a "simple" request, sent without asking).
+    - **Bodies over one file's worth** (413): ``Content-Length`` over one file of ``max_file_mb`` plus FORM_BYTES,
+      before any of it is read; a body that grows past that while it is read, whatever its headers said, is cut
+      there (the route's partial files removed); a chunked body without a length is refused (411), one with both a
+      length and ``Transfer-Encoding`` too (400: the server would follow the encoding and ignore the length).
+    - **Stored uploads** (``max_stored_mb`` in all): before an upload is let in, the oldest files of the upload
+      ``folder`` are removed until it and the new upload fit (the page's own, there before the first request, stay).
+    """
+
+    def __init__(self, app, max_file_mb: float, folder: Optional[str] = None,
+                 max_stored_mb: float = DEFAULT_MAX_STORED_MB):
+        self.app, self.max_file_mb, self.folder = app, max_file_mb, folder
         self.max_bytes = int(max_file_mb * 2**20) + FORM_BYTES
+        self.max_stored = int(max_stored_mb * 2**20)
+        # the page's own files, there before any request (Gradio's copies of the examples): never counted or removed
+        self.page_files = frozenset(path for _, _, path in stored_files(folder)) if folder else frozenset()
 
     async def __call__(self, scope, receive, send):
-        if scope['type'] != 'http':
+        if scope['type'] not in ('http', 'websocket'):
             return await self.app(scope, receive, send)
         headers = dict(scope.get('headers') or ())
+        refusal = self._refusal(scope, headers)
+        if refusal:
+            if scope['type'] == 'websocket':
+                return await send({'type': 'websocket.close', 'code': 1008})
+            return await _answer(send, *refusal)
+        if scope['type'] == 'websocket' or scope.get('method') in SAFE_METHODS:
+            return await self.app(scope, receive, send)
+        if self.folder and scope.get('path', '').endswith('/upload'):
+            make_room(self.folder, self.max_stored, int(headers.get(b'content-length', b'0')), self.page_files)
+        return await self._bounded(scope, receive, send)
+
+    def _refusal(self, scope, headers):
+        """(status, message) of a request refused from its headers alone, else None."""
+        if scope.get('method') not in SAFE_METHODS or scope['type'] == 'websocket':
+            origin = headers.get(b'origin')
+            if origin is not None and _netloc(origin) != headers.get(b'host', b'').decode('latin-1').lower():
+                return 403, (f'refused: a request from another site ({origin.decode("latin-1")!r}); this page '
+                             'takes uploads from itself only')
+            if headers.get(b'sec-fetch-site') == b'cross-site':
+                return 403, 'refused: a request from another site; this page takes uploads from itself only'
+        if scope['type'] == 'websocket':
+            return None
         length = headers.get(b'content-length')
-        if length is None and b'chunked' in headers.get(b'transfer-encoding', b'').lower():
-            return await self._refuse(send, 411, 'upload refused: a request body needs a Content-Length')
+        chunked = b'chunked' in headers.get(b'transfer-encoding', b'').lower()
+        if chunked and length is not None:
+            return 400, 'upload refused: a request with both a Content-Length and a Transfer-Encoding'
+        if chunked:
+            return 411, 'upload refused: a request body needs a Content-Length'
         if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
             size = f'{int(length) / 1e6:.1f} MB' if length.isdigit() else f'a Content-Length of {length!r}'
-            return await self._refuse(
-                send, 413, f'upload refused: the request carries {size}; one request may carry one image of at most '
-                f'{self.max_file_mb:g} MB (tola-web --max-file-mb)')
-        return await self.app(scope, receive, send)
+            return 413, self._too_large(size)
+        return None
 
-    @staticmethod
-    async def _refuse(send, status: int, message: str):
-        body = message.encode()
-        await send({
-            'type': 'http.response.start', 'status': status,
-            'headers': [(b'content-type', b'text/plain; charset=utf-8'), (b'content-length', str(len(body)).encode()),
-                        (b'connection', b'close')]
-        })
-        await send({'type': 'http.response.body', 'body': body})
+    def _too_large(self, size: str) -> str:
+        return (f'upload refused: the request carries {size}; one request may carry one image of at most '
+                f'{self.max_file_mb:g} MB (tola-web --max-file-mb)')
+
+    async def _bounded(self, scope, receive, send):
+        """The app with a body counted as it is read: past ``max_bytes`` the read fails (BodyTooLarge) and 413 is
+        sent instead of the app's answer."""
+        state = {'read': 0, 'over': False, 'started': False}
+
+        async def counted():
+            message = await receive()
+            if message['type'] == 'http.request':
+                state['read'] += len(message.get('body', b''))
+                if state['read'] > self.max_bytes:
+                    state['over'] = True
+                    raise BodyTooLarge(self._too_large(f'more than {self.max_bytes / 1e6:.1f} MB'))
+            return message
+
+        async def guarded_send(message):
+            if state['over']:
+                return  # the 413 below answers instead
+            state['started'] = state['started'] or message['type'] == 'http.response.start'
+            await send(message)
+
+        try:
+            await self.app(scope, counted, guarded_send)
+        except BodyTooLarge:
+            pass
+        if state['over'] and not state['started']:
+            await _answer(send, 413, self._too_large(f'more than {self.max_bytes / 1e6:.1f} MB'))
+
+
+#: a request that only reads (no upload, no restore) is never refused for its origin
+SAFE_METHODS = ('GET', 'HEAD', 'OPTIONS')
+
+
+def _netloc(origin: bytes) -> str:
+    """'host:port' of an Origin header ('null' and anything unparsable: '')."""
+    from urllib.parse import urlsplit
+    try:
+        parts = urlsplit(origin.decode('latin-1'))
+    except ValueError:
+        return ''
+    default = {'http': 80, 'https': 443}.get(parts.scheme)
+    netloc = (parts.netloc or '').lower()
+    return netloc[:-len(f':{default}')] if default and netloc.endswith(f':{default}') else netloc
+
+
+async def _answer(send, status: int, message: str):
+    body = message.encode()
+    await send({
+        'type': 'http.response.start', 'status': status, 'headers': [(b'content-type', b'text/plain; charset=utf-8'),
+                                                                     (b'content-length', str(len(body)).encode()),
+                                                                     (b'connection', b'close')]
+    })
+    await send({'type': 'http.response.body', 'body': body})
+
+
+def stored_files(folder: str) -> List[Tuple[float, int, str]]:
+    """(modification time, size, path) of every file under ``folder``, oldest first."""
+    found = []
+    for root, _, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(root, name)
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            found.append((st.st_mtime, st.st_size, path))
+    return sorted(found)
+
+
+def make_room(folder: str, max_bytes: int, incoming: int, keep=frozenset()) -> List[str]:
+    """Remove the oldest files under ``folder`` (uploads, Gradio's copies of shown images; not those in ``keep``)
+    until they and ``incoming`` more bytes fit in ``max_bytes``; returns the paths removed."""
+    files = [f for f in stored_files(folder) if f[2] not in keep]
+    total, removed = sum(size for _, size, _ in files), []
+    for _, size, path in files:
+        if total + incoming <= max_bytes:
+            break
+        with contextlib.suppress(OSError):
+            os.remove(path)
+            removed.append(path)
+            total -= size
+    for root, dirs, _ in os.walk(folder, topdown=False):  # the folders Gradio made per upload, now empty
+        for name in dirs:
+            with contextlib.suppress(OSError):
+                os.rmdir(os.path.join(root, name))
+    return removed
 
 
 def _remove_stale_upload_folders() -> None:
@@ -286,16 +420,20 @@ def upload_folder(app: gr.Blocks) -> Optional[str]:
 
 
 def launch(app: gr.Blocks, host: str = '127.0.0.1', port: Optional[int] = None,
-           max_file_mb: float = DEFAULT_MAX_FILE_MB, block: bool = True):
+           max_file_mb: float = DEFAULT_MAX_FILE_MB, block: bool = True, max_stored_mb: float = DEFAULT_MAX_STORED_MB):
     """Serve ``app`` on host:port (port None: 7860 or the next free one) with uploads limited to ``max_file_mb`` per
-    file and one file's worth per request, stored in a folder of its own that is removed when the server stops; no
-    share link, no server-side rendering (needs Node), API page off. block=False returns after start-up (call
+    file and one file's worth per request, from the page itself only (``RequestGuard``), stored in a folder of its own
+    that holds at most ``max_stored_mb`` (the oldest files go first) and is removed when the server stops; no share
+    link, no server-side rendering (needs Node), API page off. block=False returns after start-up (call
     ``app.close()``, which also removes the uploads). Returns (fastapi app, local url, share url) as
     ``gr.Blocks.launch``."""
     from starlette.middleware import Middleware
     folder, previous = upload_folder(app), getattr(app, 'tola_previous_temp', None)
     if folder is None:
         raise ValueError('launch serves pages made by build_app (they hold their upload folder)')
+    if not max_stored_mb >= max_file_mb:
+        raise ValueError(f'max_stored_mb ({max_stored_mb:g}) must hold at least one upload (max_file_mb, '
+                         f'{max_file_mb:g})')
     os.environ['GRADIO_TEMP_DIR'] = folder  # Gradio's app reads it when launch creates it
     close = app.close
 
@@ -310,10 +448,14 @@ def launch(app: gr.Blocks, host: str = '127.0.0.1', port: Optional[int] = None,
     app.close = close_and_clean
     max_bytes = int(max_file_mb * 2**20)
     try:
-        started = app.launch(server_name=host, server_port=port, share=False, ssr_mode=False, mcp_server=False,
-                             max_file_size=max_bytes, show_error=True, quiet=False, inbrowser=False, footer_links=[],
-                             prevent_thread_lock=True, enable_monitoring=False, css=PAGE_CSS,
-                             app_kwargs={'middleware': [Middleware(RequestSizeLimit, max_file_mb=max_file_mb)]})
+        started = app.launch(
+            server_name=host, server_port=port, share=False, ssr_mode=False, mcp_server=False, max_file_size=max_bytes,
+            show_error=True, quiet=False, inbrowser=False, footer_links=[], prevent_thread_lock=True,
+            enable_monitoring=False, css=PAGE_CSS, app_kwargs={
+                'middleware': [
+                    Middleware(RequestGuard, max_file_mb=max_file_mb, folder=folder, max_stored_mb=max_stored_mb)
+                ]
+            })
     except BaseException:
         close_and_clean(False)
         raise
@@ -339,7 +481,8 @@ def serve(model: Optional[str] = None, detect: bool = False, precision: Optional
           backend: str = 'auto', color_fix: str = 'none', max_windows: int = DEFAULT_MAX_WINDOWS,
           max_output_megapixels: float = DEFAULT_MAX_OUTPUT_PIXELS / 1e6,
           max_megapixels: float = DEFAULT_MAX_MEGAPIXELS, max_file_mb: float = DEFAULT_MAX_FILE_MB,
-          host: str = '127.0.0.1', port: Optional[int] = None, block: bool = True) -> gr.Blocks:
+          host: str = '127.0.0.1', port: Optional[int] = None, block: bool = True,
+          max_stored_mb: float = DEFAULT_MAX_STORED_MB) -> gr.Blocks:
     """The body of tola-web: load the merged ``model`` (None: the demo model) as a ``TOLAPipeline`` (where and how it
     runs: the runtime decision, printed and shown on the page), warm it up, build the page and serve it on
     host:port (port None: a free one). Blocks until stopped unless ``block`` is False; returns the app (``.close()``
@@ -351,5 +494,6 @@ def serve(model: Optional[str] = None, detect: bool = False, precision: Optional
     warm_up(pipeline, detect)
     app = build_app(pipeline, detect=detect, demo_model=model is None, max_megapixels=max_megapixels, model_name=model
                     or DEMO_MODEL)
-    launch(app, host=host, port=port or free_port(host), max_file_mb=max_file_mb, block=block)
+    launch(app, host=host, port=port or free_port(host), max_file_mb=max_file_mb, block=block,
+           max_stored_mb=max_stored_mb)
     return app

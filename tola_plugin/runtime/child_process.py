@@ -10,17 +10,28 @@ from typing import Dict, List, Optional, Sequence
 
 TAIL = 600  # characters of a failed child's stderr kept in its message
 
+#: signals that come from outside a child, never from its own code: the OOM killer and container limits (SIGKILL),
+#: a user or a service manager (SIGTERM, SIGINT, SIGHUP, SIGQUIT). A child that crashes sends itself SIGSEGV, SIGBUS,
+#: SIGILL, SIGFPE or SIGABRT instead.
+OUTSIDE_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT})
+
 
 class ChildFailure(RuntimeError):
     """A child process that did not finish its job: ``how`` says why in a few words (died by SIGSEGV, hung past
-    600 s, exit status 1: ...)."""
+    600 s, exit status 1: ...); ``returncode``: the child's, where it died (negative: the signal), else None."""
 
-    def __init__(self, what: str, how: str):
+    def __init__(self, what: str, how: str, returncode: Optional[int] = None):
         super().__init__(f'{what}: {how}')
-        self.what, self.how = what, how
+        self.what, self.how, self.returncode = what, how, returncode
+
+    @property
+    def killed_from_outside(self) -> bool:
+        """Whether the child died by a signal of OUTSIDE_SIGNALS: ended by its surroundings, not by its own code (no
+        verdict on what it ran)."""
+        return self.returncode is not None and -self.returncode in OUTSIDE_SIGNALS
 
     def __reduce__(self):  # raised in a pool's child (the benchmark's memory runs), it must reach the parent whole
-        return type(self), (self.what, self.how)
+        return type(self), (self.what, self.how, self.returncode)
 
 
 def python_command(script: Optional[str] = None, module: Optional[str] = None) -> List[str]:
@@ -70,5 +81,5 @@ def run_child(command: Sequence[str], what: str, timeout: float, env: Optional[D
     except subprocess.TimeoutExpired:
         raise ChildFailure(what, f'hung: still running after {timeout:g} s, killed') from None
     if proc.returncode != 0:
-        raise ChildFailure(what, describe_exit(proc.returncode, proc.stderr))
+        raise ChildFailure(what, describe_exit(proc.returncode, proc.stderr), proc.returncode)
     return ChildResult(proc.stdout, proc.stderr, time.perf_counter() - start)

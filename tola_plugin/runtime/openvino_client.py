@@ -98,7 +98,7 @@ class OpenVINOWorker:
 
     def _died(self) -> ChildFailure:
         code = self.proc.wait()
-        return ChildFailure(self.what, describe_exit(code, self._stderr_tail()))
+        return ChildFailure(self.what, describe_exit(code, self._stderr_tail()), code)
 
     def call(self, message: Dict, timeout: float) -> Dict:
         """Send ``message``, wait ``timeout`` seconds for the reply. The worker dead or hung (then killed):

@@ -29,6 +29,7 @@ from tola_plugin.runtime.stages import IMAGE_STAGES, RoutedIDM, RoutedVAE, stage
 from tola_plugin.runtime.text_prior_stages import KEPT, PRIOR_STAGES, RoutedTextRecognizer
 from tola_plugin.utils.cuda_math import set_tf32
 from tola_plugin.utils.devices import resolve_device
+from tola_plugin.utils.user_text import shown
 
 REQUALIFY = ('re-qualify with `tola-infer --requalify` (TOLAPipeline.from_merged(..., requalify=True)), or delete '
              'the verdicts in qualification.json of the cache folder (docs/inference.md, "Qualification")')
@@ -36,6 +37,8 @@ TORCH_PROBE_TIMEOUT = 900.0  # seconds for the torch child: importing the packag
 #: the text prior runs in fp32 on every path, as on torch: in bf16 its greedy ids differed from fp32's on 7 of the
 #: demo model's 32 held-out lines (OpenVINO 2025.4.1, docs/inference.md "Precision"), and ids are what it gives
 PRIOR_DTYPES = {stage: torch.float32 for stage in PRIOR_STAGES}
+#: times a runtime starts its OpenVINO worker again after a death by a signal from outside (``restart_after``)
+MAX_RESTARTS = 3
 
 
 class NoPathLeft(RuntimeError):
@@ -43,7 +46,8 @@ class NoPathLeft(RuntimeError):
 
 
 def say(message: str) -> None:
-    print(f'tola-plugin: {message}', file=sys.stderr, flush=True)
+    """A one-line note on stderr (the names in it with their control characters escaped: ``user_text.shown``)."""
+    print(f'tola-plugin: {shown(message)}', file=sys.stderr, flush=True)
 
 
 def resolve_backends(backend: str, device: torch.device, notes: List) -> List[str]:
@@ -83,6 +87,7 @@ class Runtime:
         self.backend, self.allow_tf32 = backend, allow_tf32
         self.source = StageSource(net.idm, net.vae, net.transocr, source)
         self.worker: Optional[OpenVINOWorker] = None
+        self.restarts = 0  # of the worker, after deaths from outside (restart_after)
         self._reference = None
         self._qualified_reason = ''
         if self.device.type == 'cuda':
@@ -194,6 +199,8 @@ class Runtime:
                                              self.streams, PRIOR_DTYPES)
                 return '', None
             except ChildFailure as err:
+                if err.killed_from_outside:  # not OpenVINO's failure: passed over for this run, not remembered
+                    return f'its worker was killed from outside while loading ({err.how}; not remembered)', None
                 if attempt == 2:
                     why = f'OpenVINO could not load the stages: {err.how}'
                     return why, qualification.Verdict(False, why)
@@ -232,12 +239,31 @@ class Runtime:
                     os.remove(path)
 
     # ------------------------------------------------------------------------------------------------ serving
-    def fail(self, error: BaseException) -> RuntimePlan:
+    def restart_after(self, error: BaseException) -> bool:
+        """After ``error`` while serving: when the OpenVINO worker was killed from outside (the OOM killer, a user, a
+        container limit: ``ChildFailure.killed_from_outside``), which says nothing of the path, start it again (at
+        most MAX_RESTARTS times per runtime) and say so; True when it runs again (the caller runs its batch again),
+        False when the failure is the path's to answer for (``fail``)."""
+        if not (isinstance(error, ChildFailure) and error.killed_from_outside and self.plan.backend == 'openvino'
+                and self.restarts < MAX_RESTARTS):
+            return False
+        self.restarts += 1
+        self.say(f'{self.plan.path.name}: its worker was killed from outside ({error.how}: the OOM killer, a user or '
+                 f'a container limit, not a fault of the path, whose verdict is kept); starting it again '
+                 f'({self.restarts} of at most {MAX_RESTARTS}) and running the batch again')
+        self._close_worker()
+        why, _ = self._start_openvino(self.plan.path)
+        if why:
+            self.say(f'{self.plan.path.name}: the worker could not start again: {why}')
+        return not why
+
+    def fail(self, error: BaseException, remember: bool = True) -> RuntimePlan:
         """The current path failed while serving (``error``: a non-finite output, its worker dead or hung): record
-        the verdict, say so, and move to the next path that works; NoPathLeft when none is left."""
+        the verdict (unless ``remember`` is False: a failure that says nothing of the path, such as a worker killed
+        from outside once too often), say so, and move to the next path that works; NoPathLeft when none is left."""
         failed = self.plan
-        why = f'failed while serving: {error}'
-        if not failed.path.plain:
+        why = f'failed while serving: {error}' + ('' if remember else ' (not remembered: not a fault of the path)')
+        if remember and not failed.path.plain:
             key = qualification.verdict_key(self.device, failed.backend, failed.dtype, self.source.digest, self.streams)
             qualification.store_verdict(key, qualification.Verdict(False, why))
         passed = list(failed.passed_over) + [(failed.path.name, why)]

@@ -51,6 +51,9 @@ OPENVINO_CHECKS = PRIOR_CHECKS + IMAGE_STAGES
 #: demo model's 32 lines)
 PRIOR_BOUND = 3.3e-4
 
+#: the verdict cache holds a few hundred bytes per verdict; a larger file (damaged, or grown by hand) is not read
+#: (it cost 17 s and 1.4 GB at every start at 200 MB): taken as no cache, and replaced by the next verdict
+MAX_CACHE_BYTES = 1 << 20
 _memory: Dict[str, Dict] = {}  # verdicts of this process when the cache file cannot be written
 
 
@@ -180,7 +183,7 @@ def cache_file() -> str:
 
 def _entries() -> Dict:
     try:
-        data = read_json_dict(cache_file())
+        data = read_json_dict(cache_file(), MAX_CACHE_BYTES)
     except OSError:  # the cache folder cannot be made: this process's memory only
         data = None
     entries = data.get('entries') if data and data.get('format') == FORMAT else None
@@ -227,7 +230,7 @@ def qualify(key: str, run_candidate: Callable[[], Dict], reference: Callable[[],
             checks=TORCH_CHECKS) -> Verdict:
     """The verdict of ``key``: cached, else measured now: ``run_candidate()`` (the candidate's outputs, from its
     child; a ChildFailure or RuntimeError is the verdict's reason) against ``reference()`` on ``checks``, then
-    cached."""
+    cached; a child killed from outside (``ChildFailure.killed_from_outside``) fails the path for this run only."""
     cached = cached_verdict(key)
     if cached is not None:
         return cached
@@ -235,6 +238,8 @@ def qualify(key: str, run_candidate: Callable[[], Dict], reference: Callable[[],
     try:
         verdict = compare(reference(), run_candidate(), dtype, checks)
     except RuntimeError as err:
+        if getattr(err, 'killed_from_outside', False):  # a ChildFailure by SIGKILL, SIGTERM, ...: says nothing
+            return Verdict(False, f'{err} (killed from outside while qualifying; not remembered)')
         verdict = Verdict(False, str(err))
     verdict.seconds = round(time.perf_counter() - start, 2)
     store_verdict(key, verdict)

@@ -5,7 +5,8 @@ package parses (labels, CSV and JSON files: ``read_bytes``, ``read_text``, ``rea
 ``MAX_TEXT_BYTES`` is refused before it is read), with the reader of the JSON files the package keeps for itself
 (caches, manifests), which takes a missing or broken file as no file.
 
-CSV cells are written so that no spreadsheet runs them: a text cell starting with ``=``, ``+``, ``-``, ``@``, a tab
+CSV cells are written so that no terminal obeys them (control characters escaped, a backslash doubled:
+``user_text.recorded``) and no spreadsheet runs them: a text cell starting with ``=``, ``+``, ``-``, ``@``, a tab
 or a carriage return (a formula to Excel, LibreOffice and Google Sheets: an input file named ``=HYPERLINK(...).png``,
 a recognised label ``-2+3``) gets a leading ``'``, as does one that already starts with ``'``; ``read_csv`` takes it
 off again, so what is read back is what was written. Numbers are written as they are."""
@@ -17,6 +18,9 @@ import os
 import tempfile
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from tola_plugin.utils.user_paths import TEMPORARY_SUFFIX, check_regular_file, temporary_name
+from tola_plugin.utils.user_text import json_text, recorded, unrecorded
+
 
 def _umask() -> int:
     mask = os.umask(0)
@@ -27,15 +31,18 @@ def _umask() -> int:
 def atomic_write(path: str, write: Callable[[str], None]) -> str:
     """Write ``path`` atomically: ``write(tmp)`` fills a temporary file in the same folder, which is fsynced
     and renamed over ``path`` (then the folder is fsynced). On any failure the temporary file is removed and
-    ``path`` is untouched. Returns ``path``."""
+    ``path`` is untouched. The file gets a new file's mode (0666 less the umask), whatever ``write`` did: mkstemp
+    makes the temporary file private, and some writers (safetensors) replace it with a file of their own. The
+    temporary name (``user_paths.temporary_name``) fits the file system whatever the final name's length. Returns
+    ``path``."""
     folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=f'.{os.path.basename(path)}.', suffix='.tmp', dir=folder)
+    fd, tmp = tempfile.mkstemp(prefix=temporary_name(path), suffix=TEMPORARY_SUFFIX, dir=folder)
     os.close(fd)
     try:
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it private; give it a normal file's mode
         write(tmp)
         with open(tmp, 'rb+') as f:
             os.fsync(f.fileno())
+            os.fchmod(f.fileno(), 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -66,8 +73,8 @@ def write_text(path: str, text: str) -> None:
 
 
 def write_json(path: str, obj) -> None:
-    """JSON (UTF-8, indented, non-ASCII kept)."""
-    write_text(path, json.dumps(obj, ensure_ascii=False, indent=2) + '\n')
+    """JSON (UTF-8, indented, non-ASCII kept but control characters escaped: ``user_text.json_text``)."""
+    write_text(path, json_text(json.dumps(obj, ensure_ascii=False, indent=2)) + '\n')
 
 
 MAX_TEXT_BYTES = 256 << 20  # a labels file, a CSV or a JSON record: far above any real one (CTR-TSR's labels: 20 MB)
@@ -75,7 +82,9 @@ MAX_TEXT_BYTES = 256 << 20  # a labels file, a CSV or a JSON record: far above a
 
 def read_bytes(path: str, what: str = 'file', limit: int = MAX_TEXT_BYTES) -> bytes:
     """The bytes of ``path``; a file over ``limit`` bytes is a ValueError naming it and ``what`` it is, before its
-    content is read."""
+    content is read. A path that is not a regular file (a folder, a FIFO, a device) is an error naming what it is,
+    before anything is opened: reading a FIFO would wait for a writer for ever, a device would never end."""
+    check_regular_file(path, what)
     with open(path, 'rb') as f:
         size = os.fstat(f.fileno()).st_size
         data = f.read(limit + 1) if size <= limit else b''
@@ -103,12 +112,12 @@ def read_json(path: str, what: str = 'JSON file'):
         raise ValueError(f'{path}: not a {what} (JSON: {err})') from None
 
 
-def read_json_dict(path: str) -> Optional[Dict]:
-    """The JSON object in ``path``; None when the file is missing, unreadable, too large, not JSON or not an object
-    (a cache or manifest that is then made again)."""
+def read_json_dict(path: str, limit: int = MAX_TEXT_BYTES) -> Optional[Dict]:
+    """The JSON object in ``path``; None when the file is missing, unreadable, over ``limit`` bytes (refused from its
+    size, unread), not JSON or not an object (a cache or manifest that is then made again)."""
     try:
-        data = read_json(path)
-    except (OSError, ValueError):
+        data = json.loads(read_bytes(path, 'JSON file', limit).decode('utf-8-sig'))
+    except (OSError, ValueError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         return None
     return data if isinstance(data, dict) else None
 
@@ -118,11 +127,13 @@ ESCAPE = "'"
 
 
 def csv_cell(value):
-    """``value`` as a CSV cell no spreadsheet evaluates: text starting with FORMULA_STARTS (or the escape itself)
-    gets a leading ``'``; anything else is returned as it is."""
-    if isinstance(value, str) and value.startswith(FORMULA_STARTS + (ESCAPE, )):
-        return ESCAPE + value
-    return value
+    """``value`` as a CSV cell that neither a spreadsheet evaluates nor a terminal obeys: text gets its control
+    characters escaped (``user_text.recorded``), then a leading ``'`` when it starts with FORMULA_STARTS (or the
+    escape itself); anything else is returned as it is."""
+    if not isinstance(value, str):
+        return value
+    value = recorded(value)
+    return ESCAPE + value if value.startswith(FORMULA_STARTS + (ESCAPE, )) else value
 
 
 def write_csv(path: str, fields: Sequence[str], rows: Iterable[Mapping[str, object]]) -> None:
@@ -147,4 +158,6 @@ def read_csv(path: str) -> Tuple[List[str], List[Dict[str, str]]]:
 
 
 def _uncell(value):
-    return value[1:] if isinstance(value, str) and value.startswith(ESCAPE) else value
+    if not isinstance(value, str):
+        return value
+    return unrecorded(value[1:] if value.startswith(ESCAPE) else value)

@@ -20,6 +20,7 @@ from typing import Iterator, Mapping, Tuple
 import torch
 
 from tola_plugin.utils.atomic_files import atomic_write
+from tola_plugin.utils.user_paths import MISSING, NOTHING_THERE, NotARegularFile, check_regular_file, path_kind
 
 _TORCH_LOAD = torch.load  # the real loader, captured before any guard replaces the module attribute
 _GUARD_LOCK = threading.Lock()
@@ -31,10 +32,16 @@ class UnsafeCheckpointError(ValueError):
 
 
 def require_file(path: str, what: str, where: str) -> str:
-    """Return ``path`` if it is a file, else raise FileNotFoundError saying what it is and where to get it."""
-    if not path or not os.path.isfile(path):
-        raise FileNotFoundError(f'{what} not found at {path!r}. {where}')
-    return path
+    """Return ``path`` if it is a regular file; else FileNotFoundError when there is nothing there, NotARegularFile
+    (a ValueError) naming what is there (a folder, a FIFO, a device, a symlink loop), each saying where to get the
+    file. Nothing is opened."""
+    kind = path_kind(path) if path else MISSING
+    if kind == 'a file':
+        return path
+    if kind in NOTHING_THERE:
+        raise FileNotFoundError(f'{what} not found at {path!r}' + ('' if kind == MISSING else f' ({kind})') +
+                                f'. {where}')
+    raise NotARegularFile(f'{what} at {path!r} is {kind}, not a regular file. {where}')
 
 
 def _unreadable(what: str, path, err: Exception) -> UnsafeCheckpointError:
@@ -46,7 +53,10 @@ def _unreadable(what: str, path, err: Exception) -> UnsafeCheckpointError:
 def safe_torch_load(path: str, what: str, mmap: bool = False) -> Mapping:
     """``torch.load`` with ``weights_only=True`` (never runs pickled code); any failure but a missing file is an
     ``UnsafeCheckpointError`` (a ValueError) naming ``what`` and ``path``. ``mmap``: map the tensors instead of
-    reading them (fast validation of a large file; zip-format files only)."""
+    reading them (fast validation of a large file; zip-format files only). A path that is not a regular file (a
+    folder, a FIFO, a device) is an error naming what it is, before torch opens it (a FIFO would wait for ever)."""
+    if isinstance(path, (str, os.PathLike)):
+        check_regular_file(path, what)
     try:
         return _TORCH_LOAD(path, map_location='cpu', weights_only=True, mmap=mmap)
     except FileNotFoundError:
@@ -71,6 +81,7 @@ def safetensors_metadata(path: str, what: str) -> dict:
     """The metadata of a safetensors file; a truncated or foreign file is an ``UnsafeCheckpointError`` naming
     ``what`` and ``path`` (safetensors checks the header against the file size when opening)."""
     from safetensors import safe_open
+    check_regular_file(path, what)
     try:
         with safe_open(path, framework='pt') as f:
             return dict(f.metadata() or {})

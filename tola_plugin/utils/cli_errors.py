@@ -22,6 +22,8 @@ import os
 import sys
 from typing import Callable, Optional
 
+from tola_plugin.utils.user_text import shown
+
 USAGE_EXIT_STATUS = 2
 INPUT_ERRORS = (ValueError, KeyError, OSError)
 DEBUG_FLAG = '--debug'
@@ -32,10 +34,11 @@ class UsageError(ValueError):
 
 
 def error_line(err: BaseException) -> str:
-    """``error: <message>`` on one line (KeyError's message without the quotes ``str`` adds)."""
+    """``error: <message>`` on one line (KeyError's message without the quotes ``str`` adds), control characters of
+    the names in it escaped (``user_text.shown``)."""
     message = err.args[0] if isinstance(err, KeyError) and len(err.args) == 1 else str(err)
     message = ' '.join(part.strip() for part in str(message).splitlines() if part.strip())
-    return f'error: {message or type(err).__name__}'
+    return f'error: {shown(message) or type(err).__name__}'
 
 
 def debug_requested() -> bool:

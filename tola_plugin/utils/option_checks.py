@@ -23,6 +23,7 @@ Every error is an ``OptionError`` (a ValueError) whose message starts with the o
 """
 import difflib
 import inspect
+import os
 from typing import Iterable, Mapping, Optional
 
 from basicsr.utils.registry import ARCH_REGISTRY, DATASET_REGISTRY, LOSS_REGISTRY, METRIC_REGISTRY, MODEL_REGISTRY
@@ -31,8 +32,12 @@ from tola_plugin.utils import option_schema
 from tola_plugin.utils.devices import cuda_device_count
 from tola_plugin.utils.dist_params import BACKENDS, DIST_PARAMS_KEYS, process_group_timeout
 from tola_plugin.utils.option_files import OptionError
+from tola_plugin.utils.user_paths import MISSING, NOTHING_THERE, check_name, path_kind
 
 # Dataset keys that BasicSR's pipelines and ``build_dataloader`` read (basicsr 1.4.2), valid for every dataset.
+#: bytes BasicSR and the plugin add to an experiment's name in a file name: 'debug_' (--debug), 'train_' ... '_'
+#: <time, 15> '.log' (the log; 26), '_archived_' <time> (25), '.lock' (5): the longest chain is 6 + 26
+EXPERIMENT_NAME_RESERVE = 32
 BASICSR_DATASET_KEYS = frozenset({
     'name', 'type', 'phase', 'scale', 'io_backend', 'batch_size_per_gpu', 'num_worker_per_gpu', 'use_shuffle',
     'dataset_enlarge_ratio', 'prefetch_mode', 'pin_memory', 'persistent_workers', 'num_prefetch_queue'
@@ -94,9 +99,18 @@ def check_required(opt: Mapping, is_train: bool) -> None:
             raise OptionError(f'{key}: missing; an option file needs {key}: {what}{typo}')
     if not isinstance(opt['name'], str) or not opt['name']:
         raise OptionError(f'name: expected the experiment\'s name (text), got {_shown(opt["name"])}')
+    try:  # experiments/<name>/, <name>.lock, <name>_archived_<time>, train_<name>_<time>.log, debug_<name>
+        check_name(opt['name'], 'name', reserve=EXPERIMENT_NAME_RESERVE)
+    except ValueError as err:
+        raise OptionError(f'{err}; the experiment\'s name becomes a folder name (experiments/<name>/)') from None
     datasets = check_mapping(opt['datasets'], 'datasets', REQUIRED['datasets'])
     for phase, dataset in datasets.items():
         check_mapping(dataset, f'datasets.{phase}', 'a dataset block with a type')
+        if dataset.get('name') is not None:  # BasicSR saves a test set's images in visualization/<name>/
+            try:
+                check_name(dataset['name'], f'datasets.{phase}.name')
+            except ValueError as err:
+                raise OptionError(f'{err}; a dataset\'s name becomes a folder name') from None
     check_logger_and_path(opt)  # BasicSR's parser edits path values: known keys only, before it does
     for key, value in opt['path'].items():
         if ('pretrain_network' in key or 'resume_state' in key) and not isinstance(value, (str, type(None))):
@@ -414,3 +428,43 @@ def check_options(opt: Mapping) -> None:
         check_dataset(dataset, f'datasets.{phase}')
     if opt.get('is_train'):
         check_train(opt)
+
+
+#: dataset options that name a file (the rest named ``dataroot*`` are folders: image folders or LMDBs)
+DATASET_FILE_KEYS = ('labels', 'index_list', 'meta_info_file', 'meta_info')
+
+
+def check_data_paths(opt: Mapping) -> None:
+    """Every path a run reads, checked on disk before anything is made or moved (BasicSR renames an existing
+    ``experiments/<name>`` to ``<name>_archived_<time>`` before it builds the datasets, so a mistyped dataroot found
+    there has already moved the experiment away): each dataset's ``dataroot*`` (a folder), ``labels``,
+    ``index_list`` and ``meta_info_file`` (files); for a run that does not resume (no ``--auto_resume``) the
+    ``path.pretrain_network_*`` files. An OptionError names the option, the path, what is there and, for a typo, the
+    closest name in its folder."""
+    for phase, dataset in (opt.get('datasets') or {}).items():
+        for key, value in (dataset or {}).items():
+            if not isinstance(value, str) or not (key.startswith('dataroot') or key in DATASET_FILE_KEYS):
+                continue
+            _check_path(value, f'datasets.{phase}.{key}', 'a folder' if key.startswith('dataroot') else 'a file')
+    if not opt.get('auto_resume'):
+        for key, value in (opt.get('path') or {}).items():
+            if key.startswith('pretrain_network') and isinstance(value, str):
+                _check_path(value, f'path.{key}', 'a file')
+
+
+def _check_path(path: str, where: str, expected: str) -> None:
+    kind = path_kind(path)
+    if kind == expected:
+        return
+    hint = ''
+    if kind in NOTHING_THERE:
+        parent = os.path.dirname(os.path.abspath(path))
+        try:
+            close = difflib.get_close_matches(os.path.basename(path), os.listdir(parent), n=1, cutoff=0.6)
+        except OSError:
+            close = []
+        hint = f"; {parent} has {close[0]!r}: a typo?" if close else ''
+        kind = 'not found' + ('' if kind == MISSING else f' ({kind})')
+    else:
+        kind = f'is {kind}'
+    raise OptionError(f'{where}: {path} {kind}; expected {expected}{hint} (checked before anything was made or moved)')

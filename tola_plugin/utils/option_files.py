@@ -18,6 +18,8 @@ from typing import Dict
 
 import yaml
 
+from tola_plugin.utils.user_paths import NotARegularFile, check_regular_file
+
 MAX_FILE_BYTES = 1 << 20  # option files are a few KB; BasicSR's largest are under 10 KB
 MAX_VALUES = 100_000  # values after alias expansion (scalars, lists and mappings)
 MAX_DEPTH = 64  # nesting of lists and mappings
@@ -124,7 +126,14 @@ def plain_copy(value):
 
 def read_option_file(path: str) -> Dict:
     """The options of the YAML file ``path`` (a dict), read as the module docstring says. A missing file is a
-    FileNotFoundError, anything else wrong an OptionError, each naming the file."""
+    FileNotFoundError, anything else wrong an OptionError, each naming the file; a path that is not a regular file (a
+    folder, a FIFO, a device) says what it is before anything is opened (a FIFO would wait for a writer for ever)."""
+    try:
+        check_regular_file(path, 'option file', 'a YAML option file')
+    except FileNotFoundError:
+        raise FileNotFoundError(f'option file not found: {path}') from None
+    except NotARegularFile as err:
+        raise OptionError(str(err)) from None
     try:
         with open(path, encoding='utf-8') as f:
             opt = yaml.load(f, Loader=OptionLoader)

@@ -1,6 +1,7 @@
 """A stand-in for tola_plugin/runtime/openvino_worker.py that fails the way broken runtimes do, chosen by the
 environment variable FAILING_WORKER: 'segv-on-load' (dies by SIGSEGV when asked to compile), 'hang-on-load' (never
-answers), 'error-on-load' (answers with an error). Started as the worker is: ``python failing_worker.py READ WRITE``."""
+answers), 'error-on-load' (answers with an error), 'killed-on-load' (dies by SIGKILL, as the OOM killer or a user ends
+it). Started as the worker is: ``python failing_worker.py READ WRITE``."""
 import os
 import signal
 import sys
@@ -13,6 +14,8 @@ mode = os.environ['FAILING_WORKER']
 message = reader.recv()
 if mode == 'segv-on-load':
     os.kill(os.getpid(), signal.SIGSEGV)
+elif mode == 'killed-on-load':
+    os.kill(os.getpid(), signal.SIGKILL)
 elif mode == 'hang-on-load':
     time.sleep(3600)
 else:
