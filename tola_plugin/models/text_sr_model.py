@@ -78,7 +78,13 @@ class TextAwareMixin:
             raise ValueError('train.ocr_opt: the recognizer reads whole text lines, but datasets.train.gt_size crops '
                              'square patches of them; remove gt_size (the LR line is then 128/s x 512/s)')
         path = recognizer_path(train.get('ocr_recognizer', DEFAULT_RECOGNIZER))
-        recognizer = load_transocr(path).to(self.device)
+        try:
+            recognizer = load_transocr(path).to(self.device)
+        except FileNotFoundError as err:
+            raise FileNotFoundError(f'train.ocr_recognizer (the frozen TransOCR of train.ocr_opt): {err} Or, without '
+                                    'the official file: --force_yml train:ocr_recognizer=demo (the demo backbone\'s '
+                                    'TransOCR: letters, digits and 100 frequent Chinese characters), or '
+                                    'train:ocr_opt=~ (no OCR loss)') from None
         for p in recognizer.parameters():
             p.requires_grad_(False)
         self.ocr_recognizer = recognizer.eval()
