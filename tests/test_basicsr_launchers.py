@@ -287,6 +287,38 @@ def test_own_data_doc_commands(tmp_path, monkeypatch, capsys, caplog, one_thread
     assert upscaled.shape == (128, 512, 3)
 
 
+@pytest.mark.parametrize('launcher', ['tola_plugin.train', 'basicsr.train', 'tola_plugin.test'])
+def test_a_failed_start_leaves_no_folders(rendered_sets, tmp_path, launcher):
+    """A start that fails after the options are read (here a missing dataroot, found when the datasets are built,
+    after BasicSR has made the run's folders) leaves no experiments/<name>/, results/<name>/ or tb_logger/<name>/,
+    nor the experiments/, results/ and tb_logger/ folders it made: our launchers and BasicSR's own."""
+    train = 'train' in launcher
+    name = 'train_RRDBNet_PSNR_x4.yml' if train else 'test_RRDBNet_PSNR_x4.yml'
+    opt = tiny_options(load_yaml(os.path.join(REPO, 'options', 'baselines', name)))
+    opt['path']['pretrain_network_g'] = None
+    for ds in opt['datasets'].values():
+        ds.pop('index_list', None)
+        ds.update(
+            dataroot_gt=str(tmp_path / 'no_such_folder'), io_backend={'type': 'disk'},
+            labels=os.path.join(rendered_sets['val'], 'labels.tsv'))
+        if 'dataroot_lq' in ds:
+            ds['dataroot_lq'] = os.path.join(rendered_sets['val'], 'lr_x4')
+    opt['logger'] = dict(opt.get('logger') or {}, use_tb_logger=True)
+    work = tmp_path / 'work'
+    work.mkdir()
+    path = write_options(tmp_path / 'options.yml', opt)
+    proc = subprocess.run([sys.executable, '-m', launcher, '-opt', path], cwd=work, capture_output=True, text=True,
+                          timeout=600, env=dict(os.environ, OMP_NUM_THREADS='1'))
+    assert proc.returncode == 2 and 'no_such_folder' in proc.stderr.splitlines()[-1], proc.stderr[-2000:]
+    assert os.listdir(work) == []
+    # a folder that was there before is left alone (only what the failed start made goes)
+    (work / 'experiments').mkdir()
+    (work / 'experiments' / 'other_run').mkdir()
+    subprocess.run([sys.executable, '-m', launcher, '-opt', path], cwd=work, capture_output=True, timeout=600,
+                   env=dict(os.environ, OMP_NUM_THREADS='1'))
+    assert sorted(os.listdir(work)) == ['experiments'] and os.listdir(work / 'experiments') == ['other_run']
+
+
 def test_basicsr_output_names():
     """BasicSR's test-launcher names (<stem>_<suffix>.png) matched to the references; anything else stays exact."""
     refs = ['a.jpg', 'b_1.png', 'c.png']

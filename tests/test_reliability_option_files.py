@@ -276,8 +276,8 @@ def test_ocr_opt_under_a_stock_model_names_its_text_aware_version(model):
     assert f'train.ocr_opt: unknown option of {model}' in message
     assert f'Text{model} is {model} with ocr_opt: set model_type: Text{model}' in message
     others = message.split('also taking it: ')[1]
-    assert all(name in others for name in {'TOLAModel', 'TextSRModel', 'TextSwinIRModel', 'TextESRGANModel'} -
-               {f'Text{model}'})
+    assert all(name in others
+               for name in {'TOLAModel', 'TextSRModel', 'TextSwinIRModel', 'TextESRGANModel'} - {f'Text{model}'})
 
 
 # A registered model declares what it reads beyond its base classes (utils/option_schema.py).

@@ -23,7 +23,7 @@ import basicsr.utils.options
 from basicsr.utils import set_random_seed
 from basicsr.utils.dist_util import get_dist_info
 
-from tola_plugin.basicsr_glue import distributed, process_group
+from tola_plugin.basicsr_glue import distributed, failed_start, process_group
 from tola_plugin.basicsr_glue.training_resume import LOOP, warn_early
 from tola_plugin.pretrained.metric_weights import require_run_weights
 from tola_plugin.utils import cuda_math, run_lock
@@ -123,6 +123,7 @@ def read_options(root_path, is_train=True):
         set_random_seed(opt['manual_seed'] + opt['rank'])  # upstream seeded before the group existed: as rank 0
     cuda_math.apply_options(opt)
     if opt['rank'] == 0:
+        failed_start.begin(opt, is_train, root_path)
         run_lock.acquire(opt['path']['experiments_root' if is_train else 'results_root'], warn_early)
     return opt, args
 
