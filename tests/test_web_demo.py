@@ -173,11 +173,14 @@ def _post_files(url, files):
         return err.code, err.read().decode()
 
 
-def test_uploads_are_bounded_per_request_and_removed_when_the_server_stops(tmp_path):
+def test_uploads_are_bounded_per_request_and_removed_when_the_server_stops(tmp_path, capsys):
     model = write_tiny_merged(tmp_path / 'tiny.safetensors')
     app = web_cli.main(['--model', model, '--port', '0', '--device', 'cpu', '--max-file-mb',
                         str(MAX_FILE_MB)], block=False)
     folder = web_app.upload_folder(app)
+    out = capsys.readouterr().out  # one line of ours where the page is; none of Gradio's advice for Python users
+    assert f'tola-web: serving {app.local_url} (this machine only); Ctrl-C stops it' in out, out
+    assert 'share=True' not in out and 'Running on local URL' not in out, out
     try:
         url = app.local_url.rstrip('/') + '/gradio_api/upload'
         part = os.urandom(60_000)  # each file under the 0.1 MB per-file limit

@@ -311,12 +311,16 @@ def launch(app: gr.Blocks, host: str = '127.0.0.1', port: Optional[int] = None,
     max_bytes = int(max_file_mb * 2**20)
     try:
         started = app.launch(server_name=host, server_port=port, share=False, ssr_mode=False, mcp_server=False,
-                             max_file_size=max_bytes, show_error=True, quiet=False, inbrowser=False, footer_links=[],
+                             max_file_size=max_bytes, show_error=True, quiet=True, inbrowser=False, footer_links=[],
                              prevent_thread_lock=True, enable_monitoring=False, css=PAGE_CSS,
                              app_kwargs={'middleware': [Middleware(RequestSizeLimit, max_file_mb=max_file_mb)]})
     except BaseException:
         close_and_clean(False)
         raise
+    # our own line instead of Gradio's (quiet): its advice to "set share=True in launch()" is for Python users, and
+    # this page makes no share link
+    reach = 'this machine only' if host in ('127.0.0.1', 'localhost', '::1') else f'every address of {host}'
+    print(f'tola-web: serving {app.local_url} ({reach}); Ctrl-C stops it', flush=True)
     if block:
         if threading.current_thread() is threading.main_thread():  # SIGTERM stops the server as Ctrl-C does
             signal.signal(signal.SIGTERM, _interrupt)
