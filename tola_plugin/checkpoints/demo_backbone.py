@@ -16,6 +16,7 @@ from typing import Dict, Tuple
 DIFFTSR_FILE = 'difftsr_demo.safetensors'
 TRANSOCR_FILE = 'transocr_demo.safetensors'
 MANIFEST_FILE = 'manifest.json'
+DEMO = 'demo'  # the value that names a demo file in an option (backbone_init, ocr_recognizer, ...)
 
 
 def demo_backbone_dir() -> str:
@@ -35,6 +36,12 @@ def demo_checkpoint_paths() -> Tuple[str, str]:
                                     f'rebuild it with: python tools/train_demo_backbone.py -opt '
                                     f'options/demo/train_demo_backbone.yml)')
     return paths
+
+
+def transocr_file(value) -> str:
+    """The TransOCR file an option names: a path, or ``demo`` (the demo backbone's TransOCR; every option that takes a
+    TransOCR file takes it: ``train.ocr_recognizer``, ``tola-evaluate --transocr-checkpoint``)."""
+    return demo_checkpoint_paths()[1] if value == DEMO else str(value)
 
 
 def demo_manifest() -> Dict:
