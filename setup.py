@@ -95,7 +95,7 @@ setup(
     cmdclass=CMDCLASS,
     package_data={
         'tola_plugin.vocab': ['*.txt'],
-        'tola_plugin.demo': ['backbone/*.safetensors', 'backbone/*.json'],  # the demo model trained here
+        'tola_plugin.demo': ['backbone/*.safetensors', 'backbone/*.json', 'backbone/*.pth'],  # the demo model trained here
         'tola_plugin.samples': ['*.png', '*.tsv', '*.md'],  # DiffTSR test LR images (Apache-2.0)
         'tola_plugin.rendered_samples': ['*.png', '*.tsv', '*.md']
     },  # examples of tola-web

@@ -74,18 +74,19 @@ def test_hook_switch_values(capsys):
 
 
 def test_hook_finder_answers_once_and_a_failing_plugin_is_named(monkeypatch):
-    """In process: the finder gives basicsr's own spec with the registering loader, once; when the plugin cannot be
+    """In process: the finder gives basicsr's own spec with the shimmed loader, once; when the plugin cannot be
     imported, ``import basicsr`` fails with a message naming the plugin and the switch."""
     import importlib.machinery
     import types
 
     import tola_plugin_hook
+    import tola_plugin_shim
     monkeypatch.setattr(sys, 'meta_path', list(sys.meta_path))
-    finder = tola_plugin_hook.BasicSRFinder()
+    finder = tola_plugin_shim.BasicSRFinder([tola_plugin_hook.register_plugin])
     sys.meta_path.insert(0, finder)
     assert finder.find_spec('numpy') is None and tola_plugin_hook.installed()
     spec = finder.find_spec('basicsr')
-    assert spec.origin == basicsr.__spec__.origin and isinstance(spec.loader, tola_plugin_hook._RegisteringLoader)
+    assert spec.origin == basicsr.__spec__.origin and isinstance(spec.loader, tola_plugin_shim._ShimmedLoader)
     assert not tola_plugin_hook.installed()  # one shot: the plugin's own `import basicsr` finds basicsr plainly
 
     class Loader:
@@ -98,11 +99,30 @@ def test_hook_finder_answers_once_and_a_failing_plugin_is_named(monkeypatch):
             Loader.executed = True
 
     module = types.ModuleType('fake_basicsr')
-    module.__spec__ = importlib.machinery.ModuleSpec('fake_basicsr', tola_plugin_hook._RegisteringLoader(Loader()))
+    module.__spec__ = importlib.machinery.ModuleSpec('fake_basicsr',
+                                                     tola_plugin_shim._ShimmedLoader(Loader(), finder.after))
     monkeypatch.setitem(sys.modules, 'tola_plugin', None)  # the plugin cannot be imported
     with pytest.raises(ImportError, match='tola-plugin could not register itself.*TOLA_PLUGIN_HOOK=0'):
         module.__spec__.loader.exec_module(module)
     assert Loader.executed and isinstance(module.__loader__, Loader)  # basicsr's own loader ran, and stays
+
+
+def test_import_tola_plugin_is_light_and_registers_on_basicsrs_first_import(tmp_path):
+    """``import tola_plugin`` imports neither torch nor basicsr (the tools' light parts answer at once); the first
+    ``import basicsr`` of the process then finds the plugin registered, with the hook off too."""
+    probe = ('import json, sys, tola_plugin\n'
+             'light = [m for m in ("torch", "basicsr", "tola_plugin.basicsr_glue") if m in sys.modules]\n'
+             'from tola_plugin.utils import cli_errors, option_files\n'
+             'from tola_plugin.data_preparation import dataset_split\n'
+             'still = [m for m in ("torch", "basicsr") if m in sys.modules]\n'
+             'from basicsr.utils.registry import ARCH_REGISTRY\n'
+             'import basicsr.utils.options as options\n'
+             'print(json.dumps([light, still, "TOLANet" in ARCH_REGISTRY, options.parse_options.__module__]))\n')
+    for hook in ('1', '0'):
+        proc = subprocess.run([sys.executable, '-c', probe], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                              env=dict(os.environ, TOLA_PLUGIN_HOOK=hook))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert json.loads(proc.stdout.splitlines()[-1]) == [[], [], True, 'tola_plugin.basicsr_glue.launchers'], hook
 
 
 def test_python_m_launchers_run_without_runtime_warning(tmp_path):
@@ -345,11 +365,11 @@ def test_install_regular_wheel_registers_hook(tmp_path):
     # that the hook waits at start and would import the installed copies of the shim and the plugin
     proc = subprocess.run([
         python, '-c', 'import importlib.util as u, sys, tola_plugin_hook; print(tola_plugin_hook.installed(), '
-        '"torch" in sys.modules, "tola_plugin_shim" in sys.modules, tola_plugin_hook.__file__, '
-        'u.find_spec("tola_plugin_shim").origin, u.find_spec("tola_plugin").origin)'
+        '"torch" in sys.modules, "torchvision" in sys.modules, tola_plugin_hook.__file__, '
+        'sys.modules["tola_plugin_shim"].__file__, u.find_spec("tola_plugin").origin)'
     ], capture_output=True, text=True, timeout=300, cwd=tmp_path, check=True)
-    waiting, torch_imported, shim_imported, hook_file, shim_file, plugin_file = proc.stdout.split()
-    assert waiting == 'True' and torch_imported == 'False' and shim_imported == 'False'  # nothing but the finder
+    waiting, torch_imported, shim_run, hook_file, shim_file, plugin_file = proc.stdout.split()
+    assert waiting == 'True' and torch_imported == 'False' and shim_run == 'False'  # nothing but the finder
     assert hook_file.startswith(site) and shim_file.startswith(site) and plugin_file.startswith(site)
 
 

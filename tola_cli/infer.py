@@ -1,6 +1,6 @@
 """tola-infer: restore text images (a file or a folder) with a TOLA model; any size and aspect, whole photos.
 
-  tola-infer -i LR_DIR -o results/tola                                  # the demo model (make demo)
+  tola-infer -i LR_DIR -o results/tola                                  # the demo model (shipped; from any folder)
   tola-infer -i photo.jpg -o results/photo --detect --model MERGED.safetensors
   tola-infer -i LR_DIR -o results/tola -opt options/test/test_TOLA.yml [--checkpoint net_g.pth]
 
@@ -38,10 +38,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('-o', '--output', default='results/tola_infer', help='output folder (results/tola_infer)')
     model = parser.add_mutually_exclusive_group()
     model.add_argument(
-        '--model', help='merged TOLA model (.safetensors from tools/export_merged.py); default: the '
-        'demo model experiments/demo_TOLA/TOLA_demo_merged.safetensors (make demo)')
+        '--model', help='merged TOLA model (.safetensors from tola-export-merged); default: the demo model (the '
+        "package's demo backbone and adaptation, merged once into ~/.cache/tola-plugin/demo/; `make demo`'s own is "
+        'experiments/demo_TOLA/TOLA_demo_merged.safetensors)')
     model.add_argument('-opt', help='TOLA option file (network_g + path.pretrain_network_g), instead of --model')
-    parser.add_argument('--checkpoint', help='with -opt: adaptation checkpoint (default: path.pretrain_network_g)')
+    parser.add_argument('--checkpoint', help='with -opt: adaptation checkpoint (default: path.pretrain_network_g; '
+                        "demo: the demo model's, with network_g.backbone_init demo)")
     parser.add_argument('--suffix', default='', help='appended to each output name (none)')
     parser.add_argument('--ext', choices=('auto', 'png', 'jpg'), default='auto',
                         help='output format; auto: jpg for .jpg/.jpeg inputs, png otherwise')

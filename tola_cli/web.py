@@ -1,6 +1,6 @@
 """tola-web: a web page to try a TOLA model: upload, paste or pick a text image, see it restored beside the input.
 
-  tola-web                                         # the demo model of `make demo`, http://127.0.0.1:7860
+  tola-web                                         # the demo model (shipped; from any folder), http://127.0.0.1:7860
   tola-web --model MERGED.safetensors --detect     # your merged model (tools/export_merged.py); whole photos
 
 The page shows the input and the restored output side by side (with --detect also the input with the detected lines
@@ -22,8 +22,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog='tola-web', description=__doc__, allow_abbrev=False,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
-        '--model', help='merged TOLA model (.safetensors from tools/export_merged.py); default: the '
-        'demo model experiments/demo_TOLA/TOLA_demo_merged.safetensors (make demo)')
+        '--model', help='merged TOLA model (.safetensors from tola-export-merged); default: the demo model (the '
+        "package's demo backbone and adaptation, merged once into ~/.cache/tola-plugin/demo/)")
     parser.add_argument('--detect', action='store_true',
                         help='whole photos: PP-OCRv4 finds the text lines, each is restored in place')
     parser.add_argument('--device', help='cpu, cuda, cuda:1, ... (default: cuda when available, else cpu)')

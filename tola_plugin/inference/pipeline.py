@@ -1,7 +1,7 @@
 """``TOLAPipeline``: restore text images of any size and aspect, single lines or whole photos, with a TOLA model.
 
     from tola_plugin import TOLAPipeline
-    pipe = TOLAPipeline.from_merged('experiments/demo_TOLA/TOLA_demo_merged.safetensors')
+    pipe = TOLAPipeline.from_merged()          # the demo model; or the path of a merged model (tools/export_merged.py)
     result = pipe('photo.jpg', detect=True)   # result.image: restored RGB uint8; result.lines: text prior per line
 
 A thin layer over ``TOLANet`` (which does all the restoring): geometry (``line_geometry``: aspect kept, narrow
@@ -11,6 +11,7 @@ by ``tola_plugin.data.image_io`` (order 'RGB'), PP-OCRv4 takes RGB (``tola_plugi
 boundary). docs/restore.md describes the behaviour.
 """
 import os
+import sys
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
@@ -25,6 +26,7 @@ from tola_plugin.data.image_io import (DEFAULT_MAX_PIXELS, WHITE, budget_error, 
 from tola_plugin.data.text_line_source import CANVAS_H
 from tola_plugin.inference.batching import auto_batch_size
 from tola_plugin.inference.color_fix import apply_color_fix, check_color_fix
+from tola_plugin.inference.demo_model import demo_model_path
 from tola_plugin.inference.line_geometry import (PAD_MODES, LineLayout, blend_tiles, cut_tiles, line_width, plan_line,
                                                  resize_rgb, to_canvas_height)
 from tola_plugin.inference.photo_geometry import expand_quad, paste_strip, reading_quad, rectify, scale_quad
@@ -37,8 +39,6 @@ from tola_plugin.runtime.openvino_client import Streams
 from tola_plugin.runtime.placement import NoPathLeft, Runtime
 from tola_plugin.utils.devices import resolve_device
 
-# The merged model that `make demo` exports (relative to the working directory, like the demo's experiments/).
-DEMO_MODEL = os.path.join('experiments', 'demo_TOLA', 'TOLA_demo_merged.safetensors')
 WINDOW_SEPARATOR = ' | '  # between the text priors of the windows of one wide line
 AUTO_OUTSCALE_RANGE = (1.0, 4.0)  # detect mode without outscale: lines to the canvas height, within this range
 
@@ -227,7 +227,8 @@ class TOLAPipeline:
                     backend: str = 'auto', allow_tf32: bool = False, requalify: bool = False, streams: Streams = 1,
                     **options) -> 'TOLAPipeline':
         """From a merged model (``tools/export_merged.py``) through ``TOLANet.load_for_inference`` (memory-mapped,
-        inference-only); ``path`` None: the demo model (DEMO_MODEL, written by ``make demo``). switches: TOLANet
+        inference-only); ``path`` None: the demo model (``demo_model.demo_model_path``: the shipped demo backbone and
+        adaptation, merged once into the user's cache; from any folder). switches: TOLANet
         inference switches ({'precision': 'auto', 'timestep': 949, ...}; ``TOLANet.set_switches``). device, backend
         ('auto', 'openvino', 'torch'), allow_tf32, requalify: where and how it runs (``tola_plugin.runtime.Runtime``:
         by default CUDA when available, else the CPU with the IDM and VAE on OpenVINO where it qualifies; requalify
@@ -235,10 +236,7 @@ class TOLAPipeline:
         on each window: the fastest single image) or n > 1 / 'auto' (the throughput settings: a batch's windows
         in flight together; docs/inference.md, "Folders: streams"). options: see the class."""
         if path is None:
-            if not os.path.isfile(DEMO_MODEL):
-                raise FileNotFoundError(f'no model given and the demo model {DEMO_MODEL} does not exist (relative to '
-                                        f'{os.getcwd()}); run `make demo` first, or give a merged model')
-            path = DEMO_MODEL
+            path = demo_model_path(say=lambda message: print(f'tola-plugin: {message}', file=sys.stderr, flush=True))
         net = TOLANet.load_for_inference(path, **dict(switches or {}))
         return cls._placed(net, device, backend, allow_tf32, requalify, path, options, streams)
 

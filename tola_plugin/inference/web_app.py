@@ -37,7 +37,8 @@ import numpy as np  # noqa: E402
 
 from tola_plugin.data.image_io import ImageTooLargeError, read_image_file  # noqa: E402
 from tola_plugin.inference.color_fix import COLOR_FIXES, check_color_fix  # noqa: E402
-from tola_plugin.inference.pipeline import DEMO_MODEL, Restoration, TOLAPipeline  # noqa: E402
+from tola_plugin.inference.demo_model import demo_model_path, is_demo_model  # noqa: E402
+from tola_plugin.inference.pipeline import Restoration, TOLAPipeline  # noqa: E402
 from tola_plugin.inference.web_examples import example_paths  # noqa: E402
 from tola_plugin.inference.work_bounds import DEFAULT_MAX_OUTPUT_PIXELS, DEFAULT_MAX_WINDOWS  # noqa: E402
 
@@ -52,10 +53,10 @@ OVERLAY_COLOUR = (255, 64, 0)
 # stay visible as blocks (no smoothing that would flatter it)
 PAGE_CSS = ('#tola-input img, #tola-restored img {width: 100%; height: 100%; object-fit: contain;} '
             '#tola-input img {image-rendering: pixelated;}')  # RGB of the detected-line outlines
-DEMO_NOTE = ('**Demo model.** This page serves the small demo model (a tiny demo backbone trained in this '
-             'repository on rendered lines, adapted with TOLA by `make demo`), not the paper\'s weights: it shows the '
-             "pipeline, not TOLA's quality. Give `--model` a merged model of the official weights for real "
-             'restorations.')
+DEMO_NOTE = ('**Demo model.** This page serves a model of the small demo backbone (a tiny demo backbone trained in '
+             'this repository on rendered lines, adapted with TOLA; docs/demo_backbone.md), not the paper\'s weights: '
+             "it shows the pipeline, not TOLA's quality. Give `--model` a merged model of the official weights for "
+             'real restorations.')
 
 
 @dataclass
@@ -348,12 +349,14 @@ def serve(model: Optional[str] = None, detect: bool = False, precision: Optional
     runs: the runtime decision, printed and shown on the page), warm it up, build the page and serve it on
     host:port (port None: a free one). Blocks until stopped unless ``block`` is False; returns the app (``.close()``
     stops it)."""
-    pipeline = TOLAPipeline.from_merged(model, switches={'precision': precision} if precision else {}, device=device,
+    path = model if model is not None else demo_model_path(say=lambda m: print(f'tola-web: {m}', file=sys.stderr))
+    pipeline = TOLAPipeline.from_merged(path, switches={'precision': precision} if precision else {}, device=device,
                                         backend=backend, color_fix=color_fix, max_windows=max_windows,
                                         max_output_pixels=max_output_megapixels * 1e6)
     print(f'tola-web: {pipeline.describe_runtime()}', file=sys.stderr, flush=True)
     warm_up(pipeline, detect)
-    app = build_app(pipeline, detect=detect, demo_model=model is None, max_megapixels=max_megapixels, model_name=model
-                    or DEMO_MODEL)
+    demo = is_demo_model(path)  # by what the model is, not by where it lies
+    app = build_app(pipeline, detect=detect, demo_model=demo, max_megapixels=max_megapixels,
+                    model_name=model or 'the demo model')
     launch(app, host=host, port=port or free_port(host), max_file_mb=max_file_mb, block=block)
     return app

@@ -32,8 +32,10 @@ def atomic_write(path: str, write: Callable[[str], None]) -> str:
     fd, tmp = tempfile.mkstemp(prefix=f'.{os.path.basename(path)}.', suffix='.tmp', dir=folder)
     os.close(fd)
     try:
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it private; give it a normal file's mode
         write(tmp)
+        # mkstemp makes the file private, and some writers replace it by a private one of their own (safetensors'
+        # save_file): give it a normal file's mode, as the user's umask says
+        os.chmod(tmp, 0o666 & ~_umask())
         with open(tmp, 'rb+') as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
