@@ -9,8 +9,9 @@ import torch
 
 from tola_plugin import TOLAPipeline
 from tola_plugin.data_preparation.photo_render import render_photo
+from tola_plugin.inference.demo_model import demo_model_path, is_demo_model
 from tola_plugin.inference.photo_geometry import expand_quad, reading_quad
-from tola_plugin.inference.pipeline import DEMO_MODEL
+from tola_plugin.utils.user_cache import cache_root
 from inference_testing import PHOTO_LINES, StandInRestorer, write_tiny_merged
 from tola_testing import one_thread  # noqa: F401
 
@@ -66,10 +67,12 @@ def test_loading_errors(tiny_model, tmp_path, monkeypatch):
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match='CUDA is not available'):
             pipe.to('cuda')
-    monkeypatch.chdir(tmp_path)
-    with pytest.raises(FileNotFoundError, match='run `make demo` first') as err:
-        TOLAPipeline.from_merged()
-    assert DEMO_MODEL in str(err.value)
+    monkeypatch.chdir(tmp_path)  # no model given, from a folder that is not the clone: the shipped demo model
+    demo = TOLAPipeline.from_merged(backend='torch')
+    assert is_demo_model(demo.runtime.source.merged) and demo.runtime.source.merged == demo_model_path()
+    assert os.path.dirname(demo_model_path()) == os.path.join(cache_root(), 'demo') and not os.listdir(tmp_path)
+    demo.close()
+    assert not is_demo_model(tiny_model)  # by its weights: a model of another backbone is not the demo's
     with pytest.raises(ValueError, match='overlap'):
         TOLAPipeline(StandInRestorer(), overlap=512)
     with pytest.raises(ValueError, match='outscale'):
@@ -122,7 +125,6 @@ def test_photo_without_text_is_returned_resized():
     blank = np.full((96, 128, 3), 200, np.uint8)
     result = TOLAPipeline(StandInRestorer())(blank, detect=True, outscale=2)
     assert result.lines == [] and result.image.shape == (192, 256, 3) and (result.image == 200).all()
-    assert os.path.basename(DEMO_MODEL) == 'TOLA_demo_merged.safetensors'
 
 
 def test_frozen_route_needs_no_adaptation_checkpoint(tmp_path, one_thread):  # noqa: F811

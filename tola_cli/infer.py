@@ -21,6 +21,7 @@ docs/restore.md and docs/reliability.md have the details.
 """
 import argparse
 import math
+import os
 
 from tola_cli.arguments import openvino_streams, rgb_triple
 
@@ -42,8 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
         "package's demo backbone and adaptation, merged once into ~/.cache/tola-plugin/demo/; `make demo`'s own is "
         'experiments/demo_TOLA/TOLA_demo_merged.safetensors)')
     model.add_argument('-opt', help='TOLA option file (network_g + path.pretrain_network_g), instead of --model')
-    parser.add_argument('--checkpoint', help='with -opt: adaptation checkpoint (default: path.pretrain_network_g; '
-                        "demo: the demo model's, with network_g.backbone_init demo)")
+    parser.add_argument(
+        '--checkpoint', help='with -opt: adaptation checkpoint (default: path.pretrain_network_g; '
+        "demo: the demo model's, with network_g.backbone_init demo)")
     parser.add_argument('--suffix', default='', help='appended to each output name (none)')
     parser.add_argument('--ext', choices=('auto', 'png', 'jpg'), default='auto',
                         help='output format; auto: jpg for .jpg/.jpeg inputs, png otherwise')
@@ -129,10 +131,16 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def main(argv=None) -> int:
-    """Run the command (for tests and tools): usage errors exit via argparse; bad input raises."""
+    """Run the command (for tests and tools): usage errors exit via argparse; bad input raises. What can be decided
+    without torch is decided first (the model's and option file's presence, the outputs to skip); the networks are
+    imported and loaded only when there is something to restore."""
     args = parse_args(argv)
-    from tola_plugin.inference.folder_run import restore_folder, show_runtime  # heavy imports only after parsing
-    from tola_plugin.inference.pipeline import TOLAPipeline
+    expected = {'--model': 'a merged TOLA model, from tola-export-merged', '-opt': 'a TOLA option file'}
+    for flag, path in (('--model', args.model), ('-opt', args.opt)):
+        if path is not None and not os.path.isfile(path):
+            raise FileNotFoundError(f'{flag} {path}: no such file (expected {expected[flag]}; without --model and '
+                                    '-opt tola-infer runs the demo model)')
+    from tola_plugin.inference.folder_run import restore_folder, show_runtime  # the package, once parsed (light)
     switches = {
         name: value
         for name, value in (('precision', args.precision), ('timestep', args.timestep), ('noise', args.noise))
@@ -140,13 +148,14 @@ def main(argv=None) -> int:
     }
 
     def pipeline():
+        from tola_plugin.inference.pipeline import TOLAPipeline  # the networks: only when there is work
+        TOLAPipeline.check_placement(args.device, args.backend)  # a bad device: an error before a weight is read
         return TOLAPipeline.load(args.model, args.opt, args.checkpoint, switches, args.device, args.backend,
                                  requalify=args.requalify, streams=args.streams, overlap=args.overlap,
                                  pad_mode=args.pad_mode, batch_size=args.batch_size, background=args.alpha_background,
                                  max_pixels=round(args.max_megapixels * 1e6), max_windows=args.max_windows,
                                  max_output_pixels=args.max_output_megapixels * 1e6, color_fix=args.color_fix)
 
-    TOLAPipeline.check_placement(args.device, args.backend)  # a bad device: an error before anything is read
     if args.show_runtime:
         return show_runtime(pipeline)
     return restore_folder(args.input, args.output, pipeline, args.suffix, args.ext, args.detect, args.outscale,

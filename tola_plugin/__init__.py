@@ -10,7 +10,6 @@ process, by the package or anyone, finds the plugin registered. Installed, the p
 import hook on the first ``import basicsr`` of any process (``tola_plugin_hook.py``). ``tola_plugin.TOLAPipeline``
 is the Python API (docs/restore.md), imported on first use.
 """
-import sys
 
 import tola_plugin_shim
 from tola_plugin.version import __version__  # noqa: F401
