@@ -24,6 +24,7 @@ import math
 import os
 
 from tola_cli.arguments import openvino_streams, rgb_triple
+from tola_cli.defaults import COLOR_FIXES, DEFAULT_COLOR_FIX, PASTE_POLICIES
 
 # The library's defaults (tola_plugin.data.image_io.DEFAULT_MAX_PIXELS, inference.work_bounds), repeated here so
 # that --help needs no import of the package; tests/test_reliability_bounds.py checks that they agree.
@@ -81,9 +82,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--show-runtime', action='store_true',
                         help='decide where and how the model runs (qualifying what needs it), print it and exit')
     parser.add_argument(
-        '--color-fix', choices=('none', 'wavelet', 'adain'), default='none',
-        help="match the output's colours to the input's (none: the network's own, as the paper; "
-        'docs/restore.md)')
+        '--color-fix', choices=COLOR_FIXES, default=DEFAULT_COLOR_FIX,
+        help=f"match the output's colours to the input's ({DEFAULT_COLOR_FIX}; none: the network's own, the paper's "
+        'outputs; docs/restore.md)')
+    parser.add_argument(
+        '--paste', choices=PASTE_POLICIES, default=PASTE_POLICIES[0],
+        help='with --detect, the restored lines put into the photo: checked (those PP-OCRv4 reads as well as the '
+        'original; the others stay as they were, the JSON says which) or all')
     parser.add_argument('--seed', type=int, default=0,
                         help='base of the per-image noise seeds (0; the same file name gets the same noise)')
     parser.add_argument('--recursive', action='store_true', help='also images in subfolders of a folder input')
@@ -140,6 +145,9 @@ def main(argv=None) -> int:
         if path is not None and not os.path.isfile(path):
             raise FileNotFoundError(f'{flag} {path}: no such file (expected {expected[flag]}; without --model and '
                                     '-opt tola-infer runs the demo model)')
+    if args.device is not None:  # a device asked for and absent: an error before anything is read
+        from tola_plugin.inference.pipeline import TOLAPipeline
+        TOLAPipeline.check_placement(args.device, args.backend)
     from tola_plugin.inference.folder_run import restore_folder, show_runtime  # the package, once parsed (light)
     switches = {
         name: value
@@ -149,12 +157,12 @@ def main(argv=None) -> int:
 
     def pipeline():
         from tola_plugin.inference.pipeline import TOLAPipeline  # the networks: only when there is work
-        TOLAPipeline.check_placement(args.device, args.backend)  # a bad device: an error before a weight is read
         return TOLAPipeline.load(args.model, args.opt, args.checkpoint, switches, args.device, args.backend,
                                  requalify=args.requalify, streams=args.streams, overlap=args.overlap,
                                  pad_mode=args.pad_mode, batch_size=args.batch_size, background=args.alpha_background,
                                  max_pixels=round(args.max_megapixels * 1e6), max_windows=args.max_windows,
-                                 max_output_pixels=args.max_output_megapixels * 1e6, color_fix=args.color_fix)
+                                 max_output_pixels=args.max_output_megapixels * 1e6, color_fix=args.color_fix,
+                                 paste=args.paste)
 
     if args.show_runtime:
         return show_runtime(pipeline)
