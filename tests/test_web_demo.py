@@ -55,6 +55,24 @@ def test_restore_upload_line_sizes_and_text():
     assert 'on cpu, torch' in page.summary
 
 
+def test_a_photo_is_restored_as_a_photo_and_the_switch_says_so():
+    """The bundled example photo (320x240) on a page started without --detect: 'auto' finds its lines and restores
+    each in place (never squashed into one line); 'line' restores it as one line, as asked; a line stays a line."""
+    photo = os.path.join(samples_dir(), 'photo.png')
+    pipe = TOLAPipeline(StandInRestorer())
+    page = web_app.restore_upload(pipe, photo, 'photo.png')
+    assert page.detected and page.overlay is not None and len(page.rows) >= 3
+    assert page.restored.shape[0] > page.input.shape[0] and page.restored.shape[1] > 300  # the photo, enlarged
+    assert 'as a photo:' in page.summary and 'kind auto' in page.summary
+    as_line = web_app.restore_upload(pipe, photo, 'photo.png', kind='line')
+    assert not as_line.detected and as_line.restored.shape[0] == 128 and 'as one text line' in as_line.summary
+    assert not web_app.restore_upload(pipe, LINE, 'line_1x4.png').detected
+    assert [web_app.looks_like_a_photo(h, w) for h, w in ((600, 900), (32, 128), (32, 32), (128, 512), (200, 300))
+            ] == [True, False, False, False, True]
+    with pytest.raises(ValueError, match='kind must be one of'):
+        web_app.restore_upload(pipe, LINE, kind='both')
+
+
 def test_restore_upload_refuses_non_image_and_too_large(not_an_image):
     pipe = TOLAPipeline(StandInRestorer())
     with pytest.raises(ValueError, match=r'notes\.png is not an image this demo can read: not a decodable image'):
@@ -133,7 +151,7 @@ def demo_server(tmp_path_factory, chromium):
 def test_page_restores_an_uploaded_line(demo_server, chromium, tmp_path):
     state = restore_in_page(chromium, demo_server, LINE, timeout=PAGE_TIMEOUT)
     chromium.save_screenshot(str(tmp_path / 'tola_web.png'))
-    assert state.status.startswith('Restored line_1x4.png (one line) in'), state.status
+    assert state.status.startswith('Restored line_1x4.png as one text line (kind auto: line-shaped) in'), state.status
     assert state.restored_size == (512, 128)  # the 128x32 line at the network's height, aspect kept
     assert LINE_TEXT in state.table  # PP-OCRv4's reading of the input
     text = page_text(chromium)

@@ -144,7 +144,7 @@ def restore_upload(pipeline: TOLAPipeline, path: str, name: str = '', kind: str 
                f'{width}×{height} → {out_w}×{out_h} pixels.')
     if detect and not restoration.lines:
         summary += ' PP-OCRv4 found no text line, so the output is the input resized.'
-    elif pasted < len(restoration.lines):
+    elif detect and pasted < len(restoration.lines):
         summary += (f' {len(restoration.lines) - pasted} line(s) read less well restored (PP-OCRv4) and were left as '
                     'they were.')
     return PageResult(rgb, restoration.image,
