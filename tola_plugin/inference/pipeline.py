@@ -48,9 +48,9 @@ PASTE_POLICIES = ('checked', 'all')
 def reads_as_well(before, after) -> bool:
     """Whether a restored line replaces the original in a photo (``paste='checked'``): PP-OCRv4 reads the same text
     in both, or the restored one at least as confidently. Measured on 100 lines of 25 rendered photos (the demo
-    model, docs/restore.md, "Which lines are pasted"): PP-OCRv4 read 0.71 of the original lines right, 0.59 of the
-    restored ones (no line that was wrong came back right), and 0.69 of the photo's lines with this rule, which
-    pastes 76 % of them."""
+    model, tools/measure_photo_lines.py; docs/restore.md, "Which lines are pasted"): PP-OCRv4 read 0.90 of the
+    original lines right, 0.84 of the restored ones, and 0.90 of the photo's lines with this rule, which pastes 89 %
+    of them."""
     return after.text == before.text or after.confidence >= before.confidence
 
 
