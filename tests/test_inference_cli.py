@@ -168,8 +168,9 @@ def test_what_needs_no_network_is_decided_without_importing_torch(tmp_path):
              '    status = infer.main(args)\nexcept FileNotFoundError as err:\n    status = str(err)\n'
              'print(json.dumps([status, [m for m in ("torch", "basicsr", "diffusers") if m in sys.modules]]))\n')
     for args, expected in (([], 0), (['--model', 'absent.safetensors'], '--model absent.safetensors: no such file')):
-        proc = subprocess.run([sys.executable, '-c', probe, json.dumps(['-i', str(lines), '-o', str(out)] + args)],
-                              capture_output=True, text=True, timeout=120, cwd=tmp_path)
+        proc = subprocess.run([sys.executable, '-c', probe,
+                               json.dumps(['-i', str(lines), '-o', str(out)] + args)], capture_output=True, text=True,
+                              timeout=120, cwd=tmp_path)
         assert proc.returncode == 0, proc.stderr[-2000:]
         status, heavy = json.loads(proc.stdout.splitlines()[-1])
         assert heavy == [] and (status == expected or str(status).startswith(str(expected))), (status, heavy)

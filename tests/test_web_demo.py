@@ -67,8 +67,8 @@ def test_a_photo_is_restored_as_a_photo_and_the_switch_says_so():
     as_line = web_app.restore_upload(pipe, photo, 'photo.png', kind='line')
     assert not as_line.detected and as_line.restored.shape[0] == 128 and 'as one text line' in as_line.summary
     assert not web_app.restore_upload(pipe, LINE, 'line_1x4.png').detected
-    assert [web_app.looks_like_a_photo(h, w) for h, w in ((600, 900), (32, 128), (32, 32), (128, 512), (200, 300))
-            ] == [True, False, False, False, True]
+    assert [web_app.looks_like_a_photo(h, w)
+            for h, w in ((600, 900), (32, 128), (32, 32), (128, 512), (200, 300))] == [True, False, False, False, True]
     with pytest.raises(ValueError, match='kind must be one of'):
         web_app.restore_upload(pipe, LINE, kind='both')
 

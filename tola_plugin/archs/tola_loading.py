@@ -49,8 +49,7 @@ class TOLALoadingMixin:
 
     # ------------------------------------------------------------------------- option file + adaptation checkpoint
     @classmethod
-    def from_options(cls, opt_path: str, checkpoint: Optional[str] = None, overrides: Sequence[str] = (),
-                     **switches):
+    def from_options(cls, opt_path: str, checkpoint: Optional[str] = None, overrides: Sequence[str] = (), **switches):
         """The TOLANet of an option file's ``network_g`` with the adaptation state (LoRA + LRC) of ``checkpoint``
         (default: the file's ``path.pretrain_network_g``), in eval mode; ``overrides``: ``--force_yml`` entries
         (``network_g:backbone_init=demo``) applied to the file first; ``switches``: inference switches. A network

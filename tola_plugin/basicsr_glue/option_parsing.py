@@ -41,8 +41,6 @@ def ordered_yaml():
     return OptionLoader, _original_ordered_yaml()[1]
 
 
-
-
 def _option_file_argument():
     """The ``-opt`` of the command line, before upstream's parser reads it (None when absent: its error)."""
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)

@@ -63,19 +63,18 @@ def measure_photo_lines(out: str, photos: int = 25, seed: int = 0, model: Option
                      right_after=normalize(line.text_after, True) == label))
     pipe.close()
     kept = [
-        reads_as_well(Recognition(r['before'], r['confidence_before']),
-                      Recognition(r['after'], r['confidence_after'])) for r in rows
+        reads_as_well(Recognition(r['before'], r['confidence_before']), Recognition(r['after'], r['confidence_after']))
+        for r in rows
     ]
     summary = {
         'lines': len(rows), 'photos': photos, 'seed': seed, 'color_fix': color_fix, 'model': model or 'demo',
         'accuracy_original': float(np.mean([r['right_before'] for r in rows])),
-        'accuracy_restored': float(np.mean([r['right_after'] for r in rows])),
-        'accuracy_reads_as_well': float(np.mean([r['right_after'] if k else r['right_before']
-                                                 for r, k in zip(rows, kept)])),
-        'pasted_fraction': float(np.mean(kept)),
+        'accuracy_restored': float(np.mean([r['right_after'] for r in rows])), 'accuracy_reads_as_well': float(
+            np.mean([r['right_after'] if k else r['right_before']
+                     for r, k in zip(rows, kept)])), 'pasted_fraction': float(np.mean(kept)),
         'restored_right_original_wrong': sum(r['right_after'] and not r['right_before'] for r in rows),
-        'restored_wrong_original_right': sum(r['right_before'] and not r['right_after'] for r in rows),
-        'seconds': round(time.perf_counter() - start, 1)
+        'restored_wrong_original_right': sum(r['right_before'] and not r['right_after']
+                                             for r in rows), 'seconds': round(time.perf_counter() - start, 1)
     }
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     write_json(out, {'summary': summary, 'lines': rows})

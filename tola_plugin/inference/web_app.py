@@ -137,8 +137,8 @@ def restore_upload(pipeline: TOLAPipeline, path: str, name: str = '', kind: str 
     seconds = time.perf_counter() - start
     out_h, out_w = restoration.image.shape[:2]
     pasted = sum(bool(line.pasted) for line in restoration.lines)
-    what = (f'as a photo: {len(restoration.lines)} line(s) found, {pasted} restored in place' if detect else
-            'as one text line')
+    what = (f'as a photo: {len(restoration.lines)} line(s) found, {pasted} restored in place'
+            if detect else 'as one text line')
     why = {'auto': ' (kind auto: ' + ('taller than two lines or not wide' if detect else 'line-shaped') + ')'}
     summary = (f'Restored **{name}** {what}{why.get(kind, "")} in **{seconds:.2f} s** on {_path(pipeline)}: '
                f'{width}×{height} → {out_w}×{out_h} pixels.')
@@ -224,8 +224,8 @@ def build_app(pipeline: TOLAPipeline, detect: bool = False, demo_model: bool = F
                                    buttons=['fullscreen'], elem_id='tola-input')
             restored = gr.Image(label='Restored', interactive=False, format='png', height=IMAGE_HEIGHT,
                                 buttons=['download', 'fullscreen'], elem_id='tola-restored')
-        overlay = gr.Image(label='Detected lines (photos)', interactive=False, format='png',
-                           buttons=['fullscreen'], elem_id='tola-overlay')
+        overlay = gr.Image(label='Detected lines (photos)', interactive=False, format='png', buttons=['fullscreen'],
+                           elem_id='tola-overlay')
         table = gr.Dataframe(headers=TABLE_HEADERS, label='Text of each line', interactive=False, wrap=True,
                              column_widths=['6%', '40%', '12%', '21%', '21%'], elem_id='tola-lines')
         if examples:
@@ -381,7 +381,7 @@ def serve(model: Optional[str] = None, detect: bool = False, precision: Optional
     print(f'tola-web: {pipeline.describe_runtime()}', file=sys.stderr, flush=True)
     warm_up(pipeline, detect=True)  # the page restores photos too (its switch): PP-OCRv4's detector loaded now
     demo = is_demo_model(path)  # by what the model is, not by where it lies
-    app = build_app(pipeline, detect=detect, demo_model=demo, max_megapixels=max_megapixels,
-                    model_name=model or 'the demo model')
+    app = build_app(pipeline, detect=detect, demo_model=demo, max_megapixels=max_megapixels, model_name=model
+                    or 'the demo model')
     launch(app, host=host, port=port or free_port(host), max_file_mb=max_file_mb, block=block)
     return app
