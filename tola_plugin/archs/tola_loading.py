@@ -57,9 +57,12 @@ class TOLALoadingMixin:
         mistake)."""
         TOLAConfig.check_switches(switches)  # before minutes of loading
         opt = read_tola_options(opt_path, overrides)
-        net = cls(**{k: v for k, v in opt['network_g'].items() if k != 'type'})
         path_opt = opt.get('path') or {}
         checkpoint = checkpoint or path_opt.get('pretrain_network_g')
+        if checkpoint == DEMO:  # before the backbone is built (a full-size one takes a minute)
+            cls.check_demo_adaptation(opt['network_g'].get('backbone_init', 'checkpoint'), 'TOLA adaptation checkpoint '
+                                      '(path.pretrain_network_g or --checkpoint)')
+        net = cls(**{k: v for k, v in opt['network_g'].items() if k != 'type'})
         if checkpoint:
             net.load_adaptation_checkpoint(checkpoint, path_opt.get('param_key_g', 'params'),
                                            what='TOLA adaptation checkpoint (path.pretrain_network_g or --checkpoint)')
@@ -74,10 +77,8 @@ class TOLALoadingMixin:
         network's, every tensor's shape too, and no LoRA/LRC key may be missing or unexpected. ``path`` ``demo``: the
         demo model's shipped adaptation, of the demo backbone only. ``what`` names the file (and its option) in
         errors."""
-        if path == DEMO and self.config.backbone_init != DEMO:
-            raise ValueError(f'{what} demo: the demo model\'s adaptation adapts the demo backbone; set '
-                             f'network_g:backbone_init=demo (this network has backbone_init '
-                             f'{self.config.backbone_init!r})')
+        if path == DEMO:
+            self.check_demo_adaptation(self.config.backbone_init, what)
         state, recorded = tola_files.read_adaptation_checkpoint(path, param_key, what)
         if recorded is None:
             get_root_logger().warning(f'{path} records no adaptation settings (written before tola-plugin recorded '
@@ -86,6 +87,13 @@ class TOLALoadingMixin:
             tola_files.check_adaptation_config(recorded, self.adaptation_config(), path, what)
         tola_files.check_adaptation_shapes(state, self.adaptation_state_dict(), path, what)
         self.load_adaptation_state_dict(state)
+
+    @staticmethod
+    def check_demo_adaptation(backbone_init: str, what: str) -> None:
+        """The demo adaptation (``demo``) fits the demo backbone only: another is a ValueError naming the override."""
+        if backbone_init != DEMO:
+            raise ValueError(f'{what} demo: the demo model\'s adaptation adapts the demo backbone; set '
+                             f'network_g:backbone_init=demo (this network has backbone_init {backbone_init!r})')
 
     # ------------------------------------------------------------------------------------------------ merged files
     def merged_options(self) -> Dict:
