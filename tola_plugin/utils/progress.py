@@ -20,13 +20,13 @@ class Progress:
 
     total: the steps (or any additive amount: parameters, pixels); the remaining time is the elapsed time scaled by
     what is left, so steps of unequal cost may be weighted (``update(weight)``). stream: stderr by default; a
-    terminal gets a tqdm bar, anything else lines. ``note``: the step just done, shown beside the count."""
+    terminal gets a tqdm bar, anything else lines (at most one every ``line_seconds``, default LINE_SECONDS).
+    ``note``: the step just done, shown beside the count."""
 
-    def __init__(self, what: str, total: float, unit: str = 'steps', stream=None, line_seconds: float = LINE_SECONDS,
-                 shown_total: Optional[int] = None):
+    def __init__(self, what: str, total: float, unit: str = 'steps', stream=None, line_seconds: Optional[float] = None):
         self.what, self.total, self.unit = what, float(total), unit
         self.stream = stream or sys.stderr
-        self.line_seconds = line_seconds
+        self.line_seconds = LINE_SECONDS if line_seconds is None else line_seconds
         self.done = 0.0
         self.start = time.perf_counter()
         self._last_line = None
