@@ -11,6 +11,8 @@ from tola_plugin import TOLAPipeline
 from tola_plugin.data_preparation.photo_render import render_photo
 from tola_plugin.inference.demo_model import demo_model_path, is_demo_model
 from tola_plugin.inference.photo_geometry import expand_quad, reading_quad
+from tola_plugin.inference.pipeline import reads_as_well
+from tola_plugin.ocr.recognition import Recognition
 from tola_plugin.utils.user_cache import cache_root
 from inference_testing import PHOTO_LINES, StandInRestorer, write_tiny_merged
 from tola_testing import one_thread  # noqa: F401
@@ -173,3 +175,6 @@ def test_user_tools_align_colours_and_paste_only_lines_that_read_as_well():
     with pytest.raises(ValueError, match="paste 'checked' .* needs recognize"):
         blank(photo, detect=True, recognize=False)
     assert TOLAPipeline(StandInRestorer())(photo).lines[0].pasted is None  # one line: nothing pasted into a photo
+    read = lambda text, confidence: Recognition(text, confidence)  # noqa: E731
+    assert reads_as_well(read('ab', 0.9), read('ab', 0.5)) and reads_as_well(read('ab', 0.5), read('xy', 0.6))
+    assert not reads_as_well(read('ab', 0.9), read('xy', 0.8)) and not reads_as_well(read('', 0.0), read(' ', 0.0))
