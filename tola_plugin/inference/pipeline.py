@@ -167,7 +167,7 @@ class TOLAPipeline:
         'adain', or 'none' (the network's own colours: the paper's outputs; BasicSR's test pipeline and the
         evaluation keep them): ``color_fix.py``.
     paste: detect mode, which restored lines replace the original in the photo: 'checked' (default) those PP-OCRv4
-        reads as well as the original (``reads_as_well``: the same text, or at least the same confidence), the others
+        reads as well as the original (``reads_as_well``: some text, the same or at least as confidently), the others
         are left as they were; 'all' every one. 'checked' needs the readings (``recognize``).
     margin: detect mode: each detected line is grown by this fraction of its height on every side before it is
         restored (context, and room for the feathered border; 0.15).
