@@ -126,7 +126,7 @@ class StageCache:
         try:
             start = time.perf_counter()
             _say(f'converting TransOCR, the IDM and the VAE for OpenVINO once for this model (minutes at full size, '
-                 f'seconds for the demo model); cached in {self.folder}')
+                 f'under a minute for a model of the demo backbone); cached in {self.folder}')
             command = python_command(
                 module='tola_plugin.runtime.openvino_convert') + [json.dumps(source.spec()), staging]
             with Progress('OpenVINO conversion', total=100, unit='%') as bar:
