@@ -127,13 +127,15 @@ def test_export_takes_the_launchers_overrides_and_writes_with_the_umask(tmp_path
     previous = os.umask(0o027)
     try:
         out = tmp_path / 'demo_merged.safetensors'
-        assert export_merged.main(['-opt', opt, '--force_yml', 'network_g:backbone_init=demo', '--checkpoint', 'demo',
-                                   '--out', str(out)]) == 0
+        assert export_merged.main(
+            ['-opt', opt, '--force_yml', 'network_g:backbone_init=demo', '--checkpoint', 'demo', '--out',
+             str(out)]) == 0
         assert os.stat(out).st_mode & 0o777 == 0o640
         os.umask(0o022)
         again = tmp_path / 'again.safetensors'
-        assert export_merged.main(['-opt', opt, '--force_yml', 'network_g:backbone_init=demo', '--checkpoint', 'demo',
-                                   '--out', str(again)]) == 0
+        assert export_merged.main(
+            ['-opt', opt, '--force_yml', 'network_g:backbone_init=demo', '--checkpoint', 'demo', '--out',
+             str(again)]) == 0
         assert os.stat(again).st_mode & 0o777 == 0o644
     finally:
         os.umask(previous)
@@ -144,5 +146,6 @@ def test_export_takes_the_launchers_overrides_and_writes_with_the_umask(tmp_path
     with pytest.raises(ValueError, match='expected KEY:SUBKEY=VALUE'):
         export_merged.main(['-opt', opt, '--force_yml', 'network_g:backbone_init', '--out', str(out)])
     with pytest.raises(ValueError, match='adapts the demo backbone; set network_g:backbone_init=demo'):
-        export_merged.main(['-opt', opt, '--force_yml', 'network_g:backbone_init=random', '--checkpoint', 'demo',
-                            '--out', str(out)])
+        export_merged.main(
+            ['-opt', opt, '--force_yml', 'network_g:backbone_init=random', '--checkpoint', 'demo', '--out',
+             str(out)])

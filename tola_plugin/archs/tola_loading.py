@@ -62,7 +62,14 @@ class TOLALoadingMixin:
         if checkpoint == DEMO:  # before the backbone is built (a full-size one takes a minute)
             cls.check_demo_adaptation(opt['network_g'].get('backbone_init', 'checkpoint'), 'TOLA adaptation checkpoint '
                                       '(path.pretrain_network_g or --checkpoint)')
-        net = cls(**{k: v for k, v in opt['network_g'].items() if k != 'type'})
+        try:
+            net = cls(**{k: v for k, v in opt['network_g'].items() if k != 'type'})
+        except FileNotFoundError as err:
+            if opt['network_g'].get('backbone_init', 'checkpoint') != 'checkpoint':
+                raise
+            raise FileNotFoundError(f'{opt_path}: {err} A model adapted on the demo backbone (backbone_init: demo in '
+                                    'training) needs it here too: network_g.backbone_init: demo (tola-export-merged '
+                                    '--force_yml network_g:backbone_init=demo)') from None
         if checkpoint:
             net.load_adaptation_checkpoint(checkpoint, path_opt.get('param_key_g', 'params'),
                                            what='TOLA adaptation checkpoint (path.pretrain_network_g or --checkpoint)')
