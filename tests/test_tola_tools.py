@@ -149,3 +149,8 @@ def test_export_takes_the_launchers_overrides_and_writes_with_the_umask(tmp_path
         export_merged.main(
             ['-opt', opt, '--force_yml', 'network_g:backbone_init=random', '--checkpoint', 'demo', '--out',
              str(out)])
+    monkeypatch.chdir(tmp_path)  # no checkpoints/ here: the official backbone is missing, the demo route is named
+    with pytest.raises(
+            FileNotFoundError, match="DiffTSR checkpoint not found at 'checkpoints/DiffTSR.ckpt'.*"
+            '--force_yml network_g:backbone_init=demo'):
+        export_merged.main(['-opt', opt, '--checkpoint', 'net_g_latest.pth', '--out', str(out)])
