@@ -9,11 +9,14 @@ at exit.
 from tola_plugin.utils.cli_errors import debug_requested, run_tool
 
 
-def run():
-    from basicsr.train import train_pipeline  # here: importing basicsr registers the plugin (tola_plugin.register)
+def run(pipeline=None):
+    """Run ``pipeline`` (default: BasicSR's ``train_pipeline``, imported here: importing basicsr registers the plugin,
+    ``tola_plugin.register``) as our launcher runs it (``basicsr_glue.launchers.run_pipeline``)."""
+    if pipeline is None:
+        from basicsr.train import train_pipeline as pipeline
 
     from tola_plugin.basicsr_glue.launchers import run_pipeline
-    return run_pipeline(train_pipeline)
+    return run_pipeline(pipeline)
 
 
 def main():
