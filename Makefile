@@ -15,20 +15,18 @@ demo: setup
 demo-baseline: setup
 	bash tools/run_demo.sh $(abspath $(PY)) rrdb
 
-# After `make demo` (its merged model): lines of aspect 1:1 to 1:20 and a photo restored with tola-infer, and the
-# figure of docs/restore.md (docs/restore.md, "Samples and figure").
+# Lines of aspect 1:1 to 1:20 and a photo restored with tola-infer and the demo model (shipped: no `make demo`
+# needed), and the figure of docs/restore.md (docs/restore.md, "Samples and figure").
 restore-demo: setup
 	[ -d demo_data/restore_samples ] || $(PY) tools/make_restore_samples.py --out demo_data/restore_samples
 	$(PY) -m tola_cli.infer -i demo_data/restore_samples/lines -o results/restore_lines --overwrite
 	$(PY) -m tola_cli.infer -i demo_data/restore_samples/photo.png -o results/restore_photo --detect --overwrite
 	$(PY) tools/plot_restore_figure.py --samples demo_data/restore_samples --out results/restore_figure.png
 
-# The web demo (docs/web.md) at http://127.0.0.1:7860 with the demo model, made by `make demo` when missing;
-# options through WEB_ARGS, e.g. make web WEB_ARGS="--detect --port 8000".
-DEMO_MODEL := experiments/demo_TOLA/TOLA_demo_merged.safetensors
+# The web demo (docs/web.md) at http://127.0.0.1:7860 with the demo model (shipped with the package); options
+# through WEB_ARGS, e.g. make web WEB_ARGS="--port 8000" or, for `make demo`'s own model,
+# WEB_ARGS="--model experiments/demo_TOLA/TOLA_demo_merged.safetensors".
 web: setup
-	[ -f $(DEMO_MODEL) ] || $(MAKE) demo
-	[ -f $(DEMO_MODEL) ] || $(PY) tools/export_merged.py -opt options/demo/test_TOLA_demo.yml --out $(DEMO_MODEL)
 	$(PY) -m tola_cli.web $(WEB_ARGS)
 
 # BasicSR's style (setup.cfg): flake8, isort and yapf must leave the tree unchanged. Seconds; CI runs it first.

@@ -95,7 +95,8 @@ setup(
     cmdclass=CMDCLASS,
     package_data={
         'tola_plugin.vocab': ['*.txt'],
-        'tola_plugin.demo': ['backbone/*.safetensors', 'backbone/*.json'],  # the demo model trained here
+        'tola_plugin.demo': ['backbone/*.safetensors', 'backbone/*.json',
+                             'backbone/*.pth'],  # the demo model trained here
         'tola_plugin.samples': ['*.png', '*.tsv', '*.md'],  # DiffTSR test LR images (Apache-2.0)
         'tola_plugin.rendered_samples': ['*.png', '*.tsv', '*.md']
     },  # examples of tola-web
@@ -128,8 +129,8 @@ setup(
     },
     entry_points={
         'console_scripts': [
-            'tola-train=tola_plugin.train:main',
-            'tola-test=tola_plugin.test:main',
+            'tola-train=tola_cli.train:cli',
+            'tola-test=tola_cli.test:cli',
             'tola-infer=tola_cli.infer:cli',
             'tola-web=tola_cli.web:cli',
         ] + [f'tola-{name.replace("_", "-")}=tola_cli.{name}:cli' for name in CLI_TOOLS],

@@ -1,14 +1,15 @@
 """Registers tola-plugin into BasicSR in every process of the environment it is installed in.
 
 The installed ``tola_plugin_hook.pth`` (setup.py) runs ``install()`` at interpreter start. That only puts a finder
-on ``sys.meta_path`` (standard library only: nothing heavy is imported at start). When the process first imports
-``basicsr``, the finder steps aside and
+on ``sys.meta_path`` (``tola_plugin_shim.after_basicsr_import``; standard library only: nothing heavy is imported at
+start). When the process first imports ``basicsr``, the finder steps aside and
   1. installs the torchvision shim (``tola_plugin_shim``), so that basicsr 1.4.2's own imports work on torchvision
      >= 0.17;
   2. lets basicsr import itself as usual;
-  3. imports ``tola_plugin``: BasicSR's fixes (``tola_plugin/basicsr_glue/``) and the names of TOLA's archs,
-     datasets, losses, metrics and models in BasicSR's registries, each module imported when BasicSR first builds
-     one of its names (``tola_plugin/registry_index.py``): ``import basicsr`` imports no TOLA network.
+  3. registers ``tola_plugin`` (``register_plugin``: ``tola_plugin.register()``): BasicSR's fixes
+     (``tola_plugin/basicsr_glue/``) and the names of TOLA's archs, datasets, losses, metrics and models in BasicSR's
+     registries, each module imported when BasicSR first builds one of its names (``tola_plugin/registry_index.py``):
+     ``import basicsr`` imports no TOLA network.
 So ``python basicsr/train.py``, ``python -m basicsr.train``, ``torchrun ... basicsr/train.py --launcher pytorch``
 and any ``import basicsr`` see the plugin. ``TOLA_PLUGIN_HOOK=0`` (or off, false, no) turns the hook off.
 
@@ -21,6 +22,8 @@ that imported copy once the plugin is registered (``forget_launcher_run_as_main`
 """
 import os
 import sys
+
+import tola_plugin_shim  # standard library only until basicsr is imported
 
 ENV_VAR = 'TOLA_PLUGIN_HOOK'
 # the .pth file an install puts beside the packages (setup.py), and its one line
@@ -42,28 +45,16 @@ def hook_enabled(environ=os.environ) -> bool:
     return True
 
 
-class _RegisteringLoader:
-    """Runs basicsr's own loader between the torchvision shim and the plugin's import."""
-
-    def __init__(self, loader):
-        self.loader = loader
-
-    def create_module(self, spec):
-        return self.loader.create_module(spec)
-
-    def exec_module(self, module):
-        # imported here, not at the top: at interpreter start the hook imports nothing but the standard library
-        from tola_plugin_shim import install_torchvision_shim
-        install_torchvision_shim()
-        # basicsr's resources and metadata are read through its own loader, as without the hook
-        module.__loader__ = module.__spec__.loader = self.loader
-        self.loader.exec_module(module)
-        try:
-            import tola_plugin  # noqa: F401  (BasicSR fixes, then TOLA's names into the registries)
-        except Exception as err:
-            raise ImportError(f'tola-plugin could not register itself into BasicSR: {err!r}; set {ENV_VAR}=0 to import '
-                              f'basicsr without the plugin') from err
-        forget_launcher_run_as_main()
+def register_plugin():
+    """What the hook does right after basicsr's first import: register the plugin (``tola_plugin.register``: BasicSR's
+    fixes, then TOLA's names into the registries), then forget a launcher run as ``__main__``."""
+    try:
+        import tola_plugin
+        tola_plugin.register()
+    except Exception as err:
+        raise ImportError(f'tola-plugin could not register itself into BasicSR: {err!r}; set {ENV_VAR}=0 to import '
+                          f'basicsr without the plugin') from err
+    forget_launcher_run_as_main()
 
 
 def module_run_as_main(argv=None, orig_argv=None):
@@ -89,35 +80,18 @@ def forget_launcher_run_as_main():
         sys.modules.pop(name, None)
 
 
-class BasicSRFinder:
-    """``sys.meta_path`` finder that answers only for ``basicsr``, once; the spec is the one the other finders
-    give, with its loader wrapped in ``_RegisteringLoader``."""
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname != 'basicsr':
-            return None
-        uninstall()  # one shot, and no recursion when the plugin imports basicsr
-        for finder in sys.meta_path:
-            find_spec = getattr(finder, 'find_spec', None)
-            spec = find_spec(fullname, path, target) if find_spec else None
-            if spec is not None:
-                if spec.loader is not None and hasattr(spec.loader, 'exec_module'):
-                    spec.loader = _RegisteringLoader(spec.loader)
-                return spec
-        return None
-
-
 def installed() -> bool:
-    """Whether the finder waits for basicsr's first import in this process."""
-    return any(isinstance(f, BasicSRFinder) for f in sys.meta_path)
+    """Whether the hook waits for basicsr's first import in this process."""
+    finder = tola_plugin_shim.waiting_finder()
+    return finder is not None and register_plugin in finder.after
 
 
 def install():
     """Called by tola_plugin_hook.pth at interpreter start: wait for basicsr's first import (unless basicsr is
-    already imported or the hook is turned off)."""
+    already imported or the hook is turned off). Imports nothing but the standard library and the shim's module."""
     if 'basicsr' in sys.modules or installed() or not hook_enabled():
         return
-    sys.meta_path.insert(0, BasicSRFinder())
+    tola_plugin_shim.after_basicsr_import(register_plugin)
 
 
 def write_pth(folder: str) -> str:
@@ -127,7 +101,3 @@ def write_pth(folder: str) -> str:
     with open(path, 'w', encoding='utf-8') as f:
         f.write(HOOK_LINE)
     return path
-
-
-def uninstall():
-    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, BasicSRFinder)]

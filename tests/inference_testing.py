@@ -13,12 +13,12 @@ PHOTO_LINES = (PhotoLine('Restore text', 0, (200, 70),
 
 
 class StandInRestorer(torch.nn.Module):
-    """TOLANet's inference contract without a network: 'image' = lq (identity) or 1 - lq (invert); the text prior
-    of canvas i is its noise seed written out, with token confidences 0.5."""
+    """TOLANet's inference contract without a network: 'image' = lq (identity), 1 - lq (invert) or white (blank); the
+    text prior of canvas i is its noise seed written out, with token confidences 0.5."""
 
-    def __init__(self, invert: bool = False):
+    def __init__(self, invert: bool = False, blank: bool = False):
         super().__init__()
-        self.invert = invert
+        self.invert, self.blank = invert, blank
         self.anchor = torch.nn.Parameter(torch.zeros(1))  # a parameter, so that the pipeline finds the device
         self.calls = []  # batch sizes seen
 
@@ -27,7 +27,8 @@ class StandInRestorer(torch.nn.Module):
         self.calls.append(lq.shape[0])
         texts = [str(s) for s in noise_seeds]
         confidences = torch.full((lq.shape[0], 24), 0.5)
-        return dict(image=1.0 - lq if self.invert else lq.clone(), prior_texts=texts, confidences=confidences)
+        image = torch.ones_like(lq) if self.blank else 1.0 - lq if self.invert else lq.clone()
+        return dict(image=image, prior_texts=texts, confidences=confidences)
 
 
 def tiny_adapted_net() -> TOLANet:

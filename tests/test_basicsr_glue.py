@@ -17,10 +17,11 @@ from tola_plugin import basicsr_glue
 from tola_plugin.basicsr_glue import (atomic_saves, ddp_wrapping, enlarged_sampler, exact_resume, launchers,
                                       lmdb_reader, message_logger, network_loading, option_parsing, process_group,
                                       registry_lookup)
+from tola_plugin.utils import option_files
 
 #: modules of the glue that patch nothing themselves: the helpers only the patches use, and ``resume_state``, whose
 #: ``load_resume_state`` the ``launchers`` patch hands to BasicSR's launchers
-NOT_APPLIED = {'distributed', 'training_resume', 'resume_state'}
+NOT_APPLIED = {'distributed', 'training_resume', 'resume_state', 'failed_start'}
 
 
 def glue_modules():
@@ -43,11 +44,13 @@ def test_basicsr_points_at_the_glue():
     options = basicsr.utils.options
     assert options.init_dist is process_group.init_dist
     assert options.ordered_yaml is option_parsing.ordered_yaml
-    assert options._postprocess_yml_value is option_parsing.postprocess_yml_value
+    assert options._postprocess_yml_value is option_files.force_yml_value  # one reading, the launchers' and tools'
     assert options.parse_options is launchers.parse_options
     for launcher in (basicsr.train, basicsr.test):
         assert launcher.parse_options is launchers.parse_options
     assert basicsr.train.load_resume_state is launchers.load_resume_state
+    for launcher in (basicsr.train, basicsr.test):
+        assert launcher.build_model is launchers.build_model  # the end of a start (failed_start.py)
     assert BaseModel.model_to_device is ddp_wrapping.model_to_device
     assert BaseModel.save_network is atomic_saves.save_network
     assert BaseModel.save_training_state is exact_resume.save_training_state

@@ -144,3 +144,17 @@ def test_parts_that_do_not_fit_say_so(rendered_sets, tmp_path, monkeypatch):
     opt['train']['ocr_recogniser'] = opt['train'].pop('ocr_recognizer')
     with pytest.raises(ValueError, match="ocr_recogniser.*did you mean 'ocr_recognizer'"):
         parse(opt, tmp_path, monkeypatch)
+
+
+def test_missing_recognizer_of_the_ocr_loss_names_the_option_and_its_demo_value(rendered_sets, tmp_path, monkeypatch):
+    """TextSRModel without checkpoints/transocr.pth (the default train.ocr_recognizer): the error names the file,
+    where it comes from, train.ocr_recognizer, its demo value, and the override without the OCR loss."""
+    opt = baseline('train_RRDBNet_PSNR_x4.yml', rendered_sets, ocr_opt=OCR)
+    opt['model_type'] = 'TextSRModel'
+    del opt['datasets']['train']['gt_size']
+    with pytest.raises(FileNotFoundError) as err:
+        build_model(parse(opt, tmp_path, monkeypatch))
+    message = str(err.value)
+    assert message.startswith('train.ocr_recognizer (the frozen TransOCR of train.ocr_opt): ')
+    assert "'checkpoints/transocr.pth'" in message and 'DiffTSR release' in message
+    assert '--force_yml train:ocr_recognizer=demo' in message and 'train:ocr_opt=~' in message

@@ -56,8 +56,8 @@ def test_the_users_tools_are_console_scripts_with_aliases_in_tools(tmp_path):
     scripts = {e.name: e.value for e in entry_points(group='console_scripts') if e.value.startswith('tola_cli.')}
     for module in CLI_MODULES:
         name = 'tola-' + module.replace('_', '-')
-        if module in ('infer', 'web'):
-            assert scripts[name] == f'tola_cli.{module}:cli'
+        if module in ('infer', 'web', 'train', 'test'):  # no alias in tools/: python -m tola_plugin.train, ...
+            assert scripts[name] == f'tola_cli.{module}:cli' and f"'{name}=tola_cli.{module}:cli'" in setup, module
             continue
         assert scripts[name] == f'tola_cli.{module}:cli' and f"'{module}'" in setup, module
         alias = open(os.path.join(REPO, 'tools', f'{module}.py'), encoding='utf-8').read()
@@ -73,3 +73,26 @@ def test_the_defaults_the_parsers_repeat_are_the_packages():
         theirs = getattr(importlib.import_module(module), attribute)
         ours = getattr(defaults, name)
         assert (tuple(theirs) if isinstance(ours, tuple) else theirs) == ours, name
+
+
+def test_the_launchers_help_names_the_plugins_overrides(capsys):
+    """tola-train --help (no basicsr import: the test above) lists BasicSR's flags and the plugin's --force_yml
+    additions: short_run=N, val:metrics:NAME=~ and the demo values."""
+    import pytest
+
+    from tola_cli import test as test_cli
+    from tola_cli import train as train_cli
+    with pytest.raises(SystemExit) as done:
+        train_cli.parse_args(['--help'])
+    text = capsys.readouterr().out
+    assert done.value.code == 0 and text.startswith('usage: tola-train')
+    for needle in ('-opt OPT', '--auto_resume', '--launcher', '--force_yml', 'short_run=N', 'val:metrics:NAME=~',
+                   'network_g:backbone_init=demo', 'path:pretrain_network_g=demo', 'train:ocr_recognizer=demo'):
+        assert needle in text, needle
+    with pytest.raises(SystemExit):
+        test_cli.parse_args(['--help'])
+    text = capsys.readouterr().out
+    assert text.startswith('usage: tola-test') and 'val:metrics:NAME=~' in text and '--auto_resume' not in text
+    with pytest.raises(SystemExit) as usage:
+        train_cli.parse_args([])
+    assert usage.value.code == 2 and 'the following arguments are required: -opt' in capsys.readouterr().err

@@ -101,6 +101,40 @@ def test_one_label_rule_from_the_first_tool_on(tmp_path, capsys):
     assert len((tmp_path / 't3' / 'labels.tsv').read_text(encoding='utf-8').splitlines()) == 2
 
 
+def test_make_test_set_maps_each_name_back_to_its_source(tmp_path, capsys):
+    """tola-make-test-set names an LMDB's lines by key (image-%09d.png); sources.tsv maps each name to its LMDB
+    index (the 0-based index of the index lists) and the file tola-make-lmdb made it from; from a folder, to the
+    file."""
+    images = tmp_path / 'imgs'
+    images.mkdir()
+    rows = [('first.png', 'one'), ('second.jpg', 'two'), ('third.png', 'three')]
+    for name, _ in rows:
+        ok, buf = cv2.imencode(os.path.splitext(name)[1], _text_image(name, 200, 50))
+        (images / name).write_bytes(buf.tobytes())
+    labels = tmp_path / 'labels.tsv'
+    labels.write_text(''.join(f'{n}\t{t}\n' for n, t in rows), encoding='utf-8')
+    lmdb = str(tmp_path / 'db.lmdb')
+    assert _tool('make_lmdb').main(['--images', str(images), '--labels', str(labels), '--out', lmdb]) == 0
+    (tmp_path / 'held_out.txt').write_text('2\n1\n', encoding='utf-8')
+    test_set = tmp_path / 'test'
+    assert _tool('make_test_set').main(
+        ['--lmdb', lmdb, '--index-list',
+         str(tmp_path / 'held_out.txt'), '--out',
+         str(test_set)]) == 0
+    assert 'sources.tsv maps each name to its source' in capsys.readouterr().out
+    mapping = (test_set / 'sources.tsv').read_text(encoding='utf-8').splitlines()
+    assert mapping[0] == 'name\tlmdb_index\tsource'
+    assert sorted(mapping[1:]) == ['image-000000002.png\t1\tsecond.jpg', 'image-000000003.png\t2\tthird.png']
+    names = [line.split('\t')[0] for line in (test_set / 'labels.tsv').read_text(encoding='utf-8').splitlines()]
+    assert sorted(names) == sorted(line.split('\t')[0] for line in mapping[1:])
+    assert _tool('make_test_set').main(
+        ['--images', str(images), '--labels',
+         str(labels), '--out', str(tmp_path / 'from_folder')]) == 0
+    assert (tmp_path / 'from_folder' / 'sources.tsv').read_text(encoding='utf-8').splitlines()[1:] == [
+        'first.png\t\tfirst.png', 'second.png\t\tsecond.jpg', 'third.png\t\tthird.png'
+    ]
+
+
 def test_split_matches_paper_counts_and_is_deterministic(tmp_path):
     tool = _tool('split_dataset')
     train, val = split_indices(list(range(63644)))

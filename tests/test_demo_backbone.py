@@ -12,7 +12,8 @@ from safetensors.torch import load_file
 from test_eval_recognizers import cjk_font
 
 from tola_plugin.archs.tola_arch import TOLANet
-from tola_plugin.checkpoints.demo_backbone import DIFFTSR_FILE, TRANSOCR_FILE, demo_checkpoint_paths, demo_manifest
+from tola_plugin.checkpoints.demo_backbone import (DIFFTSR_FILE, TRANSOCR_FILE, demo_adaptation_record,
+                                                   demo_checkpoint_paths, demo_manifest)
 from tola_plugin.evaluation.records import read_labels
 from conftest import write_options
 from figure_testing import capture_figures, grid_cells
@@ -56,6 +57,28 @@ def test_demo_files_load_strictly_into_the_demo_option_networks(demo_net):
         base = module.get_base_model() if hasattr(module, 'get_base_model') else module
         assert params[name] == sum(p.numel() for n, p in base.named_parameters() if 'lora_' not in n), name
     assert params['transocr'] == sum(p.numel() for p in demo_net.transocr.parameters())
+
+
+def test_the_shipped_adaptation_is_make_demos_and_says_how_it_was_made():
+    """tola_plugin/demo/backbone/tola_demo_adaptation.pth: make demo's adaptation checkpoint (1 MB), its record naming
+    the commands, threads, machine, its sha256 and size, and the network_g of options/demo/test_TOLA_demo.yml; it
+    loads strictly into that network (path:pretrain_network_g=demo) and only with the demo backbone."""
+    import hashlib
+
+    from tola_plugin.archs.tola_arch import TOLANet
+    from tola_plugin.checkpoints.demo_backbone import demo_adaptation_path
+    record, path = demo_adaptation_record(), demo_adaptation_path()
+    data = open(path, 'rb').read()
+    assert len(data) == record['bytes'] < 2e6 and hashlib.sha256(data).hexdigest() == record['sha256']
+    assert record['network_g'] == load_yaml(os.path.join(REPO, 'options', 'demo', 'test_TOLA_demo.yml'))['network_g']
+    assert record['iterations'] == load_yaml(os.path.join(REPO, 'options', 'demo',
+                                                          'train_TOLA_demo.yml'))['train']['total_iter']
+    assert {'psnr', 'ssim', 'p_acc', 't_acc'} <= set(record['held_out']['TOLA']) and record['machine']
+    network = {k: v for k, v in record['network_g'].items() if k != 'type'}
+    net = TOLANet(**network)
+    net.load_adaptation_checkpoint('demo')  # strict: every LoRA and LRC tensor, the recorded settings
+    with pytest.raises(ValueError, match='adapts the demo backbone; set network_g:backbone_init=demo'):
+        TOLANet(**dict(network, backbone_init='random')).load_adaptation_checkpoint('demo')
 
 
 def test_manifest_says_how_the_backbone_was_made():
@@ -154,7 +177,7 @@ def test_demo_report_writes_images_metrics_and_grid(rendered_sets, tmp_path, one
     from basicsr.utils import imwrite, tensor2img
 
     from tola_plugin.data.text_degradation_dataset import TextDegradationDataset
-    from tola_plugin.demo.report import make_report
+    from tola_plugin.demo.report import make_report, report_closing
     test = load_yaml(os.path.join(REPO, DEMO_OPTIONS[1]))
     ds = test['datasets']['test_1']
     ds.update(
@@ -171,6 +194,11 @@ def test_demo_report_writes_images_metrics_and_grid(rendered_sets, tmp_path, one
     assert report['held_out_lines'] == len(dataset) == 2
     assert all(report['TOLA_minus_LR'][k] == 0 for k in report['TOLA_minus_LR'])
     assert report['targets_met'] == {'psnr_gain': False, 'p_acc_gain': False}
+    closing = report_closing(report)  # the demo's last line: no "NOT met", what to expect and why digits vary
+    assert 'NOT met' not in closing and closing.startswith('TOLA against its LR input: PSNR +0.00 dB')
+    assert 'does not beat its input' in closing and 'What varies by CPU' in closing
+    shipped = demo_adaptation_record()['held_out']['TOLA']
+    assert f'read PSNR {shipped["psnr"]:.2f} dB, PP-OCRv4 ACC {shipped["p_acc"]:.4f}' in closing
     assert {'psnr', 'ssim', 'p_acc', 't_acc'} <= set(report['LR'])
     saved = json.loads((results / 'metrics.json').read_text(encoding='utf-8'))
     assert saved['TOLA'] == report['TOLA']

@@ -399,3 +399,26 @@ def test_diagnose_picks_the_recognizer_whose_columns_exist(tmp_path):
     res = json.loads((tmp_path / 'd' / 'diagnostics.json').read_text(encoding='utf-8'))
     assert res['recognizer_prefix'] == 'p_' and res['lower'] is True
     assert {r['method']: r['total'] for r in res['edits']} == {'A': 4, 'B': 1}
+
+
+def test_transocr_checkpoint_demo_is_accepted_and_a_missing_file_refused_before_any_work(
+        dataset, tmp_path, monkeypatch):
+    """--transocr-checkpoint demo: the demo backbone's TransOCR, as train:ocr_recognizer=demo; a missing file is an
+    error before any image is read or upscaled."""
+    assert evaluate.main([
+        '--method', f'same={dataset / "same"}', '--labels',
+        str(dataset / 'labels.tsv'), '--metrics', 'transocr', '--transocr-checkpoint', 'demo', '--lower', '--out',
+        str(tmp_path / 'eval'), '--no-progress'
+    ]) == 0
+    summary = json.loads((tmp_path / 'eval' / 'summary.json').read_text(encoding='utf-8'))
+    assert set(summary['summary']['same']) == {'t_acc', 't_ned'}
+
+    def no_work(*args, **kwargs):
+        raise AssertionError('work started before the missing checkpoint was named')
+
+    monkeypatch.setattr('tola_plugin.evaluation.runner.upscale_folder', no_work)
+    monkeypatch.setattr('tola_plugin.evaluation.runner.R.list_images', no_work)
+    with pytest.raises(FileNotFoundError, match="TransOCR checkpoint .--transocr-checkpoint. not found at 'absent.pth'"
+                       ".*or demo"):
+        evaluate_methods({'s': str(dataset / 'same')}, str(tmp_path / 'o'), reference_dir=str(dataset / 'hr'),
+                         labels_path=str(dataset / 'labels.tsv'), transocr_checkpoint='absent.pth', upscale=True)

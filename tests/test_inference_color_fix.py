@@ -59,13 +59,16 @@ def test_apply_checks_its_arguments():
 
 
 def test_pipeline_matches_the_outputs_colours_to_the_input():
-    """An 'inverting' network: adain brings each channel's mean back to the input's, none keeps the inversion."""
+    """An 'inverting' network: adain and wavelet (the default of the user's tools) bring each channel's mean back to
+    the input's, none keeps the inversion."""
     rng = np.random.default_rng(0)
     line = np.clip(rng.normal((200, 120, 40), 10, (32, 128, 3)), 0, 255).astype(np.uint8)
-    plain = TOLAPipeline(StandInRestorer(invert=True), batch_size=1)(line).image.astype(float)
+    plain = TOLAPipeline(StandInRestorer(invert=True), batch_size=1, color_fix='none')(line).image.astype(float)
+    default = TOLAPipeline(StandInRestorer(invert=True), batch_size=1)(line).image.astype(float)
     fixed = TOLAPipeline(StandInRestorer(invert=True), batch_size=1, color_fix='adain')(line).image.astype(float)
     wave = TOLAPipeline(StandInRestorer(invert=True), batch_size=1, color_fix='wavelet')(line).image.astype(float)
     target = line.reshape(-1, 3).mean(0)
     assert np.abs(plain.reshape(-1, 3).mean(0) - (255 - target)).max() < 3  # the network's own (inverted) colours
     assert np.abs(fixed.reshape(-1, 3).mean(0) - target).max() < 3  # 8-bit rounding and resizing only
     assert np.abs(wave.reshape(-1, 3).mean(0) - target).max() < 3
+    assert np.array_equal(default, wave)  # the user's tools keep the input's colours unless asked not to

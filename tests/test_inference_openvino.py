@@ -136,6 +136,26 @@ def test_converted_stages_are_reused(converted, monkeypatch):
     assert os.listdir(OVS.compiled_cache_dir())  # OpenVINO's own cache of the compiled stages
 
 
+def test_the_conversion_shows_its_progress_with_the_time_left(converted, tmp_path, monkeypatch, capfd):
+    """Converting is never a silent wait: a line before it, then (stderr not a terminal: a log) the bar's lines as
+    the child converts each stage, weighted by the stage's parameters, with the time left, and the total at the
+    end."""
+    from tola_plugin.runtime.stage_source import StageSource
+    from tola_plugin.utils import progress
+    path, net, _ = converted
+    monkeypatch.setenv('XDG_CACHE_HOME', str(tmp_path))
+    monkeypatch.setattr(progress, 'LINE_SECONDS', 0.0)  # a line for every stage
+    source = StageSource(net.idm, net.vae, net.transocr, path)
+    capfd.readouterr()
+    OVS.StageCache(file_sha256(path)).build(source)
+    err = capfd.readouterr().err
+    assert 'converting TransOCR, the IDM and the VAE for OpenVINO once for this model' in err
+    steps = [line for line in err.splitlines() if line.startswith('OpenVINO conversion: ')]
+    assert [s.split('(')[1].split(' done')[0] for s in steps] == list(OVS.STAGES), err
+    assert steps[-1].startswith('OpenVINO conversion: 100 %') and 'left' in steps[0], steps
+    assert 'OpenVINO stages converted in' in err
+
+
 def test_stale_or_corrupt_entries_are_found(tmp_path, monkeypatch):
     """An entry (here of stand-in files) is invalid when a weight file changed (same size: its hash, once its mtime
     moved), its XML changed even with the same size and mtime (always hashed), the manifest is cut short or of

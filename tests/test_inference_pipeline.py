@@ -9,8 +9,11 @@ import torch
 
 from tola_plugin import TOLAPipeline
 from tola_plugin.data_preparation.photo_render import render_photo
+from tola_plugin.inference.demo_model import demo_model_path, is_demo_model
 from tola_plugin.inference.photo_geometry import expand_quad, reading_quad
-from tola_plugin.inference.pipeline import DEMO_MODEL
+from tola_plugin.inference.pipeline import reads_as_well
+from tola_plugin.ocr.recognition import Recognition
+from tola_plugin.utils.user_cache import cache_root
 from inference_testing import PHOTO_LINES, StandInRestorer, write_tiny_merged
 from tola_testing import one_thread  # noqa: F401
 
@@ -45,11 +48,13 @@ def test_tiny_network_restores_lines_of_any_size(tiny_model):
 
 
 def test_a_canvas_shaped_line_is_restored_as_the_test_launcher_does(tiny_model):
-    """A 1:4 line: one window, no pad; the network sees the datasets' canvas (to_canvas) with the launcher's seed."""
+    """A 1:4 line: one window, no pad; the network sees the datasets' canvas (to_canvas) with the launcher's seed; with
+    the paper's colours (color_fix 'none', the test launcher's) the output is the launcher's."""
     from tola_plugin.archs.tola_arch import TOLANet, image_noise_seed
     from tola_plugin.data.text_line_source import to_canvas
     bgr = np.random.default_rng(3).integers(0, 256, (32, 128, 3), dtype=np.uint8)
-    ours = TOLAPipeline.from_merged(tiny_model)(np.ascontiguousarray(bgr[..., ::-1]), names=['x.png'], seed=7)
+    ours = TOLAPipeline.from_merged(tiny_model, color_fix='none')(np.ascontiguousarray(bgr[..., ::-1]), names=['x.png'],
+                                                                  seed=7)
     net = TOLANet.from_merged(tiny_model)
     lq = torch.from_numpy(to_canvas(bgr)).permute(2, 0, 1)[None].contiguous()  # as BasicSR's data loader stacks it
     with torch.no_grad():
@@ -66,10 +71,12 @@ def test_loading_errors(tiny_model, tmp_path, monkeypatch):
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match='CUDA is not available'):
             pipe.to('cuda')
-    monkeypatch.chdir(tmp_path)
-    with pytest.raises(FileNotFoundError, match='run `make demo` first') as err:
-        TOLAPipeline.from_merged()
-    assert DEMO_MODEL in str(err.value)
+    monkeypatch.chdir(tmp_path)  # no model given, from a folder that is not the clone: the shipped demo model
+    demo = TOLAPipeline.from_merged(backend='torch')
+    assert is_demo_model(demo.runtime.source.merged) and demo.runtime.source.merged == demo_model_path()
+    assert os.path.dirname(demo_model_path()) == os.path.join(cache_root(), 'demo') and not os.listdir(tmp_path)
+    demo.close()
+    assert not is_demo_model(tiny_model)  # by its weights: a model of another backbone is not the demo's
     with pytest.raises(ValueError, match='overlap'):
         TOLAPipeline(StandInRestorer(), overlap=512)
     with pytest.raises(ValueError, match='outscale'):
@@ -78,7 +85,8 @@ def test_loading_errors(tiny_model, tmp_path, monkeypatch):
 
 def test_photo_lines_are_found_restored_and_pasted_back_in_place():
     photo, quads, ink = render_photo(PHOTO_LINES, height=480, width=640)
-    pipe = TOLAPipeline(StandInRestorer(invert=True))  # every restored line comes back inverted
+    # every restored line comes back inverted, and is pasted with the network's colours (the geometry under test)
+    pipe = TOLAPipeline(StandInRestorer(invert=True), color_fix='none', paste='all')
     result = pipe(photo, detect=True, outscale=1)
     assert result.image.shape == photo.shape and len(result.lines) == len(PHOTO_LINES)
     pasted = np.zeros(photo.shape[:2], np.uint8)
@@ -122,7 +130,6 @@ def test_photo_without_text_is_returned_resized():
     blank = np.full((96, 128, 3), 200, np.uint8)
     result = TOLAPipeline(StandInRestorer())(blank, detect=True, outscale=2)
     assert result.lines == [] and result.image.shape == (192, 256, 3) and (result.image == 200).all()
-    assert os.path.basename(DEMO_MODEL) == 'TOLA_demo_merged.safetensors'
 
 
 def test_frozen_route_needs_no_adaptation_checkpoint(tmp_path, one_thread):  # noqa: F811
@@ -144,3 +151,30 @@ def test_frozen_route_needs_no_adaptation_checkpoint(tmp_path, one_thread):  # n
     path.write_text(yaml.safe_dump(opt), encoding='utf-8')
     with pytest.raises(ValueError, match='no adaptation checkpoint'):
         TOLAPipeline.from_options(str(path))
+
+
+def test_user_tools_align_colours_and_paste_only_lines_that_read_as_well():
+    """TOLAPipeline (tola-infer, tola-web) keeps the input's colours by default (wavelet; the paper's 'none' stays in
+    BasicSR's test pipeline), and in a photo puts back only the restored lines PP-OCRv4 reads as well as the
+    originals; the others stay as they were, and the record says which."""
+    from tola_cli import infer as infer_cli
+    from tola_cli import web as web_cli
+    assert TOLAPipeline(StandInRestorer()).color_fix == 'wavelet' == infer_cli.parse_args(['-i', 'x']).color_fix
+    assert web_cli.parse_args([]).color_fix == 'wavelet' and infer_cli.parse_args(['-i', 'x']).paste == 'checked'
+    photo, _, _ = render_photo(PHOTO_LINES, height=480, width=640)
+    blank = TOLAPipeline(StandInRestorer(blank=True), color_fix='none')  # every line restored empty: unreadable
+    kept = blank(photo, detect=True, outscale=1)
+    assert kept.lines and not any(line.pasted for line in kept.lines)
+    assert np.array_equal(kept.image, photo)  # nothing pasted: the photo as it was
+    assert all(line.text_after == '' and line.text_before for line in kept.lines)
+    pasted = TOLAPipeline(StandInRestorer(blank=True), color_fix='none', paste='all')(photo, detect=True, outscale=1)
+    assert all(line.pasted for line in pasted.lines) and not np.array_equal(pasted.image, photo)
+    assert json.loads(json.dumps(kept.to_dict()))['lines'][0]['pasted'] is False
+    same = TOLAPipeline(StandInRestorer())(photo, detect=True, outscale=1)  # reads the same: every line pasted
+    assert all(line.pasted for line in same.lines)
+    with pytest.raises(ValueError, match="paste 'checked' .* needs recognize"):
+        blank(photo, detect=True, recognize=False)
+    assert TOLAPipeline(StandInRestorer())(photo).lines[0].pasted is None  # one line: nothing pasted into a photo
+    read = lambda text, confidence: Recognition(text, confidence)  # noqa: E731
+    assert reads_as_well(read('ab', 0.9), read('ab', 0.5)) and reads_as_well(read('ab', 0.5), read('xy', 0.6))
+    assert not reads_as_well(read('ab', 0.9), read('xy', 0.8)) and not reads_as_well(read('', 0.0), read(' ', 0.0))

@@ -264,6 +264,22 @@ def test_each_basicsr_model_names_its_closest_key(model):
         check_options(opt)
 
 
+@pytest.mark.parametrize('model', ['SRModel', 'ESRGANModel', 'SwinIRModel'])
+def test_ocr_opt_under_a_stock_model_names_its_text_aware_version(model):
+    """train.ocr_opt under a stock BasicSR model: the error names the model that is it plus TOLA's OCR loss, and the
+    other models that take the key."""
+    opt = dict(rrdb_options(), model_type=model, is_train=True)
+    opt['train'] = dict(opt['train'], ocr_opt={'type': 'OCRCELoss', 'loss_weight': 0.02})
+    with pytest.raises(OptionError) as err:
+        check_options(opt)
+    message = str(err.value)
+    assert f'train.ocr_opt: unknown option of {model}' in message
+    assert f'Text{model} is {model} with ocr_opt: set model_type: Text{model}' in message
+    others = message.split('also taking it: ')[1]
+    assert all(name in others
+               for name in {'TOLAModel', 'TextSRModel', 'TextSwinIRModel', 'TextESRGANModel'} - {f'Text{model}'})
+
+
 # A registered model declares what it reads beyond its base classes (utils/option_schema.py).
 @MODEL_REGISTRY.register()
 class SchemaProbeTextSRModel(SRModel):

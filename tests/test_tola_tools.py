@@ -116,3 +116,41 @@ def test_infer_writes_images_and_prior_csv(trained, tmp_path):
     assert all(0.0 <= row['prior_confidence'] <= 1.0 for row in prior.values())
     with pytest.raises(FileNotFoundError):
         infer_tola.main(['--model', str(merged), '-i', str(tmp_path / 'nope'), '-o', str(tmp_path / 'o')])
+
+
+def test_export_takes_the_launchers_overrides_and_writes_with_the_umask(tmp_path, monkeypatch):
+    """tola-export-merged on the demo: the paper's test file with the launchers' --force_yml (the same override as
+    training: network_g:backbone_init=demo) and the shipped adaptation (--checkpoint demo); the file gets the mode the
+    user's umask gives a new file (not mkstemp's or safetensors' private 0600); a bad override names itself."""
+    from tola_plugin.inference.demo_model import is_demo_model
+    opt = os.path.join(REPO, 'options', 'test', 'test_TOLA.yml')
+    previous = os.umask(0o027)
+    try:
+        out = tmp_path / 'demo_merged.safetensors'
+        assert export_merged.main(
+            ['-opt', opt, '--force_yml', 'network_g:backbone_init=demo', '--checkpoint', 'demo', '--out',
+             str(out)]) == 0
+        assert os.stat(out).st_mode & 0o777 == 0o640
+        os.umask(0o022)
+        again = tmp_path / 'again.safetensors'
+        assert export_merged.main(
+            ['-opt', opt, '--force_yml', 'network_g:backbone_init=demo', '--checkpoint', 'demo', '--out',
+             str(again)]) == 0
+        assert os.stat(again).st_mode & 0o777 == 0o644
+    finally:
+        os.umask(previous)
+    assert is_demo_model(str(out))  # the demo model, whatever its name
+    with pytest.raises(ValueError, match="--force_yml 'network_h:backbone_init=demo': the option file has no block "
+                       'network_h'):
+        export_merged.main(['-opt', opt, '--force_yml', 'network_h:backbone_init=demo', '--out', str(out)])
+    with pytest.raises(ValueError, match='expected KEY:SUBKEY=VALUE'):
+        export_merged.main(['-opt', opt, '--force_yml', 'network_g:backbone_init', '--out', str(out)])
+    with pytest.raises(ValueError, match='adapts the demo backbone; set network_g:backbone_init=demo'):
+        export_merged.main(
+            ['-opt', opt, '--force_yml', 'network_g:backbone_init=random', '--checkpoint', 'demo', '--out',
+             str(out)])
+    monkeypatch.chdir(tmp_path)  # no checkpoints/ here: the official backbone is missing, the demo route is named
+    with pytest.raises(
+            FileNotFoundError, match="DiffTSR checkpoint not found at 'checkpoints/DiffTSR.ckpt'.*"
+            '--force_yml network_g:backbone_init=demo'):
+        export_merged.main(['-opt', opt, '--checkpoint', 'net_g_latest.pth', '--out', str(out)])

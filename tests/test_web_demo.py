@@ -1,7 +1,8 @@
 """tola-web (docs/web.md): the request handler in-process, the command line, and the page in a real headless Chromium.
 
-The browser tests start the server the way `tola-web` does with no --model (the demo model's path, here a tiny
-merged model), drive Debian's Chromium through Selenium, and stop both themselves. They are skipped, with the reason
+The browser tests start the server the way a user outside the clone does, with the demo model given by --model from a
+folder of their own (the page recognises it by its weights), drive Debian's Chromium through Selenium, and stop both
+themselves. They are skipped, with the reason
 printed, only where no Chromium and chromedriver are installed (tools/setup_env.sh installs them when run as root).
 """
 import glob
@@ -17,9 +18,10 @@ import torch
 
 from tola_plugin.archs.tola_arch import image_noise_seed
 from tola_plugin.data.image_io import read_image_file
+from tola_plugin.inference.demo_model import demo_model_path
 from tola_plugin.inference.headless_browser import (find_chromium, page_text, quit_chromium, restore_in_page,
                                                     start_chromium, urls_off_host)
-from tola_plugin.inference.pipeline import DEMO_MODEL, LineResult, Restoration, TOLAPipeline
+from tola_plugin.inference.pipeline import LineResult, Restoration, TOLAPipeline
 from tola_plugin.rendered_samples import samples_dir
 from inference_testing import StandInRestorer, write_tiny_merged
 
@@ -52,6 +54,24 @@ def test_restore_upload_line_sizes_and_text():
     assert (number, prior, confidence, before) == (1, str(image_noise_seed('line_1x4.png', 0)), 0.5, LINE_TEXT)
     assert 'line\\_1x4.png' in page.summary and '128×32 → 512×128' in page.summary  # Markdown: the name as text
     assert 'on cpu, torch' in page.summary
+
+
+def test_a_photo_is_restored_as_a_photo_and_the_switch_says_so():
+    """The bundled example photo (320x240) on a page started without --detect: 'auto' finds its lines and restores
+    each in place (never squashed into one line); 'line' restores it as one line, as asked; a line stays a line."""
+    photo = os.path.join(samples_dir(), 'photo.png')
+    pipe = TOLAPipeline(StandInRestorer())
+    page = web_app.restore_upload(pipe, photo, 'photo.png')
+    assert page.detected and page.overlay is not None and len(page.rows) >= 3
+    assert page.restored.shape[0] > page.input.shape[0] and page.restored.shape[1] > 300  # the photo, enlarged
+    assert 'as a photo:' in page.summary and 'kind auto' in page.summary
+    as_line = web_app.restore_upload(pipe, photo, 'photo.png', kind='line')
+    assert not as_line.detected and as_line.restored.shape[0] == 128 and 'as one text line' in as_line.summary
+    assert not web_app.restore_upload(pipe, LINE, 'line_1x4.png').detected
+    assert [web_app.looks_like_a_photo(h, w)
+            for h, w in ((600, 900), (32, 128), (32, 32), (128, 512), (200, 300))] == [True, False, False, False, True]
+    with pytest.raises(ValueError, match='kind must be one of'):
+        web_app.restore_upload(pipe, LINE, kind='both')
 
 
 def test_restore_upload_refuses_non_image_and_too_large(not_an_image):
@@ -106,17 +126,20 @@ def chromium():
 
 @pytest.fixture(scope='module')
 def demo_server(tmp_path_factory, chromium):
-    """`tola-web --port 0 --max-file-mb 0.1` on 127.0.0.1, without --model: the demo model path, holding a tiny
-    merged model."""
+    """`tola-web --model MY_DEMO_COPY --port 0 --max-file-mb 0.1 --backend torch` on 127.0.0.1: the demo model under a
+    name and folder of the user's own."""
     work = tmp_path_factory.mktemp('web_cwd')
-    os.makedirs(work / os.path.dirname(DEMO_MODEL))
-    write_tiny_merged(work / DEMO_MODEL)
+    model = shutil.copy(demo_model_path(), work / 'my_model.safetensors')
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the tiny net is faster on one thread on the shared machine
+    torch.set_num_threads(1)  # the demo net is faster on one thread on the shared machine
     cwd = os.getcwd()
-    os.chdir(work)  # the demo model's path is relative to the working directory, as after `make demo`
+    os.chdir(work)
     try:
-        app = web_cli.main(['--port', '0', '--device', 'cpu', '--max-file-mb', str(MAX_FILE_MB)], block=False)
+        app = web_cli.main([
+            '--model',
+            str(model), '--port', '0', '--device', 'cpu', '--backend', 'torch', '--max-file-mb',
+            str(MAX_FILE_MB)
+        ], block=False)
     finally:
         os.chdir(cwd)
     try:
@@ -129,13 +152,13 @@ def demo_server(tmp_path_factory, chromium):
 def test_page_restores_an_uploaded_line(demo_server, chromium, tmp_path):
     state = restore_in_page(chromium, demo_server, LINE, timeout=PAGE_TIMEOUT)
     chromium.save_screenshot(str(tmp_path / 'tola_web.png'))
-    assert state.status.startswith('Restored line_1x4.png (one line) in'), state.status
+    assert state.status.startswith('Restored line_1x4.png as one text line (kind auto: line-shaped) in'), state.status
     assert state.restored_size == (512, 128)  # the 128x32 line at the network's height, aspect kept
     assert LINE_TEXT in state.table  # PP-OCRv4's reading of the input
     text = page_text(chromium)
-    assert 'tiny demo backbone' in text and "not the paper's weights" in text  # served without --model
+    assert 'tiny demo backbone' in text and "not the paper's weights" in text  # the demo model, by its weights
     runtime = text[text.index('runtime: cpu,'):].split('\n')[0]  # where it runs, and why (RuntimePlan.describe)
-    assert re.match(r'runtime: cpu, (openvino|torch) fp32 \(asked backend auto, precision fp32\): \w', runtime), runtime
+    assert re.match(r'runtime: cpu, torch fp32 \(asked backend torch, precision fp32\): \w', runtime), runtime
     assert not urls_off_host(state.resources, '127.0.0.1')  # fonts, scripts, images: all from the demo server
     shot = read_image_file(str(tmp_path / 'tola_web.png'))  # the page was drawn: a full window, not a blank one
     width, height = chromium.execute_script('return [window.innerWidth, window.innerHeight]')  # the viewport
@@ -176,11 +199,14 @@ def _post_files(url, files, headers=None):
         return err.code, err.read().decode()
 
 
-def test_uploads_are_bounded_per_request_and_removed_when_the_server_stops(tmp_path):
+def test_uploads_are_bounded_per_request_and_removed_when_the_server_stops(tmp_path, capsys):
     model = write_tiny_merged(tmp_path / 'tiny.safetensors')
     app = web_cli.main(['--model', model, '--port', '0', '--device', 'cpu', '--max-file-mb',
                         str(MAX_FILE_MB)], block=False)
     folder = web_app.upload_folder(app)
+    out = capsys.readouterr().out  # one line of ours where the page is; none of Gradio's advice for Python users
+    assert f'tola-web: serving {app.local_url} (this machine only); Ctrl-C stops it' in out, out
+    assert 'share=True' not in out and 'Running on local URL' not in out, out
     try:
         url = app.local_url.rstrip('/') + '/gradio_api/upload'
         part = os.urandom(60_000)  # each file under the 0.1 MB per-file limit

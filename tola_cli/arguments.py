@@ -33,3 +33,38 @@ def openvino_streams(text: str):
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1 or 'auto', got {text!r}")
     return value
+
+
+LAUNCHER_EPILOG = """\
+--force_yml takes BasicSR's KEY:SUBKEY=VALUE (train:ema_decay=0.999; ~ is null; a list is read as YAML) and:
+  short_run=N                      N iterations, at most 2 lines per batch, no loader workers, a loss line every
+                                   iteration, the schedule shrunk to fit: a first look on a CPU (training files)
+  val:metrics:NAME=~               remove the validation metric NAME (e.g. val:metrics:lpips=~, without its file)
+  network_g:backbone_init=demo     the demo backbone shipped with the package (no official weights needed)
+  path:pretrain_network_g=demo     start from the demo model's adaptation (with backbone_init=demo)
+  train:ocr_recognizer=demo        the demo backbone's TransOCR for the OCR loss of the text-aware models
+A weight file a run needs and lacks stops it at start, naming the file, where it comes from and the override that
+runs without it. docs/own_data.md walks through a project of one's own; README "Writing an option file".
+"""
+
+
+def launcher_parser(prog: str, training: bool) -> argparse.ArgumentParser:
+    """The command line of BasicSR's launchers with the plugin (tola-train, tola-test), for --help and usage errors:
+    BasicSR's own parser reads the same arguments again when the run starts (its flags, ours in the epilog)."""
+    what = 'train with BasicSR\'s training pipeline' if training else 'test with BasicSR\'s test pipeline'
+    parser = argparse.ArgumentParser(
+        prog=prog, formatter_class=argparse.RawDescriptionHelpFormatter, epilog=LAUNCHER_EPILOG,
+        description=f'{prog}: {what}, the plugin registered (python -m tola_plugin.{"train" if training else "test"} '
+        f'and python -m basicsr.{"train" if training else "test"} are the same command). Outputs go under the current '
+        f'folder: {"experiments/, tb_logger/" if training else "results/"}.')
+    parser.add_argument('-opt', required=True, help='option file (YAML; options/ has ours)')
+    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm'], default='none',
+                        help='job launcher (pytorch: under torchrun; slurm: under srun)')
+    if training:
+        parser.add_argument('--auto_resume', action='store_true',
+                            help="resume from the experiment's newest complete training state")
+    parser.add_argument('--debug', action='store_true', help="BasicSR's debug mode; also shows a traceback on error")
+    parser.add_argument('--local_rank', type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument('--force_yml', nargs='+', metavar='KEY:SUBKEY=VALUE',
+                        help='change values of the option file (below)')
+    return parser

@@ -20,6 +20,9 @@ RT50_THRESHOLDS = {
     'laplacian_var': (2.0, 1200.0), 'edge_density': (0.01, 0.65), 'min_entropy': 3.0, 'dhash_distance': 7
 }
 RT50_DIFFICULTIES = ('mild', 'medium', 'hard')
+COLOR_FIXES = ('none', 'wavelet', 'adain')
+DEFAULT_COLOR_FIX = 'wavelet'
+PASTE_POLICIES = ('checked', 'all')
 
 #: name here -> (module, attribute) of the package; a dict there is compared by its keys where this is a tuple
 SOURCES = {
@@ -38,4 +41,7 @@ SOURCES = {
     'RT50_LABEL_LENGTHS': ('tola_plugin.data_preparation.image_checks', 'RT50_LABEL_LENGTHS'),
     'RT50_THRESHOLDS': ('tola_plugin.data_preparation.image_checks', 'RT50_THRESHOLDS'),
     'RT50_DIFFICULTIES': ('tola_plugin.data_preparation.rt50_screening', 'DIFFICULTIES'),
+    'COLOR_FIXES': ('tola_plugin.inference.color_fix', 'COLOR_FIXES'),
+    'DEFAULT_COLOR_FIX': ('tola_plugin.inference.pipeline', 'DEFAULT_COLOR_FIX'),
+    'PASTE_POLICIES': ('tola_plugin.inference.pipeline', 'PASTE_POLICIES'),
 }

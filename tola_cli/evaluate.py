@@ -50,7 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
         '--metrics', help=f'comma-separated subset of {",".join(ALL_METRICS)} (default: every '
         'metric the inputs allow; those whose weight files are absent are skipped '
         'with a message)')
-    p.add_argument('--transocr-checkpoint', help='official transocr.pth (TransOCR ACC/NED)')
+    p.add_argument(
+        '--transocr-checkpoint', help="official transocr.pth (TransOCR ACC/NED), or demo: the demo backbone's "
+        'TransOCR (it reads lower case: add --lower)')
     p.add_argument('--transocr-preprocess', default='difftsr', choices=('difftsr', 'benchmark'),
                    help='TransOCR input pipeline (default difftsr: the one that produces the text prior)')
     p.add_argument(

@@ -1,6 +1,6 @@
 """tola-infer: restore text images (a file or a folder) with a TOLA model; any size and aspect, whole photos.
 
-  tola-infer -i LR_DIR -o results/tola                                  # the demo model (make demo)
+  tola-infer -i LR_DIR -o results/tola                                  # the demo model (shipped; from any folder)
   tola-infer -i photo.jpg -o results/photo --detect --model MERGED.safetensors
   tola-infer -i LR_DIR -o results/tola -opt options/test/test_TOLA.yml [--checkpoint net_g.pth]
 
@@ -21,8 +21,10 @@ docs/restore.md and docs/reliability.md have the details.
 """
 import argparse
 import math
+import os
 
 from tola_cli.arguments import openvino_streams, rgb_triple
+from tola_cli.defaults import COLOR_FIXES, DEFAULT_COLOR_FIX, PASTE_POLICIES
 
 # The library's defaults (tola_plugin.data.image_io.DEFAULT_MAX_PIXELS, inference.work_bounds), repeated here so
 # that --help needs no import of the package; tests/test_reliability_bounds.py checks that they agree.
@@ -38,10 +40,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('-o', '--output', default='results/tola_infer', help='output folder (results/tola_infer)')
     model = parser.add_mutually_exclusive_group()
     model.add_argument(
-        '--model', help='merged TOLA model (.safetensors from tools/export_merged.py); default: the '
-        'demo model experiments/demo_TOLA/TOLA_demo_merged.safetensors (make demo)')
+        '--model', help='merged TOLA model (.safetensors from tola-export-merged); default: the demo model (the '
+        "package's demo backbone and adaptation, merged once into ~/.cache/tola-plugin/demo/; `make demo`'s own is "
+        'experiments/demo_TOLA/TOLA_demo_merged.safetensors)')
     model.add_argument('-opt', help='TOLA option file (network_g + path.pretrain_network_g), instead of --model')
-    parser.add_argument('--checkpoint', help='with -opt: adaptation checkpoint (default: path.pretrain_network_g)')
+    parser.add_argument(
+        '--checkpoint', help='with -opt: adaptation checkpoint (default: path.pretrain_network_g; '
+        "demo: the demo model's, with network_g.backbone_init demo)")
     parser.add_argument('--suffix', default='', help='appended to each output name (none)')
     parser.add_argument('--ext', choices=('auto', 'png', 'jpg'), default='auto',
                         help='output format; auto: jpg for .jpg/.jpeg inputs, png otherwise')
@@ -77,9 +82,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--show-runtime', action='store_true',
                         help='decide where and how the model runs (qualifying what needs it), print it and exit')
     parser.add_argument(
-        '--color-fix', choices=('none', 'wavelet', 'adain'), default='none',
-        help="match the output's colours to the input's (none: the network's own, as the paper; "
-        'docs/restore.md)')
+        '--color-fix', choices=COLOR_FIXES, default=DEFAULT_COLOR_FIX,
+        help=f"match the output's colours to the input's ({DEFAULT_COLOR_FIX}; none: the network's own, the paper's "
+        'outputs; docs/restore.md)')
+    parser.add_argument(
+        '--paste', choices=PASTE_POLICIES, default=PASTE_POLICIES[0],
+        help='with --detect, the restored lines put into the photo: checked (those PP-OCRv4 reads as well as the '
+        'original; the others stay as they were, the JSON says which) or all')
     parser.add_argument('--seed', type=int, default=0,
                         help='base of the per-image noise seeds (0; the same file name gets the same noise)')
     parser.add_argument('--recursive', action='store_true', help='also images in subfolders of a folder input')
@@ -127,10 +136,19 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def main(argv=None) -> int:
-    """Run the command (for tests and tools): usage errors exit via argparse; bad input raises."""
+    """Run the command (for tests and tools): usage errors exit via argparse; bad input raises. What can be decided
+    without torch is decided first (the model's and option file's presence, the outputs to skip); the networks are
+    imported and loaded only when there is something to restore."""
     args = parse_args(argv)
-    from tola_plugin.inference.folder_run import restore_folder, show_runtime  # heavy imports only after parsing
-    from tola_plugin.inference.pipeline import TOLAPipeline
+    expected = {'--model': 'a merged TOLA model, from tola-export-merged', '-opt': 'a TOLA option file'}
+    for flag, path in (('--model', args.model), ('-opt', args.opt)):
+        if path is not None and not os.path.isfile(path):
+            raise FileNotFoundError(f'{flag} {path}: no such file (expected {expected[flag]}; without --model and '
+                                    '-opt tola-infer runs the demo model)')
+    if args.device is not None:  # a device asked for and absent: an error before anything is read
+        from tola_plugin.inference.pipeline import TOLAPipeline
+        TOLAPipeline.check_placement(args.device, args.backend)
+    from tola_plugin.inference.folder_run import restore_folder, show_runtime  # the package, once parsed (light)
     switches = {
         name: value
         for name, value in (('precision', args.precision), ('timestep', args.timestep), ('noise', args.noise))
@@ -138,13 +156,14 @@ def main(argv=None) -> int:
     }
 
     def pipeline():
+        from tola_plugin.inference.pipeline import TOLAPipeline  # the networks: only when there is work
         return TOLAPipeline.load(args.model, args.opt, args.checkpoint, switches, args.device, args.backend,
                                  requalify=args.requalify, streams=args.streams, overlap=args.overlap,
                                  pad_mode=args.pad_mode, batch_size=args.batch_size, background=args.alpha_background,
                                  max_pixels=round(args.max_megapixels * 1e6), max_windows=args.max_windows,
-                                 max_output_pixels=args.max_output_megapixels * 1e6, color_fix=args.color_fix)
+                                 max_output_pixels=args.max_output_megapixels * 1e6, color_fix=args.color_fix,
+                                 paste=args.paste)
 
-    TOLAPipeline.check_placement(args.device, args.backend)  # a bad device: an error before anything is read
     if args.show_runtime:
         return show_runtime(pipeline)
     return restore_folder(args.input, args.output, pipeline, args.suffix, args.ext, args.detect, args.outscale,

@@ -3,8 +3,9 @@
 Each line goes through TOLA's training degradation (``TextDegradationDataset``: Real-ESRGAN or BSRGAN at x<s>, fixed
 ``--seed``), so the test pairs are of the kind every method was trained on. ``hr/`` holds the 512x128 canvases (the
 references of tola-evaluate), ``lr_x<s>/`` the LR lines at 512/s x 128/s, both PNG, named after the LMDB key
-(``image-000000012.png``) or the image file; the test option files (options/test/, options/baselines/) read them as
-they read CTR-TSR-Test (docs/own_data.md). Labels follow the rule of every tool (docs/data.md, "Labels").
+(``image-000000012.png``) or the image file; ``sources.tsv`` maps each name back to its LMDB index and original file.
+The test option files (options/test/, options/baselines/) read them as they read CTR-TSR-Test (docs/own_data.md).
+Labels follow the rule of every tool (docs/data.md, "Labels").
 
 Example:
     tola-make-test-set --lmdb datasets/own/lines.lmdb --index-list datasets/own/holdout/val_index.txt \

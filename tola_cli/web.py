@@ -1,11 +1,12 @@
 """tola-web: a web page to try a TOLA model: upload, paste or pick a text image, see it restored beside the input.
 
-  tola-web                                         # the demo model of `make demo`, http://127.0.0.1:7860
-  tola-web --model MERGED.safetensors --detect     # your merged model (tools/export_merged.py); whole photos
+  tola-web                                         # the demo model (shipped; from any folder), http://127.0.0.1:7860
+  tola-web --model MERGED.safetensors              # your merged model (tola-export-merged)
 
-The page shows the input and the restored output side by side (with --detect also the input with the detected lines
-outlined), the text prior TransOCR read and its mean confidence, PP-OCRv4's reading of each line before and after
-restoring, and the time taken. Bad uploads (not an image, more than --max-megapixels, read from the header before
+The page shows the input and the restored output side by side (for a photo also the input with the detected lines
+outlined; a switch on the page says whether an image is one line or a photo, auto by default), the text prior
+TransOCR read and its mean confidence, PP-OCRv4's reading of each line before and after restoring, and the time
+taken. Bad uploads (not an image, more than --max-megapixels, read from the header before
 decoding, or --max-file-mb; more windows or output pixels than --max-windows / --max-output-megapixels) get a
 message on the page; the server keeps running. It listens on 127.0.0.1 only, unless --host says otherwise, and
 nothing is fetched from the internet (docs/web.md). Needs the [web] extra (gradio).
@@ -13,6 +14,7 @@ nothing is fetched from the internet (docs/web.md). Needs the [web] extra (gradi
 import argparse
 import math
 
+from tola_cli.defaults import COLOR_FIXES, DEFAULT_COLOR_FIX
 from tola_cli.infer import DEFAULT_MAX_OUTPUT_MEGAPIXELS, DEFAULT_MAX_WINDOWS
 
 DEFAULT_PORT = 7860
@@ -22,18 +24,20 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog='tola-web', description=__doc__, allow_abbrev=False,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
-        '--model', help='merged TOLA model (.safetensors from tools/export_merged.py); default: the '
-        'demo model experiments/demo_TOLA/TOLA_demo_merged.safetensors (make demo)')
-    parser.add_argument('--detect', action='store_true',
-                        help='whole photos: PP-OCRv4 finds the text lines, each is restored in place')
+        '--model', help='merged TOLA model (.safetensors from tola-export-merged); default: the demo model (the '
+        "package's demo backbone and adaptation, merged once into ~/.cache/tola-plugin/demo/)")
+    parser.add_argument(
+        '--detect', action='store_true',
+        help="start the page's switch at photo (PP-OCRv4 finds the text lines, each restored in place); without it "
+        'the switch starts at auto: a photo when the image is taller than two lines or not wide, else one line')
     parser.add_argument('--device', help='cpu, cuda, cuda:1, ... (default: cuda when available, else cpu)')
     parser.add_argument('--precision', choices=('fp32', 'bf16', 'fp16', 'auto'),
                         help="compute precision (default: the model's, fp32; auto: bf16 where measured faster)")
     parser.add_argument(
         '--backend', choices=('auto', 'openvino', 'torch'), default='auto',
         help='runtime of the IDM and VAE (auto: OpenVINO on the CPU when installed, else torch; on a GPU torch)')
-    parser.add_argument('--color-fix', choices=('none', 'wavelet', 'adain'), default='none',
-                        help="the page's initial colour fix (none: the network's own colours)")
+    parser.add_argument('--color-fix', choices=COLOR_FIXES, default=DEFAULT_COLOR_FIX,
+                        help=f"the page's initial colour fix ({DEFAULT_COLOR_FIX}; none: the network's own colours)")
     parser.add_argument('--host', default='127.0.0.1',
                         help='address to listen on (127.0.0.1: this machine only; 0.0.0.0 for the network)')
     parser.add_argument('--port', type=int, default=DEFAULT_PORT, help=f'port ({DEFAULT_PORT}); 0: any free port')

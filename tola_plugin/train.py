@@ -1,18 +1,22 @@
 """BasicSR's training pipeline with the plugin registered; ``experiments/`` goes under the CWD.
 
+The console script ``tola-train`` (``tola_cli/train.py``) answers --help before basicsr is imported.
 Usage: ``python -m tola_plugin.train -opt FILE.yml [--auto_resume] [--launcher pytorch|slurm]``.
 Every ``torch.load`` of the run is weights-only; bad options or input end in one ``error: ...`` line and exit
 status 2 (``utils/cli_errors.py``; ``--debug`` shows the traceback); a distributed run destroys its process group
 at exit.
 """
-from basicsr.train import train_pipeline
-
-from tola_plugin.basicsr_glue.launchers import run_pipeline  # (the package __init__ has registered the plugin)
 from tola_plugin.utils.cli_errors import debug_requested, run_tool
 
 
-def run():
-    return run_pipeline(train_pipeline)
+def run(pipeline=None):
+    """Run ``pipeline`` (default: BasicSR's ``train_pipeline``, imported here: importing basicsr registers the plugin,
+    ``tola_plugin.register``) as our launcher runs it (``basicsr_glue.launchers.run_pipeline``)."""
+    if pipeline is None:
+        from basicsr.train import train_pipeline as pipeline
+
+    from tola_plugin.basicsr_glue.launchers import run_pipeline
+    return run_pipeline(pipeline)
 
 
 def main():

@@ -19,7 +19,7 @@ def parse_args(argv=None):
                                      allow_abbrev=False)
     parser.add_argument('--samples', required=True, help='folder of tools/make_restore_samples.py')
     parser.add_argument('--out', required=True, help='output PNG')
-    parser.add_argument('--model', help='merged TOLA model (default: the demo model of make demo)')
+    parser.add_argument('--model', help='merged TOLA model (default: the demo model, shipped with the package)')
     parser.add_argument('--device', default='cpu')
     return parser.parse_args(argv)
 

@@ -10,7 +10,7 @@ the adaptation state, ``set_switches``, ``prepare_for_inference``, its modules' 
 network calls it.
 """
 import inspect
-from typing import Dict, Optional
+from typing import Dict, Optional, Sequence
 
 import torch
 
@@ -20,15 +20,21 @@ from basicsr.utils.registry import ARCH_REGISTRY
 from tola_plugin.archs.mom_arch import DiffTSRMoM
 from tola_plugin.archs.tola_config import TOLAConfig
 from tola_plugin.checkpoints import tola as tola_files
+from tola_plugin.checkpoints.demo_backbone import DEMO
 from tola_plugin.utils.checkpoint_io import require_file
 from tola_plugin.utils.option_checks import check_typed_block
-from tola_plugin.utils.option_files import OptionError, read_option_file
+from tola_plugin.utils.option_files import OptionError, apply_force_yml, read_option_file
 
 
-def read_tola_options(opt_path: str) -> Dict:
-    """The option file ``opt_path`` (a dict), checked to hold a ``network_g`` of type TOLANet whose keys are all
-    TOLANet options (errors name the file)."""
+def read_tola_options(opt_path: str, overrides: Sequence[str] = ()) -> Dict:
+    """The option file ``opt_path`` (a dict) with the ``--force_yml`` entries ``overrides`` applied as the launchers
+    apply them, checked to hold a ``network_g`` of type TOLANet whose keys are all TOLANet options (errors name the
+    file)."""
     opt = read_option_file(require_file(opt_path, 'option file', 'Give a TOLA option file.'))
+    try:
+        apply_force_yml(opt, overrides)
+    except OptionError as err:
+        raise OptionError(f'{opt_path}: {err}') from None
     if (opt.get('network_g') or {}).get('type') != 'TOLANet':
         raise ValueError(f'{opt_path}: network_g.type must be TOLANet')
     try:
@@ -43,16 +49,27 @@ class TOLALoadingMixin:
 
     # ------------------------------------------------------------------------- option file + adaptation checkpoint
     @classmethod
-    def from_options(cls, opt_path: str, checkpoint: Optional[str] = None, **switches):
+    def from_options(cls, opt_path: str, checkpoint: Optional[str] = None, overrides: Sequence[str] = (), **switches):
         """The TOLANet of an option file's ``network_g`` with the adaptation state (LoRA + LRC) of ``checkpoint``
-        (default: the file's ``path.pretrain_network_g``), in eval mode; ``switches``: inference switches. A network
+        (default: the file's ``path.pretrain_network_g``), in eval mode; ``overrides``: ``--force_yml`` entries
+        (``network_g:backbone_init=demo``) applied to the file first; ``switches``: inference switches. A network
         with trainable adapters and no checkpoint is an error (running untrained adapters is almost certainly a
         mistake)."""
         TOLAConfig.check_switches(switches)  # before minutes of loading
-        opt = read_tola_options(opt_path)
-        net = cls(**{k: v for k, v in opt['network_g'].items() if k != 'type'})
+        opt = read_tola_options(opt_path, overrides)
         path_opt = opt.get('path') or {}
         checkpoint = checkpoint or path_opt.get('pretrain_network_g')
+        if checkpoint == DEMO:  # before the backbone is built (a full-size one takes a minute)
+            cls.check_demo_adaptation(opt['network_g'].get('backbone_init', 'checkpoint'), 'TOLA adaptation checkpoint '
+                                      '(path.pretrain_network_g or --checkpoint)')
+        try:
+            net = cls(**{k: v for k, v in opt['network_g'].items() if k != 'type'})
+        except FileNotFoundError as err:
+            if opt['network_g'].get('backbone_init', 'checkpoint') != 'checkpoint':
+                raise
+            raise FileNotFoundError(f'{opt_path}: {err} A model adapted on the demo backbone (backbone_init: demo in '
+                                    'training) needs it here too: network_g.backbone_init: demo (tola-export-merged '
+                                    '--force_yml network_g:backbone_init=demo)') from None
         if checkpoint:
             net.load_adaptation_checkpoint(checkpoint, path_opt.get('param_key_g', 'params'),
                                            what='TOLA adaptation checkpoint (path.pretrain_network_g or --checkpoint)')
@@ -64,8 +81,11 @@ class TOLALoadingMixin:
     def load_adaptation_checkpoint(self, path: str, param_key: str = 'params',
                                    what: str = 'TOLA adaptation checkpoint') -> None:
         """Load an adaptation checkpoint (``TOLAModel.save_network``'s file): the recorded settings must match this
-        network's, every tensor's shape too, and no LoRA/LRC key may be missing or unexpected. ``what`` names the
-        file (and its option) in errors."""
+        network's, every tensor's shape too, and no LoRA/LRC key may be missing or unexpected. ``path`` ``demo``: the
+        demo model's shipped adaptation, of the demo backbone only. ``what`` names the file (and its option) in
+        errors."""
+        if path == DEMO:
+            self.check_demo_adaptation(self.config.backbone_init, what)
         state, recorded = tola_files.read_adaptation_checkpoint(path, param_key, what)
         if recorded is None:
             get_root_logger().warning(f'{path} records no adaptation settings (written before tola-plugin recorded '
@@ -74,6 +94,13 @@ class TOLALoadingMixin:
             tola_files.check_adaptation_config(recorded, self.adaptation_config(), path, what)
         tola_files.check_adaptation_shapes(state, self.adaptation_state_dict(), path, what)
         self.load_adaptation_state_dict(state)
+
+    @staticmethod
+    def check_demo_adaptation(backbone_init: str, what: str) -> None:
+        """The demo adaptation (``demo``) fits the demo backbone only: another is a ValueError naming the override."""
+        if backbone_init != DEMO:
+            raise ValueError(f'{what} demo: the demo model\'s adaptation adapts the demo backbone; set '
+                             f'network_g:backbone_init=demo (this network has backbone_init {backbone_init!r})')
 
     # ------------------------------------------------------------------------------------------------ merged files
     def merged_options(self) -> Dict:

@@ -21,7 +21,8 @@ module                 what changes in BasicSR
 ``network_loading``    ``BaseModel.load_network`` weights-only
 ``message_logger``     ``MessageLogger``'s ETA, never negative
 ``launchers``          ``basicsr.train`` / ``basicsr.test`` and their scripts get ``parse_options`` (reading with
-                       ``option_parsing``) and ``load_resume_state``; ``run_pipeline`` runs their pipelines for ours
+                       ``option_parsing``), ``load_resume_state`` and ``build_model`` (the end of a start: before it,
+                       an error removes the run's new folders); ``run_pipeline`` runs their pipelines for ours
 ``lmdb_reader``        ``LmdbBackend`` checks each LMDB before mapping it
 ``registry_lookup``    ``Registry.get`` imports the module of an announced name at its first lookup (``announce``:
                        ``tola_plugin/__init__`` announces TOLA's names, ``registry_index.py``), so that importing
@@ -29,7 +30,8 @@ module                 what changes in BasicSR
 =====================  ==============================================================================================
 
 Helpers of these patches only: ``distributed.py`` (the launch decisions of GPU/DDP runs, as functions of their
-inputs) and ``training_resume.py`` (the exact-resume bookkeeping, the choice of the state to resume from).
+inputs), ``training_resume.py`` (the exact-resume bookkeeping, the choice of the state to resume from) and
+``failed_start.py`` (the folders a start that fails made, removed by the launchers).
 """
 from tola_plugin_shim import install_torchvision_shim
 

@@ -13,12 +13,13 @@ line (exit status 2) as with our launchers (``cli_errors.install_excepthook``; `
 import os
 import sys
 
+import basicsr.models
 import basicsr.test
 import basicsr.train
 import basicsr.utils.options
 from basicsr.utils import make_exp_dirs as _original_make_exp_dirs
 
-from tola_plugin.basicsr_glue import distributed
+from tola_plugin.basicsr_glue import distributed, failed_start
 from tola_plugin.basicsr_glue.option_parsing import read_options
 from tola_plugin.basicsr_glue.resume_state import load_resume_state
 from tola_plugin.utils import run_lock
@@ -50,12 +51,14 @@ def run_pipeline(pipeline) -> int:
     destroyed). A rank of several that raises ends its process at once instead, naming the error
     (``distributed.end_failed_rank``: destroying the group could wait on the other ranks for the whole timeout).
     -> 0."""
+    failed_start.reset()
     try:
         with weights_only_loads():
             pipeline(os.getcwd())
     except Exception as err:
+        run_lock.release_all()
+        failed_start.clean_up()  # a start that failed leaves no experiments/<name>/, tb_logger/<name>/
         if distributed.distributed_world() > 1:
-            run_lock.release_all()
             distributed.end_failed_rank(err)
         raise
     finally:
@@ -70,10 +73,27 @@ def _installed_package_root(root_path: str) -> bool:
     return os.path.basename(os.path.normpath(root_path)) in ('site-packages', 'dist-packages')
 
 
+def build_model(opt):
+    """BasicSR's ``build_model``, as the launchers call it: once it returns, the run has started
+    (``failed_start``: an error before this removes the folders the run made)."""
+    model = basicsr.models.build_model(opt)
+    failed_start.started()
+    return model
+
+
+def _end_after_error() -> None:
+    """What a launcher script's one-line error does first: release the locks, remove a failed start's folders."""
+    run_lock.release_all()
+    failed_start.clean_up()
+
+
 def _give_launcher_our_functions(namespace: dict) -> None:
-    """The plugin's ``parse_options``, ``load_resume_state`` and ``make_exp_dirs`` in a launcher's namespace (module
-    or script)."""
-    ours = {'parse_options': parse_options, 'load_resume_state': load_resume_state, 'make_exp_dirs': make_exp_dirs}
+    """The plugin's ``parse_options``, ``load_resume_state``, ``make_exp_dirs`` and ``build_model`` in a launcher's
+    namespace (module or script)."""
+    ours = {
+        'parse_options': parse_options, 'load_resume_state': load_resume_state, 'make_exp_dirs': make_exp_dirs,
+        'build_model': build_model
+    }
     for name, function in ours.items():
         if name in namespace:
             namespace[name] = function
@@ -86,7 +106,7 @@ def _adopt_launcher_script(namespace: dict, root_path: str) -> str:
         return root_path  # not a launcher (e.g. a test calling parse_options)
     _give_launcher_our_functions(namespace)
     if namespace.get('__name__') == '__main__':  # BasicSR's own script: no run_tool around it
-        install_excepthook(run_lock.release_all)
+        install_excepthook(_end_after_error)
     if not _installed_package_root(root_path):
         return root_path
     cwd = os.getcwd()

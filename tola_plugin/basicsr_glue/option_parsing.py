@@ -24,31 +24,22 @@ import basicsr.utils.options
 from basicsr.utils import set_random_seed
 from basicsr.utils.dist_util import get_dist_info
 
-from tola_plugin.basicsr_glue import distributed, process_group
+from tola_plugin.basicsr_glue import distributed, failed_start, process_group
 from tola_plugin.basicsr_glue.training_resume import LOOP, warn_early
 from tola_plugin.pretrained.metric_weights import require_run_weights
 from tola_plugin.utils import cuda_math, run_lock
 from tola_plugin.utils.option_checks import check_options, check_required
-from tola_plugin.utils.option_files import OptionError, OptionLoader, read_option_file, read_option_value
+from tola_plugin.utils.option_files import OptionError, OptionLoader, force_yml_value, read_option_file
 from tola_plugin.utils.short_run import apply_short_run
 
 _original_parse_options = basicsr.utils.options.parse_options
 _original_ordered_yaml = basicsr.utils.options.ordered_yaml
-_original_postprocess_yml_value = basicsr.utils.options._postprocess_yml_value
 
 
 def ordered_yaml():
     """Upstream's (Loader, Dumper) pair with the package's safe, bounded loader (utils/option_files.py): upstream's is
     yaml's full Loader, which builds any Python object a file names (``!!python/object/apply:os.system``)."""
     return OptionLoader, _original_ordered_yaml()[1]
-
-
-def postprocess_yml_value(value):
-    """A ``--force_yml key=value`` value as upstream reads it, except that a list is read as YAML (upstream
-    ``eval``-s it)."""
-    if value.startswith('['):
-        return read_option_value(value, f'--force_yml value {value!r}')
-    return _original_postprocess_yml_value(value)
 
 
 def _option_file_argument():
@@ -125,10 +116,11 @@ def read_options(root_path, is_train=True):
         set_random_seed(opt['manual_seed'] + opt['rank'])  # upstream seeded before the group existed: as rank 0
     cuda_math.apply_options(opt)
     if opt['rank'] == 0:
+        failed_start.begin(opt, is_train, root_path)
         run_lock.acquire(opt['path']['experiments_root' if is_train else 'results_root'], warn_early)
     return opt, args
 
 
 def apply():
     basicsr.utils.options.ordered_yaml = ordered_yaml  # upstream's parse_options reads the file with it
-    basicsr.utils.options._postprocess_yml_value = postprocess_yml_value
+    basicsr.utils.options._postprocess_yml_value = force_yml_value  # lists read as YAML, not eval-ed

@@ -15,6 +15,7 @@ from typing import Dict, Mapping, Optional, Sequence, Tuple
 
 import torch
 
+from tola_plugin.checkpoints.demo_backbone import adaptation_file
 from tola_plugin.utils.atomic_files import atomic_write
 from tola_plugin.utils.checkpoint_io import atomic_torch_save, require_file, safe_torch_load, safetensors_metadata
 
@@ -34,7 +35,9 @@ def read_adaptation_checkpoint(
         path: str, param_key: str = 'params',
         what: str = 'TOLA adaptation checkpoint') -> Tuple[Dict[str, torch.Tensor], Optional[Dict]]:
     """(adaptation state, recorded settings or None for a file written before settings were recorded) of an
-    adaptation checkpoint, read weights-only. Errors name ``what`` (the file and its option) and the path."""
+    adaptation checkpoint (a path, or ``demo``: the shipped demo adaptation), read weights-only. Errors name ``what``
+    (the file and its option) and the path."""
+    path = adaptation_file(path)
     state = safe_torch_load(
         require_file(path, what, 'Train one with python -m tola_plugin.train or point the '
                      'option at models/net_g_*.pth.'), what)

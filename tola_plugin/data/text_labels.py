@@ -15,13 +15,14 @@ with a warning.
 """
 import io
 import re
-from typing import Callable, List, Optional, Sequence, Tuple
-
-import torch
+from typing import TYPE_CHECKING, Callable, List, Optional, Sequence, Tuple
 
 from tola_plugin.text.alphabets import IDM_MAX_LEN, encode_idm, encode_transocr
 from tola_plugin.text.normalize import full_to_half
 from tola_plugin.utils.atomic_files import read_bytes
+
+if TYPE_CHECKING:
+    import torch
 
 OCR_TARGET_LEN = IDM_MAX_LEN + 1  # 24 characters + END
 OCR_IGNORE_INDEX = -100  # torch CrossEntropyLoss default ignore_index
@@ -128,7 +129,7 @@ def ocr_text(label: str) -> str:
     return _WHITESPACE.sub('', full_to_half(label).lower())
 
 
-def text_targets(label: str, sample: str, idm_norm: str = 'lower') -> Tuple[torch.Tensor, torch.Tensor]:
+def text_targets(label: str, sample: str, idm_norm: str = 'lower') -> Tuple['torch.Tensor', 'torch.Tensor']:
     """``(idm_tokens (24,) int64, ocr_target (25,) int64)`` of one transcription.
 
     Raises TextLabelError naming ``sample`` for an empty label, a label longer than 24 characters
@@ -143,6 +144,7 @@ def text_targets(label: str, sample: str, idm_norm: str = 'lower') -> Tuple[torc
         ocr_ids = encode_transocr(target_text)
     except ValueError as err:
         raise TextLabelError(f'{sample}: {err}') from None
+    import torch  # here: the label checks of the data tools (tola-make-lmdb, tola-split-dataset) need no torch
     ocr = torch.full((OCR_TARGET_LEN, ), OCR_IGNORE_INDEX, dtype=torch.long)
     ocr[:len(ocr_ids)] = torch.tensor(ocr_ids, dtype=torch.long)
     idm = torch.tensor(encode_idm(idm_text(label, idm_norm)), dtype=torch.long)

@@ -44,7 +44,7 @@ def _fit(image: np.ndarray, width: int) -> np.ndarray:
 
 def plot_restore_figure(samples: str, out: str, model: Optional[str] = None, device: str = 'cpu') -> int:
     """Restore the samples folder ``samples`` (lines/, photo.png) with the merged model ``model`` (default: the demo
-    model of make demo) on ``device`` and write the figure to the PNG ``out``; prints its size. -> 0.
+    model, shipped with the package) on ``device`` and write the figure to the PNG ``out``; prints its size. -> 0.
     FileNotFoundError when the samples are incomplete."""
     line_dir, photo_path = os.path.join(samples, 'lines'), os.path.join(samples, 'photo.png')
     if not os.path.isdir(line_dir) or not os.path.isfile(photo_path):
@@ -68,7 +68,7 @@ def plot_restore_figure(samples: str, out: str, model: Optional[str] = None, dev
                  f'prior conf {own.lines[0].prior_confidence:.2f}', width, small))
         rows.append(np.full((GAP * 2, width, 3), 255, np.uint8))
     photo = read_image_file(photo_path, order='RGB')
-    result = pipe(photo, detect=True, recognize=False)
+    result = pipe(photo, detect=True)  # as tola-infer --detect: the lines that read as well restored are pasted
     found = resize_rgb(photo, *result.image.shape[:2]).copy()
     sy, sx = result.image.shape[0] / photo.shape[0], result.image.shape[1] / photo.shape[1]
     for line in result.lines:

@@ -12,6 +12,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
+from tola_plugin.checkpoints.demo_backbone import transocr_file
 from tola_plugin.data.image_io import DEFAULT_MAX_PIXELS, WHITE, check_max_pixels, read_image_file, write_image
 from tola_plugin.data.text_line_source import canvas_rgb8
 from tola_plugin.evaluation import records as R
@@ -22,6 +23,7 @@ from tola_plugin.ocr.ppocr import ppocrv4_unavailable
 from tola_plugin.ocr.recognizers import RECOGNIZERS, build_recognizer
 from tola_plugin.pretrained import metric_weights as W
 from tola_plugin.utils.atomic_files import write_json, write_text
+from tola_plugin.utils.checkpoint_io import require_file
 from tola_plugin.utils.user_paths import path_inside
 
 ALL_METRICS = PAIRED_METRICS + ('fid', ) + RECOGNIZERS
@@ -91,6 +93,11 @@ def evaluate_methods(methods: Mapping[str, str], out_dir: str, reference_dir: Op
     if not methods:
         raise ValueError('no method folders given')
     max_pixels = check_max_pixels(max_pixels)
+    if transocr_checkpoint is not None and transocr_model is None:  # before any work: a missing file is said at once
+        transocr_checkpoint = require_file(
+            transocr_file(transocr_checkpoint), 'TransOCR checkpoint (--transocr-checkpoint)',
+            'Give the official transocr.pth of the DiffTSR release (README, "Official checkpoints"), or demo: the demo '
+            "backbone's TransOCR (it reads letters, digits and 100 frequent Chinese characters, lower case).")
     labels = R.read_labels(labels_path) if labels_path else None
     chosen = resolve_metrics(metrics, reference_dir is not None, labels is not None, transocr_checkpoint is not None
                              or transocr_model is not None)

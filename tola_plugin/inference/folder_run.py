@@ -20,16 +20,19 @@ import os
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Tuple, Union
+from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple, Union
 
 from tola_plugin.data.image_io import IMAGE_EXTENSIONS, FolderScan, scan_image_folder, write_image
-from tola_plugin.inference.pipeline import TOLAPipeline
 from tola_plugin.inference.prior_csv import read_prior_rows, write_prior_csv
 from tola_plugin.utils import run_lock
 from tola_plugin.utils.atomic_files import read_json_dict, write_json
+from tola_plugin.utils.progress import Progress
 from tola_plugin.utils.user_paths import (NOTHING_THERE, check_affix, check_folder_target, path_inside, path_kind,
                                           temporary_stem, temporary_stem_of)
 from tola_plugin.utils.user_text import shown
+
+if TYPE_CHECKING:
+    from tola_plugin.inference.pipeline import TOLAPipeline
 
 PRIOR_CSV = 'prior.csv'
 LOCK_FILE = '.tola-infer.lock'
@@ -245,7 +248,15 @@ class RunSettings:
     overwrite: bool = False
 
 
-PipelineSource = Union[TOLAPipeline, Callable[[], TOLAPipeline]]
+PipelineSource = Union['TOLAPipeline', Callable[[], 'TOLAPipeline']]
+
+
+def _builds(pipeline: PipelineSource) -> bool:
+    """Whether ``pipeline`` is a function that builds one (a TOLAPipeline is callable too). Asked only when there is
+    work: the pipeline's module (torch, the networks) is imported then, so a run with nothing to do (a rerun whose
+    outputs all exist) answers in a moment."""
+    from tola_plugin.inference.pipeline import TOLAPipeline
+    return callable(pipeline) and not isinstance(pipeline, TOLAPipeline)
 
 
 def restore_folder(input: str, output: str, pipeline: PipelineSource, suffix: str = '', ext: str = 'auto',
@@ -283,7 +294,7 @@ def restore_folder(input: str, output: str, pipeline: PipelineSource, suffix: st
 
 def show_runtime(pipeline: PipelineSource) -> int:
     """Print where and how the pipeline runs (``--show-runtime``: the runtime decision, qualifying what needs it)."""
-    pipe = pipeline() if callable(pipeline) and not isinstance(pipeline, TOLAPipeline) else pipeline
+    pipe = pipeline() if _builds(pipeline) else pipeline
     print(pipe.describe_runtime(), flush=True)
     if pipe is not pipeline:
         pipe.close()
@@ -313,7 +324,7 @@ def _run_locked(settings: RunSettings, pipeline: PipelineSource, plan: Plan, sca
         else:
             todo.append(job)
     start = time.perf_counter()
-    built = callable(pipeline) and not isinstance(pipeline, TOLAPipeline)
+    built = bool(todo) and _builds(pipeline)
     pipe = (pipeline() if built else pipeline) if todo else None  # a missing model is the run's error: no summary
     loaded = time.perf_counter()
     try:
@@ -333,16 +344,17 @@ def _run_locked(settings: RunSettings, pipeline: PipelineSource, plan: Plan, sca
 
 
 def _restore_jobs(settings: RunSettings, pipe, todo: List[Job], prior: Optional[PriorFile], summary: Summary) -> None:
-    from tqdm import tqdm
+    # every image counted with the time left: a bar on a terminal, a line every few seconds in a log
+    bar = Progress('tola-infer', total=len(todo), unit='photos' if settings.detect else 'images')
 
     def fail(job: Optional[Job], err: BaseException) -> None:
         message = describe(err)
         message = message if job is None or job.input in message else f'{job.input}: {message}'
         summary.failures.append(message)
-        _say(f'failed: {message}')
+        bar.write(f'failed: {message}')
 
     chunk = 1 if settings.detect else pipe.batch_size  # photos batch their own lines
-    with tqdm(total=len(todo), unit='img', desc='tola-infer', file=sys.stderr, disable=None) as bar:
+    with bar:
         for first in range(0, len(todo), chunk):
             batch = todo[first:first + chunk]
             outcomes = pipe.restore_each([job.input for job in batch], detect=settings.detect,
@@ -354,7 +366,7 @@ def _restore_jobs(settings: RunSettings, pipe, todo: List[Job], prior: Optional[
                 else:
                     restored.append((job, outcome))
             summary.done += _write_outputs(settings, restored, prior, fail)
-            bar.update(len(batch))
+            bar.update(len(batch), note=os.path.basename(batch[-1].input))
 
 
 def _write_outputs(settings: RunSettings, restored, prior: Optional[PriorFile], fail) -> int:

@@ -66,11 +66,13 @@ def scale_quad(quad: np.ndarray, scale) -> np.ndarray:
 
 
 def feather_mask(height: int, width: int, feather: float) -> np.ndarray:
-    """float32 (height, width): 1 inside, falling linearly to ~0 over ``feather`` pixels at every border."""
+    """float32 (height, width): 1 inside, falling to ~0 over ``feather`` pixels at every border along a smoothstep
+    (3t² - 2t³: no kink where the fade starts or ends, so the eye finds no edge there)."""
     y = np.minimum(np.arange(height) + 0.5, height - np.arange(height) - 0.5)
     x = np.minimum(np.arange(width) + 0.5, width - np.arange(width) - 0.5)
     dist = np.minimum(y[:, None], x[None, :])
-    return np.clip(dist / max(float(feather), 1e-6), 0.0, 1.0).astype(np.float32)
+    t = np.clip(dist / max(float(feather), 1e-6), 0.0, 1.0)
+    return (t * t * (3.0 - 2.0 * t)).astype(np.float32)
 
 
 def paste_strip(photo: np.ndarray, strip: np.ndarray, quad: np.ndarray, feather: float) -> None:

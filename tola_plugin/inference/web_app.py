@@ -1,7 +1,7 @@
 """The web demo of ``tola-web`` (docs/web.md): upload, paste or pick a text image, see it restored by a
 ``TOLAPipeline`` next to the input, with the text prior, PP-OCRv4's reading before and after, and the time taken.
 
-    app = build_app(TOLAPipeline.from_merged(path), detect=False)
+    app = build_app(TOLAPipeline.from_merged(path))   # the page's switch: auto, one text line, or a photo
     launch(app, port=7860)
 
 ``restore_upload`` does the work of one request (read and check the file, restore, draw the detected lines) and is
@@ -40,13 +40,16 @@ import numpy as np  # noqa: E402
 from starlette.formparsers import MultiPartException  # noqa: E402
 
 from tola_plugin.data.image_io import ImageTooLargeError, read_image_file  # noqa: E402
+from tola_plugin.data.text_line_source import CANVAS_H  # noqa: E402
 from tola_plugin.inference.color_fix import COLOR_FIXES, check_color_fix  # noqa: E402
-from tola_plugin.inference.pipeline import DEMO_MODEL, Restoration, TOLAPipeline  # noqa: E402
+from tola_plugin.inference.demo_model import demo_model_path, is_demo_model  # noqa: E402
+from tola_plugin.inference.pipeline import DEFAULT_COLOR_FIX, Restoration, TOLAPipeline  # noqa: E402
 from tola_plugin.inference.web_examples import example_paths  # noqa: E402
 from tola_plugin.inference.work_bounds import DEFAULT_MAX_OUTPUT_PIXELS, DEFAULT_MAX_WINDOWS  # noqa: E402
 from tola_plugin.utils.user_text import markdown_text  # noqa: E402
 
 DEFAULT_MAX_MEGAPIXELS = 4.0  # larger inputs are refused (CPU time grows with the pixels)
+KINDS = ('auto', 'line', 'photo')  # what an uploaded image is, the page's switch (restore_upload)
 DEFAULT_MAX_FILE_MB = 20.0  # larger uploads are refused by the server before they are stored
 DEFAULT_MAX_STORED_MB = 200.0  # all uploads (and Gradio's copies of shown images) kept at once: the oldest go first
 FORM_BYTES = 64 * 1024  # a request may carry one file of max_file_mb plus this much multipart form around it
@@ -58,21 +61,22 @@ OVERLAY_COLOUR = (255, 64, 0)
 # stay visible as blocks (no smoothing that would flatter it)
 PAGE_CSS = ('#tola-input img, #tola-restored img {width: 100%; height: 100%; object-fit: contain;} '
             '#tola-input img {image-rendering: pixelated;}')  # RGB of the detected-line outlines
-DEMO_NOTE = ('**Demo model.** This page serves the small demo model (a tiny demo backbone trained in this '
-             'repository on rendered lines, adapted with TOLA by `make demo`), not the paper\'s weights: it shows the '
-             "pipeline, not TOLA's quality. Give `--model` a merged model of the official weights for real "
-             'restorations.')
+DEMO_NOTE = ('**Demo model.** This page serves a model of the small demo backbone (a tiny demo backbone trained in '
+             'this repository on rendered lines, adapted with TOLA; docs/demo_backbone.md), not the paper\'s weights: '
+             "it shows the pipeline, not TOLA's quality. Give `--model` a merged model of the official weights for "
+             'real restorations.')
 
 
 @dataclass
 class PageResult:
-    """What the page shows for one request: images RGB uint8 (H, W, 3) (overlay only with detect), the table rows
-    (TABLE_HEADERS) and a one-paragraph summary (Markdown)."""
+    """What the page shows for one request: images RGB uint8 (H, W, 3) (overlay only for a photo), the table rows
+    (TABLE_HEADERS), a one-paragraph summary (Markdown) and whether it was restored as a photo."""
     input: np.ndarray
     restored: np.ndarray
     overlay: Optional[np.ndarray]
     rows: List[List]
     summary: str
+    detected: bool = False
 
 
 def draw_lines(rgb: np.ndarray, restoration: Restoration) -> np.ndarray:
@@ -100,13 +104,23 @@ def _rows(restoration: Restoration) -> List[List]:
              text(line.text_after)] for number, line in enumerate(restoration.lines, start=1)]
 
 
-def restore_upload(pipeline: TOLAPipeline, path: str, name: str = '', detect: bool = False,
+def looks_like_a_photo(height: int, width: int) -> bool:
+    """The page's 'auto' kind: a photo (its lines found first) when the image is more than two network lines tall
+    (256 rows), or taller than one (128) and less than twice as wide as tall; else one text line. A 900x600 photo is
+    a photo; a 128x32 line, a 32x32 word and a 512x128 canvas are lines."""
+    return height > 2 * CANVAS_H or (height > CANVAS_H and width < 2 * height)
+
+
+def restore_upload(pipeline: TOLAPipeline, path: str, name: str = '', kind: str = 'auto',
                    max_megapixels: float = DEFAULT_MAX_MEGAPIXELS, color_fix: Optional[str] = None) -> PageResult:
     """Restore the image file ``path`` for the page (``name``: the uploaded file's name, for messages and the noise
-    seed, as tola-infer seeds by file name; ``color_fix``: the page's choice, set on the pipeline, which serves one
-    request at a time; None keeps the pipeline's). Raises ValueError with a message for the page when the file is not an
-    image, declares more than ``max_megapixels`` million pixels (read from its header: refused before decoding), or
-    exceeds the pipeline's bounds (windows, output pixels)."""
+    seed, as tola-infer seeds by file name; ``kind``: 'line' (one text line), 'photo' (PP-OCRv4 finds the lines,
+    each restored in place) or 'auto' (``looks_like_a_photo``); ``color_fix``: the page's choice, set on the
+    pipeline, which serves one request at a time; None keeps the pipeline's). Raises ValueError with a message for
+    the page when the file is not an image, declares more than ``max_megapixels`` million pixels (read from its
+    header: refused before decoding), or exceeds the pipeline's bounds (windows, output pixels)."""
+    if kind not in KINDS:
+        raise ValueError(f'kind must be one of {KINDS}, got {kind!r}')
     name = name or os.path.basename(path)
     try:
         rgb = read_image_file(path, pipeline.background, max_pixels=round(max_megapixels * 1e6), order='RGB')
@@ -122,18 +136,25 @@ def restore_upload(pipeline: TOLAPipeline, path: str, name: str = '', detect: bo
     if color_fix is not None:
         pipeline.color_fix = check_color_fix(color_fix)
     height, width = rgb.shape[:2]
+    detect = kind == 'photo' or (kind == 'auto' and looks_like_a_photo(height, width))
     start = time.perf_counter()
     # a bound of the work (windows, output pixels) is a ValueError naming the image, the limit and the option
     restoration = pipeline([rgb], detect=detect, recognize=True, names=[name])[0]
     seconds = time.perf_counter() - start
     out_h, out_w = restoration.image.shape[:2]
-    what = (f'{len(restoration.lines)} detected line(s)' if detect else 'one line')
-    summary = (f'Restored **{markdown_text(name)}** ({what}) in **{seconds:.2f} s** on {_path(pipeline)}: '
-               f'{width}×{height} → {out_w}×{out_h} pixels.')
+    pasted = sum(bool(line.pasted) for line in restoration.lines)
+    what = (f'as a photo: {len(restoration.lines)} line(s) found, {pasted} restored in place'
+            if detect else 'as one text line')
+    why = {'auto': ' (kind auto: ' + ('taller than two lines or not wide' if detect else 'line-shaped') + ')'}
+    summary = (f'Restored **{markdown_text(name)}** {what}{why.get(kind, "")} in **{seconds:.2f} s** on '
+               f'{_path(pipeline)}: {width}×{height} → {out_w}×{out_h} pixels.')
     if detect and not restoration.lines:
         summary += ' PP-OCRv4 found no text line, so the output is the input resized.'
+    elif detect and pasted < len(restoration.lines):
+        summary += (f' {len(restoration.lines) - pasted} line(s) read less well restored (PP-OCRv4) and were left as '
+                    'they were.')
     return PageResult(rgb, restoration.image,
-                      draw_lines(rgb, restoration) if detect else None, _rows(restoration), summary)
+                      draw_lines(rgb, restoration) if detect else None, _rows(restoration), summary, detect)
 
 
 def error_status(err: BaseException) -> str:
@@ -170,26 +191,27 @@ def build_app(pipeline: TOLAPipeline, detect: bool = False, demo_model: bool = F
               max_megapixels: float = DEFAULT_MAX_MEGAPIXELS, examples: Optional[Sequence[str]] = None,
               model_name: str = '') -> gr.Blocks:
     """The demo page around ``pipeline``: an input (upload, paste, or an example: ``examples`` paths, default
-    ``example_paths()``), the restored output beside it (and the detected lines with ``detect``), the text table
-    and a status line that also shows errors. demo_model: show DEMO_NOTE. model_name: shown in the header."""
+    ``example_paths()``), a visible switch of what the image is (auto, one text line, a photo: ``restore_upload``;
+    ``detect`` starts it at photo, else at auto), the restored output beside it (and a photo's detected lines), the
+    text table and a status line that also shows errors. demo_model: show DEMO_NOTE. model_name: shown in the
+    header."""
     examples = example_paths() if examples is None else list(examples)
     folder, previous = _own_temp_folder()  # before any component: each keeps the folder it was built with
 
-    def run(payload, color_fix):
+    def run(payload, color_fix, kind):
         empty = (None, None, None, [])
         try:
             upload = _payload_path(payload)
             if upload is None:
                 return (*empty, 'Upload or paste an image, or pick an example, then press **Restore**.')
-            page = restore_upload(pipeline, upload['path'], upload['name'], detect, max_megapixels, color_fix)
+            page = restore_upload(pipeline, upload['path'], upload['name'], kind, max_megapixels, color_fix)
         except (ValueError, RuntimeError) as err:  # bad input; no path could restore it (never a non-finite image)
             return (*empty, error_status(err))
         return page.input, page.restored, page.overlay, page.rows, page.summary
 
     with gr.Blocks(title='TOLA text restoration', analytics_enabled=False) as app:
         gr.Markdown('# TOLA: one-step text image super-resolution\n'
-                    f'Model: `{model_name or "given TOLAPipeline"}`' +
-                    (' · detect mode: PP-OCRv4 finds the lines' if detect else ''))
+                    f'Model: `{model_name or "given TOLAPipeline"}`')
         gr.Markdown(f'`{pipeline.describe_runtime()}`', elem_id='tola-runtime')
         if demo_model:
             gr.Markdown(DEMO_NOTE, elem_id='tola-demo-note')
@@ -202,6 +224,10 @@ def build_app(pipeline: TOLAPipeline, detect: bool = False, demo_model: bool = F
                     list(COLOR_FIXES), value=pipeline.color_fix, elem_id='tola-color-fix',
                     label="Colour fix (none: the network's own colours; wavelet / adain: the "
                     "input's)")
+                kind = gr.Radio(
+                    list(KINDS), value='photo' if detect else 'auto', elem_id='tola-kind',
+                    label='The image is (auto: a photo when taller than two lines or not wide; a photo\'s lines are '
+                    'found by PP-OCRv4 and each restored in place)')
                 status = gr.Markdown('Upload or paste an image, or pick an example, then press **Restore**.',
                                      elem_id='tola-status')
         with gr.Row():
@@ -210,15 +236,15 @@ def build_app(pipeline: TOLAPipeline, detect: bool = False, demo_model: bool = F
                                    buttons=['fullscreen'], elem_id='tola-input')
             restored = gr.Image(label='Restored', interactive=False, format='png', height=IMAGE_HEIGHT,
                                 buttons=['download', 'fullscreen'], elem_id='tola-restored')
-        overlay = gr.Image(label='Detected lines', interactive=False, format='png', visible=detect,
-                           buttons=['fullscreen'], elem_id='tola-overlay')
+        overlay = gr.Image(label='Detected lines (photos)', interactive=False, format='png', buttons=['fullscreen'],
+                           elem_id='tola-overlay')
         table = gr.Dataframe(headers=TABLE_HEADERS, label='Text of each line', interactive=False, wrap=True,
                              column_widths=['6%', '40%', '12%', '21%', '21%'], elem_id='tola-lines')
         if examples:
             gr.Examples(examples=[[p] for p in examples], inputs=[upload], label='Examples (bundled samples)')
         # preprocess=False: the handler reads the uploaded file itself (the package's reader), so a file that is
         # not an image ends in a message on the page instead of an error inside Gradio's decoder.
-        button.click(run, inputs=[upload, color_fix], outputs=[shown_input, restored, overlay, table, status],
+        button.click(run, inputs=[upload, color_fix, kind], outputs=[shown_input, restored, overlay, table, status],
                      preprocess=False, concurrency_limit=1)
     app.tola_upload_folder, app.tola_previous_temp = folder, previous
     return app
@@ -450,7 +476,7 @@ def launch(app: gr.Blocks, host: str = '127.0.0.1', port: Optional[int] = None,
     try:
         started = app.launch(
             server_name=host, server_port=port, share=False, ssr_mode=False, mcp_server=False, max_file_size=max_bytes,
-            show_error=True, quiet=False, inbrowser=False, footer_links=[], prevent_thread_lock=True,
+            show_error=True, quiet=True, inbrowser=False, footer_links=[], prevent_thread_lock=True,
             enable_monitoring=False, css=PAGE_CSS, app_kwargs={
                 'middleware': [
                     Middleware(RequestGuard, max_file_mb=max_file_mb, folder=folder, max_stored_mb=max_stored_mb)
@@ -459,6 +485,10 @@ def launch(app: gr.Blocks, host: str = '127.0.0.1', port: Optional[int] = None,
     except BaseException:
         close_and_clean(False)
         raise
+    # our own line instead of Gradio's (quiet): its advice to "set share=True in launch()" is for Python users, and
+    # this page makes no share link
+    reach = 'this machine only' if host in ('127.0.0.1', 'localhost', '::1') else f'every address of {host}'
+    print(f'tola-web: serving {app.local_url} ({reach}); Ctrl-C stops it', flush=True)
     if block:
         if threading.current_thread() is threading.main_thread():  # SIGTERM stops the server as Ctrl-C does
             signal.signal(signal.SIGTERM, _interrupt)
@@ -478,7 +508,7 @@ def free_port(host: str) -> int:
 
 
 def serve(model: Optional[str] = None, detect: bool = False, precision: Optional[str] = None, device=None,
-          backend: str = 'auto', color_fix: str = 'none', max_windows: int = DEFAULT_MAX_WINDOWS,
+          backend: str = 'auto', color_fix: str = DEFAULT_COLOR_FIX, max_windows: int = DEFAULT_MAX_WINDOWS,
           max_output_megapixels: float = DEFAULT_MAX_OUTPUT_PIXELS / 1e6,
           max_megapixels: float = DEFAULT_MAX_MEGAPIXELS, max_file_mb: float = DEFAULT_MAX_FILE_MB,
           host: str = '127.0.0.1', port: Optional[int] = None, block: bool = True,
@@ -487,13 +517,15 @@ def serve(model: Optional[str] = None, detect: bool = False, precision: Optional
     runs: the runtime decision, printed and shown on the page), warm it up, build the page and serve it on
     host:port (port None: a free one). Blocks until stopped unless ``block`` is False; returns the app (``.close()``
     stops it)."""
-    pipeline = TOLAPipeline.from_merged(model, switches={'precision': precision} if precision else {}, device=device,
+    path = model if model is not None else demo_model_path(say=lambda m: print(f'tola-web: {m}', file=sys.stderr))
+    pipeline = TOLAPipeline.from_merged(path, switches={'precision': precision} if precision else {}, device=device,
                                         backend=backend, color_fix=color_fix, max_windows=max_windows,
                                         max_output_pixels=max_output_megapixels * 1e6)
     print(f'tola-web: {pipeline.describe_runtime()}', file=sys.stderr, flush=True)
-    warm_up(pipeline, detect)
-    app = build_app(pipeline, detect=detect, demo_model=model is None, max_megapixels=max_megapixels, model_name=model
-                    or DEMO_MODEL)
+    warm_up(pipeline, detect=True)  # the page restores photos too (its switch): PP-OCRv4's detector loaded now
+    demo = is_demo_model(path)  # by what the model is, not by where it lies
+    app = build_app(pipeline, detect=detect, demo_model=demo, max_megapixels=max_megapixels, model_name=model
+                    or 'the demo model')
     launch(app, host=host, port=port or free_port(host), max_file_mb=max_file_mb, block=block,
            max_stored_mb=max_stored_mb)
     return app

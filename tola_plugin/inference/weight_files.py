@@ -23,13 +23,14 @@ from tola_plugin.checkpoints.difftsr import COMPONENTS
 MERGED_TOLERANCE = 1e-4
 
 
-def export_merged(opt_path: str, out: str, checkpoint: Optional[str] = None, verify: bool = False) -> int:
-    """Build the TOLANet of the option file ``opt_path`` (``network_g``) with the adaptation checkpoint
-    (``checkpoint`` or path.pretrain_network_g), fold LoRA in and write the merged .safetensors file ``out``; prints
-    its size. ``verify``: compare the unmerged and merged outputs on a random (1, 3, 128, 512) input (full size:
-    minutes) and print the difference. -> 0, or 1 (with an ``error:`` line) when they differ by more than
-    ``MERGED_TOLERANCE``."""
-    net = TOLANet.from_options(opt_path, checkpoint)
+def export_merged(opt_path: str, out: str, checkpoint: Optional[str] = None, verify: bool = False,
+                  overrides: Sequence[str] = ()) -> int:
+    """Build the TOLANet of the option file ``opt_path`` (``network_g``, with the ``--force_yml`` entries
+    ``overrides`` applied) with the adaptation checkpoint (``checkpoint`` or path.pretrain_network_g), fold LoRA in
+    and write the merged .safetensors file ``out`` (mode as the umask says); prints its size. ``verify``: compare the
+    unmerged and merged outputs on a random (1, 3, 128, 512) input (full size: minutes) and print the difference.
+    -> 0, or 1 (with an ``error:`` line) when they differ by more than ``MERGED_TOLERANCE``."""
+    net = TOLANet.from_options(opt_path, checkpoint, overrides)
     if verify:
         lq = torch.rand(1, 3, 128, 512, generator=torch.Generator().manual_seed(0))
         with torch.no_grad():

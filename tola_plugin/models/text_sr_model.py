@@ -27,16 +27,11 @@ from basicsr.utils import get_root_logger
 from basicsr.utils.registry import MODEL_REGISTRY
 
 from tola_plugin.archs.backbone_builder import load_transocr
-from tola_plugin.checkpoints.demo_backbone import demo_checkpoint_paths
+from tola_plugin.checkpoints.demo_backbone import transocr_file
 
 DEFAULT_RECOGNIZER = 'checkpoints/transocr.pth'  # TOLANet's default transocr_checkpoint
 # ``train`` keys of BasicSR 1.4.2's models (what their init_training_settings and the pipeline read)
 TEXT_TRAIN_KEYS = frozenset({'ocr_opt', 'ocr_recognizer'})  # beyond the base model's (utils/option_schema.py)
-
-
-def recognizer_path(value) -> str:
-    """The TransOCR file of ``train.ocr_recognizer``: a path, or ``demo`` (the demo backbone's)."""
-    return demo_checkpoint_paths()[1] if value == 'demo' else str(value)
 
 
 class PixelWithOCR(nn.Module):
@@ -77,8 +72,14 @@ class TextAwareMixin:
         if self.opt['datasets']['train'].get('gt_size') is not None:
             raise ValueError('train.ocr_opt: the recognizer reads whole text lines, but datasets.train.gt_size crops '
                              'square patches of them; remove gt_size (the LR line is then 128/s x 512/s)')
-        path = recognizer_path(train.get('ocr_recognizer', DEFAULT_RECOGNIZER))
-        recognizer = load_transocr(path).to(self.device)
+        path = transocr_file(train.get('ocr_recognizer', DEFAULT_RECOGNIZER))
+        try:
+            recognizer = load_transocr(path).to(self.device)
+        except FileNotFoundError as err:
+            raise FileNotFoundError(f'train.ocr_recognizer (the frozen TransOCR of train.ocr_opt): {err} Or, without '
+                                    'the official file: --force_yml train:ocr_recognizer=demo (the demo backbone\'s '
+                                    'TransOCR: letters, digits and 100 frequent Chinese characters), or '
+                                    'train:ocr_opt=~ (no OCR loss)') from None
         for p in recognizer.parameters():
             p.requires_grad_(False)
         self.ocr_recognizer = recognizer.eval()

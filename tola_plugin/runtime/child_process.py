@@ -6,7 +6,7 @@ import signal
 import subprocess
 import sys
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 TAIL = 600  # characters of a failed child's stderr kept in its message
 
@@ -69,11 +69,14 @@ class ChildResult:
 
 
 def run_child(command: Sequence[str], what: str, timeout: float, env: Optional[Dict[str, str]] = None,
-              cwd: Optional[str] = None) -> ChildResult:
+              cwd: Optional[str] = None, on_line: Optional[Callable[[str], None]] = None) -> ChildResult:
     """Run ``command`` to its end within ``timeout`` seconds; -> its output. A child that dies by a signal, exits
-    with a non-zero status or runs past the timeout (it is killed) raises ChildFailure naming ``what`` and how."""
+    with a non-zero status or runs past the timeout (it is killed) raises ChildFailure naming ``what`` and how.
+    ``on_line``: called with each line of the child's stdout as it comes (its progress), not only at the end."""
     import time
     start = time.perf_counter()
+    if on_line is not None:
+        return _run_streaming(command, what, timeout, env, cwd, on_line, start)
     try:
         proc = subprocess.run(
             list(command), capture_output=True, text=True, timeout=timeout, env=child_environment(env), cwd=cwd,
@@ -83,3 +86,36 @@ def run_child(command: Sequence[str], what: str, timeout: float, env: Optional[D
     if proc.returncode != 0:
         raise ChildFailure(what, describe_exit(proc.returncode, proc.stderr), proc.returncode)
     return ChildResult(proc.stdout, proc.stderr, time.perf_counter() - start)
+
+
+def _run_streaming(command, what, timeout, env, cwd, on_line, start) -> ChildResult:
+    """``run_child`` reading the child's stdout line by line (stderr collected by a thread, so neither pipe fills);
+    the timeout kills the child from a timer."""
+    import threading
+    import time
+    proc = subprocess.Popen(
+        list(command), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_environment(env), cwd=cwd,
+        stdin=subprocess.DEVNULL)
+    errors: List[str] = []
+    reader = threading.Thread(target=lambda: errors.append(proc.stderr.read()), daemon=True)
+    reader.start()
+    timer = threading.Timer(timeout, proc.kill)
+    timer.start()
+    lines = []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            on_line(line.rstrip('\n'))
+        proc.wait()
+    finally:
+        timer.cancel()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        reader.join()
+    stderr = ''.join(errors)
+    if time.perf_counter() - start >= timeout and proc.returncode != 0:
+        raise ChildFailure(what, f'hung: still running after {timeout:g} s, killed')
+    if proc.returncode != 0:
+        raise ChildFailure(what, describe_exit(proc.returncode, stderr))
+    return ChildResult(''.join(lines), stderr, time.perf_counter() - start)

@@ -40,10 +40,16 @@ def conversion_jobs(idm, vae, context_dim: int, transocr):
     }
 
 
+PROGRESS = 'progress'  # a stdout line ``progress <stage> <its weight> <total weight>`` per converted stage
+
+
 def convert(spec, out_dir: str) -> None:
+    """Convert every stage; after each, one PROGRESS line on stdout (weight: the stage's parameters, which its
+    conversion time follows) for the parent's progress bar (``openvino_stages.StageCache.build``)."""
     import openvino as ov
     idm, vae, context_dim, transocr = load_modules(spec)
     modules = dict(stage_modules(idm, vae), **prior_stage_modules(transocr))
+    weights = {stage: max(1, sum(p.numel() for p in modules[stage].parameters())) for stage in STAGES}
     with torch.no_grad():
         jobs = conversion_jobs(idm, vae, context_dim, transocr)
     for stage in STAGES:
@@ -57,6 +63,7 @@ def convert(spec, out_dir: str) -> None:
             model = ov.convert_model(modules[stage].eval(), example_input=example, input=shapes)
         ov.save_model(model, os.path.join(out_dir, f'{stage}.xml'), compress_to_fp16=False)
         del model
+        print(f'{PROGRESS} {stage} {weights[stage]} {sum(weights.values())}', flush=True)
 
 
 if __name__ == '__main__':

@@ -19,9 +19,11 @@ from typing import Sequence
 
 from tola_plugin.runtime.child_process import python_command, run_child
 from tola_plugin.runtime.machine import package_version
+from tola_plugin.runtime.openvino_convert import PROGRESS
 from tola_plugin.runtime.stage_source import StageSource, sha256_of
 from tola_plugin.runtime.stages import STAGES
 from tola_plugin.utils.atomic_files import read_json_dict, write_json
+from tola_plugin.utils.progress import Progress
 from tola_plugin.utils.user_cache import cache_root
 
 FORMAT = 'tola_plugin.openvino_stages/3'
@@ -45,6 +47,15 @@ def compiled_cache_dir() -> str:
 
 def _say(message: str) -> None:
     print(f'tola-plugin: {message}', file=sys.stderr, flush=True)
+
+
+def _advance(bar: Progress, line: str) -> None:
+    """One PROGRESS line of the conversion child (``openvino_convert``): the bar advances by the stage's share of the
+    parameters (what its conversion time follows), so the time left is estimated from the work left."""
+    parts = line.split()
+    if len(parts) == 4 and parts[0] == PROGRESS:
+        stage, weight, total = parts[1], int(parts[2]), int(parts[3])
+        bar.update(100 * weight / total, note=f'{stage} done')
 
 
 class StageCache:
@@ -114,11 +125,12 @@ class StageCache:
         staging = tempfile.mkdtemp(prefix=os.path.basename(self.folder) + '.building-', dir=parent)
         try:
             start = time.perf_counter()
-            _say(f'converting TransOCR, the IDM and the VAE for OpenVINO once for this model (about a minute at full '
-                 f'size); cached in {self.folder}')
+            _say(f'converting TransOCR, the IDM and the VAE for OpenVINO once for this model (minutes at full size, '
+                 f'under a minute for a model of the demo backbone); cached in {self.folder}')
             command = python_command(
                 module='tola_plugin.runtime.openvino_convert') + [json.dumps(source.spec()), staging]
-            run_child(command, 'the OpenVINO conversion', CONVERT_TIMEOUT)
+            with Progress('OpenVINO conversion', total=100, unit='%') as bar:
+                run_child(command, 'the OpenVINO conversion', CONVERT_TIMEOUT, on_line=lambda line: _advance(bar, line))
             seconds = self.write_manifest(staging, round(time.perf_counter() - start, 1))
             if self.valid():  # another process finished first: keep its entry
                 return

@@ -139,6 +139,9 @@ class Runtime:
         if path.plain:
             return ''
         key = qualification.verdict_key(self.device, path.backend, path.dtype, self.source.digest, self.streams)
+        if qualification.cached_verdict(key) is None:  # no silent wait: what runs now, once, and about how long
+            self.say(f'qualifying {path.name} on this machine, once for this model (the plain fp32 route and it on '
+                     'one probe line, compared: seconds for the demo model, a minute or two at full size)')
         if path.backend == 'torch':
             verdict = qualification.qualify(key, lambda: self._torch_probe(path.dtype), self.reference, path.dtype)
         else:

@@ -40,6 +40,9 @@ def atomic_write(path: str, write: Callable[[str], None]) -> str:
     os.close(fd)
     try:
         write(tmp)
+        # mkstemp makes the file private, and some writers replace it by a private one of their own (safetensors'
+        # save_file): give it a normal file's mode, as the user's umask says
+        os.chmod(tmp, 0o666 & ~_umask())
         with open(tmp, 'rb+') as f:
             os.fsync(f.fileno())
             os.fchmod(f.fileno(), 0o666 & ~_umask())

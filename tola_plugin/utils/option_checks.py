@@ -24,8 +24,9 @@ Every error is an ``OptionError`` (a ValueError) whose message starts with the o
 import difflib
 import inspect
 import os
-from typing import Iterable, Mapping, Optional
+from typing import Iterable, List, Mapping, Optional
 
+from basicsr.models.base_model import BaseModel
 from basicsr.utils.registry import ARCH_REGISTRY, DATASET_REGISTRY, LOSS_REGISTRY, METRIC_REGISTRY, MODEL_REGISTRY
 
 from tola_plugin.utils import option_schema
@@ -213,8 +214,41 @@ def _declare_advice(model_cls) -> str:
             f'attributes (train_option_keys, val_option_keys, top_option_keys; docs/reliability.md)')
 
 
+def models_taking(key: str, kind: str) -> List[type]:
+    """The registered models that take ``key`` in their ``kind`` block (e.g. ``ocr_opt`` under ``train``: TOLAModel
+    and the text-aware BasicSR models). Asked on an error only: it imports the announced models' modules."""
+    takers = []
+    for name in sorted(MODEL_REGISTRY.keys()):
+        try:
+            cls = MODEL_REGISTRY.get(name)
+        except (ImportError, KeyError):  # a model whose module cannot be imported here takes nothing here
+            continue
+        if key in option_schema.model_keys(cls, kind):
+            takers.append(cls)
+    return takers
+
+
+def _taker_advice(key: str, model_cls, kind: str) -> str:
+    """Which model to choose for ``key`` that ``model_cls`` does not take: first the one that is ``model_cls`` with a
+    mixin added (TextSRModel for SRModel), then the others that take it; '' when none does."""
+    takers = [cls for cls in models_taking(key, kind) if cls is not model_cls]
+    if not takers:
+        return ''
+    variants = [
+        cls for cls in takers
+        if model_cls in cls.__bases__ and any(not issubclass(base, BaseModel) for base in cls.__bases__)
+    ]
+    others = ', '.join(cls.__name__ for cls in takers if cls not in variants)
+    if variants:
+        name = variants[0].__name__
+        return (f'. {name} is {model_cls.__name__} with {key}: set model_type: {name}' +
+                (f' (also taking it: {others})' if others else ''))
+    return f'. Models that take {key}: {others}'
+
+
 def check_model_block(block: Mapping, model_cls, kind: str, where: str) -> None:
-    """The keys of ``block`` (the top level, ``train`` or ``val``: ``kind``) against the model's."""
+    """The keys of ``block`` (the top level, ``train`` or ``val``: ``kind``) against the model's; a key that another
+    model takes names that model (``_taker_advice``)."""
     known = option_schema.model_keys(model_cls, kind)
     if kind == 'top':
         known = known | option_schema.COMPUTED_TOP_KEYS | {k for k in block if k.startswith('network_')}
@@ -222,8 +256,9 @@ def check_model_block(block: Mapping, model_cls, kind: str, where: str) -> None:
         if key not in known:
             home = [b for b in ('train', 'val') if key in option_schema.model_keys(model_cls, b)]
             belongs = f'; {key} belongs under {home[0]}:' if kind == 'top' and home else ''
+            advice = ('' if belongs else _taker_advice(key, model_cls, kind)) + _declare_advice(model_cls)
             check_keys({key: None}, known, where, f'{model_cls.__name__}{belongs}' if belongs else model_cls.__name__,
-                       _declare_advice(model_cls))
+                       advice)
 
 
 def check_train(opt: Mapping) -> None:

@@ -156,3 +156,40 @@ def read_option_value(text: str, source: str):
     stream = io.StringIO(f'value: {text}\n')
     stream.name = source
     return yaml.load(stream, Loader=OptionLoader)['value']
+
+
+def force_yml_value(text: str):
+    """A ``--force_yml KEY=VALUE`` value as BasicSR's launchers read it (``basicsr.utils.options``'s rules: ``~`` or
+    ``none`` -> None, ``true``/``false``, ``!!float x``, digits -> int, a decimal -> float, else the text), except that
+    a list (``[...]``) is read as YAML (upstream ``eval``-s it)."""
+    if text == '~' or text.lower() == 'none':
+        return None
+    if text.lower() in ('true', 'false'):
+        return text.lower() == 'true'
+    if text.startswith('!!float'):
+        return float(text.replace('!!float', ''))
+    if text.isdigit():
+        return int(text)
+    if text.replace('.', '', 1).isdigit() and text.count('.') < 2:
+        return float(text)
+    if text.startswith('['):
+        return read_option_value(text, f'--force_yml value {text!r}')
+    return text
+
+
+def apply_force_yml(opt: Dict, entries, where: str = '--force_yml') -> Dict:
+    """``opt`` with each ``a:b:c=value`` of ``entries`` set, as BasicSR's launchers set them (``force_yml_value``;
+    the parents ``a:b`` must exist, the last key may be new) — for the tools that read an option file outside the
+    launchers (tola-export-merged). A malformed entry or a missing parent is an OptionError naming it."""
+    for entry in entries or ():
+        keys, sep, value = entry.partition('=')
+        path = [key.strip() for key in keys.split(':')]
+        if not sep or not all(path):
+            raise OptionError(f'{where} {entry!r}: expected KEY:SUBKEY=VALUE, e.g. network_g:backbone_init=demo')
+        target = opt
+        for depth, key in enumerate(path[:-1]):
+            if not isinstance(target, dict) or not isinstance(target.get(key), dict):
+                raise OptionError(f'{where} {entry!r}: the option file has no block {":".join(path[:depth + 1])}')
+            target = target[key]
+        target[path[-1]] = force_yml_value(value.strip())
+    return opt

@@ -1,0 +1,90 @@
+"""Progress of a long step, the way it is seen: a tqdm bar (elapsed < remaining) on a terminal, and where stderr is
+a file or a pipe (a log, CI, ``| tee``) lines as BasicSR's logger writes them, at most one every ``LINE_SECONDS``
+plus the first and the last: ``<what>: 3/8 images, 12 s, about 20 s left``. One helper for every wait the package
+makes a user sit through (OpenVINO conversion, qualification, folder runs), so none of them is silent.
+"""
+import sys
+import time
+from typing import Optional
+
+LINE_SECONDS = 10.0  # a log line at most this often (the first and the last step always)
+
+
+def _seconds(value: float) -> str:
+    value = max(0.0, value)
+    return f'{value:.0f} s' if value < 120 else f'{value / 60:.1f} min'
+
+
+class Progress:
+    """``with Progress('OpenVINO conversion', total=5, unit='stages') as bar: ... bar.update(1, 'idm')``.
+
+    total: the steps (or any additive amount: parameters, pixels); the remaining time is the elapsed time scaled by
+    what is left, so steps of unequal cost may be weighted (``update(weight)``). stream: stderr by default; a
+    terminal gets a tqdm bar, anything else lines (at most one every ``line_seconds``, default LINE_SECONDS).
+    ``note``: the step just done, shown beside the count."""
+
+    def __init__(self, what: str, total: float, unit: str = 'steps', stream=None, line_seconds: Optional[float] = None):
+        self.what, self.total, self.unit = what, float(total), unit
+        self.stream = stream or sys.stderr
+        self.line_seconds = LINE_SECONDS if line_seconds is None else line_seconds
+        self.done = 0.0
+        self.start = time.perf_counter()
+        self._last_line = None
+        self._bar = None
+        if _is_terminal(self.stream):
+            from tqdm import tqdm
+            counts = '' if unit == '%' else ' {n_fmt}/{total_fmt} {unit}'
+            self._bar = tqdm(
+                total=total, desc=what, unit=unit, file=self.stream, dynamic_ncols=True,
+                bar_format='{desc}: {percentage:3.0f}%|{bar}|' + counts + ' [{elapsed}<{remaining}]{postfix}')
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def remaining(self) -> Optional[float]:
+        """Seconds left, from the rate so far (None before the first step)."""
+        if self.done <= 0:
+            return None
+        elapsed = time.perf_counter() - self.start
+        return elapsed * (self.total - self.done) / self.done
+
+    def update(self, amount: float = 1, note: str = '') -> None:
+        self.done = min(self.total, self.done + amount)
+        if self._bar is not None:
+            if note:
+                self._bar.set_postfix_str(note, refresh=False)
+            self._bar.update(amount)
+            return
+        now = time.perf_counter()
+        last = self.done >= self.total
+        if self._last_line is not None and not last and now - self._last_line < self.line_seconds:
+            return
+        self._last_line = now
+        left = self.remaining()
+        count = (f'{100 * self.done / self.total:.0f} %'
+                 if self.unit == '%' else f'{self.done:g}/{self.total:g} {self.unit}')
+        timing = _seconds(now - self.start) + ('' if last or left is None else f', about {_seconds(left)} left')
+        print(f'{self.what}: {count}{" (" + note + ")" if note else ""}, {timing}', file=self.stream, flush=True)
+
+    def write(self, message: str) -> None:
+        """A line of its own that does not break the bar."""
+        if self._bar is not None:
+            self._bar.write(message, file=self.stream)
+        else:
+            print(message, file=self.stream, flush=True)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
+def _is_terminal(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
