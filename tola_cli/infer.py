@@ -21,7 +21,6 @@ docs/restore.md and docs/reliability.md have the details.
 """
 import argparse
 import math
-import os
 
 from tola_cli.arguments import openvino_streams, rgb_triple
 from tola_cli.defaults import COLOR_FIXES, DEFAULT_COLOR_FIX, PASTE_POLICIES
@@ -140,11 +139,14 @@ def main(argv=None) -> int:
     without torch is decided first (the model's and option file's presence, the outputs to skip); the networks are
     imported and loaded only when there is something to restore."""
     args = parse_args(argv)
+    from tola_plugin.utils.user_paths import check_regular_file  # standard library only
     expected = {'--model': 'a merged TOLA model, from tola-export-merged', '-opt': 'a TOLA option file'}
     for flag, path in (('--model', args.model), ('-opt', args.opt)):
-        if path is not None and not os.path.isfile(path):
+        try:  # a folder, a FIFO or a device is said for what it is, before anything could wait on it
+            path is None or check_regular_file(path, flag, expected[flag])
+        except FileNotFoundError:
             raise FileNotFoundError(f'{flag} {path}: no such file (expected {expected[flag]}; without --model and '
-                                    '-opt tola-infer runs the demo model)')
+                                    '-opt tola-infer runs the demo model)') from None
     if args.device is not None:  # a device asked for and absent: an error before anything is read
         from tola_plugin.inference.pipeline import TOLAPipeline
         TOLAPipeline.check_placement(args.device, args.backend)

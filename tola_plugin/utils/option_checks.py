@@ -474,8 +474,8 @@ def check_data_paths(opt: Mapping) -> None:
     ``experiments/<name>`` to ``<name>_archived_<time>`` before it builds the datasets, so a mistyped dataroot found
     there has already moved the experiment away): each dataset's ``dataroot*`` (a folder), ``labels``,
     ``index_list`` and ``meta_info_file`` (files); for a run that does not resume (no ``--auto_resume``) the
-    ``path.pretrain_network_*`` files. An OptionError names the option, the path, what is there and, for a typo, the
-    closest name in its folder."""
+    ``path.pretrain_network_*`` files (but ``demo``). An OptionError names the option, the path, what is there and,
+    for a typo, the closest name in its folder."""
     for phase, dataset in (opt.get('datasets') or {}).items():
         for key, value in (dataset or {}).items():
             if not isinstance(value, str) or not (key.startswith('dataroot') or key in DATASET_FILE_KEYS):
@@ -483,7 +483,9 @@ def check_data_paths(opt: Mapping) -> None:
             _check_path(value, f'datasets.{phase}.{key}', 'a folder' if key.startswith('dataroot') else 'a file')
     if not opt.get('auto_resume'):
         for key, value in (opt.get('path') or {}).items():
-            if key.startswith('pretrain_network') and isinstance(value, str):
+            # 'demo': the shipped demo adaptation, a package file resolved and checked where it is loaded
+            # (checkpoints/demo_backbone.adaptation_file)
+            if key.startswith('pretrain_network') and isinstance(value, str) and value != 'demo':
                 _check_path(value, f'path.{key}', 'a file')
 
 

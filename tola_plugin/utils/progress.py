@@ -1,11 +1,14 @@
 """Progress of a long step, the way it is seen: a tqdm bar (elapsed < remaining) on a terminal, and where stderr is
 a file or a pipe (a log, CI, ``| tee``) lines as BasicSR's logger writes them, at most one every ``LINE_SECONDS``
 plus the first and the last: ``<what>: 3/8 images, 12 s, about 20 s left``. One helper for every wait the package
-makes a user sit through (OpenVINO conversion, qualification, folder runs), so none of them is silent.
+makes a user sit through (OpenVINO conversion, qualification, folder runs), so none of them is silent. Every note
+and line goes out through ``user_text.shown`` (a file name's control characters escaped).
 """
 import sys
 import time
 from typing import Optional
+
+from tola_plugin.utils.user_text import shown
 
 LINE_SECONDS = 10.0  # a log line at most this often (the first and the last step always)
 
@@ -54,6 +57,7 @@ class Progress:
 
     def update(self, amount: float = 1, note: str = '') -> None:
         self.done = min(self.total, self.done + amount)
+        note = shown(note)
         if self._bar is not None:
             if note:
                 self._bar.set_postfix_str(note, refresh=False)
@@ -72,6 +76,7 @@ class Progress:
 
     def write(self, message: str) -> None:
         """A line of its own that does not break the bar."""
+        message = shown(message)
         if self._bar is not None:
             self._bar.write(message, file=self.stream)
         else:
