@@ -25,7 +25,7 @@ from tola_plugin.archs.precision import dtype_name
 from tola_plugin.runtime import openvino_stages, qualification
 from tola_plugin.runtime.child_process import ChildFailure, python_command, run_child
 from tola_plugin.runtime.openvino_client import OpenVINOWorker, Streams, check_streams
-from tola_plugin.runtime.plan import BACKENDS, FP32, Path, RuntimePlan, candidate_paths
+from tola_plugin.runtime.plan import BACKENDS, FP32, Path, RuntimePlan, candidate_paths, substitutions
 from tola_plugin.runtime.stage_source import StageSource, StageWeights
 from tola_plugin.runtime.stages import IMAGE_STAGES, RoutedIDM, RoutedVAE, stage_modules
 from tola_plugin.runtime.text_prior_stages import KEPT, PRIOR_STAGES, RoutedTextRecognizer
@@ -153,23 +153,53 @@ class Runtime:
                 qualification.store_verdict(key, verdict)
             if why:
                 return why, path
-            compiled = self.worker.compiled_dtypes
-            running = path.replace(**{stage: compiled[stage] for stage in IMAGE_STAGES})
-            self.net.idm = RoutedIDM(self._run_openvino, self.source.idm.config)
-            self.net.vae = RoutedVAE(self._run_openvino, self.source.vae.config)
-            self.net.text_recognizer = RoutedTextRecognizer(self._run_openvino, self.source.transocr)
+            running = self._route_openvino(path)
             verdict = qualification.qualify(key, lambda: self._openvino_probe(running), self.reference, running,
                                             qualification.OPENVINO_CHECKS)
         if not verdict.qualified:
             self._close_worker()
             self.net.idm, self.net.vae, self.net.text_recognizer = self.source.idm, self.source.vae, None
-            computed = f' (OpenVINO compiled {running.precision} on this CPU)' if running != path else ''
+            computed = f' ({substitutions(path, running)})' if running != path else ''
             return verdict.reason + computed + (' (verdict cached on this machine)'
                                                 if verdict.source == 'cache' else ''), running
         self._qualified_reason = (
             'qualified on this machine' +
             (f' in {verdict.seconds:g} s' if verdict.source == 'measured' else ' (cached verdict)'))
         return '', running
+
+    def _route_openvino(self, path: Path) -> Path:
+        """Route the network's stages (the text prior's too) to the worker started for ``path`` -> the path as it
+        computes: each image stage in the precision OpenVINO compiled."""
+        compiled = self.worker.compiled_dtypes
+        self.net.idm = RoutedIDM(self._run_openvino, self.source.idm.config)
+        self.net.vae = RoutedVAE(self._run_openvino, self.source.vae.config)
+        self.net.text_recognizer = RoutedTextRecognizer(self._run_openvino, self.source.transocr)
+        return path.replace(**{stage: compiled[stage] for stage in IMAGE_STAGES})
+
+    @contextlib.contextmanager
+    def unqualified(self, path: Path):
+        """The network runs ``path`` for the block without qualifying it: what the benchmark measures, the errors of
+        paths that do not qualify among them (``benchmarks/precision_route.py``). Yields the path as it computes;
+        the plan and the stages before it come back after. An OpenVINO path that cannot start is a RuntimeError
+        naming why."""
+        saved = self.net.idm, self.net.vae, self.net.text_recognizer, self.net.plan
+        worker, self.worker = self.worker, None
+        try:
+            if path.backend == 'openvino':
+                why, _ = self._start_openvino(path)
+                if why:
+                    raise RuntimeError(f'{path.name}: {why}')
+                running = self._route_openvino(path)
+            else:
+                self.weights.load()
+                self.net.idm, self.net.vae, self.net.text_recognizer = self.source.idm, self.source.vae, None
+                running = path
+            self.net.plan = RuntimePlan(self.device, running, reason='not qualified: measured')
+            yield running
+        finally:
+            self._close_worker()
+            self.worker = worker
+            self.net.idm, self.net.vae, self.net.text_recognizer, self.net.plan = saved
 
     def _route(self, path: Path):
         """The network's forward on the probe as it runs now (its stages), with ``path``'s precisions

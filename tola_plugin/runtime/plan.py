@@ -114,7 +114,7 @@ class RuntimePlan:
         line = (f'runtime: {self.device}, {self.path.name} (asked backend {self.asked[0]}, precision '
                 f'{self.asked[1]}): {self.reason}')
         if self.requested is not None and self.requested != self.path:
-            line += f'; {self.requested.precision} was requested, OpenVINO compiled {self.precision} on this CPU'
+            line += f'; {substitutions(self.requested, self.path)}'
         if self.passed_over:
             line += '; passed over: ' + '; '.join(f'{name}: {why}' for name, why in self.passed_over)
         return line
@@ -127,6 +127,17 @@ class RuntimePlan:
             'asked': {'backend': self.asked[0], 'precision': self.asked[1]}, 'reason': self.reason,
             'passed_over': [{'path': p, 'why': w} for p, w in self.passed_over]
         }
+
+
+def substitutions(requested: Path, running: Path) -> str:
+    """What a backend computes in another precision than ``requested``: 'OpenVINO computes vae_encoder, idm in fp32
+    where bf16 was requested on this CPU' ('' when nothing differs)."""
+    groups: Dict[Tuple[str, str], List[str]] = {}
+    for stage, asked, got in zip(STAGE_NAMES, requested.stage_dtypes, running.stage_dtypes):
+        if asked != got:
+            groups.setdefault((dtype_name(asked), dtype_name(got)), []).append(stage)
+    return '; '.join(f'OpenVINO computes {", ".join(stages)} in {got} where {asked} was requested on this CPU'
+                     for (asked, got), stages in groups.items())
 
 
 def fast_dtypes(device: torch.device) -> Dict[str, torch.dtype]:

@@ -1,0 +1,134 @@
+"""Where a low precision's error lands (docs/inference.md, "Precision"): each stage of Algorithm 1 in bf16 or fp16,
+alone and all together, on torch and on OpenVINO, against the fp32 route on the same inputs and noise: the IDM's ε̂,
+the one-step latent ẑ0 (which carries ε̂'s error x 101.6 at t = 999) and the image; and the speed of per-stage plans.
+
+``frozen_demo_net`` is a model whose output follows ẑ0: the demo backbone's one-step route without LoRA and LRC, so
+its image is the decoder of ẑ0 (the demo model's LRC learned to restore from z_LR and discards ẑ0, which would hide
+the error). The tables are measured with the runtime's ``Runtime.unqualified`` (each path run as it is, OpenVINO
+reporting the precision it compiled), on rendered lines (``benchmarks/inference_inputs.rendered_lines``) or the
+qualification's probe.
+"""
+import statistics
+import time
+import warnings
+from typing import Dict, List, Optional, Sequence
+
+import torch
+
+from tola_plugin.archs.precision import STAGE_NAMES, dtype_name
+from tola_plugin.archs.tola_arch import TOLANet
+from tola_plugin.runtime import qualification
+from tola_plugin.runtime.placement import Runtime
+from tola_plugin.runtime.plan import FP32, Path
+
+BACKENDS = ('torch', 'openvino')
+LOW = (torch.bfloat16, torch.float16)
+ALL = 'all'  # the row of a precision on every stage (``Path.uniform``: the VAE decoder fp32 under fp16)
+
+
+def frozen_demo_net() -> TOLANet:
+    """The demo backbone's frozen one-step route (``backbone_init: demo``, no LoRA, no LRC), inference-only: its
+    image is the VAE decoder of ẑ0."""
+    return TOLANet(backbone_init='demo', idm_lora=False, vae_lora=False, lrc=None).prepare_for_inference()
+
+
+def route(net, lq: torch.Tensor) -> Dict[str, torch.Tensor]:
+    """The network's forward as it runs now on ``lq`` (per-image noise seeds 0..B-1): ε̂, z_LR, ẑ0 and the image."""
+    with torch.inference_mode(), warnings.catch_warnings():
+        warnings.simplefilter('ignore')  # an explicit low precision where it is emulated warns
+        out = net(lq, noise_seeds=list(range(lq.shape[0])), return_intermediates=True)
+    return {key: out[key].float().cpu() for key in ('eps_hat', 'z_lr', 'z0', 'image')}
+
+
+def errors(candidate: Dict[str, torch.Tensor], reference: Dict[str, torch.Tensor],
+           z_hr: Optional[torch.Tensor] = None) -> Dict[str, float]:
+    """A route's errors against the fp32 route (mean absolute values, unscaled latents): 'eps' |Δε̂|, 'z0' |Δẑ0|,
+    'z0_of_z_lr' |Δẑ0| / |z_LR| (the qualification's measure, ``qualification.route_errors``), 'image_db' the
+    image's PSNR against the fp32 image; with ``z_hr`` (the HR lines' latents) also 'z0_of_lr_to_hr' |Δẑ0| /
+    |z_LR - z_HR|."""
+    judged = qualification.route_errors(candidate, reference)
+    out = {
+        'eps': float((candidate['eps_hat'] - reference['eps_hat']).abs().mean()),
+        'z0': float((candidate['z0'] - reference['z0']).abs().mean()), 'z0_of_z_lr': judged['z0'],
+        'image_db': judged['image_db']
+    }
+    if z_hr is not None:
+        out['z0_of_lr_to_hr'] = out['z0'] / float((reference['z_lr'] - z_hr).abs().mean())
+    return out
+
+
+def stage_paths(backend: str, precisions: Sequence[torch.dtype] = LOW) -> List[Path]:
+    """Each stage alone in each precision (the others fp32), then each precision on every stage (``ALL``)."""
+    fp32 = Path.uniform(backend, FP32)
+    return [fp32.replace(**{stage: dtype}) for dtype in precisions
+            for stage in STAGE_NAMES] + [Path.uniform(backend, dtype) for dtype in precisions]
+
+
+def which_stage(path: Path) -> str:
+    """The stage a ``stage_paths`` path runs low, or ``ALL``."""
+    low = [stage for stage, dtype in path.dtypes.items() if dtype != FP32]
+    return low[0] if len(low) == 1 and path != Path.uniform(path.backend, path.dtypes[low[0]]) else ALL
+
+
+def error_table(net, lq: torch.Tensor, hr: Optional[torch.Tensor] = None, backends: Sequence[str] = BACKENDS,
+                precisions: Sequence[torch.dtype] = LOW, say=print) -> Dict:
+    """The errors (``errors``) of every ``stage_paths`` path of each backend on ``lq`` against the fp32 torch route
+    of the inference TOLANet ``net`` -> {'reference': sizes of the fp32 route's latents, 'rows': [{'backend',
+    'precision', 'stage', 'computed' (the path as it computed: OpenVINO's compiled precisions), errors...}]}."""
+    runtime = Runtime(net, 'cpu', 'torch', say=say)
+    try:
+        reference = route(net, lq)
+        z_hr = None
+        if hr is not None:
+            with torch.inference_mode():
+                z_hr = net.vae.encode(hr).latent_dist.mode().float()
+        sizes = {'z_lr': float(reference['z_lr'].abs().mean()), 'z0': float(reference['z0'].abs().mean())}
+        if z_hr is not None:
+            sizes.update(z_hr=float(z_hr.abs().mean()), z_lr_to_hr=float((reference['z_lr'] - z_hr).abs().mean()),
+                         z0_to_hr=float((reference['z0'] - z_hr).abs().mean()))
+        rows = []
+        for backend in backends:
+            for path in ([Path.uniform(backend, FP32)] if backend != 'torch' else []) + stage_paths(backend, precisions):
+                try:
+                    with runtime.unqualified(path) as running:
+                        out = route(net, lq)
+                except RuntimeError as err:
+                    say(f'{path.name}: not measured: {err}')
+                    continue
+                low = [d for d in path.stage_dtypes if d != FP32]
+                row = dict(backend=backend, precision=dtype_name(low[0]) if low else 'fp32', stage=which_stage(path),
+                           computed=running.precision, **errors(out, reference, z_hr))
+                say(f"{path.name} (computed {running.precision}): |Δε̂| {row['eps']:.2e}, |Δẑ0| {row['z0']:.4f} = "
+                    f"{row['z0_of_z_lr']:.2%} of |z_LR|, image {row['image_db']:.1f} dB")
+                rows.append(row)
+    finally:
+        runtime.close()
+    return {'lines': int(lq.shape[0]), 'shape': list(lq.shape[1:]), 'reference': sizes, 'rows': rows}
+
+
+def plan_speeds(net, lq: torch.Tensor, paths: Sequence[Path], repeats: int = 3, say=print) -> Dict[str, Dict]:
+    """Seconds per line of the inference TOLANet ``net`` on ``lq`` with each path (``Runtime.unqualified``), the
+    paths interleaved, a warm-up each, median of ``repeats``; and each path's route errors against fp32 torch ->
+    {path name: {'computed', 'seconds', 'all_s', errors...}}."""
+    runtime = Runtime(net, 'cpu', 'torch', say=say)
+    times: Dict[str, List[float]] = {path.name: [] for path in paths}
+    out: Dict[str, Dict] = {}
+    try:
+        reference = route(net, lq)
+        for repeat in range(repeats + 1):
+            for path in paths:
+                with runtime.unqualified(path) as running:
+                    route(net, lq[:1])  # the worker's first call compiles for the shape
+                    start = time.perf_counter()
+                    result = route(net, lq)
+                    seconds = (time.perf_counter() - start) / lq.shape[0]
+                if repeat:
+                    times[path.name].append(seconds)
+                else:
+                    out[path.name] = dict(computed=running.name, **errors(result, reference))
+                say(f'{path.name} {"warm-up" if repeat == 0 else f"run {repeat}"}: {seconds:.2f} s per line')
+    finally:
+        runtime.close()
+    for name, runs in times.items():
+        out[name].update(seconds=statistics.median(runs), all_s=runs)
+    return out
