@@ -15,8 +15,9 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 
-from tola_plugin.archs.precision import STAGE_NAMES, dtype_name
+from tola_plugin.archs.precision import STAGE_NAMES, dtype_name, precision_dtype
 from tola_plugin.archs.tola_arch import TOLANet
+from tola_plugin.benchmarks.inference_inputs import rendered_lines
 from tola_plugin.runtime import qualification
 from tola_plugin.runtime.placement import Runtime
 from tola_plugin.runtime.plan import FP32, Path
@@ -132,3 +133,77 @@ def plan_speeds(net, lq: torch.Tensor, paths: Sequence[Path], repeats: int = 3, 
     for name, runs in times.items():
         out[name].update(seconds=statistics.median(runs), all_s=runs)
     return out
+
+
+def demo_lines(count: int):
+    """``count`` held-out rendered lines of the demo's character set (seed 1, as the demo's test lines), degraded
+    x4 as the benchmark's: (LR canvases, HR lines), (count, 3, 128, 512) in [0, 1]."""
+    lq, hr, _ = rendered_lines(count, seed=1, with_targets=True, chinese_chars='demo')
+    return lq.float(), hr.float()
+
+
+def plan_paths(backend: str, precisions: Sequence[str]) -> List[Path]:
+    """The per-stage plans timed on ``backend``: fp32, and for each low precision of ``precisions`` the paths 'auto'
+    tries on a machine where it is fast (``plan.auto_paths``: the VAE in bf16, or the IDM in fp16), then that
+    precision on every stage."""
+    paths = [Path.uniform(backend, FP32)]
+    for name in precisions:
+        if name == 'fp32':
+            continue
+        dtype = precision_dtype(name)
+        fast = {'vae_encoder': dtype, 'vae_decoder': dtype} if dtype == torch.bfloat16 else {'idm': dtype}
+        first = Path.uniform(backend, FP32).replace(**fast)
+        paths += [first] + ([first.replace(vae_encoder=FP32)] if dtype == torch.bfloat16 else [])
+        paths.append(Path.uniform(backend, dtype))
+    return paths
+
+
+def precision_benchmark(opt_path: str, checkpoint=None, random_weights: bool = False,
+                        precisions: Sequence[str] = ('fp32', 'bf16'), lines: int = 8, repeats: int = 3,
+                        backends: Sequence[str] = BACKENDS, say=print) -> Dict:
+    """tools/benchmark_inference.py --precision-table: the errors of each stage in bf16 and fp16 on the demo
+    backbone's frozen route (``frozen_demo_net``, ``lines`` held-out rendered lines) and on the option file's network
+    (full size with ``random_weights``; the qualification's probe, ``precisions``), and the speed of each per-stage
+    plan of ``precisions`` (``plan_paths``) on that network, one 128x512 line."""
+    from tola_plugin.benchmarks.benchmarking import build_benchmark_tola
+    from tola_plugin.benchmarks.machine_ceiling import machine
+    lq, hr = demo_lines(lines)
+    result = {'machine': machine(), 'bounds': {'z0': qualification.Z0_BOUND, 'image_db': qualification.IMAGE_BOUND_DB}}
+    say(f'the demo backbone\'s frozen route on {lines} rendered lines')
+    result['demo'] = error_table(frozen_demo_net(), lq, hr, backends, LOW, say)
+    net = build_benchmark_tola(opt_path, random_weights, adaptation=True, checkpoint=checkpoint)
+    net = net.prepare_for_inference()
+    low = [precision_dtype(p) for p in precisions if p != 'fp32']
+    say('the option file\'s network on the qualification\'s probe')
+    result['model'] = error_table(net, qualification.probe_image(), None, backends, low, say)
+    paths = [path for backend in backends for path in plan_paths(backend, precisions)]
+    say(f'{len(paths)} per-stage plans, one 128x512 line, median of {repeats}')
+    result['speed'] = plan_speeds(net, lq[:1], paths, repeats, say)
+    return result
+
+
+def precision_markdown(result: Dict) -> str:
+    """The tables of ``precision_benchmark``."""
+    out = []
+    for key, title in (('demo', "the demo backbone's frozen route"), ('model', "the option file's network")):
+        table = result[key]
+        ref = table['reference']
+        sizes = ', '.join(f'|{k}| {v:.3f}' for k, v in ref.items())
+        out += [
+            '', f"{title} ({table['lines']} x {'x'.join(map(str, table['shape']))}; mean absolute values: {sizes}):",
+            '', '| backend | precision | stage | computed | Δε̂ | Δẑ0 | Δẑ0 / z_LR | Δẑ0 / (z_LR - z_HR) | image vs fp32 |',
+            '|---|---|---|---|---:|---:|---:|---:|---:|'
+        ]
+        for row in table['rows']:
+            lr_hr = f"{row['z0_of_lr_to_hr']:.3f}" if 'z0_of_lr_to_hr' in row else '-'
+            out.append(f"| {row['backend']} | {row['precision']} | {row['stage']} | {row['computed']} | "
+                       f"{row['eps']:.2e} | {row['z0']:.4f} | {row['z0_of_z_lr']:.2%} | {lr_hr} | "
+                       f"{row['image_db']:.1f} dB |")
+    out += ['', 'per-stage plans (one 128x512 line):', '',
+            '| plan | computed | s / line | Δẑ0 / z_LR | image vs fp32 |', '|---|---|---:|---:|---:|']
+    for name, row in result['speed'].items():
+        out.append(f"| {name} | {row['computed']} | {row['seconds']:.2f} | {row['z0_of_z_lr']:.2%} | "
+                   f"{row['image_db']:.1f} dB |")
+    bounds = result['bounds']
+    out += ['', f"qualification bounds: Δẑ0 / z_LR <= {bounds['z0']:.0%}, image >= {bounds['image_db']:g} dB"]
+    return '\n'.join(out)
