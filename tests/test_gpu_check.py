@@ -114,8 +114,11 @@ def test_gpu_check_dry_run_writes_the_report(bundle, tmp_path):
                                                                                                      ('bf16', 0),
                                                                                                      ('bf16', 3)]
     assert all(r['predicted_gib'] > 0 for r in steps['memory']['rows'] if r['precision'] == 'fp32')
-    assert [r['precision'] for r in steps['inference']['rows']] == ['fp32', 'bf16', 'fp16']
-    assert all(r['finite'] for r in steps['inference']['rows'])
+    rows = {r['precision']: r for r in steps['inference']['rows']}
+    assert list(rows) == ['fp32', 'auto', 'bf16', 'fp16'] and all(r['finite'] for r in rows.values())
+    # on the demo backbone's inputs bf16 in the IDM moves ẑ0 past its bound: refused, with the reason
+    assert 'moves ẑ0 by' in rows['bf16']['refused'] and 'the IDM in bf16 alone' in rows['bf16']['refused']
+    assert rows['auto']['plan'].startswith('torch ') and rows['auto']['within_bound']
     origins = result['distributions']
     assert origins['tola-plugin']['origin'] == origins['diffusers']['origin'] == 'bundle'  # not this checkout
     assert origins['torch']['origin'] == 'image'

@@ -54,7 +54,7 @@ def test_bf16_in_the_idm_is_refused_on_the_demo_model(demo, verdicts):
     assert 'torch bf16: wrong results (route: moves ẑ0 by' in message and 'the IDM in bf16 alone' in message
     verdict = next(iter(qualification._memory.values()))
     route = verdict['errors'][qualification.ROUTE]
-    assert route['z0'] > 3 * qualification.Z0_BOUND and route['image_db'] < qualification.IMAGE_BOUND_DB
+    assert route['z0'] > 3 * qualification.Z0_BOUND and route['image_rms'] > qualification.IMAGE_RMS_BOUND
     assert verdict['errors']['idm_z0'] > 3 * qualification.Z0_BOUND
     for stage in ('vae_encoder', 'idm', 'vae_decoder'):  # no stage alone is the problem
         assert verdict['errors'][stage] < qualification.STAGE_BOUNDS[stage][BF16]
@@ -154,9 +154,9 @@ def test_a_plan_per_stage_is_honoured_on_openvino(tiny, verdicts, monkeypatch):
     pipe = TOLAPipeline.from_merged(tiny, switches={'precision': 'auto'}, backend='openvino', batch_size=1)
     try:
         worker = pipe.runtime.worker
-        assert {stage: worker.dtype_of(stage) for stage in ('vae_encoder', 'idm', 'vae_decoder')} == {
-            'vae_encoder': FP32, 'idm': FP32, 'vae_decoder': BF16
-        }
+        assert {stage: worker.dtype_of(stage)
+                for stage in ('vae_encoder', 'idm', 'vae_decoder')
+                } == {'vae_encoder': FP32, 'idm': FP32, 'vae_decoder': BF16}
         assert worker.dtype_of('text_encoder') == worker.dtype_of('text_decoder') == FP32
         computed = worker.compiled_dtypes
         assert pipe.plan.dtypes == dict(MIXED, **{s: computed[s] for s in ('vae_encoder', 'idm', 'vae_decoder')})
@@ -176,7 +176,7 @@ def test_openvino_computing_another_precision_is_reported_as_such(tiny, verdicts
     # the route's bounds are not what this test is about: the tiny random model's ẑ0 is amplified noise, which
     # MoM and LRC in bf16 (run by torch here) move by more than its size
     monkeypatch.setattr(qualification, 'Z0_BOUND', float('inf'))
-    monkeypatch.setattr(qualification, 'IMAGE_BOUND_DB', float('-inf'))
+    monkeypatch.setattr(qualification, 'IMAGE_RMS_BOUND', float('inf'))
     pipe = TOLAPipeline.from_merged(tiny, switches={'precision': 'bf16'}, backend='openvino', batch_size=1)
     try:
         assert pipe.runtime.worker.compiled_dtypes['idm'] == FP32
@@ -191,8 +191,7 @@ def test_openvino_computing_another_precision_is_reported_as_such(tiny, verdicts
 def test_a_fp16_idm_that_overflows_is_passed_over(tiny, verdicts, monkeypatch):
     """The IDM in fp16 (what 'auto' gives it on GPUs with tensor cores and CPUs with fp16 instructions) overflowing
     to inf on the probe: its route is not finite, the path is passed over, the next one serves."""
-    monkeypatch.setattr(plan, 'fast_dtypes', lambda device: dict(MIXED, mom=FP32, lrc=FP32, vae_decoder=FP32,
-                                                                 idm=FP16))
+    monkeypatch.setattr(plan, 'fast_dtypes', lambda device: dict(MIXED, mom=FP32, lrc=FP32, vae_decoder=FP32, idm=FP16))
     real = TOLANet.forward
 
     def overflowing(self, lq, *args, **kwargs):

@@ -65,8 +65,8 @@ def bf16_first(monkeypatch):
     """'auto' tries the VAE decoder in bf16 first on this CPU (as where bf16 measured faster), whatever this CPU is:
     the one low-precision stage the tiny random model qualifies in (its IDM, random, makes ẑ0 amplified noise: the
     VAE encoder's bf16 error moves it by its whole size)."""
-    monkeypatch.setattr(plan, 'fast_dtypes',
-                        lambda device: dict({s: torch.float32 for s in plan.NARROWING}, vae_decoder=torch.bfloat16))
+    monkeypatch.setattr(plan, 'fast_dtypes', lambda device: dict({s: torch.float32
+                                                                  for s in plan.NARROWING}, vae_decoder=torch.bfloat16))
 
 
 def entries(path):

@@ -43,8 +43,10 @@ def test_resolution_on_cpu(monkeypatch, native_bf16, speedup, fp16_instructions)
     cpu = torch.device('cpu')
     paths = [p.name for p in plan.candidate_paths(cpu, ['openvino', 'torch'], 'auto')]
     if fp16_instructions:  # the IDM in fp16, the VAE in bf16; then the stages back to fp32 one by one
-        auto = ['fp32 (bf16: vae_encoder, vae_decoder; fp16: idm)', 'fp32 (fp16: idm; bf16: vae_decoder)',
-                'fp32 (bf16: vae_decoder)', 'fp32']
+        auto = [
+            'fp32 (bf16: vae_encoder, vae_decoder; fp16: idm)', 'fp32 (fp16: idm; bf16: vae_decoder)',
+            'fp32 (bf16: vae_decoder)', 'fp32'
+        ]
     elif faster:  # the IDM stays fp32: ε̂'s error reaches ẑ0 x 101.6
         auto = ['fp32 (bf16: vae_encoder, vae_decoder)', 'fp32 (bf16: vae_decoder)', 'fp32']
     else:

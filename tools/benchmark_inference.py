@@ -59,8 +59,9 @@ def parse_args(argv=None):
         '--train-iteration', metavar='TRAIN_OPT',
         help='instead: time one training iteration of this training option file (batch 1), before and '
         'after the fast text-prior decoding')
-    p.add_argument('--precision-table', action='store_true',
-                   help="instead: each stage's low-precision error in ẑ0 and the image, and each per-stage plan's speed")
+    p.add_argument(
+        '--precision-table', action='store_true',
+        help="instead: each stage's low-precision error in ẑ0 and the image, and each per-stage plan's speed")
     p.add_argument('--lines', type=int, default=8,
                    help='with --precision-table: rendered lines of the demo backbone\'s table (default 8)')
     p.add_argument('--workdir', help='folder for the exported merged file (default: a temporary folder, removed)')

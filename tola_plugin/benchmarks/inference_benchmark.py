@@ -14,17 +14,17 @@ interleaved, median of ``repeats`` runs after a warm-up, batch 1:
                    does not qualify on this machine is reported under 'passed_over', with why, not timed.
 
 Per row: each stage's precision as it computes (OpenVINO's compiled one), the route's ẑ0 error against the reference
-route (mean |Δẑ0| / mean |z_LR|, as the qualification measures it), seconds per image, the stages (text prior, VAE encode, MoM text, IDM, LRC, VAE decode), GMAC/s of the
-route's counted multiply-adds (``complexity.count_macs`` of the tensor stages), their share of the machine's matmul
-ceiling in each stage's precision (a 2048x2048 torch matmul, measured here: ``matmul_ceiling``), the route's ideal time at
-that ceiling and its time over it; per stage what bounds it: compute, memory bandwidth (its bytes at the measured
-``copy_bandwidth``) or the runtime's kernels (``stage_bounds``). The batched photo path: ``photo_lines`` windows in
-one call of the default network vs as many single calls. Peak RSS of one restore of each route in a fresh process
-(with its OpenVINO worker's), above the import baseline, against the bytes of the weights it runs. Quality on
-trained weights (``quality``): the held-out lines of a test option file restored with a merged model in each
-precision and backend: PSNR (Y) against HR and against fp32, and whether the text prior's ids equal fp32's. A folder
-run (``folder_throughput``, ``folder_lines`` lines): images per second with one OpenVINO stream vs its throughput
-settings. ``TARGETS`` are the issue's; ``check_targets`` says which are met.
+route (mean |Δẑ0| / mean |z_LR|, as the qualification measures it), seconds per image, the stages (text prior, VAE
+encode, MoM text, IDM, LRC, VAE decode), GMAC/s of the route's counted multiply-adds (``complexity.count_macs`` of the
+tensor stages), their share of the machine's matmul ceiling in each stage's precision (a 2048x2048 torch matmul,
+measured here: ``matmul_ceiling``), the route's ideal time at that ceiling and its time over it; per stage what bounds
+it: compute, memory bandwidth (its bytes at the measured ``copy_bandwidth``) or the runtime's kernels
+(``stage_bounds``). The batched photo path: ``photo_lines`` windows in one call of the default network vs as many single
+calls. Peak RSS of one restore of each route in a fresh process (with its OpenVINO worker's), above the import baseline,
+against the bytes of the weights it runs. Quality on trained weights (``quality``): the held-out lines of a test option
+file restored with a merged model in each precision and backend: PSNR (Y) against HR and against fp32, and whether the
+text prior's ids equal fp32's. A folder run (``folder_throughput``, ``folder_lines`` lines): images per second with one
+OpenVINO stream vs its throughput settings. ``TARGETS`` are the issue's; ``check_targets`` says which are met.
 
 This module runs the benchmark (``run_benchmark``); each job is a module of its own: the inputs
 (``inference_inputs``), the networks (``inference_routes``), the ceiling and machine (``machine_ceiling``), the stage
@@ -71,8 +71,8 @@ MEMORY_ROUTES = ('reference', 'torch fp32', 'default')  # peak RSS of one restor
 def fast_precisions() -> Tuple[str, ...]:
     """The precisions this CPU has instructions for: fp32, bf16 (AVX512-BF16 or AMX), fp16 (AVX512-FP16 or
     AMX-FP16). The others are emulated: the benchmark does not spend minutes qualifying them unless asked."""
-    return ('fp32', ) + (('bf16', ) if cpu_has_native_bf16() else ()) + (('fp16', )
-                                                                         if cpu_has_fp16_instructions() else ())
+    return ('fp32', ) + (('bf16', ) if cpu_has_native_bf16() else ()) + (('fp16', ) if cpu_has_fp16_instructions() else
+                                                                         ())
 
 
 def run_benchmark(opt_path: str, checkpoint=None, random_weights: bool = False, precisions=('fp32', 'bf16'),
@@ -151,8 +151,8 @@ def run_benchmark(opt_path: str, checkpoint=None, random_weights: bool = False, 
             outputs[default.path.name] = outputs['default']
         result['parity'] = {
             name: {
-                'same_tokens': bool(torch.equal(ref['tokens'], out['tokens'])), 'image_rel_diff': float(
-                    (ref['image'] - out['image']).abs().max() / ref['image'].abs().max()),
+                'same_tokens': bool(torch.equal(ref['tokens'], out['tokens'])),
+                'image_rel_diff': float((ref['image'] - out['image']).abs().max() / ref['image'].abs().max()),
                 'image_psnr_db': float_psnr(ref['image'], out['image']),
                 'z0_of_z_lr': qualification.route_errors(out, ref)['z0']  # the route's ẑ0 error, as qualified
             }
@@ -207,8 +207,9 @@ def benchmark_and_write(opt_path: str, checkpoint=None, random_weights: bool = F
     ``out``; returns the result."""
     if precision_table:
         backends = ('torch', ) + (() if openvino_missing() else ('openvino', ))
-        result = dict(command=command, **precision_benchmark(opt_path, checkpoint, random_weights, precisions, lines,
-                                                             repeats, backends, say))
+        result = dict(
+            command=command,
+            **precision_benchmark(opt_path, checkpoint, random_weights, precisions, lines, repeats, backends, say))
         table = precision_markdown(result)
         print(table)
         write(result, table, out)

@@ -18,6 +18,7 @@ import torch
 from tola_plugin.archs.precision import STAGE_NAMES, dtype_name, precision_dtype
 from tola_plugin.archs.tola_arch import TOLANet
 from tola_plugin.benchmarks.inference_inputs import rendered_lines
+from tola_plugin.metrics.image_metrics import float_psnr
 from tola_plugin.runtime import qualification
 from tola_plugin.runtime.placement import Runtime
 from tola_plugin.runtime.plan import FP32, Path
@@ -44,14 +45,14 @@ def route(net, lq: torch.Tensor) -> Dict[str, torch.Tensor]:
 def errors(candidate: Dict[str, torch.Tensor], reference: Dict[str, torch.Tensor],
            z_hr: Optional[torch.Tensor] = None) -> Dict[str, float]:
     """A route's errors against the fp32 route (mean absolute values, unscaled latents): 'eps' |Δε̂|, 'z0' |Δẑ0|,
-    'z0_of_z_lr' |Δẑ0| / |z_LR| (the qualification's measure, ``qualification.route_errors``), 'image_db' the
-    image's PSNR against the fp32 image; with ``z_hr`` (the HR lines' latents) also 'z0_of_lr_to_hr' |Δẑ0| /
-    |z_LR - z_HR|."""
+    'z0_of_z_lr' |Δẑ0| / |z_LR| (the qualification's measure, ``qualification.route_errors``), 'image_db' the image's
+    PSNR against the fp32 image (``metrics.image_metrics.float_psnr``; the qualification bounds its RMS error); with
+    ``z_hr`` (the HR lines' latents) also 'z0_of_lr_to_hr' |Δẑ0| / |z_LR - z_HR|."""
     judged = qualification.route_errors(candidate, reference)
     out = {
-        'eps': float((candidate['eps_hat'] - reference['eps_hat']).abs().mean()),
-        'z0': float((candidate['z0'] - reference['z0']).abs().mean()), 'z0_of_z_lr': judged['z0'],
-        'image_db': judged['image_db']
+        'eps': float((candidate['eps_hat'] - reference['eps_hat']).abs().mean()), 'z0': float(
+            (candidate['z0'] - reference['z0']).abs().mean()), 'z0_of_z_lr': judged['z0'],
+        'image_db': float_psnr(candidate['image'], reference['image'])
     }
     if z_hr is not None:
         out['z0_of_lr_to_hr'] = out['z0'] / float((reference['z_lr'] - z_hr).abs().mean())
@@ -85,11 +86,13 @@ def error_table(net, lq: torch.Tensor, hr: Optional[torch.Tensor] = None, backen
                 z_hr = net.vae.encode(hr).latent_dist.mode().float()
         sizes = {'z_lr': float(reference['z_lr'].abs().mean()), 'z0': float(reference['z0'].abs().mean())}
         if z_hr is not None:
-            sizes.update(z_hr=float(z_hr.abs().mean()), z_lr_to_hr=float((reference['z_lr'] - z_hr).abs().mean()),
-                         z0_to_hr=float((reference['z0'] - z_hr).abs().mean()))
+            sizes.update(
+                z_hr=float(z_hr.abs().mean()), z_lr_to_hr=float((reference['z_lr'] - z_hr).abs().mean()),
+                z0_to_hr=float((reference['z0'] - z_hr).abs().mean()))
         rows = []
         for backend in backends:
-            for path in ([Path.uniform(backend, FP32)] if backend != 'torch' else []) + stage_paths(backend, precisions):
+            for path in ([Path.uniform(backend, FP32)] if backend != 'torch' else []) + stage_paths(
+                    backend, precisions):
                 try:
                     with runtime.unqualified(path) as running:
                         out = route(net, lq)
@@ -168,7 +171,9 @@ def precision_benchmark(opt_path: str, checkpoint=None, random_weights: bool = F
     from tola_plugin.benchmarks.benchmarking import build_benchmark_tola
     from tola_plugin.benchmarks.machine_ceiling import machine
     lq, hr = demo_lines(lines)
-    result = {'machine': machine(), 'bounds': {'z0': qualification.Z0_BOUND, 'image_db': qualification.IMAGE_BOUND_DB}}
+    result = {
+        'machine': machine(), 'bounds': {'z0': qualification.Z0_BOUND, 'image_rms': qualification.IMAGE_RMS_BOUND}
+    }
     say(f'the demo backbone\'s frozen route on {lines} rendered lines')
     result['demo'] = error_table(frozen_demo_net(), lq, hr, backends, LOW, say)
     net = build_benchmark_tola(opt_path, random_weights, adaptation=True, checkpoint=checkpoint)
@@ -191,7 +196,8 @@ def precision_markdown(result: Dict) -> str:
         sizes = ', '.join(f'|{k}| {v:.3f}' for k, v in ref.items())
         out += [
             '', f"{title} ({table['lines']} x {'x'.join(map(str, table['shape']))}; mean absolute values: {sizes}):",
-            '', '| backend | precision | stage | computed | Δε̂ | Δẑ0 | Δẑ0 / z_LR | Δẑ0 / (z_LR - z_HR) | image vs fp32 |',
+            '',
+            '| backend | precision | stage | computed | Δε̂ | Δẑ0 | Δẑ0 / z_LR | Δẑ0 / (z_LR - z_HR) | image vs fp32 |',
             '|---|---|---|---|---:|---:|---:|---:|---:|'
         ]
         for row in table['rows']:
@@ -199,11 +205,16 @@ def precision_markdown(result: Dict) -> str:
             out.append(f"| {row['backend']} | {row['precision']} | {row['stage']} | {row['computed']} | "
                        f"{row['eps']:.2e} | {row['z0']:.4f} | {row['z0_of_z_lr']:.2%} | {lr_hr} | "
                        f"{row['image_db']:.1f} dB |")
-    out += ['', 'per-stage plans (one 128x512 line):', '',
-            '| plan | computed | s / line | Δẑ0 / z_LR | image vs fp32 |', '|---|---|---:|---:|---:|']
+    out += [
+        '', 'per-stage plans (one 128x512 line):', '', '| plan | computed | s / line | Δẑ0 / z_LR | image vs fp32 |',
+        '|---|---|---:|---:|---:|'
+    ]
     for name, row in result['speed'].items():
         out.append(f"| {name} | {row['computed']} | {row['seconds']:.2f} | {row['z0_of_z_lr']:.2%} | "
                    f"{row['image_db']:.1f} dB |")
     bounds = result['bounds']
-    out += ['', f"qualification bounds: Δẑ0 / z_LR <= {bounds['z0']:.0%}, image >= {bounds['image_db']:g} dB"]
+    out += [
+        '', f"qualification bounds: Δẑ0 / z_LR <= {bounds['z0']:.0%}, the image's RMS error <= {bounds['image_rms']:g} "
+        f"({float_psnr(torch.zeros(1), torch.full((1, ), bounds['image_rms'])):.0f} dB)"
+    ]
     return '\n'.join(out)

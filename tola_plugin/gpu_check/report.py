@@ -68,14 +68,17 @@ def _memory(s: Dict) -> List[str]:
 
 
 def _inference(s: Dict) -> List[str]:
-    rows = [[
-        r['precision'], r['lines'], r['tola_infer_seconds_per_line'], r['network_seconds_per_line'],
+    rows = [[r['precision'], 'refused: ' + r['refused'], '', '', '', '', ''] if 'refused' in r else [
+        r['precision'], r['plan'], r['tola_infer_seconds_per_line'], r['network_seconds_per_line'],
         r.get('psnr_vs_fp32_db_mean', 'reference'),
         r.get('psnr_vs_fp32_db_min', ''), 'yes' if r['finite'] else 'NO'
     ] for r in s['rows']]
-    return [f'Model: {s["model"]}, on {s["device"]}.', ''] + table([
-        'precision', 'lines', 'tola-infer s / line', 'network s / line', 'PSNR vs fp32 dB (mean)', '(worst line)',
-        'all finite'
+    return [
+        f'Quality: tola-infer on {s.get("quality_model", s["model"])}, PSNR against fp32 (bound: at least '
+        f'{s.get("image_bound_db", "")} dB); speed: the network alone, {s["model"]}; on {s["device"]}.', ''
+    ] + table([
+        'precision', 'plan (as computed)', 'tola-infer s / line', 'network s / line', 'PSNR vs fp32 dB (mean)',
+        '(worst line)', 'all finite'
     ], rows)
 
 

@@ -2,8 +2,8 @@
 line.
 
 Run as a child process by ``bf16_speed.py`` (``python -P bf16_speed_probe.py [--precision bf16|fp16] [--shapes JSON]
-[--rounds N]``), so that a kernel that crashes on this CPU ends this process, never the user's. Imports torch and the standard library
-only (the package is not imported: a child that starts in about a second).
+[--rounds N]``), so that a kernel that crashes on this CPU ends this process, never the user's. Imports torch and the
+standard library only (the package is not imported: a child that starts in about a second).
 """
 import argparse
 import json

@@ -60,8 +60,8 @@ class OpenVINOWorker:
     ``requests`` and ``precisions``: what OpenVINO compiled (streams, requests in flight, each stage's precision as
     its kernels compute it: 'f32', 'bf16', 'f16'; ``compiled_dtypes`` as torch dtypes)."""
 
-    def __init__(self, stages: Dict[str, str], dtypes: Dict[str, torch.dtype], threads: int,
-                 cache_dir: Optional[str], streams: Streams = 1):
+    def __init__(self, stages: Dict[str, str], dtypes: Dict[str, torch.dtype], threads: int, cache_dir: Optional[str],
+                 streams: Streams = 1):
         streams = check_streams(streams)
         if set(dtypes) != set(stages):
             raise ValueError(f'the OpenVINO worker needs a precision for each stage {sorted(stages)}, got '

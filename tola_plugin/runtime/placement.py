@@ -222,8 +222,8 @@ class Runtime:
     def _start_openvino(self, path: Path):
         """Start the worker for ``path`` (the IR converted first when needed; each image stage compiled in its
         precision, the text prior's in fp32, ``PRIOR_DTYPES``) -> (why not, or '' when it runs; the verdict to
-        remember when OpenVINO itself failed, else None). What is not OpenVINO's fault (a cache folder that cannot be written, a failed conversion) holds
-        for this run only."""
+        remember when OpenVINO itself failed, else None). What is not OpenVINO's fault (a cache folder that cannot be
+        written, a failed conversion) holds for this run only."""
         try:
             cache_dir = openvino_stages.compiled_cache_dir()
             if not os.access(cache_dir, os.W_OK):
@@ -239,8 +239,7 @@ class Runtime:
                 return f'the conversion to OpenVINO failed: {err}', None
             try:
                 dtypes = dict({stage: path.dtypes[stage] for stage in IMAGE_STAGES}, **PRIOR_DTYPES)
-                self.worker = OpenVINOWorker(stages.paths(), dtypes, torch.get_num_threads(), cache_dir,
-                                             self.streams)
+                self.worker = OpenVINOWorker(stages.paths(), dtypes, torch.get_num_threads(), cache_dir, self.streams)
                 return '', None
             except ChildFailure as err:
                 if attempt == 2:
@@ -275,7 +274,8 @@ class Runtime:
             qualification.save_cases(self.reference(), cases)
             command = python_command(module='tola_plugin.runtime.torch_probe') + [
                 json.dumps(self.source.spec()), cases,
-                str(self.device), json.dumps(precisions), outputs
+                str(self.device),
+                json.dumps(precisions), outputs
             ]
             run_child(command, f'the torch {path.precision} probe', TORCH_PROBE_TIMEOUT,
                       env={'OMP_NUM_THREADS': str(torch.get_num_threads())})

@@ -122,10 +122,12 @@ class RuntimePlan:
     def to_dict(self):
         return {
             'device': str(self.device), 'backend': self.backend, 'precision': self.precision,
-            'stages': {stage: dtype_name(d) for stage, d in self.dtypes.items()},
+            'stages': {stage: dtype_name(d)
+                       for stage, d in self.dtypes.items()},
             'requested': None if self.requested is None else self.requested.precision,
-            'asked': {'backend': self.asked[0], 'precision': self.asked[1]}, 'reason': self.reason,
-            'passed_over': [{'path': p, 'why': w} for p, w in self.passed_over]
+            'asked': {'backend': self.asked[0],
+                      'precision': self.asked[1]}, 'reason': self.reason, 'passed_over': [{'path': p, 'why': w}
+                                                                                          for p, w in self.passed_over]
         }
 
 

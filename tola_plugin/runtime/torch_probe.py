@@ -27,8 +27,7 @@ def probe(spec, cases_path: str, device: str, precisions, out_path: str) -> None
         for stage in IMAGE_STAGES:
             count = sum(1 for key in cases.files if key.startswith(stage + '.'))
             inputs = [torch.from_numpy(cases[f'{stage}.{i}']) for i in range(count)]
-            outputs[stage] = run_torch_stage(modules[stage], inputs, precision_dtype(precisions[stage]),
-                                             device).numpy()
+            outputs[stage] = run_torch_stage(modules[stage], inputs, precision_dtype(precisions[stage]), device).numpy()
     np.savez(out_path, **outputs)
 
 
