@@ -163,3 +163,37 @@ def test_tf32_and_deterministic_options(monkeypatch):
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32['matmul'], tf32['conv']
         torch.backends.cudnn.benchmark = benchmark
         torch.use_deterministic_algorithms(deterministic)
+
+
+def test_training_in_bf16_keeps_the_idm_in_fp32(monkeypatch):
+    """bf16 training computes every stage in bf16 but the IDM, in fp32 (its ε̂ error reaches the gradient through ẑ0
+    x 101.6, and an IDM in bf16 never serves); in eval mode the switch runs as asked, bf16 everywhere."""
+    torch.manual_seed(0)
+    net = TOLANet(**tiny_net_opt(precision='bf16'))
+    seen = {}
+
+    def spy(name, owner, attribute):
+        real = getattr(owner, attribute)
+
+        def run(*args, **kwargs):
+            seen[name] = autocast_dtype()
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(owner, attribute, run)
+
+    spy('idm', net.idm, 'forward')
+    spy('vae_encoder', net.vae, 'encode')
+    spy('vae_decoder', net.vae, 'decode')
+    spy('lrc', net.lrc, 'forward')
+    lq = torch.rand(1, 3, 32, 128)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')  # bf16 on a CPU without bf16 instructions warns
+        net.train()
+        net(lq, noise_seeds=[0]).mean().backward()
+        assert seen == {
+            'vae_encoder': torch.bfloat16, 'idm': torch.float32, 'lrc': torch.bfloat16, 'vae_decoder': torch.bfloat16
+        }
+        net.eval()
+        with torch.no_grad():
+            net(lq, noise_seeds=[0])
+    assert seen['idm'] == torch.bfloat16  # outside training: as asked

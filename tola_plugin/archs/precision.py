@@ -107,12 +107,15 @@ def full_precision(x: torch.Tensor) -> torch.Tensor:
     return x.to(torch.promote_types(x.dtype, torch.float32))
 
 
-def stage_dtypes(dtype: torch.dtype) -> Dict[str, torch.dtype]:
+def stage_dtypes(dtype: torch.dtype, training: bool = False) -> Dict[str, torch.dtype]:
     """Stage (``STAGE_NAMES``) -> compute dtype of one precision on every stage: ``dtype`` everywhere, except the
     VAE decoder in fp32 under fp16 (this VAE family overflows fp16 in its decoder: diffusers' ``force_upcast``; bf16
-    has fp32's range)."""
+    has fp32's range) and, in ``training``, the IDM in fp32 under bf16: its ε̂ error reaches ẑ0, and the gradient to
+    LoRA and the LRC through ẑ0, x 101.6 at t = 999, and the route trained must be one that serves (an IDM in bf16
+    never qualifies; docs/training_gpus.md, "Precision")."""
     return {
-        stage: torch.float32 if stage == 'vae_decoder' and dtype == torch.float16 else dtype
+        stage: torch.float32 if (stage == 'vae_decoder' and dtype == torch.float16) or
+        (training and stage == 'idm' and dtype == torch.bfloat16) else dtype
         for stage in STAGE_NAMES
     }
 
@@ -122,5 +125,4 @@ def check_training_precision(dtype: torch.dtype) -> None:
     does not do."""
     if dtype == torch.float16:
         raise ValueError('network_g.precision: training in fp16 needs loss scaling, which TOLA does not do; use fp32 '
-                         '(the paper) or bf16 (GPUs with native bf16: Ampere and newer). precision auto picks fp16 '
-                         'on GPUs without bf16: set fp32 there')
+                         '(the paper) or bf16 (GPUs with native bf16: Ampere and newer; the IDM stays fp32)')

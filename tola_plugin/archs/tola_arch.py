@@ -223,11 +223,11 @@ class TOLANet(TOLAAdaptationMixin, TOLALoadingMixin, nn.Module):
     def stage_dtypes(self, device) -> Dict[str, torch.dtype]:
         """Stage (``archs/precision.STAGE_NAMES``) -> the dtype the forward computes it in: the runtime plan's
         (``tola_plugin.runtime``: a precision per stage, qualified on this machine) when an entry point placed the
-        network, else the precision switch as asked on every stage ('auto': fp32; ``archs/precision.stage_dtypes``
-        and ``requested_dtype``)."""
+        network, else the precision switch as asked on every stage ('auto': fp32; in training bf16 keeps the IDM in
+        fp32: ``archs/precision.stage_dtypes`` and ``requested_dtype``)."""
         if self.plan is not None:
             return self.plan.dtypes
-        return stage_dtypes(requested_dtype(self.precision, device))
+        return stage_dtypes(requested_dtype(self.precision, device), training=self.training)
 
     # --------------------------------------------------------------------------------- forward parts
     def predict_text_prior(self, lq: torch.Tensor, gt_tokens: Optional[torch.Tensor] = None):
