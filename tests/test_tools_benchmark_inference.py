@@ -216,7 +216,8 @@ def test_precision_table(tmp_path, monkeypatch):
             assert row['eps'] == row['z0'] == 0.0
     assert [(r['backend'], r['precision']) for r in data['model']['rows']] == [('openvino', 'fp32')]  # --precision
     assert set(data['speed']) == {'torch fp32', 'openvino fp32'}
-    assert all(row['seconds'] > 0 and row['z0_of_z_lr'] >= 0 for row in data['speed'].values())
+    assert all(row['seconds'] > 0 and row['cpu_seconds'] > 0 and row['z0_of_z_lr'] >= 0
+               for row in data['speed'].values())
     assert data['speed']['torch fp32']['z0_of_z_lr'] == 0.0
     table = (tmp_path / 'precision.md').read_text(encoding='utf-8')
     assert '| backend | precision | stage | computed | Δε̂ | Δẑ0 | Δẑ0 / z_LR |' in table

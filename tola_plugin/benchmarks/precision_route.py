@@ -8,10 +8,11 @@ the error). The tables are measured with the runtime's ``Runtime.unqualified`` (
 reporting the precision it compiled), on rendered lines (``benchmarks/inference_inputs.rendered_lines``) or the
 qualification's probe.
 """
+import os
 import statistics
 import time
 import warnings
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -110,12 +111,23 @@ def error_table(net, lq: torch.Tensor, hr: Optional[torch.Tensor] = None, backen
     return {'lines': int(lq.shape[0]), 'shape': list(lq.shape[1:]), 'reference': sizes, 'rows': rows}
 
 
+def cpu_seconds(runtime: Runtime) -> float:
+    """CPU seconds this process and the runtime's OpenVINO worker have used (user + system): what a route costs on a
+    machine shared with other work, where its wall time depends on the others' load."""
+    used = time.process_time()
+    if runtime.worker is not None and os.path.exists(f'/proc/{runtime.worker.proc.pid}/stat'):
+        with open(f'/proc/{runtime.worker.proc.pid}/stat', encoding='ascii') as f:
+            fields = f.read().rsplit(')', 1)[1].split()
+        used += (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')  # utime, stime
+    return used
+
+
 def plan_speeds(net, lq: torch.Tensor, paths: Sequence[Path], repeats: int = 3, say=print) -> Dict[str, Dict]:
-    """Seconds per line of the inference TOLANet ``net`` on ``lq`` with each path (``Runtime.unqualified``), the
-    paths interleaved, a warm-up each, median of ``repeats``; and each path's route errors against fp32 torch ->
-    {path name: {'computed', 'seconds', 'all_s', errors...}}."""
+    """Seconds per line of the inference TOLANet ``net`` on ``lq`` with each path (``Runtime.unqualified``), wall and
+    CPU (``cpu_seconds``), the paths interleaved, a warm-up each, median of ``repeats``; and each path's route errors
+    against fp32 torch -> {path name: {'computed', 'seconds', 'cpu_seconds', 'all_s', errors...}}."""
     runtime = Runtime(net, 'cpu', 'torch', say=say)
-    times: Dict[str, List[float]] = {path.name: [] for path in paths}
+    times: Dict[str, List[Tuple[float, float]]] = {path.name: [] for path in paths}
     out: Dict[str, Dict] = {}
     try:
         reference = route(net, lq)
@@ -123,18 +135,22 @@ def plan_speeds(net, lq: torch.Tensor, paths: Sequence[Path], repeats: int = 3, 
             for path in paths:
                 with runtime.unqualified(path) as running:
                     route(net, lq[:1])  # the worker's first call compiles for the shape
-                    start = time.perf_counter()
+                    start, cpu = time.perf_counter(), cpu_seconds(runtime)
                     result = route(net, lq)
                     seconds = (time.perf_counter() - start) / lq.shape[0]
+                    used = (cpu_seconds(runtime) - cpu) / lq.shape[0]
                 if repeat:
-                    times[path.name].append(seconds)
+                    times[path.name].append((seconds, used))
                 else:
                     out[path.name] = dict(computed=running.name, **errors(result, reference))
-                say(f'{path.name} {"warm-up" if repeat == 0 else f"run {repeat}"}: {seconds:.2f} s per line')
+                say(f'{path.name} {"warm-up" if repeat == 0 else f"run {repeat}"}: {seconds:.2f} s per line, '
+                    f'{used:.2f} CPU s')
     finally:
         runtime.close()
     for name, runs in times.items():
-        out[name].update(seconds=statistics.median(runs), all_s=runs)
+        out[name].update(
+            seconds=statistics.median(r[0] for r in runs), cpu_seconds=statistics.median(r[1] for r in runs),
+            all_s=[r[0] for r in runs])
     return out
 
 
