@@ -139,8 +139,8 @@ def run_benchmark(opt_path: str, checkpoint=None, random_weights: bool = False, 
         result['timings'] = {}
         for name in variants:
             dtype = 'fp32' if name == 'reference' else nets[name].plan.precision
-            precisions = uniform_precisions('fp32') if name == 'reference' else stage_precisions(nets[name].plan)
-            result['timings'][f'{name} batch 1'] = dict(route=name, dtype=dtype, stage_precisions=precisions,
+            computed = uniform_precisions('fp32') if name == 'reference' else stage_precisions(nets[name].plan)
+            result['timings'][f'{name} batch 1'] = dict(route=name, dtype=dtype, stage_precisions=computed,
                                                         **median_row(runs[name], 1))
         if default.path.name in routes:  # its row under its own name too
             result['timings'][f'{default.path.name} batch 1'] = dict(result['timings']['default batch 1'],
