@@ -164,6 +164,11 @@ def test_gpu_check_dry_run_from_the_checkout_on_a_bare_interpreter_without_fonts
             for r in steps['memory']['rows']] == [(p, t, len(c)) for p, t, c in M.CONFIGS]
     assert {r['stage'] for r in steps['precision']['rows']} == {'idm', 'vae_encoder', 'vae_decoder', 'route'}
     assert 'l_lpips' in steps['smoke']['losses']  # LPIPS-VGG (random trunk) in the smoke step, even on the CPU
+    rows = {r['precision']: r for r in steps['inference']['rows']}
+    assert list(rows) == ['fp32', 'auto', 'bf16'] and all(r['finite'] for r in rows.values() if 'refused' not in r)
+    # on the demo backbone's inputs bf16 in the IDM moves ẑ0 past its bound: refused, with the reason
+    assert 'moves ẑ0 by' in rows['bf16']['refused'] and 'the IDM in bf16 alone' in rows['bf16']['refused']
+    assert rows['auto']['plan'].startswith('torch ') and rows['auto']['within_bound']
     origins = result['distributions']
     assert origins['tola_plugin']['origin'] == 'checkout' and origins['diffusers']['origin'] == 'carry'
     assert origins['torch']['origin'] == 'image' and origins['torch']['tested'] == origins['torch']['version']

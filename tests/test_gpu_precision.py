@@ -1,7 +1,8 @@
 """Precision that is safe at t = 999, tested on a CPU (CUDA simulated where the decision depends on the GPU):
-'auto' picks fp16 on GPUs without native bf16, Algorithm 1's arithmetic and the IDM's output convolution stay
-fp32 under autocast, the VAE decoder runs in fp32 under fp16, training refuses fp16, and the launchers apply
-``allow_tf32`` and ``deterministic`` (utils/cuda_math.py)."""
+'auto' runs the IDM in fp16 on GPUs with fp16 tensor cores and the VAE in bf16 only on GPUs with native bf16,
+Algorithm 1's arithmetic and the IDM's output convolution stay fp32 under autocast, the VAE decoder runs in fp32
+under fp16, training refuses fp16, and the launchers apply ``allow_tf32`` and ``deterministic``
+(utils/cuda_math.py)."""
 import os
 import warnings
 
@@ -43,10 +44,18 @@ def simulate_gpus(monkeypatch, capabilities, current=0):
                         lambda device=None: type('Props', (), {'major': capabilities[index(device)][0]})())
 
 
+def fast(device):
+    """(IDM, VAE encoder, VAE decoder) precisions 'auto' tries first on ``device``."""
+    dtypes = plan.fast_dtypes(torch.device(device))
+    return dtypes['idm'], dtypes['vae_encoder'], dtypes['vae_decoder']
+
+
 @pytest.mark.parametrize('native_bf16', [True, False], ids=['ampere', 'turing'])
 def test_auto_on_cuda_uses_native_bf16_only(monkeypatch, native_bf16):
     simulate_gpu(monkeypatch, native_bf16)
-    assert plan.low_precision(torch.device('cuda')) == [torch.bfloat16 if native_bf16 else torch.float16]
+    # the IDM in fp16 on both (tensor cores), the VAE in bf16 only where it is native
+    low = torch.bfloat16 if native_bf16 else torch.float32
+    assert fast('cuda') == (torch.float16, low, low)
     assert P.requested_dtype('auto', 'cuda') == torch.float32  # without the runtime's decision
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
@@ -63,12 +72,14 @@ def bf16_warnings(device):
 
 @pytest.mark.parametrize('current', [0, 1])
 def test_bf16_is_asked_of_the_target_gpu_not_the_current_one(monkeypatch, current):
-    """A node of mixed GPUs (``--device cuda:1``): a T4 as cuda:0, an H100 as cuda:1, either one current."""
-    simulate_gpus(monkeypatch, [(7, 5), (9, 0)], current=current)
+    """A node of mixed GPUs (``--device cuda:1``): a T4 as cuda:0, an H100 as cuda:1, either one current; a P100 (no
+    fp16 tensor cores) runs the IDM in fp32."""
+    simulate_gpus(monkeypatch, [(7, 5), (9, 0), (6, 0)], current=current)
+    assert fast('cuda:2') == (torch.float32, ) * 3
     assert P.cuda_has_native_bf16('cuda:1') and not P.cuda_has_native_bf16(torch.device('cuda', 0))
-    assert plan.low_precision(torch.device('cuda:1')) == [torch.bfloat16]  # what 'auto' tries first there
-    assert plan.low_precision(torch.device('cuda:0')) == [torch.float16]
-    assert plan.low_precision(torch.device('cuda')) == [(torch.float16, torch.bfloat16)[current]]
+    assert fast('cuda:1')[1] == torch.bfloat16  # what 'auto' tries first there
+    assert fast('cuda:0')[1] == torch.float32
+    assert fast('cuda')[1] == (torch.float32, torch.bfloat16)[current]
     assert (bf16_warnings('cuda:0'), bf16_warnings('cuda:1')) == (1, 0)
 
 
@@ -152,3 +163,37 @@ def test_tf32_and_deterministic_options(monkeypatch):
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32['matmul'], tf32['conv']
         torch.backends.cudnn.benchmark = benchmark
         torch.use_deterministic_algorithms(deterministic)
+
+
+def test_training_in_bf16_keeps_the_idm_in_fp32(monkeypatch):
+    """bf16 training computes every stage in bf16 but the IDM, in fp32 (its ε̂ error reaches the gradient through ẑ0
+    x 101.6, and an IDM in bf16 never serves); in eval mode the switch runs as asked, bf16 everywhere."""
+    torch.manual_seed(0)
+    net = TOLANet(**tiny_net_opt(precision='bf16'))
+    seen = {}
+
+    def spy(name, owner, attribute):
+        real = getattr(owner, attribute)
+
+        def run(*args, **kwargs):
+            seen[name] = autocast_dtype()
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(owner, attribute, run)
+
+    spy('idm', net.idm, 'forward')
+    spy('vae_encoder', net.vae, 'encode')
+    spy('vae_decoder', net.vae, 'decode')
+    spy('lrc', net.lrc, 'forward')
+    lq = torch.rand(1, 3, 32, 128)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')  # bf16 on a CPU without bf16 instructions warns
+        net.train()
+        net(lq, noise_seeds=[0]).mean().backward()
+        assert seen == {
+            'vae_encoder': torch.bfloat16, 'idm': torch.float32, 'lrc': torch.bfloat16, 'vae_decoder': torch.bfloat16
+        }
+        net.eval()
+        with torch.no_grad():
+            net(lq, noise_seeds=[0])
+    assert seen['idm'] == torch.bfloat16  # outside training: as asked

@@ -108,21 +108,24 @@ def test_stage_timing_reports_the_text_prior_on_openvino(converted, monkeypatch)
 
 
 def test_the_plan_gives_the_stages_their_precision(converted):
-    """The precision is the plan's, given to the worker when it starts (no stage reads torch's autocast state); a
-    new precision is decided again (and qualified) through the pipeline."""
+    """The precisions are the plan's, given to the worker when it starts (no stage reads torch's autocast state); a
+    new precision is decided again (and qualified) through the pipeline; the plan names what OpenVINO compiled."""
     path, _, pipe = converted
-    assert pipe.plan.dtype == torch.float32 and pipe.runtime.worker.dtype == torch.float32
+    fp32 = {stage: torch.float32 for stage in pipe.plan.dtypes}
+    assert pipe.plan.dtypes == fp32 and set(pipe.runtime.worker.dtypes.values()) == {torch.float32}
     with pytest.raises(ValueError, match="placed network is its runtime's decision"):
         pipe.net.set_switches(precision='bf16')
     try:
         pipe.set_switches(precision='fp16')  # decided again: qualified here, or an error naming why not
-        assert pipe.plan.precision == 'fp16' and pipe.runtime.worker.dtype == torch.float16
+        worker = pipe.runtime.worker
+        assert worker.dtype_of('idm') == torch.float16 and worker.dtype_of('vae_decoder') == torch.float32
+        assert pipe.plan.dtypes['idm'] == worker.compiled_dtypes['idm']  # what it computes
         assert np.isfinite(pipe(np.zeros((32, 128, 3), np.uint8)).image).all()
     except placement.NoPathLeft as err:
-        assert 'openvino fp16' in str(err)
+        assert 'openvino fp16 (fp32: vae_decoder)' in str(err)
     finally:
         pipe.set_switches(precision='fp32')
-    assert pipe.plan.dtype == torch.float32
+    assert pipe.plan.dtypes == fp32
 
 
 def test_converted_stages_are_reused(converted, monkeypatch):
@@ -346,18 +349,18 @@ def test_a_batch_is_split_across_the_requests_in_flight_in_order():
 
 
 def test_streams_settings(monkeypatch):
-    base = {'hint': 'f32', 'threads': 2}
-    assert openvino_worker.compile_config(base) == {  # one stream: the default, and the setting before streams
+    base = {'hints': {'idm': 'f32'}, 'threads': 2}
+    assert openvino_worker.compile_config(base, 'idm') == {  # one stream: the default, and the setting before streams
         'INFERENCE_PRECISION_HINT': 'f32', 'INFERENCE_NUM_THREADS': 2, 'NUM_STREAMS': 1, 'PERFORMANCE_HINT': 'LATENCY'
     }
-    assert openvino_worker.compile_config(dict(base, streams=3)) == {
+    assert openvino_worker.compile_config(dict(base, streams=3), 'idm') == {
         'INFERENCE_PRECISION_HINT': 'f32', 'INFERENCE_NUM_THREADS': 2, 'NUM_STREAMS': 3,
         'PERFORMANCE_HINT': 'THROUGHPUT'
     }
-    hints = dict(base, hint='bf16', hints={'text_decoder': 'f32'})  # a stage in another precision
+    hints = dict(base, hints={'text_decoder': 'f32', 'idm': 'bf16'})  # each stage in its precision
     assert openvino_worker.compile_config(hints, 'text_decoder')['INFERENCE_PRECISION_HINT'] == 'f32'
     assert openvino_worker.compile_config(hints, 'idm')['INFERENCE_PRECISION_HINT'] == 'bf16'
-    auto = openvino_worker.compile_config(dict(base, streams='auto'))
+    auto = openvino_worker.compile_config(dict(base, streams='auto'), 'idm')
     assert auto['PERFORMANCE_HINT'] == 'THROUGHPUT' and 'NUM_STREAMS' not in auto  # OpenVINO's own choice
     for bad in (0, -1, True, 1.5, '2', 'throughput'):
         with pytest.raises(ValueError, match='streams must be'):

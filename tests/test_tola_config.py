@@ -161,7 +161,7 @@ def test_basicsr_builds_the_network_of_its_options_and_the_config_follows_the_sw
     assert net.config.gradient_checkpointing == ('idm', )
 
     class Plan:
-        dtype = torch.float32
+        dtypes = {stage: torch.float32 for stage in ('vae_encoder', 'mom', 'idm', 'lrc', 'vae_decoder')}
 
         def describe(self):
             return 'cpu, torch, fp32 (qualified)'
@@ -169,7 +169,7 @@ def test_basicsr_builds_the_network_of_its_options_and_the_config_follows_the_sw
     net.plan = Plan()  # placed by the runtime decision: its precision is the runtime's to change
     with pytest.raises(ValueError, match='the precision of a placed network is its runtime'):
         net.precision = 'bf16'
-    assert net.precision == 'fp32' and net.compute_dtype('cpu') == torch.float32
+    assert net.precision == 'fp32' and net.stage_dtypes('cpu') == Plan.dtypes
     net.set_switches(noise='gaussian')  # the other switches still change
 
 

@@ -25,26 +25,37 @@ def resolve(precision):
     return dtype, [str(w.message) for w in caught]
 
 
-# CPUs: none (emulated bf16), bf16 instructions measured slower (a Xeon without AMX), measured faster (AMD EPYC, AMX)
-@pytest.mark.parametrize('native_bf16, speedup, amx_fp16', [(False, None, False), (True, 0.55, False),
-                                                            (True, 2.4, False), (True, 2.4, True)])
-def test_resolution_on_cpu(monkeypatch, native_bf16, speedup, amx_fp16):
+# CPUs: none (emulated bf16), bf16 instructions measured slower (a Xeon without AMX), measured faster (AMD EPYC, AMX),
+# and with fp16 instructions measured faster too (AMX-FP16)
+@pytest.mark.parametrize('native_bf16, speedup, fp16_instructions', [(False, None, False), (True, 0.55, False),
+                                                                     (True, 2.4, False), (True, 2.4, True)])
+def test_resolution_on_cpu(monkeypatch, native_bf16, speedup, fp16_instructions):
     measured = []
     monkeypatch.setattr(plan, 'cpu_has_native_bf16', lambda: native_bf16)
+    monkeypatch.setattr(plan, 'cpu_has_fp16_instructions', lambda: fp16_instructions)
     monkeypatch.setattr(P, 'cpu_has_native_bf16', lambda: native_bf16)
-    monkeypatch.setattr(P, 'cpu_has_amx_fp16', lambda: amx_fp16)
-    monkeypatch.setattr(bf16_speed, 'bf16_speedup', lambda: measured.append(1) or {'speedup': speedup})
-    faster = native_bf16 and speedup >= bf16_speed.AUTO_BF16_MIN_SPEEDUP
+    monkeypatch.setattr(P, 'cpu_has_amx_fp16', lambda: fp16_instructions)
+    monkeypatch.setattr(bf16_speed, 'speedup', lambda precision: measured.append(precision) or {'speedup': speedup})
+    faster = native_bf16 and speedup >= bf16_speed.AUTO_MIN_SPEEDUP
     assert resolve('fp32') == (torch.float32, [])
     assert resolve('auto') == (torch.float32, [])  # without a runtime decision: never an unproven fast path
     assert measured == []
     cpu = torch.device('cpu')
     paths = [p.name for p in plan.candidate_paths(cpu, ['openvino', 'torch'], 'auto')]
-    assert paths == (
-        ['openvino bf16', 'openvino fp32', 'torch bf16', 'torch fp32'] if faster else ['openvino fp32', 'torch fp32']
-    )  # bf16 first only where it is faster
-    assert measured == ([1] if native_bf16 else [])  # where bf16 is emulated nothing is measured
+    if fp16_instructions:  # the IDM in fp16, the VAE in bf16; then the stages back to fp32 one by one
+        auto = [
+            'fp32 (bf16: vae_encoder, vae_decoder; fp16: idm)', 'fp32 (fp16: idm; bf16: vae_decoder)',
+            'fp32 (bf16: vae_decoder)', 'fp32'
+        ]
+    elif faster:  # the IDM stays fp32: ε̂'s error reaches ẑ0 x 101.6
+        auto = ['fp32 (bf16: vae_encoder, vae_decoder)', 'fp32 (bf16: vae_decoder)', 'fp32']
+    else:
+        auto = ['fp32']
+    assert paths == [f'{backend} {p}' for backend in ('openvino', 'torch') for p in auto]
+    # what has no instructions is not measured (emulated: never fast); fp16 only where the CPU has fp16 instructions
+    assert sorted(set(measured)) == sorted(['bf16'] * native_bf16 + ['fp16'] * fp16_instructions)
     assert [p.name for p in plan.candidate_paths(cpu, ['torch'], 'bf16')] == ['torch bf16']  # explicit: as asked
+    assert [p.name for p in plan.candidate_paths(cpu, ['torch'], 'fp16')] == ['torch fp16 (fp32: vae_decoder)']
     dtype, messages = resolve('bf16')
     assert dtype == torch.bfloat16
     if native_bf16:
@@ -52,19 +63,26 @@ def test_resolution_on_cpu(monkeypatch, native_bf16, speedup, amx_fp16):
     else:
         assert len(messages) == 1 and 'emulated' in messages[0]
     dtype, messages = resolve('fp16')
-    assert dtype == torch.float16 and len(messages) == (0 if amx_fp16 else 1)
+    assert dtype == torch.float16 and len(messages) == (0 if fp16_instructions else 1)
     with pytest.raises(ValueError, match='precision'):
         P.requested_dtype('int8', 'cpu')
 
 
 def test_auto_on_cuda_never_measures_the_cpu(monkeypatch):
-    """CUDA simulated: auto tries bf16 on GPUs with native bf16, fp16 on older ones, then fp32, without the CPU
-    measurement."""
-    monkeypatch.setattr(bf16_speed, 'bf16_speedup', lambda: pytest.fail('measured the CPU for a GPU'))
-    for native, expected in ((True, 'torch bf16'), (False, 'torch fp16')):
+    """CUDA simulated: auto runs the IDM in fp16 on GPUs with fp16 tensor cores (the most precise fast type: bf16's
+    8 bits of mantissa move ẑ0 ten times more), the VAE in bf16 on GPUs with native bf16, without the CPU
+    measurement; then the stages back to fp32 one by one."""
+    monkeypatch.setattr(bf16_speed, 'speedup', lambda precision: pytest.fail('measured the CPU for a GPU'))
+    cuda = torch.device('cuda', 0)
+    for tensor_cores, native, expected in ((True, True, [
+            'torch fp32 (bf16: vae_encoder, vae_decoder; fp16: idm)', 'torch fp32 (fp16: idm; bf16: vae_decoder)',
+            'torch fp32 (bf16: vae_decoder)', 'torch fp32'
+    ]), (True, False, ['torch fp32 (fp16: idm)', 'torch fp32']), (False, False, ['torch fp32'])):
         monkeypatch.setattr(plan, 'cuda_has_native_bf16', lambda device: native)
-        paths = plan.candidate_paths(torch.device('cuda', 0), ['torch'], 'auto')
-        assert [p.name for p in paths] == [expected, 'torch fp32']
+        monkeypatch.setattr(plan, 'cuda_has_fp16_tensor_cores', lambda device: tensor_cores)
+        assert [p.name for p in plan.candidate_paths(cuda, ['torch'], 'auto')] == expected
+    dtypes = plan.fast_dtypes(cuda)
+    assert dtypes['idm'] == torch.float32 and dtypes['mom'] == dtypes['lrc'] == torch.float32
 
 
 @pytest.fixture
@@ -76,47 +94,50 @@ def cache_home(tmp_path, monkeypatch):
     bf16_speed.forget()
 
 
-def test_bf16_decision_is_measured_once_and_cached(cache_home):
+def test_speed_decision_is_measured_once_and_cached(cache_home):
     runs = []
 
     def measure():
         runs.append(1)
-        return {'speedup': 2.0, 'fp32_s': 0.2, 'bf16_s': 0.1, 'threads': 1}
+        return {'speedup': 2.0, 'fp32_s': 0.2, 'low_s': 0.1, 'threads': 1}
 
-    first = bf16_speed.bf16_speedup(measure)
+    first = bf16_speed.speedup('bf16', measure)
     assert first['source'] == 'measured' and first['speedup'] == 2.0 and runs == [1]
     entries = json.loads(cache_home.read_text())['entries']
-    assert list(entries) == [bf16_speed.cache_key()] and entries[bf16_speed.cache_key()]['speedup'] == 2.0
+    assert list(entries) == [bf16_speed.cache_key('bf16')] and entries[bf16_speed.cache_key()]['speedup'] == 2.0
     assert 'torch ' + torch.__version__ in bf16_speed.cache_key() and ' flags ' in bf16_speed.cache_key()
-    assert bf16_speed.bf16_speedup(measure)['speedup'] == 2.0 and runs == [1]  # this process remembers
+    assert bf16_speed.speedup('bf16', measure)['speedup'] == 2.0 and runs == [1]  # this process remembers
     bf16_speed.forget()  # a new process reads the file
-    again = bf16_speed.bf16_speedup(measure)
+    again = bf16_speed.speedup('bf16', measure)
     assert again['source'] == 'cache' and again['speedup'] == 2.0 and runs == [1]
     assert not [p for p in os.listdir(cache_home.parent) if p.endswith('.tmp')]  # written atomically
+    fp16 = bf16_speed.speedup('fp16', lambda: {'speedup': 0.5, 'fp32_s': 0.1, 'low_s': 0.2, 'threads': 1})
+    assert fp16['speedup'] == 0.5 and bf16_speed.speedup('bf16')['speedup'] == 2.0  # one entry per precision
 
 
-@pytest.mark.parametrize('corrupt', ['{"format": "tola_plugin.bf16_speed/2", "entr', '[]', '', 'KEY'])
+@pytest.mark.parametrize('corrupt', ['{"format": "tola_plugin.bf16_speed/3", "entr', '[]', '', 'KEY'])
 def test_corrupt_bf16_cache_is_measured_again(cache_home, corrupt):
     cache_home.parent.mkdir(parents=True)
     if corrupt == 'KEY':  # our format, but this CPU's entry broken
         corrupt = json.dumps({'format': bf16_speed.FORMAT, 'entries': {bf16_speed.cache_key(): {'speedup': -1}}})
     cache_home.write_text(corrupt)
-    entry = bf16_speed.bf16_speedup(lambda: {'speedup': 0.5, 'fp32_s': 0.1, 'bf16_s': 0.2, 'threads': 1})
+    entry = bf16_speed.speedup('bf16', lambda: {'speedup': 0.5, 'fp32_s': 0.1, 'low_s': 0.2, 'threads': 1})
     assert entry['source'] == 'measured' and entry['speedup'] == 0.5
     assert json.loads(cache_home.read_text())['entries'][bf16_speed.cache_key()]['speedup'] == 0.5  # rewritten
 
 
-def test_bf16_measurement_times_both_precisions(cache_home):
+@pytest.mark.parametrize('precision', ['bf16', 'fp16'])
+def test_speed_measurement_times_both_precisions(cache_home, precision):
     """The real micro-benchmark on two small shapes, in a child process: both sides timed, the ratio is theirs."""
-    result = bf16_speed.measure_bf16_speedup(shapes=((8, 8, 16), (16, 4, 8)), rounds=1)
-    assert {'fp32_s', 'bf16_s'} <= set(result) and result['finite']
-    assert result['speedup'] == pytest.approx(result['fp32_s'] / result['bf16_s'])
+    result = bf16_speed.measure_speedup(precision, shapes=((8, 8, 16), (16, 4, 8)), rounds=1)
+    assert {'fp32_s', 'low_s'} <= set(result) and result['finite']
+    assert result['speedup'] == pytest.approx(result['fp32_s'] / result['low_s'])
 
 
 def test_bf16_measurement_that_crashes_is_fp32(cache_home, monkeypatch):
     """A bf16 kernel that kills the measuring child (simulated) is a speedup of 0: bf16 is not tried."""
     monkeypatch.setattr(bf16_speed, 'PROBE', os.path.join(REPO, 'tests', 'data', 'runtime', 'segfault.py'))
-    result = bf16_speed.measure_bf16_speedup(rounds=1)
+    result = bf16_speed.measure_speedup('bf16', rounds=1)
     assert result['speedup'] == 0.0 and 'died by SIGSEGV' in result['failed']
 
 

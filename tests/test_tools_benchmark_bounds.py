@@ -10,7 +10,7 @@ from torch import nn
 from tola_plugin.archs.tola_arch import TOLANet
 from tola_plugin.benchmarks import inference_report, machine_ceiling
 from tola_plugin.benchmarks.stage_bounds import KERNEL_SLACK, stage_bounds, stage_macs, stage_traffic
-from tola_plugin.benchmarks.stage_timing import STAGES
+from tola_plugin.benchmarks.stage_timing import STAGES, uniform_precisions
 from tola_testing import one_thread, tiny_net_opt  # noqa: F401
 
 CEILING = {'fp32': 100.0, 'bf16': 400.0}  # GFLOP/s
@@ -21,7 +21,7 @@ def test_each_stage_is_bound_by_the_larger_of_compute_and_traffic_or_by_the_kern
     macs = {'IDM': 50e9, 'VAE decode': 1e9, 'VAE encode': 50e9}  # at 100 GFLOP/s: 1.0 s, 0.02 s, 1.0 s
     elements = {'IDM': 1e9, 'VAE decode': 5e9, 'VAE encode': 1e9, 'MoM text': 1e6}  # fp32: 0.4 s, 2.0 s, 0.4 s
     seconds = {'IDM': 1.2, 'VAE decode': 2.5, 'VAE encode': 3.0, 'MoM text': 0.01, 'LRC': 0.0}
-    out = stage_bounds(seconds, 'fp32', macs, elements, CEILING, COPY)
+    out = stage_bounds(seconds, uniform_precisions('fp32'), macs, elements, CEILING, COPY)
     assert set(out) == {'IDM', 'VAE decode', 'VAE encode', 'MoM text'}  # a stage that took no time: no bound
     assert out['IDM']['bound'] == 'compute' and out['IDM']['x_roofline'] == pytest.approx(1.2)
     assert out['IDM']['compute_s'] == pytest.approx(1.0) and out['IDM']['memory_s'] == pytest.approx(0.4)
@@ -30,10 +30,14 @@ def test_each_stage_is_bound_by_the_larger_of_compute_and_traffic_or_by_the_kern
     # no MACs counted: the traffic alone is its roofline (4e6 bytes at 10 GB/s: 0.4 ms; 25x above it)
     assert out['MoM text']['bound'] == 'kernels' and out['MoM text']['x_roofline'] == pytest.approx(25.0)
     # bf16: half the bytes, the bf16 ceiling (IDM 0.25 s of compute, 0.2 s of traffic: 1.2 s is kernels)
-    low = stage_bounds(seconds, 'bf16', macs, elements, CEILING, COPY)
+    low = stage_bounds(seconds, uniform_precisions('bf16'), macs, elements, CEILING, COPY)
     assert low['VAE decode']['memory_s'] == pytest.approx(1.0) and low['VAE decode']['bound'] == 'kernels'
     assert low['IDM']['compute_s'] == pytest.approx(0.25) and low['IDM']['x_roofline'] == pytest.approx(4.8)
-    at_slack = stage_bounds({'IDM': KERNEL_SLACK * 1.0}, 'fp32', macs, elements, CEILING, COPY)
+    at_slack = stage_bounds({'IDM': KERNEL_SLACK * 1.0}, uniform_precisions('fp32'), macs, elements, CEILING, COPY)
+    # a precision per stage: the IDM's at the fp32 ceiling, the VAE decoder's bytes in bf16
+    mixed = stage_bounds(seconds, dict(uniform_precisions('fp32'), **{'VAE decode': 'bf16'}), macs, elements, CEILING,
+                         COPY)
+    assert mixed['IDM'] == out['IDM'] and mixed['VAE decode'] == low['VAE decode']
     assert at_slack['IDM']['bound'] == 'compute'  # at the slack still the machine's bound
 
 
@@ -47,9 +51,9 @@ def result_with(default_s, ref_s=8.0):
     stages = {s: 0.0 for s in STAGES}
     timings = {
         'reference batch 1': dict(route='reference', dtype='fp32', batch=1, per_image_s=ref_s,
-                                  stages_s=dict(stages, IDM=ref_s / 2)),
+                                  stage_precisions=uniform_precisions('fp32'), stages_s=dict(stages, IDM=ref_s / 2)),
         'default batch 1': dict(route='default', dtype='bf16', batch=1, per_image_s=default_s,
-                                stages_s=dict(stages, IDM=default_s / 2))
+                                stage_precisions=uniform_precisions('bf16'), stages_s=dict(stages, IDM=default_s / 2))
     }
     result = {
         'timings': timings, 'route_gmac': 100.0, 'macs': {'IDM': 100e9}, 'ceiling_gflops': CEILING, 'copy_gbps': COPY,
@@ -62,12 +66,13 @@ def result_with(default_s, ref_s=8.0):
 def test_the_report_shows_each_routes_ideal_time_and_each_stages_bound():
     result = result_with(default_s=0.6)
     # ideal: 2 x 100 GMAC at the route's ceiling: fp32 2.0 s (reference 4.0x), bf16 0.5 s (default 1.2x)
-    assert inference_report.ideal_seconds(result, 'fp32') == pytest.approx(2.0)
-    assert inference_report.ideal_seconds(result, 'bf16') == pytest.approx(0.5)
-    assert math.isnan(inference_report.ideal_seconds({'ceiling_gflops': CEILING}, 'fp32'))
+    assert inference_report.ideal_seconds(result, uniform_precisions('fp32')) == pytest.approx(2.0)
+    assert inference_report.ideal_seconds(result, uniform_precisions('bf16')) == pytest.approx(0.5)
+    assert math.isnan(inference_report.ideal_seconds({'ceiling_gflops': CEILING}, uniform_precisions('fp32')))
     table = inference_report.markdown(result)
     assert '| s / image | GMAC/s | share of ceiling | ideal s | x ideal |' in table
     assert '| 8.00 | 12.5 | 25% | 2.00 | 4.00 |' in table and '| 0.60 | 166.7 | 83% | 0.50 | 1.20 |' in table
+    assert '| route | precision (as computed) | ẑ0 error |' in table
     # IDM: reference 4 s over max(2 s compute, 0.4 s traffic) = 2.0x: kernels; default 0.3 s over 0.5 s: compute
     assert result['bounds']['reference batch 1']['IDM']['bound'] == 'kernels'
     assert result['bounds']['default batch 1']['IDM']['bound'] == 'compute'

@@ -69,11 +69,21 @@ def test_benchmark_reports_every_route_precision_and_target(result):
         if row['batch'] == 1:  # the stages are parts of the forward (the rest: noise, q-sample, ẑ0 formulas)
             assert sum(row['stages_s'].values()) <= row['total_s']
     for name in routes - passed:
-        assert data['timings'][f'{name} batch 1']['dtype'] == name.split()[1]
+        row = data['timings'][f'{name} batch 1']
+        assert row['dtype'] == name.split()[1]  # one precision on every stage (fp32 and bf16 have no exception)
+        assert set(row['stage_precisions'].values()) <= {'fp32', name.split()[1]}
+        assert row['stage_precisions']['text prior'] == 'fp32'
+    for name in passed:  # refused by a bound of the qualification, the route's ẑ0 and image among them
+        assert 'wrong results' in data['passed_over'][name] or 'failed' in data['passed_over'][name]
     plan = data['default_plan']
     assert plan['asked'] == {'backend': 'auto', 'precision': 'auto'} and plan['reason']
     assert data['timings']['default batch 1']['dtype'] == plan['precision'] == data['default_dtype']
     assert f"{plan['backend']} {plan['precision']}" not in passed
+    assert plan['stages'] == {s: p
+                              for s, p in plan['stages'].items() if p in ('fp32', 'bf16', 'fp16')
+                              } and plan['stages'].keys() == {'vae_encoder', 'mom', 'idm', 'lrc', 'vae_decoder'}
+    for name in timed - {'reference'}:  # the route's ẑ0 error beside its speed
+        assert data['parity'][name]['z0_of_z_lr'] >= 0
     for name in {'torch fp32', 'openvino fp32'} - passed:  # the reference route's function in float32: measured
         # 1.6e-6 relative (torch and OpenVINO, all three kernel sets), tolerance 2e-3 (1290x)
         assert data['parity'][name]['same_tokens']
@@ -104,7 +114,8 @@ def test_benchmark_reports_every_route_precision_and_target(result):
         'psnr_vs_fp32_db'] == float('inf')
     assert data['machine']['torch'] == torch.__version__
     table = (folder / 'inference.md').read_text(encoding='utf-8')
-    assert table.startswith('| route | precision | batch |') and 'share of ceiling' in table and 'target ' in table
+    assert table.startswith('| route | precision (as computed) | ẑ0 error | batch |') and 'share of ceiling' in table
+    assert 'target ' in table
     assert '| ideal s | x ideal |' in table and 'What bounds each stage' in table
     assert 'Folder of 3 lines' in table and 'folder default: ' in table
 
@@ -172,3 +183,50 @@ def test_folder_model_runs_the_folder_measurement_alone(result, tmp_path):
     assert (tmp_path / 'folder.md').read_text(encoding='utf-8').lstrip().startswith('Folder of 2 lines')
     with pytest.raises(SystemExit):
         benchmark_inference.parse_args(args[:2] + ['--folder-lines', '0'])
+
+
+def test_precision_table(tmp_path, monkeypatch):
+    """``--precision-table`` (docs/inference.md, "Precision"): each stage alone, then every stage, in bf16 and fp16
+    on torch and OpenVINO against fp32, and each per-stage plan's speed with its ẑ0 error; the tiny model stands in
+    for the demo backbone (converting that for OpenVINO takes a minute), on a quarter of a line."""
+    from tola_plugin.benchmarks import precision_route
+    from inference_testing import tiny_adapted_net
+    monkeypatch.setattr(precision_route, 'frozen_demo_net', lambda: tiny_adapted_net().prepare_for_inference())
+    real_lines = precision_route.demo_lines
+    monkeypatch.setattr(precision_route, 'demo_lines',
+                        lambda count: tuple(x[:, :, :32, :128].contiguous() for x in real_lines(count)))
+    opt = tmp_path / 'tiny.yml'
+    opt.write_text(yaml.safe_dump({'network_g': {'type': 'TOLANet', **tiny_backbone()}}), encoding='utf-8')
+    out = tmp_path / 'precision.json'
+    assert benchmark_inference.main([
+        '--precision-table', '-opt',
+        str(opt), '--random-weights', '--lines', '1', '--repeats', '1', '--precision', 'fp32', '--out',
+        str(out)
+    ]) == 0
+    data = json.loads(out.read_text(encoding='utf-8'))
+    demo = data['demo']['rows']
+    stages = {'vae_encoder', 'mom', 'idm', 'lrc', 'vae_decoder', 'all'}
+    for backend in ('torch', 'openvino'):
+        for precision in ('bf16', 'fp16'):
+            rows = [r for r in demo if (r['backend'], r['precision']) == (backend, precision)]
+            assert {r['stage'] for r in rows} == stages
+    for row in demo:
+        assert row['image_db'] > 0 and row['z0_of_z_lr'] >= 0 and 'z0_of_lr_to_hr' in row
+        if row['stage'] in ('vae_decoder', 'lrc') and row['backend'] == 'torch':  # after ẑ0: cannot move it
+            assert row['eps'] == row['z0'] == 0.0
+    assert [(r['backend'], r['precision']) for r in data['model']['rows']] == [('openvino', 'fp32')]  # --precision
+    assert set(data['speed']) == {'torch fp32', 'openvino fp32'}
+    assert all(row['seconds'] > 0 and row['cpu_seconds'] > 0 and row['z0_of_z_lr'] >= 0
+               for row in data['speed'].values())
+    assert data['speed']['torch fp32']['z0_of_z_lr'] == 0.0
+    table = (tmp_path / 'precision.md').read_text(encoding='utf-8')
+    assert '| backend | precision | stage | computed | Δε̂ | Δẑ0 | Δẑ0 / z_LR |' in table
+    assert "qualification bounds: Δẑ0 / z_LR <= 3%, the image's RMS error <= 0.0089 (41 dB)" in table
+
+
+def test_the_precision_table_times_the_plans_auto_tries():
+    from tola_plugin.benchmarks.precision_route import plan_paths
+    assert [p.name for p in plan_paths('openvino', ['fp32', 'bf16', 'fp16'])] == [
+        'openvino fp32', 'openvino fp32 (bf16: vae_encoder, vae_decoder)', 'openvino fp32 (bf16: vae_decoder)',
+        'openvino bf16', 'openvino fp32 (fp16: idm)', 'openvino fp16 (fp32: vae_decoder)'
+    ]

@@ -64,8 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
         help='128x512 windows per step, across the lines of a photo and the images of a folder; each window '
         'runs alone, so results do not depend on it (default: from the free memory, 1-8)')
     parser.add_argument('--device', help='cpu, cuda, cuda:1, ... (default: cuda when available, else cpu)')
-    parser.add_argument('--precision', choices=('fp32', 'bf16', 'fp16', 'auto'),
-                        help="compute precision (default: the model's, fp32; auto: bf16 where faster and qualified)")
+    parser.add_argument(
+        '--precision', choices=('fp32', 'bf16', 'fp16', 'auto'),
+        help="compute precision (default: the model's, fp32; auto: a precision per stage where it is "
+        "fast and keeps the one-step latent within the qualification's bounds; docs/inference.md)")
     parser.add_argument(
         '--backend', choices=('auto', 'openvino', 'torch'), default='auto',
         help='runtime of the IDM and VAE (auto: OpenVINO on the CPU where it qualifies, else torch; on a GPU torch; '

@@ -31,8 +31,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="start the page's switch at photo (PP-OCRv4 finds the text lines, each restored in place); without it "
         'the switch starts at auto: a photo when the image is taller than two lines or not wide, else one line')
     parser.add_argument('--device', help='cpu, cuda, cuda:1, ... (default: cuda when available, else cpu)')
-    parser.add_argument('--precision', choices=('fp32', 'bf16', 'fp16', 'auto'),
-                        help="compute precision (default: the model's, fp32; auto: bf16 where measured faster)")
+    parser.add_argument(
+        '--precision', choices=('fp32', 'bf16', 'fp16', 'auto'),
+        help="compute precision (default: the model's, fp32; auto: a precision per stage where it is "
+        "fast and keeps the one-step latent within the qualification's bounds; docs/inference.md)")
     parser.add_argument(
         '--backend', choices=('auto', 'openvino', 'torch'), default='auto',
         help='runtime of the IDM and VAE (auto: OpenVINO on the CPU when installed, else torch; on a GPU torch)')

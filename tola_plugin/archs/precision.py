@@ -1,23 +1,29 @@
-"""Precision: 'fp32' | 'bf16' | 'fp16' | 'auto' -> the dtype a forward runs its matmuls and convolutions in.
+"""Precision: 'fp32' | 'bf16' | 'fp16' | 'auto' -> the dtype each stage of a forward runs its matmuls and
+convolutions in (``STAGE_NAMES``: the VAE encoder, the MoM text encoder, the IDM, the LRC, the VAE decoder; the
+TransOCR text prior always runs in fp32).
 
-Low precision runs through ``torch.autocast`` (weights stay fp32; the output is returned as fp32). An explicit 'bf16'
-or 'fp16' is the user's choice and runs as asked (with a warning where it will be slower than fp32: bf16 without the
-CPU's bf16 instructions, fp16 without AMX-FP16, bf16 on a GPU without native bf16). 'auto' is the runtime decision's
-to make (``tola_plugin/runtime``): the inference entry points try a low precision only where it is faster and has
-qualified on this machine; a network run without that decision (training, BasicSR's validation, a TOLANet called
-directly) computes 'auto' in fp32. So 'auto' never runs an unproven fast path. docs/inference.md, "Precision".
+Low precision runs through ``torch.autocast`` per stage (weights stay fp32; each stage's output is returned as fp32).
+An explicit 'bf16' or 'fp16' is the user's choice and runs as asked on every stage (``stage_dtypes``; under fp16 the
+VAE decoder runs in fp32: this VAE family overflows fp16), with a warning where it will be slower than fp32 (bf16
+without the CPU's bf16 instructions, fp16 without AMX-FP16, bf16 on a GPU without native bf16). 'auto' is the runtime
+decision's to make (``tola_plugin/runtime``): the inference entry points choose a precision per stage among the fast
+ones that keep the one-step latent and the image within the qualification's bounds on this machine; a network run
+without that decision (training, BasicSR's validation, a TOLANet called directly) computes 'auto' in fp32. So 'auto'
+never runs an unproven fast path. docs/inference.md, "Precision".
 
 Safe at t = 999 (docs/training_gpus.md, "Precision"): TOLANet keeps Algorithm 1's arithmetic and the IDM's output
-convolution in fp32 under autocast, and ``decoder_autocast`` runs the VAE decoder in fp32 when the precision is
-fp16 (this VAE family overflows fp16). Training refuses fp16 (``check_training_precision``: no loss scaling).
+convolution in fp32 under autocast. Training refuses fp16 (``check_training_precision``: no loss scaling).
 """
 import contextlib
 import warnings
+from typing import Dict
 
 import torch
 
 PRECISIONS = ('fp32', 'bf16', 'fp16', 'auto')
 _DTYPES = {'fp32': torch.float32, 'bf16': torch.bfloat16, 'fp16': torch.float16}
+#: the stages of Algorithm 1 whose compute dtype a precision sets, in the forward's order
+STAGE_NAMES = ('vae_encoder', 'mom', 'idm', 'lrc', 'vae_decoder')
 
 
 def cpu_has_native_bf16() -> bool:
@@ -38,6 +44,15 @@ def cuda_has_native_bf16(device) -> bool:
         return False
     index = torch.device(device).index
     return torch.cuda.get_device_capability(torch.cuda.current_device() if index is None else index)[0] >= 8
+
+
+def cuda_has_fp16_tensor_cores(device) -> bool:
+    """Whether the GPU ``device`` has fp16 tensor cores (compute capability 7.0 and newer: Volta, Turing, ...),
+    which make fp16 several times faster than fp32 there."""
+    if not torch.cuda.is_available():
+        return False
+    index = torch.device(device).index
+    return torch.cuda.get_device_capability(torch.cuda.current_device() if index is None else index)[0] >= 7
 
 
 def _slow_on_cpu(dtype: torch.dtype) -> str:
@@ -92,12 +107,17 @@ def full_precision(x: torch.Tensor) -> torch.Tensor:
     return x.to(torch.promote_types(x.dtype, torch.float32))
 
 
-def decoder_autocast(dtype: torch.dtype, device) -> contextlib.AbstractContextManager:
-    """The VAE decoder's context inside the forward's autocast: fp32 (autocast off) when ``dtype`` is fp16, since
-    this VAE family overflows fp16 in its decoder (diffusers' ``force_upcast``); bf16 has fp32's range and stays."""
-    if dtype == torch.float16:
-        return torch.autocast(device_type=torch.device(device).type, enabled=False)
-    return contextlib.nullcontext()
+def stage_dtypes(dtype: torch.dtype, training: bool = False) -> Dict[str, torch.dtype]:
+    """Stage (``STAGE_NAMES``) -> compute dtype of one precision on every stage: ``dtype`` everywhere, except the
+    VAE decoder in fp32 under fp16 (this VAE family overflows fp16 in its decoder: diffusers' ``force_upcast``; bf16
+    has fp32's range) and, in ``training``, the IDM in fp32 under bf16: its ε̂ error reaches ẑ0, and the gradient to
+    LoRA and the LRC through ẑ0, x 101.6 at t = 999, and the route trained must be one that serves (an IDM in bf16
+    never qualifies; docs/training_gpus.md, "Precision")."""
+    return {
+        stage: torch.float32 if (stage == 'vae_decoder' and dtype == torch.float16) or
+        (training and stage == 'idm' and dtype == torch.bfloat16) else dtype
+        for stage in STAGE_NAMES
+    }
 
 
 def check_training_precision(dtype: torch.dtype) -> None:
@@ -105,5 +125,4 @@ def check_training_precision(dtype: torch.dtype) -> None:
     does not do."""
     if dtype == torch.float16:
         raise ValueError('network_g.precision: training in fp16 needs loss scaling, which TOLA does not do; use fp32 '
-                         '(the paper) or bf16 (GPUs with native bf16: Ampere and newer). precision auto picks fp16 '
-                         'on GPUs without bf16: set fp32 there')
+                         '(the paper) or bf16 (GPUs with native bf16: Ampere and newer; the IDM stays fp32)')

@@ -23,7 +23,7 @@ from basicsr.utils.registry import ARCH_REGISTRY
 from tola_plugin.archs.backbone_builder import build_backbone
 from tola_plugin.archs.diffusion_schedule import schedule_constants
 from tola_plugin.archs.lora import IDM_LORA_TARGETS, VAE_ENCODER_LORA_TARGETS, add_lora
-from tola_plugin.archs.precision import autocast, decoder_autocast, full_precision, requested_dtype
+from tola_plugin.archs.precision import autocast, full_precision, requested_dtype, stage_dtypes
 from tola_plugin.archs.tola_adaptation import TOLAAdaptationMixin
 from tola_plugin.archs.tola_config import TOLAConfig
 from tola_plugin.archs.tola_loading import TOLALoadingMixin
@@ -172,42 +172,46 @@ class TOLANet(TOLAAdaptationMixin, TOLALoadingMixin, nn.Module):
             paper), 'tokens' (B, 24), 'confidences' (B, 24) (None when unweighted), 'prior_texts' (B strings: the
             text the tokens encode; None without a text branch).
         """
-        dtype = self.compute_dtype(lq.device)
+        dtypes = self.stage_dtypes(lq.device)
+        device = lq.device
         # inference-only networks run without autograd bookkeeping
         with torch.inference_mode() if self.inference_only else contextlib.nullcontext():
             # 1-2. Text prior: frozen TransOCR -> tokens + confidences, normalised and mapped to IDM indices. On
             # torch always fp32: its ids are discrete choices that low precision could flip on near-ties, and its
             # decoding steps are weight-bound matrix-vector products that casting the weights would only slow down.
-            # On the runtime's stages (OpenVINO) in the plan's precision, whose ids qualified equal to these.
+            # On the runtime's stages (OpenVINO) in fp32 too, qualified equal to these.
             tokens, confidences, prior_texts = self.predict_text_prior(lq, gt_tokens)
-            with autocast(dtype, lq.device):  # the precision switch (a no-op for fp32)
-                # 1. LoRA-adapted VAE encoder -> unscaled z_LR (3, H/4, W/4). Algorithm 1's own arithmetic (z_t, ẑ0,
-                # the residuals) stays in fp32 under autocast: ẑ0 carries ε̂'s error times 101.6 at t = 999.
+            # Each stage in its own precision (``stage_dtypes``: a no-op for fp32); Algorithm 1's own arithmetic
+            # (z_t, ẑ0, the residuals) stays in fp32 between them: ẑ0 carries ε̂'s error times 101.6 at t = 999.
+            # 1. LoRA-adapted VAE encoder -> unscaled z_LR (3, H/4, W/4).
+            with autocast(dtypes['vae_encoder'], device):
                 posterior = self.vae.encode(lq).latent_dist
                 z_lr = posterior.mode() if self.latent == 'mode' else self.sample_posterior(posterior, noise_seeds)
-                z_lr = full_precision(z_lr)
-                # 3. q-sample at the fixed t with one ε per input.
-                eps = self.draw_noise(z_lr, noise_seeds)
-                z_t = self.sqrt_alpha_bar * z_lr + self.sqrt_one_minus_alpha_bar * eps
-                # 4. MoM once: C_cond from confidence-scaled token embeddings (I_cond feeds only the TDM: skipped).
-                context = self.text_context(tokens, confidences, batch=lq.shape[0], like=z_lr)
-                # 5. LoRA-adapted IDM once on [z_t, z_LR] (z_t first, both unscaled, as DiffTSR); its output
-                # convolution computes ε̂ in fp32 (idm_unet_arch.FullPrecisionOutputConv2d).
-                t = torch.full((lq.shape[0], ), self.timestep, dtype=torch.long, device=lq.device)
+            z_lr = full_precision(z_lr)
+            # 3. q-sample at the fixed t with one ε per input.
+            eps = self.draw_noise(z_lr, noise_seeds)
+            z_t = self.sqrt_alpha_bar * z_lr + self.sqrt_one_minus_alpha_bar * eps
+            # 4. MoM once: C_cond from confidence-scaled token embeddings (I_cond feeds only the TDM: skipped).
+            with autocast(dtypes['mom'], device):
+                context = full_precision(self.text_context(tokens, confidences, batch=lq.shape[0], like=z_lr))
+            # 5. LoRA-adapted IDM once on [z_t, z_LR] (z_t first, both unscaled, as DiffTSR); its output
+            # convolution computes ε̂ in fp32 (idm_unet_arch.FullPrecisionOutputConv2d).
+            t = torch.full((lq.shape[0], ), self.timestep, dtype=torch.long, device=device)
+            with autocast(dtypes['idm'], device):
                 eps_hat = full_precision(self.idm(torch.cat([z_t, z_lr], 1), t, context))
-                # 6. ε-prediction -> clean latent; no reverse update follows.
-                z0 = (z_t - self.sqrt_one_minus_alpha_bar * eps_hat) / self.sqrt_alpha_bar
-                # 7. Latent residual correction of r = z_LR - ẑ0.
-                if self.lrc is not None:
-                    r = z_lr - z0
+            # 6. ε-prediction -> clean latent; no reverse update follows.
+            z0 = (z_t - self.sqrt_one_minus_alpha_bar * eps_hat) / self.sqrt_alpha_bar
+            # 7. Latent residual correction of r = z_LR - ẑ0.
+            if self.lrc is not None:
+                r = z_lr - z0
+                with autocast(dtypes['lrc'], device):
                     delta_r = full_precision(self.lrc(torch.cat([z_lr, r], 1)))
-                    z0_corr = z_lr - (r + delta_r)
-                else:
-                    r, delta_r, z0_corr = None, None, z0
-                # 8. Frozen VAE decoder of ẑ0corr / s (the official code multiplies by 1/s; same here, to the bit);
-                # in fp32 when the precision is fp16 (this VAE family overflows fp16).
-                with decoder_autocast(dtype, lq.device):
-                    image = self.vae.decode((1.0 / LATENT_SCALE) * z0_corr).sample
+                z0_corr = z_lr - (r + delta_r)
+            else:
+                r, delta_r, z0_corr = None, None, z0
+            # 8. Frozen VAE decoder of ẑ0corr / s (the official code multiplies by 1/s; same here, to the bit).
+            with autocast(dtypes['vae_decoder'], device):
+                image = self.vae.decode((1.0 / LATENT_SCALE) * z0_corr).sample
         image = full_precision(image)  # bf16/fp16 -> fp32; fp32/fp64 kept
         if self.clamp_output:
             image = image.clamp(0.0, 1.0)
@@ -216,11 +220,14 @@ class TOLANet(TOLAAdaptationMixin, TOLALoadingMixin, nn.Module):
         return dict(image=image, z_lr=z_lr, z_t=z_t, eps=eps, eps_hat=eps_hat, z0=z0, r=r, delta_r=delta_r,
                     z0_corr=z0_corr, tokens=tokens, confidences=confidences, prior_texts=prior_texts)
 
-    def compute_dtype(self, device) -> torch.dtype:
-        """The dtype the forward computes in: the runtime plan's (``tola_plugin.runtime``: a precision qualified
-        on this machine) when an entry point placed the network, else the precision switch as asked ('auto': fp32;
-        ``archs/precision.requested_dtype``)."""
-        return self.plan.dtype if self.plan is not None else requested_dtype(self.precision, device)
+    def stage_dtypes(self, device) -> Dict[str, torch.dtype]:
+        """Stage (``archs/precision.STAGE_NAMES``) -> the dtype the forward computes it in: the runtime plan's
+        (``tola_plugin.runtime``: a precision per stage, qualified on this machine) when an entry point placed the
+        network, else the precision switch as asked on every stage ('auto': fp32; in training bf16 keeps the IDM in
+        fp32: ``archs/precision.stage_dtypes`` and ``requested_dtype``)."""
+        if self.plan is not None:
+            return self.plan.dtypes
+        return stage_dtypes(requested_dtype(self.precision, device), training=self.training)
 
     # --------------------------------------------------------------------------------- forward parts
     def predict_text_prior(self, lq: torch.Tensor, gt_tokens: Optional[torch.Tensor] = None):

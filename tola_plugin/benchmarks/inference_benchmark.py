@@ -5,24 +5,26 @@ Speed (full-size weights, random or the option file's; rendered 128x512 lines, b
 interleaved, median of ``repeats`` runs after a warm-up, batch 1:
 
   reference        DiffTSR's way: greedy TransOCR re-running the whole prefix for 24 steps, LoRA unmerged, fp32.
-  torch <p>        ``TOLANet.load_for_inference`` of the merged file on torch, precision p (qualified first).
+  torch <p>        ``TOLANet.load_for_inference`` of the merged file on torch, precision p on every stage (qualified
+                   first: its ẑ0 and image within the qualification's bounds).
   openvino <p>     the same with the text prior (TransOCR), the IDM and the VAE on OpenVINO, in its worker
                    process (``tola_plugin/runtime``).
   default          what tola-infer / TOLAPipeline / tola-web run by default here (``runtime.placement.Runtime``:
-                   backend auto, precision auto; its plan is in the result). A route that does not qualify on
-                   this machine is reported under 'passed_over', not timed.
+                   backend auto, precision auto: a precision per stage; its plan is in the result). A route that
+                   does not qualify on this machine is reported under 'passed_over', with why, not timed.
 
-Per row: seconds per image, the stages (text prior, VAE encode, MoM text, IDM, LRC, VAE decode), GMAC/s of the
-route's counted multiply-adds (``complexity.count_macs`` of the tensor stages), their share of the machine's matmul
-ceiling in that precision (a 2048x2048 torch matmul, measured here: ``matmul_ceiling``), the route's ideal time at
-that ceiling and its time over it; per stage what bounds it: compute, memory bandwidth (its bytes at the measured
-``copy_bandwidth``) or the runtime's kernels (``stage_bounds``). The batched photo path: ``photo_lines`` windows in
-one call of the default network vs as many single calls. Peak RSS of one restore of each route in a fresh process
-(with its OpenVINO worker's), above the import baseline, against the bytes of the weights it runs. Quality on
-trained weights (``quality``): the held-out lines of a test option file restored with a merged model in each
-precision and backend: PSNR (Y) against HR and against fp32, and whether the text prior's ids equal fp32's. A folder
-run (``folder_throughput``, ``folder_lines`` lines): images per second with one OpenVINO stream vs its throughput
-settings. ``TARGETS`` are the issue's; ``check_targets`` says which are met.
+Per row: each stage's precision as it computes (OpenVINO's compiled one), the route's ẑ0 error against the reference
+route (mean |Δẑ0| / mean |z_LR|, as the qualification measures it), seconds per image, the stages (text prior, VAE
+encode, MoM text, IDM, LRC, VAE decode), GMAC/s of the route's counted multiply-adds (``complexity.count_macs`` of the
+tensor stages), their share of the machine's matmul ceiling in each stage's precision (a 2048x2048 torch matmul,
+measured here: ``matmul_ceiling``), the route's ideal time at that ceiling and its time over it; per stage what bounds
+it: compute, memory bandwidth (its bytes at the measured ``copy_bandwidth``) or the runtime's kernels
+(``stage_bounds``). The batched photo path: ``photo_lines`` windows in one call of the default network vs as many single
+calls. Peak RSS of one restore of each route in a fresh process (with its OpenVINO worker's), above the import baseline,
+against the bytes of the weights it runs. Quality on trained weights (``quality``): the held-out lines of a test option
+file restored with a merged model in each precision and backend: PSNR (Y) against HR and against fp32, and whether the
+text prior's ids equal fp32's. A folder run (``folder_throughput``, ``folder_lines`` lines): images per second with one
+OpenVINO stream vs its throughput settings. ``TARGETS`` are the issue's; ``check_targets`` says which are met.
 
 This module runs the benchmark (``run_benchmark``); each job is a module of its own: the inputs
 (``inference_inputs``), the networks (``inference_routes``), the ceiling and machine (``machine_ceiling``), the stage
@@ -37,10 +39,11 @@ import statistics
 import tempfile
 import time
 from collections import defaultdict
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import torch
 
+from tola_plugin.archs.precision import cpu_has_native_bf16
 from tola_plugin.archs.tola_arch import TOLANet
 from tola_plugin.benchmarks.complexity import route_macs
 from tola_plugin.benchmarks.folder_throughput import folder_markdown, folder_throughput
@@ -51,14 +54,25 @@ from tola_plugin.benchmarks.inference_routes import (build_reference, export_mer
 from tola_plugin.benchmarks.machine_ceiling import copy_bandwidth, machine, matmul_ceiling
 from tola_plugin.benchmarks.peak_memory import peak_rss
 from tola_plugin.benchmarks.precision_quality import quality
+from tola_plugin.benchmarks.precision_route import precision_benchmark, precision_markdown
 from tola_plugin.benchmarks.stage_bounds import stage_traffic
-from tola_plugin.benchmarks.stage_timing import STAGES, StageTimer, median_row, restore
+from tola_plugin.benchmarks.stage_timing import (STAGES, StageTimer, median_row, restore, stage_precisions,
+                                                 uniform_precisions)
 from tola_plugin.benchmarks.training_timing import training_iterations
 from tola_plugin.metrics.image_metrics import float_psnr
+from tola_plugin.runtime import qualification
+from tola_plugin.runtime.machine import cpu_has_fp16_instructions
 from tola_plugin.runtime.openvino_stages import openvino_missing
 from tola_plugin.runtime.placement import NoPathLeft
 
 MEMORY_ROUTES = ('reference', 'torch fp32', 'default')  # peak RSS of one restore, each in a fresh process
+
+
+def fast_precisions() -> Tuple[str, ...]:
+    """The precisions this CPU has instructions for: fp32, bf16 (AVX512-BF16 or AMX), fp16 (AVX512-FP16 or
+    AMX-FP16). The others are emulated: the benchmark does not spend minutes qualifying them unless asked."""
+    return ('fp32', ) + (('bf16', ) if cpu_has_native_bf16() else ()) + (('fp16', ) if cpu_has_fp16_instructions() else
+                                                                         ())
 
 
 def run_benchmark(opt_path: str, checkpoint=None, random_weights: bool = False, precisions=('fp32', 'bf16'),
@@ -125,7 +139,9 @@ def run_benchmark(opt_path: str, checkpoint=None, random_weights: bool = False, 
         result['timings'] = {}
         for name in variants:
             dtype = 'fp32' if name == 'reference' else nets[name].plan.precision
-            result['timings'][f'{name} batch 1'] = dict(route=name, dtype=dtype, **median_row(runs[name], 1))
+            computed = uniform_precisions('fp32') if name == 'reference' else stage_precisions(nets[name].plan)
+            result['timings'][f'{name} batch 1'] = dict(route=name, dtype=dtype, stage_precisions=computed,
+                                                        **median_row(runs[name], 1))
         if default.path.name in routes:  # its row under its own name too
             result['timings'][f'{default.path.name} batch 1'] = dict(result['timings']['default batch 1'],
                                                                      route=default.path.name)
@@ -135,9 +151,10 @@ def run_benchmark(opt_path: str, checkpoint=None, random_weights: bool = False, 
             outputs[default.path.name] = outputs['default']
         result['parity'] = {
             name: {
-                'same_tokens': bool(torch.equal(ref['tokens'], out['tokens'])), 'image_rel_diff': float(
-                    (ref['image'] - out['image']).abs().max() / ref['image'].abs().max()),
-                'image_psnr_db': float_psnr(ref['image'], out['image'])
+                'same_tokens': bool(torch.equal(ref['tokens'], out['tokens'])),
+                'image_rel_diff': float((ref['image'] - out['image']).abs().max() / ref['image'].abs().max()),
+                'image_psnr_db': float_psnr(ref['image'], out['image']),
+                'z0_of_z_lr': qualification.route_errors(out, ref)['z0']  # the route's ẑ0 error, as qualified
             }
             for name, out in outputs.items() if name != 'reference'
         }
@@ -157,7 +174,7 @@ def run_benchmark(opt_path: str, checkpoint=None, random_weights: bool = False, 
                 'speedup': statistics.median(single) / statistics.median(batched)
             }
             result['timings'][f'default batch {photo_lines}'] = dict(
-                route='default', dtype=default.precision,
+                route='default', dtype=default.precision, stage_precisions=stage_precisions(default),
                 **median_row([{'total': t, 'stages': {}} for t in batched], photo_lines))
         for runtime in runtimes.values():
             runtime.close()
@@ -183,10 +200,20 @@ def benchmark_and_write(opt_path: str, checkpoint=None, random_weights: bool = F
                         quality_model: Optional[str] = None, quality_opt: Optional[str] = None,
                         quality_limit: Optional[int] = None, workdir: Optional[str] = None, command: str = '',
                         train_iteration: Optional[str] = None, out: Optional[str] = None, folder_lines: int = 32,
-                        folder_model: Optional[str] = None) -> Dict:
+                        folder_model: Optional[str] = None, precision_table: bool = False, lines: int = 8) -> Dict:
     """tools/benchmark_inference.py: the benchmark (or, with ``train_iteration``, the training iteration of that
-    option file; with ``folder_model``, the folder run of that merged model alone), its table printed, the JSON and
-    the table written to ``out``; returns the result."""
+    option file; with ``folder_model``, the folder run of that merged model alone; with ``precision_table``,
+    ``precision_route.precision_benchmark`` on ``lines`` lines), its table printed, the JSON and the table written to
+    ``out``; returns the result."""
+    if precision_table:
+        backends = ('torch', ) + (() if openvino_missing() else ('openvino', ))
+        result = dict(
+            command=command,
+            **precision_benchmark(opt_path, checkpoint, random_weights, precisions, lines, repeats, backends, say))
+        table = precision_markdown(result)
+        print(table)
+        write(result, table, out)
+        return result
     if folder_model:
         result = {
             'machine': machine(), 'command': command, 'folder': folder_throughput(folder_model, folder_lines, repeats,

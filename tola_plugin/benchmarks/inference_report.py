@@ -5,7 +5,7 @@ from typing import Dict, List, Optional
 
 from tola_plugin.benchmarks.folder_throughput import folder_markdown
 from tola_plugin.benchmarks.stage_bounds import KERNEL_SLACK, stage_bounds, stage_macs
-from tola_plugin.benchmarks.stage_timing import STAGES
+from tola_plugin.benchmarks.stage_timing import STAGES, uniform_precisions
 
 #: the issue's targets (2-core CPU with native bf16, batch 1, full size)
 TARGETS = {
@@ -36,7 +36,8 @@ def check_targets(result: Dict) -> Dict[str, Dict]:
     # the bf16 ceiling is a target only where the CPU has bf16 instructions: an emulated bf16 matmul's ceiling is no
     # limit of the hardware (an ideal time several times the fp32 route's)
     if 'default batch 1' in t and result.get('ceiling_gflops') and result.get('machine', {}).get('native_bf16'):
-        add('default_vs_bf16_ceiling', t['default batch 1']['per_image_s'] / ideal_seconds(result, 'bf16'),
+        add('default_vs_bf16_ceiling',
+            t['default batch 1']['per_image_s'] / ideal_seconds(result, uniform_precisions('bf16')),
             higher_is_better=False)
     if 'photo' in result:
         add('photo_batch_speedup', result['photo']['speedup'])
@@ -55,11 +56,13 @@ def check_targets(result: Dict) -> Dict[str, Dict]:
     return checks
 
 
-def ideal_seconds(result: Dict, dtype: str) -> float:
-    """Seconds per line at the machine's matmul ceiling in ``dtype``: 2 x the route's counted MACs / the ceiling
-    (nan without either)."""
-    ceiling = result.get('ceiling_gflops', {}).get(dtype)
-    return 2 * result['route_gmac'] / ceiling if ceiling and result.get('route_gmac') else float('nan')
+def ideal_seconds(result: Dict, precisions: Dict[str, str]) -> float:
+    """Seconds per line at the machine's matmul ceiling, each stage's counted MACs at the ceiling of its precision
+    (``precisions``: timed stage -> 'fp32', 'bf16', 'fp16'): 2 x MACs / the ceiling, summed (nan without them)."""
+    ceilings, macs = result.get('ceiling_gflops', {}), stage_macs(result.get('macs') or {})
+    if not macs or not all(ceilings.get(precisions[stage]) for stage in macs):
+        return float('nan')
+    return sum(2 * count / (ceilings[precisions[stage]] * 1e9) for stage, count in macs.items())
 
 
 def bounds(result: Dict) -> Dict[str, Dict]:
@@ -69,8 +72,8 @@ def bounds(result: Dict) -> Dict[str, Dict]:
         return {}
     macs = stage_macs(result['macs'])
     return {
-        name: stage_bounds(row['stages_s'], row['dtype'], macs, result['stage_elements'], result['ceiling_gflops'],
-                           result['copy_gbps'])
+        name: stage_bounds(row['stages_s'], row['stage_precisions'], macs, result['stage_elements'],
+                           result['ceiling_gflops'], result['copy_gbps'])
         for name, row in result['timings'].items() if row['batch'] == 1
     }
 
@@ -97,19 +100,26 @@ def bounds_table(result: Dict) -> List[str]:
     return lines
 
 
+def route_error(result: Dict, route: str) -> str:
+    """A row's ẑ0 error against the reference route (mean |Δẑ0| / mean |z_LR|, ``qualification.route_errors``)."""
+    parity = result.get('parity', {}).get(route)
+    return f"{parity['z0_of_z_lr']:.2%}" if parity and 'z0_of_z_lr' in parity else '-'
+
+
 def markdown(result: Dict) -> str:
     ceiling = result.get('ceiling_gflops', {})
     lines = [
-        f'| route | precision | batch | {" | ".join(STAGES)} | s / image | GMAC/s | share of ceiling | ideal s | '
-        'x ideal |', '|---|---|---:|' + '---:|' * (len(STAGES) + 5)
+        f'| route | precision (as computed) | ẑ0 error | batch | {" | ".join(STAGES)} | s / image | GMAC/s | share of '
+        'ceiling | ideal s | x ideal |', '|---|---|---:|---:|' + '---:|' * (len(STAGES) + 5)
     ]
     for row in result['timings'].values():
         stages = ' | '.join(f"{row['stages_s'][s]:.2f}" for s in STAGES)
         rate = result['route_gmac'] / row['per_image_s'] if result.get('route_gmac') else float('nan')
-        share = 2 * rate / ceiling[row['dtype']] if row.get('dtype') in ceiling else float('nan')
-        ideal = ideal_seconds(result, row['dtype'])
-        lines.append(f"| {row['route']} | {row['dtype']} | {row['batch']} | {stages} | {row['per_image_s']:.2f} | "
-                     f"{rate:.1f} | {share:.0%} | {ideal:.2f} | {row['per_image_s'] / ideal:.2f} |")
+        ideal = ideal_seconds(result, row['stage_precisions'])
+        share = ideal / row['per_image_s'] if ceiling else float('nan')  # of the ceiling of each stage's precision
+        lines.append(f"| {row['route']} | {row['dtype']} | {route_error(result, row['route'])} | {row['batch']} | "
+                     f"{stages} | {row['per_image_s']:.2f} | {rate:.1f} | {share:.0%} | {ideal:.2f} | "
+                     f"{row['per_image_s'] / ideal:.2f} |")
     lines += bounds_table(result)
     lines.append('')
     if result.get('route_gmac'):

@@ -58,16 +58,18 @@ def stage_traffic(net, lq) -> Dict[str, int]:
     return elements
 
 
-def stage_bounds(stage_seconds: Dict[str, float], dtype: str, macs: Dict[str, int], elements: Dict[str, int],
-                 ceiling_gflops: Dict[str, float], copy_gbps: float) -> Dict[str, Dict]:
-    """Per stage of one route's row: {'seconds', 'compute_s' (2 x MACs at the ceiling of ``dtype``), 'memory_s'
-    (its bytes in ``dtype`` at ``copy_gbps``), 'x_roofline' (seconds over the larger of the two), 'bound':
-    'compute', 'memory bandwidth' or 'kernels'} (module docstring). Stages that took no time are left out."""
-    ceiling = ceiling_gflops.get(dtype)
+def stage_bounds(stage_seconds: Dict[str, float], precisions: Dict[str, str], macs: Dict[str, int],
+                 elements: Dict[str, int], ceiling_gflops: Dict[str, float], copy_gbps: float) -> Dict[str, Dict]:
+    """Per stage of one route's row: {'seconds', 'compute_s' (2 x MACs at the ceiling of the stage's precision,
+    ``precisions``: stage -> 'fp32', 'bf16' or 'fp16'), 'memory_s' (its bytes in that precision at ``copy_gbps``),
+    'x_roofline' (seconds over the larger of the two), 'bound': 'compute', 'memory bandwidth' or 'kernels'} (module
+    docstring). Stages that took no time are left out."""
     out = {}
     for stage, seconds in stage_seconds.items():
         if not seconds > 0:
             continue
+        dtype = precisions[stage]
+        ceiling = ceiling_gflops.get(dtype)
         compute = 2 * macs.get(stage, 0) / (ceiling * 1e9) if ceiling else 0.0
         memory = elements.get(stage, 0) * BYTES_PER_ELEMENT[dtype] / (copy_gbps * 1e9) if copy_gbps else 0.0
         roofline = max(compute, memory)

@@ -9,6 +9,21 @@ from typing import Dict, List, Optional
 import torch
 
 STAGES = ('text prior', 'VAE encode', 'MoM text', 'IDM', 'LRC', 'VAE decode')
+#: the timed stage of each stage of a runtime plan (``archs/precision.STAGE_NAMES``); the text prior is fp32 always
+TIMED_STAGE = {'vae_encoder': 'VAE encode', 'mom': 'MoM text', 'idm': 'IDM', 'lrc': 'LRC', 'vae_decoder': 'VAE decode'}
+
+
+def uniform_precisions(precision: str) -> Dict[str, str]:
+    """Timed stage -> ``precision`` ('fp32', 'bf16', 'fp16') for every stage, the text prior fp32."""
+    return {stage: 'fp32' if stage == 'text prior' else precision for stage in STAGES}
+
+
+def stage_precisions(plan) -> Dict[str, str]:
+    """Timed stage -> the precision it computes in under the runtime plan ``plan`` (``RuntimePlan.to_dict``'s
+    'stages'), the text prior fp32."""
+    out = uniform_precisions('fp32')
+    out.update({TIMED_STAGE[stage]: precision for stage, precision in plan.to_dict()['stages'].items()})
+    return out
 
 
 class StageTimer:

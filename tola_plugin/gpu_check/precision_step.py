@@ -16,7 +16,7 @@ from typing import Dict, List, Optional
 import cv2
 import torch
 
-from tola_plugin.archs.precision import autocast, decoder_autocast, full_precision
+from tola_plugin.archs.precision import autocast, full_precision, stage_dtypes
 from tola_plugin.archs.vae_arch import LATENT_SCALE
 from tola_plugin.data.image_io import read_image_file
 from tola_plugin.metrics.image_metrics import float_psnr
@@ -122,7 +122,8 @@ def row_of(net, ref: Dict, lq: torch.Tensor, stage: str, precision: str) -> Dict
             with autocast(dtype if stage == 'idm' else torch.float32, device):
                 eps_hat = full_precision(net.idm(sample, t, context))
             z0 = (z_t - s1 * eps_hat) / sa
-        with autocast(dtype if stage == 'vae_decoder' else torch.float32, device), decoder_autocast(dtype, device):
+        decoder = stage_dtypes(dtype)['vae_decoder'] if stage == 'vae_decoder' else torch.float32  # fp32 under fp16
+        with autocast(decoder, device):
             image = full_precision(net.vae.decode((1.0 / LATENT_SCALE) * z0).sample)
     return {'eps_hat': eps_hat, 'z0': z0, 'image': image}
 

@@ -100,18 +100,30 @@ def _precision(s: Dict) -> List[str]:
 
 
 def _inference(s: Dict) -> List[str]:
-    rows = [[
-        r['precision'], r['runtime'], r['lines'], r['tola_infer_seconds_per_line'],
-        r.get('psnr_vs_fp32_db_mean', 'reference'),
-        r.get('psnr_vs_fp32_db_min', '')
-    ] for r in s['rows']]
-    network = [[r['precision'], r['network_seconds_per_line'], 'yes' if r['finite'] else 'NO'] for r in s['network']]
+    rows = []
+    for r in s['rows']:
+        if 'refused' in r:
+            rows.append([r['precision'], 'refused: ' + r['refused'], '', '', '', '', ''])
+            continue
+        rows.append([
+            r['precision'],
+            r.get('plan', ''), r['tola_infer_seconds_per_line'],
+            r.get('psnr_vs_fp32_db_mean', 'reference'),
+            r.get('psnr_vs_fp32_db_min', ''),
+            r.get('network_seconds_per_line', ''), 'yes' if r.get('finite') else 'NO'
+        ])
+    t = s.get('tf32')
+    if t:
+        rows.append(
+            [t['precision'], t['plan'], '', '', '', t['network_seconds_per_line'], 'yes' if t['finite'] else 'NO'])
     stages = [[r['precision'], r['vae_encoder'], r['idm'], r['vae_decoder']] for r in s['stage_seconds']]
-    return [f'Model: {s["model"]}, on {s["device"]}.', ''] + table(
-        ['tola-infer --precision', 'runtime it reported', 'lines', 's / line', 'PSNR vs fp32 dB (mean)', '(worst)'],
-        rows) + [''] + table(['network precision', 'warm s / line', 'all finite (before the clamp)'], network) + [
-            ''
-        ] + table(['stage precision', 'VAE encoder s', 'IDM s', 'VAE decoder s'], stages)
+    return [
+        f'Quality: tola-infer on {s["quality_model"]}, PSNR against fp32 (bound: at least {s["image_bound_db"]} dB on '
+        f'every line); speed: the network alone, {s["model"]}, with the plan tola-infer chose; on {s["device"]}.', ''
+    ] + table([
+        'tola-infer --precision', 'plan (as computed)', 'tola-infer s / line', 'PSNR vs fp32 dB (mean)', '(worst line)',
+        'full-size network s / line', 'all finite'
+    ], rows) + [''] + table(['stage precision', 'VAE encoder s', 'IDM s', 'VAE decoder s'], stages)
 
 
 def _cuda_tests(s: Dict) -> List[str]:
@@ -165,8 +177,10 @@ def markdown(result: Dict) -> str:
             try:
                 lines += SECTIONS[key](step)
             except (KeyError, TypeError, ValueError) as err:  # a figure missing: the report is still written, raw
-                lines += [f'(figures not as expected: {type(err).__name__}: {err})', '```',
-                          json.dumps(step, default=str)[:4000], '```']
+                lines += [
+                    f'(figures not as expected: {type(err).__name__}: {err})', '```',
+                    json.dumps(step, default=str)[:4000], '```'
+                ]
     lines += ['', '## Not tested here (one GPU, one node, random full-size weights)', '']
     lines += [f'- {item}' for item in result.get('not_tested', [])]
     env = result.get('distributions', {})

@@ -333,7 +333,7 @@ class TOLAPipeline:
 
     def close(self) -> None:
         """End the runtime's worker process (OpenVINO), if any; the network then runs on torch as its precision switch
-        asks (``TOLANet.compute_dtype``)."""
+        asks (``TOLANet.stage_dtypes``)."""
         if self.runtime is not None:
             self.runtime.close()
             self.runtime = None

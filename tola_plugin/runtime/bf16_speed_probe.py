@@ -1,8 +1,9 @@
-"""Times the route's dominant convolutions in fp32 and under bf16 autocast and prints the result as one JSON line.
+"""Times the route's dominant convolutions in fp32 and under bf16 (or fp16) autocast and prints the result as one JSON
+line.
 
-Run as a child process by ``bf16_speed.py`` (``python -P bf16_speed_probe.py [--shapes JSON] [--rounds N]``), so that
-a bf16 kernel that crashes on this CPU ends this process, never the user's. Imports torch and the standard library
-only (the package is not imported: a child that starts in about a second).
+Run as a child process by ``bf16_speed.py`` (``python -P bf16_speed_probe.py [--precision bf16|fp16] [--shapes JSON]
+[--rounds N]``), so that a kernel that crashes on this CPU ends this process, never the user's. Imports torch and the
+standard library only (the package is not imported: a child that starts in about a second).
 """
 import argparse
 import json
@@ -17,35 +18,37 @@ import torch.nn.functional as F
 #: at 32x128, 64x256 and 128x512, and the IDM's at 16x64 and 4x16 (the last one weight-bound); 34 GMAC in all
 SHAPES = ((512, 32, 128), (256, 64, 256), (128, 128, 512), (640, 16, 64), (1280, 4, 16))
 ROUNDS = 3  # timed rounds (median) after a warm-up round
-ABANDON = 4.0  # bf16 taking this many times the fp32 time in the warm-up: emulated, not measured further
+ABANDON = 4.0  # the low precision taking this many times the fp32 time in the warm-up: emulated, not measured further
+DTYPES = {'bf16': torch.bfloat16, 'fp16': torch.float16}
 
 
-def measure_bf16_speedup(shapes=SHAPES, rounds: int = ROUNDS) -> dict:
-    """Time one 3x3 convolution per shape of ``shapes`` (batch 1, fp32 weights) in fp32 and under bf16 autocast,
-    interleaved, median of ``rounds`` after a warm-up. -> {'speedup': fp32 seconds / bf16 seconds (sum over the
-    shapes), 'fp32_s', 'bf16_s', 'threads'}. Where bf16 turns out far slower (its kernels emulated, e.g. with
-    oneDNN forced below the CPU's bf16 instructions) the warm-up stops once bf16 has taken ``ABANDON`` times the
-    fp32 time, and the speedup is the bound measured so far (the decision is fp32 either way). Non-finite bf16
-    outputs are reported ('finite': False)."""
+def measure_speedup(precision: str = 'bf16', shapes=SHAPES, rounds: int = ROUNDS) -> dict:
+    """Time one 3x3 convolution per shape of ``shapes`` (batch 1, fp32 weights) in fp32 and under ``precision``
+    ('bf16' or 'fp16') autocast, interleaved, median of ``rounds`` after a warm-up. -> {'speedup': fp32 seconds /
+    low-precision seconds (sum over the shapes), 'fp32_s', 'low_s', 'threads'}. Where the low precision turns out far
+    slower (its kernels emulated, e.g. with oneDNN forced below the CPU's instructions) the warm-up stops once it has
+    taken ``ABANDON`` times the fp32 time, and the speedup is the bound measured so far (the decision is fp32 either
+    way). Non-finite low-precision outputs are reported ('finite': False)."""
+    low = DTYPES[precision]
     gen = torch.Generator().manual_seed(0)
     # cheapest first: an emulated bf16 is caught on a convolution of seconds, not minutes
     cases = [(torch.randn(1, c, h, w, generator=gen), torch.randn(c, c, 3, 3, generator=gen) * 0.02)
              for c, h, w in sorted(shapes, key=lambda s: s[0]**2 * s[1] * s[2])]
-    seconds = {'fp32': [], 'bf16': []}
+    seconds = {'fp32': [], 'low': []}
     warm_fp32, finite = None, True
     with torch.inference_mode():
         for round_index in range(rounds + 1):
-            for name in ('fp32', 'bf16'):
-                with torch.autocast('cpu', dtype=torch.bfloat16, enabled=name == 'bf16'):
+            for name in ('fp32', 'low'):
+                with torch.autocast('cpu', dtype=low, enabled=name == 'low'):
                     start = time.perf_counter()
                     for x, weight in cases:
                         y = F.conv2d(x, weight, padding=1)
-                        if name == 'bf16' and round_index == 0:
+                        if name == 'low' and round_index == 0:
                             finite = finite and bool(torch.isfinite(y).all())
                             if time.perf_counter() - start > ABANDON * warm_fp32:
                                 elapsed = time.perf_counter() - start
                                 return {
-                                    'speedup': warm_fp32 / elapsed, 'fp32_s': warm_fp32, 'bf16_s': elapsed,
+                                    'speedup': warm_fp32 / elapsed, 'fp32_s': warm_fp32, 'low_s': elapsed,
                                     'threads': torch.get_num_threads(), 'abandoned': True, 'finite': finite
                                 }
                     elapsed = time.perf_counter() - start
@@ -53,21 +56,22 @@ def measure_bf16_speedup(shapes=SHAPES, rounds: int = ROUNDS) -> dict:
                     seconds[name].append(elapsed)
                 elif name == 'fp32':
                     warm_fp32 = elapsed
-    fp32, bf16 = statistics.median(seconds['fp32']), statistics.median(seconds['bf16'])
+    fp32, low_s = statistics.median(seconds['fp32']), statistics.median(seconds['low'])
     return {
-        'speedup': fp32 / bf16, 'fp32_s': fp32, 'bf16_s': bf16, 'threads': torch.get_num_threads(), 'finite': finite
+        'speedup': fp32 / low_s, 'fp32_s': fp32, 'low_s': low_s, 'threads': torch.get_num_threads(), 'finite': finite
     }
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument('--precision', choices=tuple(DTYPES), default='bf16')
     parser.add_argument('--shapes', type=json.loads, default=SHAPES, help='JSON list of [channels, height, width]')
     parser.add_argument('--rounds', type=int, default=ROUNDS)
     parser.add_argument('--threads', type=int, default=0, help='torch threads (0: torch default)')
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    result = measure_bf16_speedup([tuple(s) for s in args.shapes], args.rounds)
+    result = measure_speedup(args.precision, [tuple(s) for s in args.shapes], args.rounds)
     sys.stdout.write(json.dumps(result) + '\n')
     return 0
 

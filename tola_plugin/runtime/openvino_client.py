@@ -1,6 +1,7 @@
-"""The parent's side of the OpenVINO worker (``openvino_worker.py``): start it, have it compile the stages in the
-path's precision (a stage may take another: the text prior's in fp32), run stages on CPU tensors, and turn its death,
-a hang or an error into ``ChildFailure``.
+"""The parent's side of the OpenVINO worker (``openvino_worker.py``): start it, have it compile each stage in its
+precision (the path's per stage; the text prior's in fp32), learn the precision OpenVINO actually compiled each in
+(``compiled_dtypes``: a hint it cannot honour on this CPU is replaced by what it can), run stages on CPU tensors, and
+turn its death, a hang or an error into ``ChildFailure``.
 
 Streams: 1 (the default) compiles the stages for one request at a time with every thread on it; n > 1 or 'auto'
 compiles them with OpenVINO's throughput settings and the worker splits each batch of a batch-major stage
@@ -25,6 +26,7 @@ from tola_plugin.runtime.stages import IMAGE_STAGES
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'openvino_worker.py')
 HINTS = {torch.float32: 'f32', torch.bfloat16: 'bf16', torch.float16: 'f16'}
+DTYPES = {hint: dtype for dtype, hint in HINTS.items()}
 #: seconds a worker may take to compile the stages / to run one stage before it counts as hung (full size on 2
 #: cores: about 30 s to compile for bf16, 2 s per stage)
 TIMEOUTS = {'load': 900.0, 'run': 600.0}
@@ -53,19 +55,22 @@ class Kept:
 
 
 class OpenVINOWorker:
-    """One worker process serving the stages of one cache entry in the precision ``dtype`` (``stage_dtypes``: stages
-    compiled in another, e.g. the text prior in fp32 on a bf16 path) with ``streams`` (``check_streams``);
-    ``streams_run``, ``requests`` and ``precisions``: what OpenVINO compiled (streams, requests in flight, each
-    stage's precision as OpenVINO reports it: 'f32', 'bf16', 'f16')."""
+    """One worker process serving the stages of one cache entry (``stages``: stage -> IR), each compiled in its
+    precision (``dtypes``: stage -> dtype, every stage) with ``streams`` (``check_streams``); ``streams_run``,
+    ``requests`` and ``precisions``: what OpenVINO compiled (streams, requests in flight, each stage's precision as
+    its kernels compute it: 'f32', 'bf16', 'f16'; ``compiled_dtypes`` as torch dtypes)."""
 
-    def __init__(self, stages: Dict[str, str], dtype: torch.dtype, threads: int, cache_dir: Optional[str],
-                 streams: Streams = 1, stage_dtypes: Optional[Dict[str, torch.dtype]] = None):
+    def __init__(self, stages: Dict[str, str], dtypes: Dict[str, torch.dtype], threads: int, cache_dir: Optional[str],
+                 streams: Streams = 1):
         streams = check_streams(streams)
-        self.stage_dtypes = dict(stage_dtypes or {})
-        for name, precision in [('dtype', dtype)] + sorted(self.stage_dtypes.items()):
+        if set(dtypes) != set(stages):
+            raise ValueError(f'the OpenVINO worker needs a precision for each stage {sorted(stages)}, got '
+                             f'{sorted(dtypes)}')
+        for name, precision in sorted(dtypes.items()):
             if precision not in HINTS:
                 raise ValueError(f'the OpenVINO backend runs fp32, bf16 or fp16, got {precision} for {name}')
-        self.dtype, self.what = dtype, f'the OpenVINO worker ({HINTS[dtype]})'
+        self.dtypes = dict(dtypes)
+        self.what = 'the OpenVINO worker (' + ', '.join(sorted({HINTS[d] for d in self.dtypes.values()})) + ')'
         to_child, from_parent = os.pipe()
         from_child, to_parent = os.pipe()
         self.stderr = tempfile.TemporaryFile()
@@ -79,18 +84,23 @@ class OpenVINOWorker:
             os.close(to_parent)
         self.writer = Connection(from_parent, readable=False)
         self.reader = Connection(from_child, writable=False)
-        hints = {stage: HINTS[d] for stage, d in self.stage_dtypes.items()}
+        hints = {stage: HINTS[d] for stage, d in self.dtypes.items()}
         self.info = self.call(
             {
-                'op': 'load', 'stages': dict(stages), 'hint': HINTS[dtype], 'hints': hints, 'threads': int(threads),
-                'cache_dir': cache_dir, 'streams': streams
+                'op': 'load', 'stages': dict(stages), 'hints': hints, 'threads': int(threads), 'cache_dir': cache_dir,
+                'streams': streams
             }, TIMEOUTS['load'])
         self.streams_run, self.requests = int(self.info['streams']), int(self.info['requests'])
         self.precisions = dict(self.info['precisions'])
 
     def dtype_of(self, stage: str) -> torch.dtype:
-        """The precision ``stage`` was compiled for."""
-        return self.stage_dtypes.get(stage, self.dtype)
+        """The precision ``stage`` was asked to compile in."""
+        return self.dtypes[stage]
+
+    @property
+    def compiled_dtypes(self) -> Dict[str, torch.dtype]:
+        """stage -> the dtype OpenVINO compiled it in (its kernels' precision)."""
+        return {stage: DTYPES[precision] for stage, precision in self.precisions.items()}
 
     def _stderr_tail(self) -> str:
         self.stderr.seek(0)

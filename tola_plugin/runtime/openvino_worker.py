@@ -5,10 +5,10 @@ here, so a crash of its kernels ends this process and the parent falls back to a
 
     python openvino_worker.py READ_FD WRITE_FD
 
-Messages (pickled dicts over ``multiprocessing.connection``): {'op': 'load', 'stages': {name: xml}, 'hint': 'f32' |
-'bf16' | 'f16', 'hints': {name: hint} (optional: stages compiled in another precision), 'threads': n, 'cache_dir':
-path or None, 'streams': 1 | n | 'auto' (optional, 1)} -> {'ok': True, 'version', 'seconds', 'streams', 'requests',
-'precisions': {name: the precision OpenVINO compiled it in}}; {'op': 'run', 'stage': name, 'inputs': [arrays],
+Messages (pickled dicts over ``multiprocessing.connection``): {'op': 'load', 'stages': {name: xml}, 'hints': {name:
+'f32' | 'bf16' | 'f16'}, 'threads': n, 'cache_dir': path or None, 'streams': 1 | n | 'auto' (optional, 1)} -> {'ok':
+True, 'version', 'seconds', 'streams', 'requests', 'precisions': {name: the precision its kernels compute in,
+``compiled_precision``}}; {'op': 'run', 'stage': name, 'inputs': [arrays],
 'keep': None, 'split': False} -> {'ok': True, 'output': float32 array}; with 'keep': a name, the output stays here
 under that name (-> {'ok': True, 'shape': its shape}) and a later run's input may be that name (the text prior's
 encoder output, read by each decoding step); {'op': 'exit'}. A failure is {'ok': False, 'error': message}. End of
@@ -83,11 +83,30 @@ class PageTrimmer:
                 self.trimmed = self.rss_file()
 
 
-def compile_config(message, stage: str = '') -> dict:
+#: the layers that do a stage's arithmetic (OpenVINO's runtime model names them so): their precision is the stage's
+COMPUTE_LAYERS = ('Convolution', 'GroupConvolution', 'Deconvolution', 'MatMul', 'FullyConnected')
+
+
+def compiled_precision(compiled) -> str:
+    """The precision a compiled model computes in ('f32', 'bf16', 'f16'): that of most of its convolutions and matrix
+    products in OpenVINO's runtime model (what its kernels run; a hint the CPU cannot honour is replaced there: f16 is
+    compiled as bf16 on a CPU with bf16 but no fp16 instructions, bf16 as f32 on one without bf16 instructions);
+    the resolved hint where the model has no such layer."""
+    counts = {}
+    for op in compiled.get_runtime_model().get_ops():
+        info = op.get_rt_info()
+        if 'layerType' in info and 'runtimePrecision' in info and info['layerType'].astype(str) in COMPUTE_LAYERS:
+            precision = info['runtimePrecision'].astype(str)
+            counts[precision] = counts.get(precision, 0) + 1
+    if counts:
+        return max(sorted(counts), key=counts.get)
+    return compiled.get_property('INFERENCE_PRECISION_HINT').get_type_name()
+
+
+def compile_config(message, stage: str) -> dict:
     """OpenVINO's CPU settings of ``stage`` for the load message's precision hints, threads and streams (module
     docstring)."""
-    hint = (message.get('hints') or {}).get(stage, message['hint'])
-    config = {'INFERENCE_PRECISION_HINT': hint, 'INFERENCE_NUM_THREADS': int(message['threads'])}
+    config = {'INFERENCE_PRECISION_HINT': message['hints'][stage], 'INFERENCE_NUM_THREADS': int(message['threads'])}
     streams = message.get('streams', 1)
     if streams == 1:
         config.update({'NUM_STREAMS': 1, 'PERFORMANCE_HINT': 'LATENCY'})
@@ -108,7 +127,7 @@ def load(message):
     for stage, xml in message['stages'].items():
         config = compile_config(message, stage)
         compiled = core.compile_model(xml, 'CPU', config)
-        precisions[stage] = compiled.get_property('INFERENCE_PRECISION_HINT').get_type_name()
+        precisions[stage] = compiled_precision(compiled)
         streams = int(compiled.get_property('NUM_STREAMS'))
         if config['PERFORMANCE_HINT'] == 'THROUGHPUT':
             count = int(compiled.get_property('OPTIMAL_NUMBER_OF_INFER_REQUESTS'))

@@ -3,12 +3,14 @@ device, the backend and the precision into one ``RuntimePlan``, applies it to th
 to the next path that qualifies when the current one fails (``fail``).
 
 The decision: the device (given, else CUDA when available, else the CPU); the backends to try (``backend`` 'auto':
-OpenVINO then torch on a CPU, torch on a GPU; 'openvino' or 'torch' alone); the precision (the network's switch:
-explicit, or 'auto': a low precision first where it is faster, then fp32); the paths in that order
-(``plan.candidate_paths``). A path other than the plain fp32 torch route must qualify (``qualification.py``); one that
-does not, or cannot start (OpenVINO missing, its cache folder not writable, a conversion that fails), is passed over
-with one line saying why and how to re-qualify. When no path is left an explicit request is an error naming every
-failure and the way out.
+OpenVINO then torch on a CPU, torch on a GPU; 'openvino' or 'torch' alone); the precision of each stage (the
+network's switch: explicit, one precision on every stage, or 'auto': the fast precisions per stage, then fewer of
+them, then fp32: ``plan.auto_paths``); the paths in that order (``plan.candidate_paths``). A path other than the plain
+fp32 torch route must qualify (``qualification.py``: its stages and its route's ẑ0 and image); one that does not, or
+cannot start (OpenVINO missing, its cache folder not writable, a conversion that fails), is passed over with one line
+saying why and how to re-qualify. When no path is left an explicit request is an error naming every failure and the
+way out. The plan names each stage's precision as it computes: on OpenVINO the one it compiled, which a CPU without
+the instructions for the requested one replaces.
 """
 import contextlib
 import json
@@ -23,7 +25,7 @@ from tola_plugin.archs.precision import dtype_name
 from tola_plugin.runtime import openvino_stages, qualification
 from tola_plugin.runtime.child_process import ChildFailure, python_command, run_child
 from tola_plugin.runtime.openvino_client import OpenVINOWorker, Streams, check_streams
-from tola_plugin.runtime.plan import BACKENDS, Path, RuntimePlan, candidate_paths
+from tola_plugin.runtime.plan import BACKENDS, FP32, Path, RuntimePlan, candidate_paths, substitutions
 from tola_plugin.runtime.stage_source import StageSource, StageWeights
 from tola_plugin.runtime.stages import IMAGE_STAGES, RoutedIDM, RoutedVAE, stage_modules
 from tola_plugin.runtime.text_prior_stages import KEPT, PRIOR_STAGES, RoutedTextRecognizer
@@ -36,7 +38,7 @@ REQUALIFY = ('re-qualify with `tola-infer --requalify` (TOLAPipeline.from_merged
 TORCH_PROBE_TIMEOUT = 900.0  # seconds for the torch child: importing the package, loading, three stages
 #: the text prior runs in fp32 on every path, as on torch: in bf16 its greedy ids differed from fp32's on 7 of the
 #: demo model's 32 held-out lines (OpenVINO 2025.4.1, docs/inference.md "Precision"), and ids are what it gives
-PRIOR_DTYPES = {stage: torch.float32 for stage in PRIOR_STAGES}
+PRIOR_DTYPES = {stage: FP32 for stage in PRIOR_STAGES}
 #: times a runtime starts its OpenVINO worker again after a death by a signal from outside (``restart_after``)
 MAX_RESTARTS = 3
 
@@ -115,11 +117,11 @@ class Runtime:
     def _first_that_works(self, passed: List) -> RuntimePlan:
         while self.candidates:
             path = self.candidates.pop(0)
-            why = self._start(path)
+            why, running = self._start(path)
             if not why:
                 reason = 'the plain fp32 torch route' if path.plain else self._qualified_reason
-                plan = RuntimePlan(self.device, path.backend, path.dtype, (self.backend, self.net.precision), reason,
-                                   tuple(passed))
+                plan = RuntimePlan(self.device, running, (self.backend, self.net.precision), reason, tuple(passed),
+                                   None if running == path else path)
                 self.net.plan = plan
                 return plan
             passed.append((path.name, why))
@@ -130,24 +132,26 @@ class Runtime:
                          f'({failures}). Ask for another path (--backend torch --precision fp32 is the plain route '
                          f'and always runs), or {REQUALIFY}')
 
-    def _start(self, path: Path) -> str:
-        """Make ``path`` the network's way of running: '' when it runs (qualified or plain), else why not."""
+    def _start(self, path: Path):
+        """Make ``path`` the network's way of running -> ('' when it runs (qualified or plain), else why not; the
+        path as it computes: on OpenVINO each stage in the precision it compiled)."""
         self._close_worker()
         self.net.idm, self.net.vae, self.net.text_recognizer = self.source.idm, self.source.vae, None
         if path.backend == 'torch':
             self.weights.load()
         if path.plain:
-            return ''
-        key = qualification.verdict_key(self.device, path.backend, path.dtype, self.source.digest, self.streams)
+            return '', path
+        key = qualification.verdict_key(self.device, path, self.source.digest, self.streams)
+        running = path
         if qualification.cached_verdict(key) is None:  # no silent wait: what runs now, once, and about how long
             self.say(f'qualifying {path.name} on this machine, once for this model (the plain fp32 route and it on '
                      'one probe line, compared: seconds for the demo model, a minute or two at full size)')
         if path.backend == 'torch':
-            verdict = qualification.qualify(key, lambda: self._torch_probe(path.dtype), self.reference, path.dtype)
+            verdict = qualification.qualify(key, lambda: self._torch_probe(path), self.reference, path)
         else:
             cached = qualification.cached_verdict(key)
             if cached is not None and not cached.qualified:
-                return f'{cached.reason} (verdict cached on this machine)'
+                return f'{cached.reason} (verdict cached on this machine)', path
             self.weights.release()
             if cached is None:  # the fp32 reference before the worker holds its weights: torch's are gone by then
                 with contextlib.suppress(RuntimeError):  # qualify() meets the error again and judges it
@@ -156,20 +160,64 @@ class Runtime:
             if verdict is not None:  # it crashed or failed loading: remembered like a wrong result
                 qualification.store_verdict(key, verdict)
             if why:
-                return why
-            verdict = qualification.qualify(key, self._openvino_probe, self.reference, path.dtype,
+                return why, path
+            running = self._route_openvino(path)
+            verdict = qualification.qualify(key, lambda: self._openvino_probe(running), self.reference, running,
                                             qualification.OPENVINO_CHECKS)
-            if verdict.qualified:
-                self.net.idm = RoutedIDM(self._run_openvino, self.source.idm.config)
-                self.net.vae = RoutedVAE(self._run_openvino, self.source.vae.config)
-                self.net.text_recognizer = RoutedTextRecognizer(self._run_openvino, self.source.transocr)
         if not verdict.qualified:
             self._close_worker()
-            return verdict.reason + (' (verdict cached on this machine)' if verdict.source == 'cache' else '')
+            self.net.idm, self.net.vae, self.net.text_recognizer = self.source.idm, self.source.vae, None
+            computed = f' ({substitutions(path, running)})' if running != path else ''
+            return verdict.reason + computed + (' (verdict cached on this machine)'
+                                                if verdict.source == 'cache' else ''), running
         self._qualified_reason = (
             'qualified on this machine' +
             (f' in {verdict.seconds:g} s' if verdict.source == 'measured' else ' (cached verdict)'))
-        return ''
+        return '', running
+
+    def _route_openvino(self, path: Path) -> Path:
+        """Route the network's stages (the text prior's too) to the worker started for ``path`` -> the path as it
+        computes: each image stage in the precision OpenVINO compiled."""
+        compiled = self.worker.compiled_dtypes
+        self.net.idm = RoutedIDM(self._run_openvino, self.source.idm.config)
+        self.net.vae = RoutedVAE(self._run_openvino, self.source.vae.config)
+        self.net.text_recognizer = RoutedTextRecognizer(self._run_openvino, self.source.transocr)
+        return path.replace(**{stage: compiled[stage] for stage in IMAGE_STAGES})
+
+    @contextlib.contextmanager
+    def unqualified(self, path: Path):
+        """The network runs ``path`` for the block without qualifying it: what the benchmark measures, the errors of
+        paths that do not qualify among them (``benchmarks/precision_route.py``). Yields the path as it computes;
+        the plan and the stages before it come back after. An OpenVINO path that cannot start is a RuntimeError
+        naming why."""
+        saved = self.net.idm, self.net.vae, self.net.text_recognizer, self.net.plan
+        worker, self.worker = self.worker, None
+        try:
+            if path.backend == 'openvino':
+                why, _ = self._start_openvino(path)
+                if why:
+                    raise RuntimeError(f'{path.name}: {why}')
+                running = self._route_openvino(path)
+            else:
+                self.weights.load()
+                self.net.idm, self.net.vae, self.net.text_recognizer = self.source.idm, self.source.vae, None
+                running = path
+            self.net.plan = RuntimePlan(self.device, running, reason='not qualified: measured')
+            yield running
+        finally:
+            self._close_worker()
+            self.worker = worker
+            self.net.idm, self.net.vae, self.net.text_recognizer, self.net.plan = saved
+
+    def _route(self, path: Path):
+        """The network's forward on the probe as it runs now (its stages), with ``path``'s precisions
+        (``qualification.record_route``)."""
+        saved = self.net.plan
+        self.net.plan = RuntimePlan(self.device, path)
+        try:
+            return qualification.record_route(self.net, self.device)
+        finally:
+            self.net.plan = saved
 
     def reference(self):
         """The fp32 torch route's stage inputs and outputs on the probe (computed once)."""
@@ -180,10 +228,10 @@ class Runtime:
 
     # ------------------------------------------------------------------------------------------------ openvino
     def _start_openvino(self, path: Path):
-        """Start the worker for ``path`` (the IR converted first when needed; the text prior's stages compiled in
-        fp32, ``PRIOR_DTYPES``) -> (why not, or '' when it runs; the verdict to remember when OpenVINO itself failed,
-        else None). What is not OpenVINO's fault (a cache folder that cannot be written, a failed conversion) holds
-        for this run only."""
+        """Start the worker for ``path`` (the IR converted first when needed; each image stage compiled in its
+        precision, the text prior's in fp32, ``PRIOR_DTYPES``) -> (why not, or '' when it runs; the verdict to
+        remember when OpenVINO itself failed, else None). What is not OpenVINO's fault (a cache folder that cannot be
+        written, a failed conversion) holds for this run only."""
         try:
             cache_dir = openvino_stages.compiled_cache_dir()
             if not os.access(cache_dir, os.W_OK):
@@ -198,8 +246,8 @@ class Runtime:
             except (ChildFailure, OSError) as err:
                 return f'the conversion to OpenVINO failed: {err}', None
             try:
-                self.worker = OpenVINOWorker(stages.paths(), path.dtype, torch.get_num_threads(), cache_dir,
-                                             self.streams, PRIOR_DTYPES)
+                dtypes = dict({stage: path.dtypes[stage] for stage in IMAGE_STAGES}, **PRIOR_DTYPES)
+                self.worker = OpenVINOWorker(stages.paths(), dtypes, torch.get_num_threads(), cache_dir, self.streams)
                 return '', None
             except ChildFailure as err:
                 if err.killed_from_outside:  # not OpenVINO's failure: passed over for this run, not remembered
@@ -214,32 +262,42 @@ class Runtime:
     def _run_openvino(self, stage: str, *tensors):
         return self.worker.run(stage, *tensors, keep=KEPT.get(stage))
 
-    def _openvino_probe(self):
+    def _openvino_probe(self, running: Path):
+        """The worker's stages on the reference's inputs, the probe's text through its text prior, and the route
+        (its stages routed to the worker: ``_start``), each stage in ``running``'s precision."""
         reference = self.reference()
         outputs = {stage: self.worker.run(stage, *reference[stage][0]) for stage in ('text_encoder', ) + IMAGE_STAGES}
         image = reference[qualification.TEXT_PRIOR][0][0]
         outputs[qualification.TEXT_PRIOR] = self.net.decode_text(
             image, RoutedTextRecognizer(self._run_openvino, self.source.transocr))
+        outputs[qualification.ROUTE] = self._route(running)
         return outputs
 
     # ------------------------------------------------------------------------------------------------ torch
-    def _torch_probe(self, dtype: torch.dtype):
-        """The stages in ``dtype`` on torch, in a child (``torch_probe.py``), on the reference's inputs."""
+    def _torch_probe(self, path: Path):
+        """The image stages in ``path``'s precisions on torch, in a child (``torch_probe.py``), on the reference's
+        inputs; then, the child having run every kernel of the path without crashing, the route here, where the path
+        would serve."""
         cases, outputs = qualification.scratch_file('.npz'), qualification.scratch_file('.npz')
+        precisions = {stage: dtype_name(path.dtypes[stage]) for stage in IMAGE_STAGES}
         try:
             qualification.save_cases(self.reference(), cases)
             command = python_command(module='tola_plugin.runtime.torch_probe') + [
                 json.dumps(self.source.spec()), cases,
-                str(self.device), dtype_name(dtype), outputs
+                str(self.device),
+                json.dumps(precisions), outputs
             ]
-            run_child(command, f'the torch {dtype_name(dtype)} probe', TORCH_PROBE_TIMEOUT,
+            run_child(command, f'the torch {path.precision} probe', TORCH_PROBE_TIMEOUT,
                       env={'OMP_NUM_THREADS': str(torch.get_num_threads())})
             with np.load(outputs, allow_pickle=False) as arrays:
-                return {stage: torch.from_numpy(arrays[stage]) for stage in IMAGE_STAGES}
+                result = {stage: torch.from_numpy(arrays[stage]) for stage in IMAGE_STAGES}
         finally:
-            for path in (cases, outputs):
-                if os.path.exists(path):
-                    os.remove(path)
+            for name in (cases, outputs):
+                if os.path.exists(name):
+                    os.remove(name)
+        finite = all(bool(torch.isfinite(out).all()) for out in result.values())
+        result[qualification.ROUTE] = self._route(path) if finite else None
+        return result
 
     # ------------------------------------------------------------------------------------------------ serving
     def restart_after(self, error: BaseException) -> bool:
@@ -267,7 +325,8 @@ class Runtime:
         failed = self.plan
         why = f'failed while serving: {error}' + ('' if remember else ' (not remembered: not a fault of the path)')
         if remember and not failed.path.plain:
-            key = qualification.verdict_key(self.device, failed.backend, failed.dtype, self.source.digest, self.streams)
+            key = qualification.verdict_key(self.device, failed.requested or failed.path, self.source.digest,
+                                            self.streams)
             qualification.store_verdict(key, qualification.Verdict(False, why))
         passed = list(failed.passed_over) + [(failed.path.name, why)]
         if self.candidates:

@@ -83,7 +83,7 @@ def tensors_sha256(modules: Sequence[nn.Module]) -> str:
         for name, tensor in sorted(module.state_dict().items()):
             t = tensor.detach().cpu().contiguous()
             digest.update(f'{index}.{name}:{t.dtype}:{tuple(t.shape)};'.encode())
-            digest.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b'')
+            digest.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b'')  # 0-d too
     return digest.hexdigest()
 
 

@@ -15,7 +15,7 @@ from diffusers.models.autoencoders.vae import DecoderOutput, DiagonalGaussianDis
 from diffusers.models.modeling_outputs import AutoencoderKLOutput
 from torch import nn
 
-from tola_plugin.archs.precision import autocast, decoder_autocast, full_precision
+from tola_plugin.archs.precision import autocast, full_precision
 from tola_plugin.runtime.text_prior_stages import PRIOR_STAGES
 
 #: the stages whose precision follows the plan on every backend (the torch route runs the text prior in fp32 always)
@@ -52,16 +52,12 @@ def stage_modules(idm: nn.Module, vae: nn.Module) -> Dict[str, nn.Module]:
     return {'vae_encoder': EncoderStage(vae), 'vae_decoder': DecoderStage(vae), 'idm': idm}
 
 
-def run_torch_stage(module: nn.Module, stage: str, inputs, dtype: torch.dtype, device) -> torch.Tensor:
-    """``module`` (of ``stage_modules``) on ``inputs`` in the compute dtype ``dtype`` exactly as ``TOLANet.forward``
-    runs it (autocast; the decoder in fp32 under fp16), on ``device``; the output in fp32 on the CPU."""
+def run_torch_stage(module: nn.Module, inputs, dtype: torch.dtype, device) -> torch.Tensor:
+    """``module`` (of ``stage_modules``) on ``inputs`` in the compute dtype ``dtype`` (the stage's, of the plan)
+    exactly as ``TOLANet.forward`` runs it (autocast), on ``device``; the output in fp32 on the CPU."""
     tensors = [t.to(device) for t in inputs]
     with torch.inference_mode(), autocast(dtype, device):
-        if stage == 'vae_decoder':
-            with decoder_autocast(dtype, device):
-                out = module(*tensors)
-        else:
-            out = module(*tensors)
+        out = module(*tensors)
     return full_precision(out).float().cpu()
 
 

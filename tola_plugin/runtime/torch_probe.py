@@ -1,8 +1,9 @@
-"""Runs TOLA's image stages (``stages.IMAGE_STAGES``: the text prior runs in fp32 on torch) on torch in a low
-precision, in a child process of the qualification (a kernel that crashes
-there ends the child, not the user's run): ``python -m tola_plugin.runtime.torch_probe SPEC_JSON CASES_NPZ DEVICE
-PRECISION OUT_NPZ``. CASES holds each stage's inputs (``<stage>.<i>``); OUT receives each stage's output
-(``<stage>``), computed as ``TOLANet.forward`` computes it in that precision (``stages.run_torch_stage``)."""
+"""Runs TOLA's image stages (``stages.IMAGE_STAGES``: the text prior runs in fp32 on torch) on torch, each in its
+precision, in a child process of the qualification (a kernel that crashes there ends the child, not the user's
+run): ``python -m tola_plugin.runtime.torch_probe SPEC_JSON CASES_NPZ DEVICE PRECISIONS_JSON OUT_NPZ``. CASES holds
+each stage's inputs (``<stage>.<i>``); PRECISIONS maps each image stage to its precision ('fp32', 'bf16', 'fp16');
+OUT receives each stage's output (``<stage>``), computed as ``TOLANet.forward`` computes it in that precision
+(``stages.run_torch_stage``)."""
 import json
 import sys
 
@@ -14,7 +15,7 @@ from tola_plugin.runtime.stage_source import load_stages
 from tola_plugin.runtime.stages import IMAGE_STAGES, run_torch_stage, stage_modules
 
 
-def probe(spec, cases_path: str, device: str, precision: str, out_path: str) -> None:
+def probe(spec, cases_path: str, device: str, precisions, out_path: str) -> None:
     idm, vae, _ = load_stages(spec)
     device = torch.device(device)
     if device.type == 'cuda':
@@ -26,9 +27,9 @@ def probe(spec, cases_path: str, device: str, precision: str, out_path: str) -> 
         for stage in IMAGE_STAGES:
             count = sum(1 for key in cases.files if key.startswith(stage + '.'))
             inputs = [torch.from_numpy(cases[f'{stage}.{i}']) for i in range(count)]
-            outputs[stage] = run_torch_stage(modules[stage], stage, inputs, precision_dtype(precision), device).numpy()
+            outputs[stage] = run_torch_stage(modules[stage], inputs, precision_dtype(precisions[stage]), device).numpy()
     np.savez(out_path, **outputs)
 
 
 if __name__ == '__main__':
-    probe(json.loads(sys.argv[1]), *sys.argv[2:6])
+    probe(json.loads(sys.argv[1]), sys.argv[2], sys.argv[3], json.loads(sys.argv[4]), sys.argv[5])
