@@ -165,9 +165,7 @@ def test_gpu_check_dry_run_from_the_checkout_on_a_bare_interpreter_without_fonts
     assert {r['stage'] for r in steps['precision']['rows']} == {'idm', 'vae_encoder', 'vae_decoder', 'route'}
     assert 'l_lpips' in steps['smoke']['losses']  # LPIPS-VGG (random trunk) in the smoke step, even on the CPU
     rows = {r['precision']: r for r in steps['inference']['rows']}
-    assert list(rows) == ['fp32', 'auto', 'bf16'] and all(r['finite'] for r in rows.values() if 'refused' not in r)
-    # on the demo backbone's inputs bf16 in the IDM moves ẑ0 past its bound: refused, with the reason
-    assert 'moves ẑ0 by' in rows['bf16']['refused'] and 'the IDM in bf16 alone' in rows['bf16']['refused']
+    assert list(rows) == ['fp32', 'auto'] and all(r['finite'] for r in rows.values())
     assert rows['auto']['plan'].startswith('torch ') and rows['auto']['within_bound']
     origins = result['distributions']
     assert origins['tola_plugin']['origin'] == 'checkout' and origins['diffusers']['origin'] == 'carry'

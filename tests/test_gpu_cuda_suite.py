@@ -1,5 +1,7 @@
 """The ``cuda`` suite itself, on a machine without a usable GPU: ``make test-cuda`` fails naming why instead of
-skipping everything, and the checks of tests/test_cuda.py can fail (run here on the CPU with broken outputs)."""
+skipping everything, and the checks of tests/test_cuda.py can fail (run here on the CPU with broken outputs; that they
+pass on the CPU's real route is the GPU check's dry run, which runs every cuda test's body on the CPU:
+tests/test_gpu_check.py)."""
 import os
 import subprocess
 
@@ -31,13 +33,6 @@ def test_the_200_step_check_fails_on_a_broken_route(tmp_path, monkeypatch, kind)
     monkeypatch.setattr(test_cuda, 'run_200_step_route', broken_route(kind))
     with pytest.raises(AssertionError, match='non-finite' if kind == 'non-finite' else 'not repeatable'):
         test_cuda.test_200_step_route_on_cuda(tmp_path)
-
-
-def test_the_200_step_check_passes_on_the_cpu_route(tmp_path, monkeypatch):
-    """The same check over the real route, on the CPU: deterministic, finite, in [0, 1]."""
-    real = test_cuda.run_200_step_route
-    monkeypatch.setattr(test_cuda, 'run_200_step_route', lambda tmp_path, device: real(tmp_path, 'cpu'))
-    test_cuda.test_200_step_route_on_cuda(tmp_path)
 
 
 def test_make_test_cuda_fails_naming_why_where_no_gpu_is_usable():

@@ -84,7 +84,12 @@ def _precision(s: Dict) -> List[str]:
         'yes' if r['finite'] else 'NO',
         json.dumps(r['bounds']) if r['bounds'] else '', 'passed' if r['passed'] else 'FAILED'
     ] for r in s['rows']]
-    f = s['fidelity']
+    f = s['fidelity'] or {}
+    fidelity = [] if not f else [
+        '',
+        f'fp32 on the CPU against fp32 here, same lines: largest |Δ| of the image {_g(f["image_max_abs_difference"])}'
+        f' (bound {f["bound"]}), PSNR {f["image_psnr_db"]} dB: {"passed" if f["passed"] else "FAILED"}.'
+    ]
     return [
         f'{s["model"]}, {s["lines"]} lines on {s["device"]}; mean |z_LR| {s["z_lr_mean_abs"]:.3f}, mean |z_LR - z_HR| '
         f'{s["lr_to_hr_mean_abs"]:.3f}, mean |ẑ0 - z_HR| (fp32) {s["z0_to_hr_mean_abs"]:.3f}. Each row against the '
@@ -92,11 +97,7 @@ def _precision(s: Dict) -> List[str]:
     ] + table([
         'stage', 'precision', 'mean |Δε̂|', 'mean |Δẑ0|', 'of |z_LR|', 'of |z_LR - z_HR|', 'image PSNR dB', 'finite',
         'bounds', 'result'
-    ], rows) + [
-        '',
-        f'fp32 on the CPU against fp32 here, same lines: largest |Δ| of the image {_g(f["image_max_abs_difference"])}'
-        f' (bound {f["bound"]}), PSNR {f["image_psnr_db"]} dB: {"passed" if f["passed"] else "FAILED"}.'
-    ]
+    ], rows) + fidelity
 
 
 def _inference(s: Dict) -> List[str]:
