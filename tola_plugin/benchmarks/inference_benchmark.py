@@ -23,8 +23,8 @@ it: compute, memory bandwidth (its bytes at the measured ``copy_bandwidth``) or 
 calls. Peak RSS of one restore of each route in a fresh process (with its OpenVINO worker's), above the import baseline,
 against the bytes of the weights it runs. Quality on trained weights (``quality``): the held-out lines of a test option
 file restored with a merged model in each precision and backend: PSNR (Y) against HR and against fp32, and whether the
-text prior's ids equal fp32's. A folder run (``folder_throughput``, ``folder_lines`` lines): images per second with one
-OpenVINO stream vs its throughput settings. ``TARGETS`` are the issue's; ``check_targets`` says which are met.
+text prior's ids equal fp32's. A folder run (``folder_throughput``, ``folder_lines`` lines): images per second at the
+pipeline's own batch and at one window per call. ``TARGETS`` are the issue's; ``check_targets`` says which are met.
 
 This module runs the benchmark (``run_benchmark``); each job is a module of its own: the inputs
 (``inference_inputs``), the networks (``inference_routes``), the ceiling and machine (``machine_ceiling``), the stage

@@ -35,7 +35,6 @@ from tola_plugin.inference.work_bounds import (DEFAULT_MAX_OUTPUT_PIXELS, DEFAUL
                                                output_size)
 from tola_plugin.ocr.ppocr import PPOCRv4Detector, PPOCRv4Recognizer, UndetectableShape
 from tola_plugin.runtime.child_process import ChildFailure
-from tola_plugin.runtime.openvino_client import Streams
 from tola_plugin.runtime.placement import NoPathLeft, Runtime
 from tola_plugin.utils.devices import resolve_device
 
@@ -223,13 +222,8 @@ class TOLAPipeline:
         return self.runtime.plan if self.runtime is not None else None
 
     def describe_runtime(self) -> str:
-        """Where and how the network runs, in one line (``RuntimePlan.describe``; OpenVINO's streams where more
-        than one request runs at once)."""
+        """Where and how the network runs, in one line (``RuntimePlan.describe``)."""
         if self.plan is not None:
-            requests = self.runtime.requests_in_flight
-            if requests > 1:
-                return (f'{self.plan.describe()}; {self.runtime.worker.streams_run} OpenVINO streams, {requests} '
-                        'requests in flight')
             return self.plan.describe()
         return f'runtime: {self.device}, torch (the network as given, no runtime decision)'
 
@@ -241,16 +235,15 @@ class TOLAPipeline:
     @property
     def batch_size(self) -> int:
         """Canvases per step (each through the network alone: ``_run_windows``): the given one, else chosen from the
-        memory free now on the device (a multiple of the OpenVINO requests in flight, where that fits:
-        ``auto_batch_size``)."""
+        memory free now on the device (``auto_batch_size``)."""
         if self._batch_size is not None:
             return self._batch_size
-        return auto_batch_size(self.net, self.device, self.runtime.requests_in_flight if self.runtime else 1)
+        return auto_batch_size(self.net, self.device)
 
     # ------------------------------------------------------------------------------------------ loading
     @classmethod
     def from_merged(cls, path: Optional[str] = None, switches: Optional[Dict] = None, device=None,
-                    backend: str = 'auto', allow_tf32: bool = False, requalify: bool = False, streams: Streams = 1,
+                    backend: str = 'auto', allow_tf32: bool = False, requalify: bool = False,
                     **options) -> 'TOLAPipeline':
         """From a merged model (``tools/export_merged.py``) through ``TOLANet.load_for_inference`` (memory-mapped,
         inference-only); ``path`` None: the demo model (``demo_model.demo_model_path``: the shipped demo backbone and
@@ -258,24 +251,21 @@ class TOLAPipeline:
         inference switches ({'precision': 'auto', 'timestep': 949, ...}; ``TOLANet.set_switches``). device, backend
         ('auto', 'openvino', 'torch'), allow_tf32, requalify: where and how it runs (``tola_plugin.runtime.Runtime``:
         by default CUDA when available, else the CPU with the IDM and VAE on OpenVINO where it qualifies; requalify
-        drops this machine's cached verdicts of the model first). streams: OpenVINO's, 1 (one stream, every thread
-        on each window: the fastest single image) or n > 1 / 'auto' (the throughput settings: a batch's windows
-        in flight together; docs/inference.md, "Folders: streams"). options: see the class."""
+        drops this machine's cached verdicts of the model first). options: see the class."""
         if path is None:
             path = demo_model_path(say=lambda message: print(f'tola-plugin: {message}', file=sys.stderr, flush=True))
         net = TOLANet.load_for_inference(path, **dict(switches or {}))
-        return cls._placed(net, device, backend, allow_tf32, requalify, path, options, streams)
+        return cls._placed(net, device, backend, allow_tf32, requalify, path, options)
 
     @classmethod
     def from_options(cls, option_file: str, checkpoint: Optional[str] = None, switches: Optional[Dict] = None,
                      device=None, backend: str = 'auto', allow_tf32: bool = False, requalify: bool = False,
-                     streams: Streams = 1, **options) -> 'TOLAPipeline':
+                     **options) -> 'TOLAPipeline':
         """From a TOLA option file (its ``network_g``) and adaptation checkpoint (default: its
         ``path.pretrain_network_g``), made inference-only (``TOLANet.prepare_for_inference``: LoRA merged, same
-        outputs, no adapter overhead). switches, device, backend, allow_tf32, requalify, streams: as
-        ``from_merged``."""
+        outputs, no adapter overhead). switches, device, backend, allow_tf32, requalify: as ``from_merged``."""
         net = TOLANet.from_options(option_file, checkpoint, **dict(switches or {})).prepare_for_inference()
-        return cls._placed(net, device, backend, allow_tf32, requalify, None, options, streams)
+        return cls._placed(net, device, backend, allow_tf32, requalify, None, options)
 
     @staticmethod
     def check_placement(device=None, backend: str = 'auto') -> None:
@@ -300,9 +290,9 @@ class TOLAPipeline:
         return cls.from_merged(model, switches, device, backend, **options)
 
     @classmethod
-    def _placed(cls, net, device, backend, allow_tf32, requalify, source, options, streams=1) -> 'TOLAPipeline':
+    def _placed(cls, net, device, backend, allow_tf32, requalify, source, options) -> 'TOLAPipeline':
         pipe = cls(net, **options)
-        pipe.runtime = Runtime(net, device, backend, allow_tf32, source, requalify, streams=streams)
+        pipe.runtime = Runtime(net, device, backend, allow_tf32, source, requalify)
         pipe.device = pipe.runtime.device
         return pipe
 
@@ -325,9 +315,9 @@ class TOLAPipeline:
         if self.runtime is None:
             self.runtime = Runtime(self.net, device, 'torch', allow_tf32)
         else:
-            backend, source, streams = self.runtime.backend, self.runtime.source.merged, self.runtime.streams
+            backend, source = self.runtime.backend, self.runtime.source.merged
             self.runtime.close()
-            self.runtime = Runtime(self.net, device, backend, allow_tf32, source, streams=streams)
+            self.runtime = Runtime(self.net, device, backend, allow_tf32, source)
         self.device = self.runtime.device
         return self
 

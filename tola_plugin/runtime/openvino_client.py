@@ -1,11 +1,9 @@
 """The parent's side of the OpenVINO worker (``openvino_worker.py``): start it, have it compile each stage in its
 precision (the path's per stage; the text prior's in fp32), learn the precision OpenVINO actually compiled each in
 (``compiled_dtypes``: a hint it cannot honour on this CPU is replaced by what it can), run stages on CPU tensors, and
-turn its death, a hang or an error into ``ChildFailure``.
-
-Streams: 1 (the default) compiles the stages for one request at a time with every thread on it; n > 1 or 'auto'
-compiles them with OpenVINO's throughput settings and the worker splits each batch of a batch-major stage
-(``BATCH_MAJOR``) across the requests in flight (``openvino_worker.run_stage``; docs/inference.md, "Folders: streams").
+turn its death, a hang or an error into ``ChildFailure``. Each stage is compiled for one request at a time with every
+thread on it (OpenVINO's throughput streams measured 1.00-1.07x on a folder and were removed: docs/inference.md,
+"Folders: one stream").
 
 Everything OpenVINO does happens in the worker: a kernel that crashes there (SIGSEGV) or never returns is a
 ``ChildFailure`` here, and the runtime moves on to the next path (``placement.Runtime.fail``). The worker's stderr
@@ -16,13 +14,12 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Dict, Optional, Tuple, Union
+from typing import Dict, Optional, Tuple
 
 import numpy as np
 import torch
 
 from tola_plugin.runtime.child_process import ChildFailure, child_environment, describe_exit, python_command
-from tola_plugin.runtime.stages import IMAGE_STAGES
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'openvino_worker.py')
 HINTS = {torch.float32: 'f32', torch.bfloat16: 'bf16', torch.float16: 'f16'}
@@ -30,21 +27,6 @@ DTYPES = {hint: dtype for dtype, hint in HINTS.items()}
 #: seconds a worker may take to compile the stages / to run one stage before it counts as hung (full size on 2
 #: cores: about 30 s to compile for bf16, 2 s per stage)
 TIMEOUTS = {'load': 900.0, 'run': 600.0}
-#: the stages whose inputs and output all have the batch first: split across requests in flight (the text prior's
-#: stages, whose decoding steps read a kept output, run on one request)
-BATCH_MAJOR = IMAGE_STAGES
-
-Streams = Union[int, str]  # 1, n > 1, or 'auto'
-
-
-def check_streams(streams: Streams) -> Streams:
-    """``streams`` as the worker takes it (an int >= 1 or 'auto'), else a ValueError naming the choices."""
-    if streams == 'auto':
-        return streams
-    if isinstance(streams, bool) or not isinstance(streams, int) or streams < 1:
-        raise ValueError(f"streams must be 1 (one stream: every thread on each window), a number > 1 or 'auto' "
-                         f"(OpenVINO's throughput settings), got {streams!r}")
-    return streams
 
 
 @dataclass(frozen=True)
@@ -56,13 +38,10 @@ class Kept:
 
 class OpenVINOWorker:
     """One worker process serving the stages of one cache entry (``stages``: stage -> IR), each compiled in its
-    precision (``dtypes``: stage -> dtype, every stage) with ``streams`` (``check_streams``); ``streams_run``,
-    ``requests`` and ``precisions``: what OpenVINO compiled (streams, requests in flight, each stage's precision as
-    its kernels compute it: 'f32', 'bf16', 'f16'; ``compiled_dtypes`` as torch dtypes)."""
+    precision (``dtypes``: stage -> dtype, every stage); ``precisions``: each stage's precision as OpenVINO compiled
+    it, as its kernels compute it ('f32', 'bf16', 'f16'; ``compiled_dtypes`` as torch dtypes)."""
 
-    def __init__(self, stages: Dict[str, str], dtypes: Dict[str, torch.dtype], threads: int, cache_dir: Optional[str],
-                 streams: Streams = 1):
-        streams = check_streams(streams)
+    def __init__(self, stages: Dict[str, str], dtypes: Dict[str, torch.dtype], threads: int, cache_dir: Optional[str]):
         if set(dtypes) != set(stages):
             raise ValueError(f'the OpenVINO worker needs a precision for each stage {sorted(stages)}, got '
                              f'{sorted(dtypes)}')
@@ -86,11 +65,8 @@ class OpenVINOWorker:
         self.reader = Connection(from_child, writable=False)
         hints = {stage: HINTS[d] for stage, d in self.dtypes.items()}
         self.info = self.call(
-            {
-                'op': 'load', 'stages': dict(stages), 'hints': hints, 'threads': int(threads), 'cache_dir': cache_dir,
-                'streams': streams
-            }, TIMEOUTS['load'])
-        self.streams_run, self.requests = int(self.info['streams']), int(self.info['requests'])
+            {'op': 'load', 'stages': dict(stages), 'hints': hints, 'threads': int(threads), 'cache_dir': cache_dir},
+            TIMEOUTS['load'])
         self.precisions = dict(self.info['precisions'])
 
     def dtype_of(self, stage: str) -> torch.dtype:
@@ -140,7 +116,7 @@ class OpenVINOWorker:
                                    'torch on a GPU')
             tensor = tensor.detach()
             feeds.append((tensor.float() if tensor.is_floating_point() else tensor.long()).contiguous().numpy())
-        message = {'op': 'run', 'stage': stage, 'inputs': feeds, 'keep': keep, 'split': stage in BATCH_MAJOR}
+        message = {'op': 'run', 'stage': stage, 'inputs': feeds, 'keep': keep}
         reply = self.call(message, TIMEOUTS['run'])
         if keep:
             return Kept(keep, tuple(reply['shape']))

@@ -6,20 +6,15 @@ here, so a crash of its kernels ends this process and the parent falls back to a
     python openvino_worker.py READ_FD WRITE_FD
 
 Messages (pickled dicts over ``multiprocessing.connection``): {'op': 'load', 'stages': {name: xml}, 'hints': {name:
-'f32' | 'bf16' | 'f16'}, 'threads': n, 'cache_dir': path or None, 'streams': 1 | n | 'auto' (optional, 1)} -> {'ok':
-True, 'version', 'seconds', 'streams', 'requests', 'precisions': {name: the precision its kernels compute in,
-``compiled_precision``}}; {'op': 'run', 'stage': name, 'inputs': [arrays],
-'keep': None, 'split': False} -> {'ok': True, 'output': float32 array}; with 'keep': a name, the output stays here
-under that name (-> {'ok': True, 'shape': its shape}) and a later run's input may be that name (the text prior's
-encoder output, read by each decoding step); {'op': 'exit'}. A failure is {'ok': False, 'error': message}. End of
-input (the parent gone) ends the worker. Imports numpy, OpenVINO and the standard library only, so it starts in well
-under a second. A thread keeps the weights files OpenVINO maps out of its resident memory (``PageTrimmer``).
+'f32' | 'bf16' | 'f16'}, 'threads': n, 'cache_dir': path or None} -> {'ok': True, 'version', 'seconds', 'precisions':
+{name: the precision its kernels compute in, ``compiled_precision``}}; {'op': 'run', 'stage': name, 'inputs': [arrays],
+'keep': None} -> {'ok': True, 'output': float32 array}; with 'keep': a name, the output stays here under that name
+(-> {'ok': True, 'shape': its shape}) and a later run's input may be that name (the text prior's encoder output, read
+by each decoding step); {'op': 'exit'}. A failure is {'ok': False, 'error': message}. End of input (the parent gone)
+ends the worker. Imports numpy, OpenVINO and the standard library only, so it starts in well under a second. A thread
+keeps the weights files OpenVINO maps out of its resident memory (``PageTrimmer``).
 
-Streams (``compile_config``): 1 is one stream with every thread on each request (LATENCY); n > 1 or 'auto' are
-OpenVINO's throughput settings (THROUGHPUT hint, n streams or OpenVINO's choice, the threads shared among them),
-with as many requests as OpenVINO advises (OPTIMAL_NUMBER_OF_INFER_REQUESTS): a run with 'split' (a stage whose
-inputs and output have the batch first) splits its batch across them, in flight together (``run_stage``);
-docs/inference.md, "Folders: streams".
+Each stage runs on one request with every thread on it (``compile_config``: one stream, LATENCY).
 """
 import ctypes
 import os
@@ -104,17 +99,12 @@ def compiled_precision(compiled) -> str:
 
 
 def compile_config(message, stage: str) -> dict:
-    """OpenVINO's CPU settings of ``stage`` for the load message's precision hints, threads and streams (module
-    docstring)."""
-    config = {'INFERENCE_PRECISION_HINT': message['hints'][stage], 'INFERENCE_NUM_THREADS': int(message['threads'])}
-    streams = message.get('streams', 1)
-    if streams == 1:
-        config.update({'NUM_STREAMS': 1, 'PERFORMANCE_HINT': 'LATENCY'})
-    else:
-        config['PERFORMANCE_HINT'] = 'THROUGHPUT'
-        if streams != 'auto':
-            config['NUM_STREAMS'] = int(streams)
-    return config
+    """OpenVINO's CPU settings of ``stage`` for the load message's precision hints and threads: one stream, every
+    thread on each request (module docstring)."""
+    return {
+        'INFERENCE_PRECISION_HINT': message['hints'][stage], 'INFERENCE_NUM_THREADS': int(message['threads']),
+        'NUM_STREAMS': 1, 'PERFORMANCE_HINT': 'LATENCY'
+    }
 
 
 def load(message):
@@ -123,50 +113,18 @@ def load(message):
     core = ov.Core()
     if message.get('cache_dir'):
         core.set_property({'CACHE_DIR': message['cache_dir']})
-    requests, precisions, streams, count = {}, {}, 1, 1
+    requests, precisions = {}, {}
     for stage, xml in message['stages'].items():
-        config = compile_config(message, stage)
-        compiled = core.compile_model(xml, 'CPU', config)
+        compiled = core.compile_model(xml, 'CPU', compile_config(message, stage))
         precisions[stage] = compiled_precision(compiled)
-        streams = int(compiled.get_property('NUM_STREAMS'))
-        if config['PERFORMANCE_HINT'] == 'THROUGHPUT':
-            count = int(compiled.get_property('OPTIMAL_NUMBER_OF_INFER_REQUESTS'))
-        requests[stage] = [compiled.create_infer_request() for _ in range(count)]
-    info = {
-        'version': ov.__version__, 'seconds': time.perf_counter() - start, 'streams': streams, 'requests': count,
-        'precisions': precisions
-    }
-    return requests, info
+        requests[stage] = compiled.create_infer_request()
+    return requests, {'version': ov.__version__, 'seconds': time.perf_counter() - start, 'precisions': precisions}
 
 
-def batch_parts(inputs, requests: int) -> int:
-    """Into how many chunks ``run_stage`` splits a run of batch-major ``inputs`` (numpy arrays): one per request,
-    at most one per batch item; 1 (no split) unless every input has the same first dimension."""
-    sizes = {x.shape[0] if x.ndim else -1 for x in inputs}
-    return max(1, min(requests, sizes.pop())) if len(sizes) == 1 else 1
-
-
-def run_stage(requests, inputs, split: bool = False):
-    """One stage on ``inputs`` (numpy arrays) -> its first output (float32): on one request, or (``split``: the
-    inputs and the output have the batch first) with several requests split along the batch into contiguous
-    chunks, all in flight at once (each on a stream of its own) and joined in order."""
+def run_stage(request, inputs):
+    """One stage on ``inputs`` (numpy arrays) -> its first output (float32)."""
     import numpy as np
-    parts = batch_parts(inputs, len(requests)) if split else 1
-    if parts == 1:
-        return np.array(requests[0].infer(inputs)[0], dtype=np.float32, copy=True)
-    chunks = [np.array_split(x, parts) for x in inputs]
-    busy = requests[:parts]
-    for k, request in enumerate(busy):
-        request.start_async([chunk[k] for chunk in chunks])
-    errors = []
-    for request in busy:  # every request is waited for: none is left busy for the next run when one failed
-        try:
-            request.wait()
-        except Exception as err:  # noqa: B902  (OpenVINO's own error types; the first is reported)
-            errors.append(err)
-    if errors:
-        raise errors[0]
-    return np.concatenate([np.array(r.get_output_tensor(0).data, dtype=np.float32, copy=True) for r in busy])
+    return np.array(request.infer(inputs)[0], dtype=np.float32, copy=True)
 
 
 def serve(reader: Connection, writer: Connection) -> int:
@@ -185,7 +143,7 @@ def serve(reader: Connection, writer: Connection) -> int:
                 reply = dict(info, ok=True)
             elif op == 'run':
                 inputs = [kept[x] if isinstance(x, str) else x for x in message['inputs']]
-                output = run_stage(requests[message['stage']], inputs, bool(message.get('split')))
+                output = run_stage(requests[message['stage']], inputs)
                 if message.get('keep'):
                     kept[message['keep']] = output
                     reply = {'ok': True, 'shape': output.shape}

@@ -24,7 +24,7 @@ import torch
 from tola_plugin.archs.precision import dtype_name
 from tola_plugin.runtime import openvino_stages, qualification
 from tola_plugin.runtime.child_process import ChildFailure, python_command, run_child
-from tola_plugin.runtime.openvino_client import OpenVINOWorker, Streams, check_streams
+from tola_plugin.runtime.openvino_client import OpenVINOWorker
 from tola_plugin.runtime.plan import BACKENDS, FP32, Path, RuntimePlan, candidate_paths, substitutions
 from tola_plugin.runtime.stage_source import StageSource, StageWeights
 from tola_plugin.runtime.stages import IMAGE_STAGES, RoutedIDM, RoutedVAE, stage_modules
@@ -75,16 +75,11 @@ def resolve_backends(backend: str, device: torch.device, notes: List) -> List[st
 class Runtime:
     """Where and how the inference TOLANet ``net`` runs (module docstring). ``source``: the merged file ``net`` was
     loaded from (names the model in the caches; None: a hash of its stage tensors). ``requalify``: drop this
-    machine's cached verdicts of the model first. ``say``: where the one-line notes go (stderr). ``streams``: the
-    OpenVINO worker's (``openvino_client.check_streams``; docs/inference.md, "Folders: streams"); torch runs one."""
+    machine's cached verdicts of the model first. ``say``: where the one-line notes go (stderr)."""
 
     def __init__(self, net, device=None, backend: str = 'auto', allow_tf32: bool = False, source: Optional[str] = None,
-                 requalify: bool = False, say: Callable[[str], None] = say, streams: Streams = 1):
+                 requalify: bool = False, say: Callable[[str], None] = say):
         self.net, self.say = net, say
-        self.streams = check_streams(streams)
-        if streams != 1 and backend == 'torch':
-            raise ValueError(f'streams {streams}: a setting of the OpenVINO backend; backend torch runs one stream '
-                             '(use streams 1, or backend auto or openvino)')
         self.device = resolve_device(None if device is None else str(device))
         self.backend, self.allow_tf32 = backend, allow_tf32
         self.source = StageSource(net.idm, net.vae, net.transocr, source)
@@ -103,9 +98,6 @@ class Runtime:
         if requalify:
             qualification.forget(self.source.digest)
         self.plan = self._decide()
-        if streams != 1 and self.plan.backend != 'openvino':
-            self.say(f'streams {streams}: a setting of the OpenVINO backend, not used: {self.plan.path.name} runs '
-                     'one stream')
 
     # ------------------------------------------------------------------------------------------------ deciding
     def _decide(self) -> RuntimePlan:
@@ -141,7 +133,7 @@ class Runtime:
             self.weights.load()
         if path.plain:
             return '', path
-        key = qualification.verdict_key(self.device, path, self.source.digest, self.streams)
+        key = qualification.verdict_key(self.device, path, self.source.digest)
         running = path
         if qualification.cached_verdict(key) is None:  # no silent wait: what runs now, once, and about how long
             self.say(f'qualifying {path.name} on this machine, once for this model (the plain fp32 route and it on '
@@ -247,7 +239,7 @@ class Runtime:
                 return f'the conversion to OpenVINO failed: {err}', None
             try:
                 dtypes = dict({stage: path.dtypes[stage] for stage in IMAGE_STAGES}, **PRIOR_DTYPES)
-                self.worker = OpenVINOWorker(stages.paths(), dtypes, torch.get_num_threads(), cache_dir, self.streams)
+                self.worker = OpenVINOWorker(stages.paths(), dtypes, torch.get_num_threads(), cache_dir)
                 return '', None
             except ChildFailure as err:
                 if err.killed_from_outside:  # not OpenVINO's failure: passed over for this run, not remembered
@@ -325,8 +317,7 @@ class Runtime:
         failed = self.plan
         why = f'failed while serving: {error}' + ('' if remember else ' (not remembered: not a fault of the path)')
         if remember and not failed.path.plain:
-            key = qualification.verdict_key(self.device, failed.requested or failed.path, self.source.digest,
-                                            self.streams)
+            key = qualification.verdict_key(self.device, failed.requested or failed.path, self.source.digest)
             qualification.store_verdict(key, qualification.Verdict(False, why))
         passed = list(failed.passed_over) + [(failed.path.name, why)]
         if self.candidates:
@@ -355,11 +346,6 @@ class Runtime:
             self.net.set_switches(precision=precision)
         self.plan = self._decide()
         return self.plan
-
-    @property
-    def requests_in_flight(self) -> int:
-        """How many windows run at once: the OpenVINO worker's requests (streams), else 1."""
-        return self.worker.requests if self.worker is not None and self.plan.backend == 'openvino' else 1
 
     def worker_peak_rss(self) -> int:
         """Peak resident memory of the OpenVINO worker (bytes; 0 without one): the benchmark adds it to ours."""

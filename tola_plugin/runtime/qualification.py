@@ -20,8 +20,8 @@ image (``record_reference``). The candidate then shows two things:
   "Precision".
 
 The verdict (qualified or not, why, the errors) is cached in ``qualification.json`` beside the speed decision, keyed
-by the device (CPU model and flags, or the GPU), the runtime versions, the forced kernels, the backend (with
-OpenVINO's streams where not 1), each stage's precision and the model's digest; it is written atomically and read by
+by the device (CPU model and flags, or the GPU), the runtime versions, the forced kernels, the backend, each stage's
+precision and the model's digest; it is written atomically and read by
 every later run. ``--requalify`` (``forget``) drops this machine's verdicts of a model.
 """
 import os
@@ -260,12 +260,9 @@ def save_cases(reference: Dict, path: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------------------ verdicts
-def verdict_key(device: torch.device, path: Path, digest: str, streams=1) -> str:
-    """The cache key of a verdict on ``path`` (module docstring); OpenVINO's throughput streams (``streams`` other
-    than 1: another compiled configuration of the same IR) are a path of their own."""
+def verdict_key(device: torch.device, path: Path, digest: str) -> str:
+    """The cache key of a verdict on ``path`` (module docstring)."""
     runtime = f'openvino {package_version("openvino")}' if path.backend == 'openvino' else 'torch'
-    if path.backend == 'openvino' and streams != 1:
-        runtime += f' streams {streams}'
     return f'{device_identity(device)} | {runtime}: {path.signature} | model {digest[:16]} | {FORMAT}'
 
 
