@@ -16,7 +16,7 @@ from tola_plugin.inference.pipeline import TOLAPipeline
 from tola_plugin.runtime import openvino_client
 from tola_plugin.runtime import openvino_stages as OVS
 from tola_plugin.runtime import openvino_worker, placement, qualification
-from tola_plugin.runtime.stage_source import file_sha256
+from tola_plugin.runtime.model_digest import file_sha256
 from tola_plugin.runtime.text_prior_stages import PRIOR_STAGES, RoutedTextRecognizer
 from tola_plugin.utils.devices import resolve_device
 from inference_testing import write_tiny_merged

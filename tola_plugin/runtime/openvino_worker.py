@@ -11,71 +11,27 @@ Messages (pickled dicts over ``multiprocessing.connection``): {'op': 'load', 'st
 'keep': None} -> {'ok': True, 'output': float32 array}; with 'keep': a name, the output stays here under that name
 (-> {'ok': True, 'shape': its shape}) and a later run's input may be that name (the text prior's encoder output, read
 by each decoding step); {'op': 'exit'}. A failure is {'ok': False, 'error': message}. End of input (the parent gone)
-ends the worker. Imports numpy, OpenVINO and the standard library only, so it starts in well under a second. A thread
-keeps the weights files OpenVINO maps out of its resident memory (``PageTrimmer``).
+ends the worker. Imports numpy, OpenVINO and the standard library only (and ``resident_memory.py`` beside it, by its
+path: ``resident_memory``), so it starts in well under a second. A thread keeps the weights files OpenVINO maps out of
+its resident memory (``resident_memory.PageTrimmer``).
 
 Each stage runs on one request with every thread on it (``compile_config``: one stream, LATENCY).
 """
-import ctypes
+import importlib.util
 import os
 import sys
-import threading
 import time
 from multiprocessing.connection import Connection
 
-MADV_DONTNEED = 4
-WEIGHT_FILES = ('.bin', '.blob')  # the IR's weights, OpenVINO's compiled cache entries
 
-
-class PageTrimmer:
-    """Keeps the original weights OpenVINO maps from its files out of this worker's resident memory, so that it holds
-    one copy of each weight: the one its kernels run on.
-
-    OpenVINO maps a weights file read-only (the IR's .bin, or the compiled model's cache blob) and keeps the mapping
-    for the compiled model's life, while its convolutions and matmuls run on copies repacked for this CPU: after the
-    first inference the mapped pages are rarely read again, yet they stay resident, a second copy of every weight.
-    Every ``period`` seconds, when this process's resident file pages grew by ``growth`` bytes, a thread drops its
-    pages of those read-only mappings (madvise MADV_DONTNEED: a page read again is mapped again, unchanged, from the
-    file). Written by hand: OpenVINO has no setting for it."""
-
-    def __init__(self, period: float = 0.02, growth: int = 32 << 20):
-        self.period, self.growth = period, growth
-        self.libc = ctypes.CDLL(None, use_errno=True)
-        self.libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-        self.trimmed = 0
-
-    def start(self) -> 'PageTrimmer':
-        self.trimmed = self.rss_file()
-        threading.Thread(target=self.run, name='page-trimmer', daemon=True).start()
-        return self
-
-    @staticmethod
-    def rss_file() -> int:
-        """Resident file-backed bytes of this process (/proc/self/status RssFile)."""
-        with open('/proc/self/status', encoding='ascii') as f:
-            for line in f:
-                if line.startswith('RssFile:'):
-                    return int(line.split()[1]) * 1024
-        return 0
-
-    def trim(self) -> int:
-        """Drop this process's pages of the read-only mappings of weight files; returns the bytes of mappings."""
-        dropped = 0
-        with open('/proc/self/maps', encoding='utf-8') as f:
-            for line in f:
-                fields = line.split(maxsplit=5)
-                if len(fields) == 6 and 'w' not in fields[1] and fields[5].rstrip('\n').endswith(WEIGHT_FILES):
-                    start, end = (int(x, 16) for x in fields[0].split('-'))
-                    if self.libc.madvise(start, end - start, MADV_DONTNEED) == 0:
-                        dropped += end - start
-        return dropped
-
-    def run(self) -> None:
-        while True:
-            time.sleep(self.period)
-            if self.rss_file() > self.trimmed + self.growth:
-                self.trim()
-                self.trimmed = self.rss_file()
+def resident_memory():
+    """``resident_memory.py`` of this folder (the page trimmer), loaded by its path: importing it through the package
+    would import the package, and torch with it."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'resident_memory.py')
+    spec = importlib.util.spec_from_file_location('tola_resident_memory', path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 #: the layers that do a stage's arithmetic (OpenVINO's runtime model names them so): their precision is the stage's
@@ -161,7 +117,7 @@ def main(argv=None) -> int:
     reader = Connection(int(args[0]), writable=False)
     writer = Connection(int(args[1]), readable=False)
     if os.path.exists('/proc/self/maps'):  # Linux
-        PageTrimmer().start()
+        resident_memory().PageTrimmer().start()
     return serve(reader, writer)
 
 

@@ -26,7 +26,8 @@ from tola_plugin.runtime import openvino_stages, qualification
 from tola_plugin.runtime.child_process import ChildFailure, python_command, run_child
 from tola_plugin.runtime.openvino_client import OpenVINOWorker
 from tola_plugin.runtime.plan import BACKENDS, FP32, Path, RuntimePlan, candidate_paths, substitutions
-from tola_plugin.runtime.stage_source import StageSource, StageWeights
+from tola_plugin.runtime.stage_source import StageSource
+from tola_plugin.runtime.stage_weights import StageWeights
 from tola_plugin.runtime.stages import IMAGE_STAGES, RoutedIDM, RoutedVAE, stage_modules
 from tola_plugin.runtime.text_prior_stages import KEPT, PRIOR_STAGES, RoutedTextRecognizer
 from tola_plugin.utils.cuda_math import set_tf32
@@ -346,16 +347,6 @@ class Runtime:
             self.net.set_switches(precision=precision)
         self.plan = self._decide()
         return self.plan
-
-    def worker_peak_rss(self) -> int:
-        """Peak resident memory of the OpenVINO worker (bytes; 0 without one): the benchmark adds it to ours."""
-        if self.worker is None or not self.worker.alive():
-            return 0
-        with open(f'/proc/{self.worker.proc.pid}/status', encoding='ascii') as f:
-            for line in f:
-                if line.startswith('VmHWM:'):
-                    return int(line.split()[1]) * 1024
-        return 0
 
     def _close_worker(self) -> None:
         if self.worker is not None:
