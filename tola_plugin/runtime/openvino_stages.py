@@ -19,8 +19,8 @@ from typing import Sequence
 
 from tola_plugin.runtime.child_process import python_command, run_child
 from tola_plugin.runtime.machine import package_version
-from tola_plugin.runtime.openvino_convert import PROGRESS
 from tola_plugin.runtime.model_digest import sha256_of
+from tola_plugin.runtime.openvino_convert import PROGRESS
 from tola_plugin.runtime.stage_source import StageSource
 from tola_plugin.runtime.stages import STAGES
 from tola_plugin.utils.atomic_files import read_json_dict, write_json

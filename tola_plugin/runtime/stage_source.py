@@ -77,20 +77,3 @@ def load_modules(spec: Dict, with_transocr: bool = True) -> Tuple[nn.Module, nn.
     vae = ARCH_REGISTRY.get(spec['vae_class']).from_pretrained(os.path.join(spec['folder'], 'vae'))
     transocr = load_transocr(os.path.join(spec['folder'], TRANSOCR_FILE)) if with_transocr else None
     return idm.eval(), vae.eval(), int(idm.config.cross_attention_dim), transocr
-
-
-def load_stages(spec: Dict) -> Tuple[nn.Module, nn.Module, int]:
-    """In a child: (idm, vae, context_dim) of a ``StageSource.spec``, fp32, eval, on the CPU."""
-    return load_modules(spec, with_transocr=False)[:3]
-
-
-def load_modules(spec: Dict, with_transocr: bool = True) -> Tuple[nn.Module, nn.Module, int, Optional[nn.Module]]:
-    """In a child: (idm, vae, context_dim, transocr or None without ``with_transocr``) of a ``StageSource.spec``,
-    fp32, eval, on the CPU."""
-    if 'merged' in spec:  # the merged file loads whole
-        net = TOLANet.load_for_inference(spec['merged'])
-        return net.idm, net.vae, int(net.context_dim), net.transocr.eval()
-    idm = ARCH_REGISTRY.get(spec['idm_class']).from_pretrained(os.path.join(spec['folder'], 'idm'))
-    vae = ARCH_REGISTRY.get(spec['vae_class']).from_pretrained(os.path.join(spec['folder'], 'vae'))
-    transocr = load_transocr(os.path.join(spec['folder'], TRANSOCR_FILE)) if with_transocr else None
-    return idm.eval(), vae.eval(), int(idm.config.cross_attention_dim), transocr
