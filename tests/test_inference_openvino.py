@@ -15,9 +15,10 @@ from tola_plugin.inference import batching
 from tola_plugin.inference.pipeline import TOLAPipeline
 from tola_plugin.runtime import openvino_client
 from tola_plugin.runtime import openvino_stages as OVS
-from tola_plugin.runtime import openvino_worker, placement, qualification
+from tola_plugin.runtime import openvino_worker, qualification, serving
 from tola_plugin.runtime.model_digest import file_sha256
-from tola_plugin.runtime.text_prior_stages import PRIOR_STAGES, RoutedTextRecognizer
+from tola_plugin.runtime.routed_stages import RoutedStages
+from tola_plugin.runtime.text_prior_stages import PRIOR_STAGES
 from tola_plugin.utils.devices import resolve_device
 from inference_testing import write_tiny_merged
 from numerics import within
@@ -34,7 +35,7 @@ def converted(tmp_path_factory):
     path = write_tiny_merged(tmp_path_factory.mktemp('ov') / 'tiny_merged.safetensors')
     try:
         pipe = TOLAPipeline.from_merged(path, backend='openvino', batch_size=2)
-    except placement.NoPathLeft as err:
+    except serving.NoPathLeft as err:
         pytest.skip(f'OpenVINO fp32 does not qualify on this machine: {err}')
     yield path, TOLANet.load_for_inference(path), pipe
     pipe.close()
@@ -45,7 +46,8 @@ def converted(tmp_path_factory):
 def test_openvino_matches_the_torch_route(converted, shape):
     _, ref_net, pipe = converted
     ov_net = pipe.net
-    assert ov_net.plan.backend == 'openvino' and ref_net.plan is None
+    assert pipe.plan.backend == 'openvino' and isinstance(ov_net.stage_runner, RoutedStages)
+    assert ref_net.stage_runner.dtypes is None  # not placed: its own torch runner
     lq = torch.rand(*shape, generator=torch.Generator().manual_seed(shape[-1]))
     seeds = list(range(shape[0]))
     ref = ref_net(lq, noise_seeds=seeds, return_intermediates=True)
@@ -67,7 +69,7 @@ def test_openvino_text_prior_matches_the_torch_route(converted, shape):
     """The text prior on OpenVINO (its encoder and greedy steps in the worker, the loop here) reads the ids of the
     torch route (fp32, incremental, stopped at END) and confidences within the qualification's bound."""
     _, ref_net, pipe = converted
-    assert isinstance(pipe.net.text_recognizer, RoutedTextRecognizer) and ref_net.text_recognizer is None
+    assert isinstance(pipe.net.stage_runner, RoutedStages) and pipe.net.stage_runner.text
     lq = torch.rand(*shape, generator=torch.Generator().manual_seed(7 * shape[-1]))
     ids, probs = pipe.net.decode_text(lq)
     ref_ids, ref_probs = ref_net.decode_text(lq)
@@ -117,7 +119,7 @@ def test_the_plan_gives_the_stages_their_precision(converted):
         assert worker.dtype_of('idm') == torch.float16 and worker.dtype_of('vae_decoder') == torch.float32
         assert pipe.plan.dtypes['idm'] == worker.compiled_dtypes['idm']  # what it computes
         assert np.isfinite(pipe(np.zeros((32, 128, 3), np.uint8)).image).all()
-    except placement.NoPathLeft as err:
+    except serving.NoPathLeft as err:
         assert 'openvino fp16 (fp32: vae_decoder)' in str(err)
     finally:
         pipe.set_switches(precision='fp32')
@@ -218,28 +220,33 @@ def test_other_weights_get_their_own_entry(converted, tmp_path):
 def test_backend_resolution(monkeypatch):
     cpu, gpu = torch.device('cpu'), torch.device('cuda', 0)
     notes = []
-    assert placement.resolve_backends('auto', cpu, notes) == ['openvino', 'torch']  # installed (requirements.txt)
-    assert placement.resolve_backends('openvino', cpu, notes) == ['openvino']
-    assert placement.resolve_backends('torch', cpu, notes) == ['torch']
-    assert placement.resolve_backends('auto', gpu, notes) == ['torch'] and notes == []
+    assert serving.resolve_backends('auto', cpu, notes) == ['openvino', 'torch']  # installed (requirements.txt)
+    assert serving.resolve_backends('openvino', cpu, notes) == ['openvino']
+    assert serving.resolve_backends('torch', cpu, notes) == ['torch']
+    assert serving.resolve_backends('auto', gpu, notes) == ['torch'] and notes == []
     with pytest.raises(ValueError, match='openvino runs on the CPU'):
-        placement.resolve_backends('openvino', gpu, notes)
+        serving.resolve_backends('openvino', gpu, notes)
     with pytest.raises(ValueError, match='backend must be one of'):
-        placement.resolve_backends('onnxruntime', cpu, notes)
+        serving.resolve_backends('onnxruntime', cpu, notes)
     monkeypatch.setattr(OVS, 'openvino_missing', lambda: 'openvino is not installed (test)')
-    assert placement.resolve_backends('auto', cpu, notes) == ['torch']  # passed over, saying why
+    assert serving.resolve_backends('auto', cpu, notes) == ['torch']  # passed over, saying why
     assert notes == [('openvino', 'openvino is not installed (test)')]
     with pytest.raises(ValueError, match='openvino is not installed'):
-        placement.resolve_backends('openvino', cpu, notes)
+        serving.resolve_backends('openvino', cpu, notes)
 
 
 class _StandIn(torch.nn.Module):
-    """Stands in for an inference TOLANet on a simulated GPU: records .to(); its precision switch and stages."""
+    """Stands in for an inference TOLANet on a simulated GPU: records .to(); its precision switch, stages and stage
+    runner (``TOLANet.use_stage_runner``)."""
 
     def __init__(self, precision='fp32'):
         super().__init__()
-        self.moves, self.precision, self.plan = [], precision, None
+        self.moves, self.precision, self.stage_runner = [], precision, None
         self.idm = self.vae = self.transocr = torch.nn.Identity()
+
+    def use_stage_runner(self, runner):
+        previous, self.stage_runner = self.stage_runner, runner
+        return previous
 
     def to(self, device):
         self.moves.append(torch.device(device))
@@ -254,16 +261,17 @@ def test_device_backend_precision_and_tf32_are_decided_in_one_place(monkeypatch)
     try:
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
         net = _StandIn()
-        runtime = placement.Runtime(net)
+        runtime = serving.Runtime(net)
         assert runtime.device == torch.device('cuda') and net.moves == [runtime.device]
-        assert net.plan is runtime.plan and (runtime.plan.backend, runtime.plan.precision) == ('torch', 'fp32')
+        assert net.stage_runner.dtypes == runtime.plan.dtypes and net.stage_runner.name == 'torch fp32'
+        assert (runtime.plan.backend, runtime.plan.precision) == ('torch', 'fp32')
         assert runtime.plan.describe() == ('runtime: cuda, torch fp32 (asked backend auto, precision fp32): the plain '
                                            'fp32 torch route')
         assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
-        placement.Runtime(_StandIn(), 'cuda:1', allow_tf32=True)
+        serving.Runtime(_StandIn(), 'cuda:1', allow_tf32=True)
         assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
         with pytest.raises(ValueError, match='openvino runs on the CPU'):
-            placement.Runtime(_StandIn(), 'cuda', 'openvino')
+            serving.Runtime(_StandIn(), 'cuda', 'openvino')
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = flags
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)

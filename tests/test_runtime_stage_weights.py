@@ -11,7 +11,7 @@ import torch
 
 from tola_plugin.archs.tola_arch import TOLANet
 from tola_plugin.inference.pipeline import TOLAPipeline
-from tola_plugin.runtime.placement import NoPathLeft
+from tola_plugin.runtime.serving import NoPathLeft
 from tola_plugin.runtime.stage_weights import StageWeights, drop_mapped_pages
 from inference_testing import write_tiny_merged
 from tola_testing import one_thread  # noqa: F401

@@ -18,7 +18,7 @@ from tola_plugin.data.image_io import read_image_file, tensor_to_uint8, write_im
 from tola_plugin.inference.folder_run import PRIOR_CSV, restore_folder
 from tola_plugin.inference.pipeline import TOLAPipeline
 from tola_plugin.inference.prior_csv import read_prior_rows
-from tola_plugin.runtime.placement import NoPathLeft
+from tola_plugin.runtime.serving import NoPathLeft
 
 #: (name, batch size; None: the pipeline's own, from the free memory)
 SETTINGS = (('batch auto', None), ('batch 1', 1))

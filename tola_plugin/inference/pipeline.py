@@ -11,8 +11,7 @@ by ``tola_plugin.data.image_io`` (order 'RGB'), PP-OCRv4 takes RGB (``tola_plugi
 boundary). docs/restore.md describes the behaviour.
 """
 import os
-import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import cv2
@@ -20,103 +19,33 @@ import numpy as np
 import torch
 from PIL import Image
 
-from tola_plugin.archs.tola_arch import TOLANet, image_noise_seed
+from tola_plugin.archs.tola_arch import image_noise_seed
 from tola_plugin.data.image_io import (DEFAULT_MAX_PIXELS, WHITE, budget_error, check_background, check_max_pixels,
                                        convert_array, convert_pil, read_image_file, to_uint8)
 from tola_plugin.data.text_line_source import CANVAS_H
 from tola_plugin.inference.batching import auto_batch_size
 from tola_plugin.inference.color_fix import apply_color_fix, check_color_fix
-from tola_plugin.inference.demo_model import demo_model_path
 from tola_plugin.inference.line_geometry import (PAD_MODES, LineLayout, blend_tiles, cut_tiles, line_width, plan_line,
                                                  resize_rgb, to_canvas_height)
+from tola_plugin.inference.loaders import PipelineLoading
 from tola_plugin.inference.photo_geometry import expand_quad, paste_strip, reading_quad, rectify, scale_quad
+from tola_plugin.inference.restoration import WINDOW_SEPARATOR, LineResult, Restoration, reads_as_well
 from tola_plugin.inference.work_bounds import (DEFAULT_MAX_OUTPUT_PIXELS, DEFAULT_MAX_WINDOWS, capped_scale,
                                                check_outscale, check_positive, check_positive_int, check_windows,
                                                output_size)
 from tola_plugin.ocr.ppocr import PPOCRv4Detector, PPOCRv4Recognizer, UndetectableShape
-from tola_plugin.runtime.child_process import ChildFailure
-from tola_plugin.runtime.placement import NoPathLeft, Runtime
-from tola_plugin.utils.devices import resolve_device
+from tola_plugin.runtime.serving import NonFiniteOutput, Runtime
 
-WINDOW_SEPARATOR = ' | '  # between the text priors of the windows of one wide line
 AUTO_OUTSCALE_RANGE = (1.0, 4.0)  # detect mode without outscale: lines to the canvas height, within this range
 DEFAULT_COLOR_FIX = 'wavelet'  # of the user's tools (TOLAPipeline, tola-infer, tola-web); the paper's is 'none'
 PASTE_POLICIES = ('checked', 'all')
 
-
-def reads_as_well(before, after) -> bool:
-    """Whether a restored line replaces the original in a photo (``paste='checked'``): PP-OCRv4 reads some text in the
-    restored line (a line restored into nothing, as small text can be, is never pasted) and the same text as in the
-    original, or reads it at least as confidently. Measured on 100 lines of 25 rendered photos (the demo
-    model, tools/measure_photo_lines.py; docs/restore.md, "Which lines are pasted"): PP-OCRv4 read 0.90 of the
-    original lines right, 0.84 of the restored ones, and 0.90 of the photo's lines with this rule, which pastes 89 %
-    of them."""
-    return bool(after.text.strip()) and (after.text == before.text or after.confidence >= before.confidence)
-
-
-class NonFiniteOutput(RuntimeError):
-    """The network returned NaN or infinity: never written; the batch is run again on the next path."""
-
-
-# A failure of the path the network runs on (its output, its worker): the runtime moves to the next path and the batch
-# runs again (``TOLAPipeline._run_batch``).
-PATH_FAILURES = (NonFiniteOutput, ChildFailure)
 # What one image's failure may raise (bad input, a bound, out of memory, a library refusing it): the image fails,
 # its neighbours go on (``restore_each``). Anything else is a bug and propagates.
 IMAGE_ERRORS = (ValueError, OSError, RuntimeError, MemoryError, cv2.error)
 
 ImageInput = Union[str, os.PathLike, np.ndarray, Image.Image]
 ImageInputs = Union[ImageInput, Sequence[ImageInput]]
-
-
-@dataclass
-class LineResult:
-    """One restored text line.
-
-    prior_text: the text prior TransOCR read from the line (the windows' texts of a wide line joined by
-        WINDOW_SEPARATOR); window_texts: one per window; token_confidences: the prior's per-character
-        confidences, all windows in order; prior_confidence: their mean (0.0 for an empty prior).
-    polygon: with detect, the line's quadrilateral in input pixel coordinates ([x, y] top-left, top-right,
-        bottom-right, bottom-left), else None.
-    text_before / text_after (+ confidences): PP-OCRv4's reading of the line before and after restoring (when
-        recognition was asked for), else None.
-    pasted: with detect, whether the restored line replaced the original in the output photo (``paste``), else None.
-    """
-    prior_text: str
-    prior_confidence: float
-    token_confidences: List[float]
-    window_texts: List[str]
-    polygon: Optional[List[List[float]]] = None
-    text_before: Optional[str] = None
-    confidence_before: Optional[float] = None
-    text_after: Optional[str] = None
-    confidence_after: Optional[float] = None
-    pasted: Optional[bool] = None
-
-    def to_dict(self) -> Dict:
-        return asdict(self)
-
-
-@dataclass
-class Restoration:
-    """The restored image (RGB uint8, (H, W, 3)) and its lines; input_size = (H, W) of the input as read;
-    outscale = output size / input size (per axis up to rounding); note: why a photo has no lines when the detector
-    could not take it (e.g. too thin), else ''."""
-    image: np.ndarray
-    lines: List[LineResult]
-    input_size: Tuple[int, int]
-    outscale: float
-    name: str = ''
-    detected: bool = False
-    note: str = ''
-
-    def to_dict(self) -> Dict:
-        """JSON-ready summary (no pixels): sizes, outscale, the lines (and the note, when there is one)."""
-        out = dict(name=self.name, input_size=list(self.input_size), output_size=list(self.image.shape[:2]),
-                   outscale=self.outscale, detected=self.detected, lines=[line.to_dict() for line in self.lines])
-        if self.note:
-            out['note'] = self.note
-        return out
 
 
 @dataclass
@@ -149,7 +78,7 @@ class _Image:
     error: Optional[BaseException] = None
 
 
-class TOLAPipeline:
+class TOLAPipeline(PipelineLoading):
     """Restore text images with a TOLA network: one image or a list, any size and aspect, optionally whole photos.
 
     net: a ``TOLANet`` (or any module with its inference contract: ``net(lq (B, 3, 128, 512) RGB in [0, 1],
@@ -216,117 +145,12 @@ class TOLAPipeline:
         self.recognizer = None
 
     @property
-    def plan(self):
-        """The runtime decision (``tola_plugin.runtime.RuntimePlan``: device, backend, precision and why), or None
-        for a network given as it is."""
-        return self.runtime.plan if self.runtime is not None else None
-
-    def describe_runtime(self) -> str:
-        """Where and how the network runs, in one line (``RuntimePlan.describe``)."""
-        if self.plan is not None:
-            return self.plan.describe()
-        return f'runtime: {self.device}, torch (the network as given, no runtime decision)'
-
-    @property
-    def backend(self) -> str:
-        """'openvino' or 'torch': where the IDM and VAE run."""
-        return self.plan.backend if self.plan is not None else 'torch'
-
-    @property
     def batch_size(self) -> int:
         """Canvases per step (each through the network alone: ``_run_windows``): the given one, else chosen from the
         memory free now on the device (``auto_batch_size``)."""
         if self._batch_size is not None:
             return self._batch_size
         return auto_batch_size(self.net, self.device)
-
-    # ------------------------------------------------------------------------------------------ loading
-    @classmethod
-    def from_merged(cls, path: Optional[str] = None, switches: Optional[Dict] = None, device=None,
-                    backend: str = 'auto', allow_tf32: bool = False, requalify: bool = False,
-                    **options) -> 'TOLAPipeline':
-        """From a merged model (``tools/export_merged.py``) through ``TOLANet.load_for_inference`` (memory-mapped,
-        inference-only); ``path`` None: the demo model (``demo_model.demo_model_path``: the shipped demo backbone and
-        adaptation, merged once into the user's cache; from any folder). switches: TOLANet
-        inference switches ({'precision': 'auto', 'timestep': 949, ...}; ``TOLANet.set_switches``). device, backend
-        ('auto', 'openvino', 'torch'), allow_tf32, requalify: where and how it runs (``tola_plugin.runtime.Runtime``:
-        by default CUDA when available, else the CPU with the IDM and VAE on OpenVINO where it qualifies; requalify
-        drops this machine's cached verdicts of the model first). options: see the class."""
-        if path is None:
-            path = demo_model_path(say=lambda message: print(f'tola-plugin: {message}', file=sys.stderr, flush=True))
-        net = TOLANet.load_for_inference(path, **dict(switches or {}))
-        return cls._placed(net, device, backend, allow_tf32, requalify, path, options)
-
-    @classmethod
-    def from_options(cls, option_file: str, checkpoint: Optional[str] = None, switches: Optional[Dict] = None,
-                     device=None, backend: str = 'auto', allow_tf32: bool = False, requalify: bool = False,
-                     **options) -> 'TOLAPipeline':
-        """From a TOLA option file (its ``network_g``) and adaptation checkpoint (default: its
-        ``path.pretrain_network_g``), made inference-only (``TOLANet.prepare_for_inference``: LoRA merged, same
-        outputs, no adapter overhead). switches, device, backend, allow_tf32, requalify: as ``from_merged``."""
-        net = TOLANet.from_options(option_file, checkpoint, **dict(switches or {})).prepare_for_inference()
-        return cls._placed(net, device, backend, allow_tf32, requalify, None, options)
-
-    @staticmethod
-    def check_placement(device=None, backend: str = 'auto') -> None:
-        """A device this machine does not have, or OpenVINO asked for on a GPU, is a ValueError now, before
-        anything is read."""
-        if backend == 'openvino' and resolve_device(None if device is None else str(device)).type != 'cpu':
-            raise ValueError(f'backend openvino runs on the CPU, the device is {device} (use backend auto or torch)')
-        resolve_device(None if device is None else str(device))
-
-    @classmethod
-    def load(cls, model: Optional[str] = None, opt: Optional[str] = None, checkpoint: Optional[str] = None,
-             switches: Optional[Dict] = None, device=None, backend: str = 'auto', **options) -> 'TOLAPipeline':
-        """``from_options(opt, checkpoint, ...)`` when an option file is given, else ``from_merged(model, ...)`` (None:
-        the demo model); the device and backend are checked before any weight is read."""
-        if model is not None and opt is not None:
-            raise ValueError('give a merged model or an option file, not both')
-        if checkpoint is not None and opt is None:
-            raise ValueError('checkpoint goes with an option file (a merged model already holds its adaptation)')
-        cls.check_placement(device, backend)
-        if opt is not None:
-            return cls.from_options(opt, checkpoint, switches, device, backend, **options)
-        return cls.from_merged(model, switches, device, backend, **options)
-
-    @classmethod
-    def _placed(cls, net, device, backend, allow_tf32, requalify, source, options) -> 'TOLAPipeline':
-        pipe = cls(net, **options)
-        pipe.runtime = Runtime(net, device, backend, allow_tf32, source, requalify)
-        pipe.device = pipe.runtime.device
-        return pipe
-
-    def set_switches(self, **switches) -> 'TOLAPipeline':
-        """Change the network's inference switches (precision, timestep, noise, ...: ``TOLANet.set_switches``); a new
-        precision is decided again by the runtime (qualified where needed)."""
-        precision = switches.pop('precision', None)
-        self.net.set_switches(**switches)
-        if precision is not None:
-            if self.runtime is None:
-                self.net.set_switches(precision=precision)
-            else:
-                self.runtime.replan(precision)
-        return self
-
-    def to(self, device, allow_tf32: bool = False) -> 'TOLAPipeline':
-        """Run on ``device`` ('cpu', 'cuda', 'cuda:1', ...): the runtime decides again there with the backend asked
-        before ('auto': torch on a GPU; an explicit 'openvino' on a GPU is a ValueError), TF32 off on CUDA unless
-        ``allow_tf32``; CUDA without a GPU is a ValueError."""
-        if self.runtime is None:
-            self.runtime = Runtime(self.net, device, 'torch', allow_tf32)
-        else:
-            backend, source = self.runtime.backend, self.runtime.source.merged
-            self.runtime.close()
-            self.runtime = Runtime(self.net, device, backend, allow_tf32, source)
-        self.device = self.runtime.device
-        return self
-
-    def close(self) -> None:
-        """End the runtime's worker process (OpenVINO), if any; the network then runs on torch as its precision switch
-        asks (``TOLANet.stage_dtypes``)."""
-        if self.runtime is not None:
-            self.runtime.close()
-            self.runtime = None
 
     # ------------------------------------------------------------------------------------------ running
     def __call__(self, images: ImageInputs, detect: bool = False, outscale: Optional[float] = None, seed: int = 0,
@@ -498,8 +322,7 @@ class TOLAPipeline:
         with torch.inference_mode():
             batch = batch.to(self.device)
             out = self.net(batch, noise_seeds=[seed], return_intermediates=True)
-            plan = getattr(self.net, 'plan', None)  # the net's: the plain route's while it judges
-            where = plan.path.name if plan is not None else 'the network'
+            where = self.runtime.running if self.runtime is not None else 'the network'  # the plain route judging
             if out['confidences'] is not None and not bool(torch.isfinite(out['confidences']).all()):
                 raise NonFiniteOutput(f'{where} returned non-finite text prior confidences (NaN or infinity); '
                                       'nothing written')
@@ -513,39 +336,11 @@ class TOLAPipeline:
         return image, text, confidences
 
     def _run_batch(self, lq: np.ndarray, seeds: List[int]):
-        """``_run_windows`` on the runtime's path; when that path fails (``PATH_FAILURES``) the batch runs again on
-        the next path that works. A non-finite output is first judged by the plain fp32 torch route: finite there,
-        the path is to blame (it is disqualified and the plain route's result kept); non-finite there too, the
-        input is (the images fail, the path stays). A worker killed from outside (SIGKILL of the OOM killer or a
-        user, SIGTERM) is started again and the batch run again (``Runtime.restart_after``, bounded); only a second
-        death on the same batch counts against the path. Without a path left the batch fails with the reasons."""
-        restarted = False
-        while True:
-            try:
-                return self._run_windows(lq, seeds)
-            except PATH_FAILURES as err:
-                if self.runtime is None:
-                    raise
-                if not restarted and self.runtime.restart_after(err):
-                    restarted = True
-                    continue
-                judged, remember = None, True
-                if isinstance(err, ChildFailure) and err.killed_from_outside:
-                    if restarted:  # killed again on the same windows: they are what kills it
-                        err = ChildFailure(err.what, f'{err.how}, again on the same windows after a restart')
-                    else:  # restarts used up: this run moves on, the verdict stays
-                        remember = False
-                if isinstance(err, NonFiniteOutput) and not self.runtime.plan.path.plain:
-                    with self.runtime.plain_route():
-                        judged = self._run_windows(lq, seeds)  # NonFiniteOutput: the input's failure
-                try:
-                    self.runtime.fail(err, remember)
-                except NoPathLeft as none_left:
-                    if judged is not None:
-                        return judged
-                    raise RuntimeError(f'no output written: {none_left}') from None
-                if judged is not None:
-                    return judged
+        """``_run_windows`` on the runtime's current path (``Runtime.serve``: a path that fails is left for the next
+        and the batch runs again there); on the network as given without a runtime."""
+        if self.runtime is None:
+            return self._run_windows(lq, seeds)
+        return self.runtime.serve(lambda: self._run_windows(lq, seeds))
 
     def _restore_lines(self, lines: List[_Line]) -> Dict[int, BaseException]:
         """Run the network on every canvas of ``lines`` in steps of ``batch_size``; fill each line's restored
