@@ -36,8 +36,8 @@ import torch
 from tola_plugin.archs.precision import StageDtypes, dtype_name
 from tola_plugin.data.image_io import read_image_file
 from tola_plugin.rendered_samples import samples_dir
-from tola_plugin.runtime.machine import device_identity, package_version
 from tola_plugin.runtime.image_stages import IMAGE_STAGES, run_torch_stage, stage_modules
+from tola_plugin.runtime.machine import device_identity, package_version
 from tola_plugin.runtime.plan import BackendPrecision
 from tola_plugin.runtime.routed_stages import RoutedStages
 from tola_plugin.runtime.text_prior_stages import prior_stage_modules

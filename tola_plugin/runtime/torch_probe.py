@@ -11,8 +11,8 @@ import numpy as np
 import torch
 
 from tola_plugin.archs.precision import precision_dtype
-from tola_plugin.runtime.stage_source import load_stages
 from tola_plugin.runtime.image_stages import IMAGE_STAGES, run_torch_stage, stage_modules
+from tola_plugin.runtime.stage_source import load_stages
 
 
 def probe(spec, cases_path: str, device: str, precisions, out_path: str) -> None:
