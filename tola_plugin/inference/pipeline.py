@@ -6,12 +6,13 @@
 
 A thin layer over ``TOLANet`` (which does all the restoring): geometry (``line_geometry``: aspect kept, narrow
 lines padded, wide lines cut into overlapping windows and blended; ``photo_geometry``: detected lines rectified and
-pasted back), and batching of the 128x512 canvases. Images are RGB from entry to exit: inputs are read and converted
-by ``tola_plugin.data.image_io`` (order 'RGB'), PP-OCRv4 takes RGB (``tola_plugin.ocr``, which converts at its own
-boundary). docs/restore.md describes the behaviour.
+pasted back), batching of the 128x512 canvases, and assembly (``restoration.py``: what it returns). Loading and
+placement are ``loaders.py``'s; every batch runs through the runtime, which serves it on its current path and falls
+back by its own rules (``runtime/serving.Runtime.serve``). Images are RGB from entry to exit: inputs are read and
+converted by ``tola_plugin.data.image_io`` (order 'RGB'), PP-OCRv4 takes RGB (``tola_plugin.ocr``, which converts at
+its own boundary). docs/restore.md describes the behaviour.
 """
 import os
-from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import cv2
@@ -25,11 +26,11 @@ from tola_plugin.data.image_io import (DEFAULT_MAX_PIXELS, WHITE, budget_error, 
 from tola_plugin.data.text_line_source import CANVAS_H
 from tola_plugin.inference.batching import auto_batch_size
 from tola_plugin.inference.color_fix import apply_color_fix, check_color_fix
-from tola_plugin.inference.line_geometry import (PAD_MODES, LineLayout, blend_tiles, cut_tiles, line_width, plan_line,
-                                                 resize_rgb, to_canvas_height)
+from tola_plugin.inference.line_geometry import (PAD_MODES, blend_tiles, cut_tiles, line_width, plan_line, resize_rgb,
+                                                 to_canvas_height)
 from tola_plugin.inference.loaders import PipelineLoading
 from tola_plugin.inference.photo_geometry import expand_quad, paste_strip, reading_quad, rectify, scale_quad
-from tola_plugin.inference.restoration import WINDOW_SEPARATOR, LineResult, Restoration, reads_as_well
+from tola_plugin.inference.restoration import ImageWork, LineResult, LineWork, Restoration, reads_as_well
 from tola_plugin.inference.work_bounds import (DEFAULT_MAX_OUTPUT_PIXELS, DEFAULT_MAX_WINDOWS, capped_scale,
                                                check_outscale, check_positive, check_positive_int, check_windows,
                                                output_size)
@@ -46,36 +47,6 @@ IMAGE_ERRORS = (ValueError, OSError, RuntimeError, MemoryError, cv2.error)
 
 ImageInput = Union[str, os.PathLike, np.ndarray, Image.Image]
 ImageInputs = Union[ImageInput, Sequence[ImageInput]]
-
-
-@dataclass
-class _Line:
-    """A line being restored: its strip (uint8 RGB, native resolution), canvases and, after the network, priors."""
-    strip: np.ndarray
-    layout: LineLayout
-    tiles: np.ndarray
-    seeds: List[int]
-    quad: Optional[np.ndarray] = None
-    polygon: Optional[np.ndarray] = None
-    restored: Optional[np.ndarray] = None
-    texts: List[str] = field(default_factory=list)
-    confidences: List[List[float]] = field(default_factory=list)
-    before: Optional[object] = None  # PP-OCRv4 Recognition of the strip and of the restored strip
-    after: Optional[object] = None
-    pasted: Optional[bool] = None  # detect: whether the restored line replaced the original
-
-
-@dataclass
-class _Image:
-    """An image being restored: its pixels (uint8 RGB), name (noise seed), lines, output scale and size, decided
-    (and checked against the bounds) before the network runs; ``error``: why it failed, if it did."""
-    rgb: np.ndarray
-    name: str
-    lines: List[_Line]
-    scale: float
-    out_size: Tuple[int, int]
-    note: str = ''
-    error: Optional[BaseException] = None
 
 
 class TOLAPipeline(PipelineLoading):
@@ -195,7 +166,7 @@ class TOLAPipeline(PipelineLoading):
             raise ValueError("paste 'checked' pastes the lines PP-OCRv4 reads as well restored: it needs recognize; "
                              "set recognize=True, or paste='all' to paste every restored line")
         # 2. Read each image (RGB), check its bounds, find its lines (detect) and cut them into 128x512 canvases
-        prepared: List[Union[_Image, Exception]] = []
+        prepared: List[Union[ImageWork, Exception]] = []
         for index, item in enumerate(items):
             try:
                 prepared.append(
@@ -205,11 +176,11 @@ class TOLAPipeline(PipelineLoading):
                 prepared.append(err)
         # 3. Restore every canvas, batched across lines and images, on the runtime's path (a path that fails is left
         #    for the next; no non-finite output is kept); blend each line's windows back together
-        self._restore_isolated([p for p in prepared if isinstance(p, _Image)])
+        self._restore_isolated([p for p in prepared if isinstance(p, ImageWork)])
         # 4. Read the lines before and after (recognize), paste the lines into the output image (detect) or resize
-        return [(p.error or self._finish(p, detect, recognize)) if isinstance(p, _Image) else p for p in prepared]
+        return [(p.error or self._finish(p, detect, recognize)) if isinstance(p, ImageWork) else p for p in prepared]
 
-    def _finish(self, image: _Image, detect: bool, recognize: bool) -> Union[Restoration, Exception]:
+    def _finish(self, image: ImageWork, detect: bool, recognize: bool) -> Union[Restoration, Exception]:
         """PP-OCRv4's readings (``recognize``) and the output image of a restored image, or the error."""
         try:
             if recognize:
@@ -238,7 +209,7 @@ class TOLAPipeline(PipelineLoading):
             raise budget_error(what, width, height, self.max_pixels)
 
     def _prepare(self, item: ImageInput, index: int, name: Optional[str], seed: int, detect: bool,
-                 outscale: Optional[float], value_range) -> _Image:
+                 outscale: Optional[float], value_range) -> ImageWork:
         """Read one image, check its bounds, find its lines and cut them into canvases: everything before the
         network, so that an image over a bound costs nothing but its reading."""
         rgb, own_name = self._read(item, index, value_range)
@@ -252,7 +223,7 @@ class TOLAPipeline(PipelineLoading):
             check_windows(what, windows, self.max_windows, f'a {width}x{height} line ({columns} columns at height 128)')
             scale = CANVAS_H / height if outscale is None else outscale  # default: the canvas height
             size = output_size(what, height, width, scale, self.max_output_pixels)
-            return _Image(rgb, name, self._cut([(rgb, None, None)], base_seed), scale, size)
+            return ImageWork(rgb, name, self._cut([(rgb, None, None)], base_seed), scale, size)
         if outscale is not None:
             output_size(what, height, width, outscale, self.max_output_pixels)  # before the detector runs
         strips, note = self._detect(rgb)
@@ -264,7 +235,7 @@ class TOLAPipeline(PipelineLoading):
             scale = capped_scale(height, width, float(np.clip(CANVAS_H / median, *AUTO_OUTSCALE_RANGE)),
                                  self.max_output_pixels)
         size = output_size(what, height, width, scale, self.max_output_pixels)
-        return _Image(rgb, name, self._cut(strips, base_seed), scale, size, note)
+        return ImageWork(rgb, name, self._cut(strips, base_seed), scale, size, note)
 
     def _detect(self, rgb: np.ndarray) -> Tuple[List[Tuple[np.ndarray, np.ndarray, np.ndarray]], str]:
         """The detected lines of a photo as (strip, quad, polygon), rectified and turned the right way up; and a
@@ -280,8 +251,8 @@ class TOLAPipeline(PipelineLoading):
         quads = [np.roll(q, 2, axis=0) if flip else q for q, flip in zip(quads, flips)]  # read the right way up
         return [(rectify(rgb, q), q, p) for q, p in zip(quads, polygons)], ''
 
-    def _cut(self, strips, base_seed: int) -> List[_Line]:
-        """Lines (strip, quad, polygon) -> ``_Line``s with their canvases and noise seeds."""
+    def _cut(self, strips, base_seed: int) -> List[LineWork]:
+        """Lines (strip, quad, polygon) -> ``LineWork``s with their canvases and noise seeds."""
         lines, tile_index = [], 0
         for strip, quad, polygon in strips:
             line = to_canvas_height(strip)
@@ -289,10 +260,10 @@ class TOLAPipeline(PipelineLoading):
             tiles = cut_tiles(line, layout, self.pad_mode).astype(np.float32) / 255.0
             seeds = [(base_seed + tile_index + k) % 2**63 for k in range(layout.num_tiles)]
             tile_index += layout.num_tiles
-            lines.append(_Line(strip, layout, tiles, seeds, quad, polygon))
+            lines.append(LineWork(strip, layout, tiles, seeds, quad, polygon))
         return lines
 
-    def _restore_isolated(self, images: List[_Image]) -> None:
+    def _restore_isolated(self, images: List[ImageWork]) -> None:
         """Restore the lines of all ``images`` together (batched across images); the images that had a canvas in a
         batch that failed are restored again, each alone, so that only an image that fails on its own is marked
         failed (``error``); the others keep their result (the same: noise seeds are per image)."""
@@ -342,7 +313,7 @@ class TOLAPipeline(PipelineLoading):
             return self._run_windows(lq, seeds)
         return self.runtime.serve(lambda: self._run_windows(lq, seeds))
 
-    def _restore_lines(self, lines: List[_Line]) -> Dict[int, BaseException]:
+    def _restore_lines(self, lines: List[LineWork]) -> Dict[int, BaseException]:
         """Run the network on every canvas of ``lines`` in steps of ``batch_size``; fill each line's restored
         strip (uint8, canvas height) and its windows' text priors. Returns {id(line): error} for the lines with a
         canvas in a batch that failed (those are left unrestored)."""
@@ -373,7 +344,7 @@ class TOLAPipeline(PipelineLoading):
             position += count
         return failed
 
-    def _recognize(self, lines: List[_Line]) -> None:
+    def _recognize(self, lines: List[LineWork]) -> None:
         """PP-OCRv4's reading of every line before (its strip) and after (its restored strip)."""
         if not lines:
             return
@@ -383,7 +354,7 @@ class TOLAPipeline(PipelineLoading):
         for i, line in enumerate(lines):
             line.before, line.after = readings[2 * i], readings[2 * i + 1]
 
-    def _assemble(self, image: _Image, detect: bool) -> Restoration:
+    def _assemble(self, image: ImageWork, detect: bool) -> Restoration:
         height, width = image.rgb.shape[:2]
         out_h, out_w = image.out_size
         if not detect:
@@ -398,20 +369,6 @@ class TOLAPipeline(PipelineLoading):
                 quad = scale_quad(line.quad, (out_w / width, out_h / height))
                 feather = max(1.0, self.feather * line.strip.shape[0] * out_h / height)
                 paste_strip(output, line.restored, quad, feather)
-        return Restoration(image=output, lines=[self._line_result(line) for line in image.lines],
+        return Restoration(image=output, lines=[LineResult.of(line) for line in image.lines],
                            input_size=(height, width), outscale=image.scale, name=image.name, detected=detect,
                            note=image.note)
-
-    @staticmethod
-    def _line_result(line: _Line) -> LineResult:
-        tokens = [c for window in line.confidences for c in window]
-        result = LineResult(
-            prior_text=WINDOW_SEPARATOR.join(line.texts), prior_confidence=float(np.mean(tokens)) if tokens else 0.0,
-            token_confidences=[float(c) for c in tokens], window_texts=list(line.texts))
-        if line.polygon is not None:
-            result.polygon = [[round(float(x), 2), round(float(y), 2)] for x, y in line.polygon]
-        if line.before is not None:
-            result.text_before, result.confidence_before = line.before.text, line.before.confidence
-            result.text_after, result.confidence_after = line.after.text, line.after.confidence
-        result.pasted = line.pasted
-        return result

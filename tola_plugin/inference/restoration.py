@@ -1,9 +1,12 @@
-"""What ``TOLAPipeline`` returns (``Restoration``: the restored image and its ``LineResult``s), and the rule that
-decides which restored lines replace the original in a photo (``reads_as_well``)."""
-from dataclasses import asdict, dataclass
+"""The records of a restoration: an image and its lines while ``TOLAPipeline`` restores them (``ImageWork``,
+``LineWork``), what it returns (``Restoration``: the restored image and its ``LineResult``s), and the rule that decides
+which restored lines replace the original in a photo (``reads_as_well``)."""
+from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
+
+from tola_plugin.inference.line_geometry import LineLayout
 
 WINDOW_SEPARATOR = ' | '  # between the text priors of the windows of one wide line
 
@@ -45,6 +48,21 @@ class LineResult:
     def to_dict(self) -> Dict:
         return asdict(self)
 
+    @classmethod
+    def of(cls, line: 'LineWork') -> 'LineResult':
+        """The result of a restored line."""
+        tokens = [c for window in line.confidences for c in window]
+        result = cls(
+            prior_text=WINDOW_SEPARATOR.join(line.texts), prior_confidence=float(np.mean(tokens)) if tokens else 0.0,
+            token_confidences=[float(c) for c in tokens], window_texts=list(line.texts))
+        if line.polygon is not None:
+            result.polygon = [[round(float(x), 2), round(float(y), 2)] for x, y in line.polygon]
+        if line.before is not None:
+            result.text_before, result.confidence_before = line.before.text, line.before.confidence
+            result.text_after, result.confidence_after = line.after.text, line.after.confidence
+        result.pasted = line.pasted
+        return result
+
 
 @dataclass
 class Restoration:
@@ -66,3 +84,33 @@ class Restoration:
         if self.note:
             out['note'] = self.note
         return out
+
+
+@dataclass
+class LineWork:
+    """A line being restored: its strip (uint8 RGB, native resolution), canvases and, after the network, priors."""
+    strip: np.ndarray
+    layout: LineLayout
+    tiles: np.ndarray
+    seeds: List[int]
+    quad: Optional[np.ndarray] = None
+    polygon: Optional[np.ndarray] = None
+    restored: Optional[np.ndarray] = None
+    texts: List[str] = field(default_factory=list)
+    confidences: List[List[float]] = field(default_factory=list)
+    before: Optional[object] = None  # PP-OCRv4 Recognition of the strip and of the restored strip
+    after: Optional[object] = None
+    pasted: Optional[bool] = None  # detect: whether the restored line replaced the original
+
+
+@dataclass
+class ImageWork:
+    """An image being restored: its pixels (uint8 RGB), name (noise seed), lines, output scale and size, decided
+    (and checked against the bounds) before the network runs; ``error``: why it failed, if it did."""
+    rgb: np.ndarray
+    name: str
+    lines: List[LineWork]
+    scale: float
+    out_size: Tuple[int, int]
+    note: str = ''
+    error: Optional[BaseException] = None
