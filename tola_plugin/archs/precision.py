@@ -9,7 +9,9 @@ without the CPU's bf16 instructions, fp16 without AMX-FP16, bf16 on a GPU withou
 decision's to make (``tola_plugin/runtime``): the inference entry points choose a precision per stage among the fast
 ones that keep the one-step latent and the image within the qualification's bounds on this machine; a network run
 without that decision (training, BasicSR's validation, a TOLANet called directly) computes 'auto' in fp32. So 'auto'
-never runs an unproven fast path. docs/inference.md, "Precision".
+never runs an unproven fast path. docs/inference.md, "Precision". Once decided, a precision is one typed value,
+``StageDtypes`` (a dtype per stage), from the runtime's plan to the stage runner the network computes with
+(``stage_runner.py``) and the OpenVINO worker's compile request.
 
 Safe at t = 999 (docs/training_gpus.md, "Precision"): TOLANet keeps Algorithm 1's arithmetic and the IDM's output
 convolution in fp32 under autocast. Training refuses fp16 (``check_training_precision``: no loss scaling).
