@@ -49,9 +49,9 @@ def _backend_auto_is_torch_unless_marked(request, monkeypatch):
     tests/test_inference_openvino.py cover that route)."""
     if request.node.get_closest_marker('openvino') is not None:
         return
-    from tola_plugin.runtime import placement
-    real = placement.resolve_backends
-    monkeypatch.setattr(placement, 'resolve_backends',
+    from tola_plugin.runtime import serving
+    real = serving.resolve_backends
+    monkeypatch.setattr(serving, 'resolve_backends',
                         lambda backend, device, notes: real('torch' if backend == 'auto' else backend, device, notes))
 
 

@@ -103,13 +103,11 @@ def test_flags_are_strict(tiny_model, tmp_path, monkeypatch, capsys):
     base = ['-i', str(tmp_path), '--model', tiny_model]
     strict = [['--out', 'x'], ['--over'], ['--overlap', '512'], ['--batch-size', '0'], ['-s', '0'],
               ['--checkpoint', 'c.pth'], ['--alpha-background', '1,2'], ['-opt', 'o.yml']]
-    for bad in strict + [['--streams', '0'], ['--streams', 'many'], ['--streams', '2', '--backend', 'torch']]:
+    for bad in strict:
         with pytest.raises(SystemExit) as exc:
             infer.parse_args(base + bad)  # abbreviations are off: --out is not --output
         assert exc.value.code == 2, bad
     assert infer.parse_args(base + ['-o', 'x']).output == 'x'  # -o is the output, not -opt
-    streams = [infer.parse_args(base + s).streams for s in ([], ['--streams', '3'], ['--streams', 'auto'])]
-    assert streams == [1, 3, 'auto']  # one stream unless asked (docs/inference.md, "Folders: streams")
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match='CUDA is not available'):
             infer.main(base + ['--device', 'cuda', '-o', str(tmp_path / 'o')])
@@ -122,6 +120,16 @@ def test_flags_are_strict(tiny_model, tmp_path, monkeypatch, capsys):
     message = capsys.readouterr().err
     assert message.startswith('error: --model absent.safetensors: no such file') and 'Traceback' not in message
     assert 'demo model' in message and not os.path.exists(tmp_path / 'o')
+
+
+def test_streams_is_gone(tmp_path, capsys):
+    """OpenVINO's throughput streams measured 1.00-1.07x and were removed (docs/inference.md, "Folders: one
+    stream"): --streams is an unknown option, refused by name, and the help no longer offers it."""
+    for value in ('1', '2', 'auto'):
+        with pytest.raises(SystemExit) as exc:
+            infer.parse_args(['-i', str(tmp_path), '--streams', value])
+        assert exc.value.code == 2 and 'unrecognized arguments: --streams' in capsys.readouterr().err
+    assert '--streams' not in infer.build_parser().format_help()
 
 
 def test_help_answers_without_importing_torch():

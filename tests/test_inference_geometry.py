@@ -8,7 +8,8 @@ from PIL import Image
 
 from tola_plugin.inference.line_geometry import (blend_tiles, cut_tiles, line_width, plan_line, resize_rgb,
                                                  to_canvas_height, window_weights)
-from tola_plugin.inference.pipeline import WINDOW_SEPARATOR, TOLAPipeline
+from tola_plugin.inference.pipeline import TOLAPipeline
+from tola_plugin.inference.restoration import WINDOW_SEPARATOR
 from inference_testing import StandInRestorer
 
 # (height, width): aspects 1:1 to 1:20, a tall one, odd sizes, a line exactly one canvas wide at 128 rows

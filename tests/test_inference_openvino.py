@@ -11,17 +11,14 @@ import torch
 
 from tola_plugin.archs.tola_arch import TOLANet
 from tola_plugin.benchmarks import stage_timing
-from tola_plugin.data.image_io import read_image_file, write_image
 from tola_plugin.inference import batching
-from tola_plugin.inference.folder_run import restore_folder
 from tola_plugin.inference.pipeline import TOLAPipeline
-from tola_plugin.inference.prior_csv import read_prior_rows
 from tola_plugin.runtime import openvino_client
 from tola_plugin.runtime import openvino_stages as OVS
-from tola_plugin.runtime import openvino_worker, placement, qualification
-from tola_plugin.runtime.openvino_client import check_streams
-from tola_plugin.runtime.stage_source import file_sha256
-from tola_plugin.runtime.text_prior_stages import PRIOR_STAGES, RoutedTextRecognizer
+from tola_plugin.runtime import openvino_worker, qualification, serving
+from tola_plugin.runtime.model_digest import file_sha256
+from tola_plugin.runtime.routed_stages import RoutedStages
+from tola_plugin.runtime.text_prior_stages import PRIOR_STAGES
 from tola_plugin.utils.devices import resolve_device
 from inference_testing import write_tiny_merged
 from numerics import within
@@ -38,7 +35,7 @@ def converted(tmp_path_factory):
     path = write_tiny_merged(tmp_path_factory.mktemp('ov') / 'tiny_merged.safetensors')
     try:
         pipe = TOLAPipeline.from_merged(path, backend='openvino', batch_size=2)
-    except placement.NoPathLeft as err:
+    except serving.NoPathLeft as err:
         pytest.skip(f'OpenVINO fp32 does not qualify on this machine: {err}')
     yield path, TOLANet.load_for_inference(path), pipe
     pipe.close()
@@ -49,7 +46,8 @@ def converted(tmp_path_factory):
 def test_openvino_matches_the_torch_route(converted, shape):
     _, ref_net, pipe = converted
     ov_net = pipe.net
-    assert ov_net.plan.backend == 'openvino' and ref_net.plan is None
+    assert pipe.plan.backend == 'openvino' and isinstance(ov_net.stage_runner, RoutedStages)
+    assert ref_net.stage_runner.dtypes is None  # not placed: its own torch runner
     lq = torch.rand(*shape, generator=torch.Generator().manual_seed(shape[-1]))
     seeds = list(range(shape[0]))
     ref = ref_net(lq, noise_seeds=seeds, return_intermediates=True)
@@ -71,7 +69,7 @@ def test_openvino_text_prior_matches_the_torch_route(converted, shape):
     """The text prior on OpenVINO (its encoder and greedy steps in the worker, the loop here) reads the ids of the
     torch route (fp32, incremental, stopped at END) and confidences within the qualification's bound."""
     _, ref_net, pipe = converted
-    assert isinstance(pipe.net.text_recognizer, RoutedTextRecognizer) and ref_net.text_recognizer is None
+    assert isinstance(pipe.net.stage_runner, RoutedStages) and pipe.net.stage_runner.text
     lq = torch.rand(*shape, generator=torch.Generator().manual_seed(7 * shape[-1]))
     ids, probs = pipe.net.decode_text(lq)
     ref_ids, ref_probs = ref_net.decode_text(lq)
@@ -121,7 +119,7 @@ def test_the_plan_gives_the_stages_their_precision(converted):
         assert worker.dtype_of('idm') == torch.float16 and worker.dtype_of('vae_decoder') == torch.float32
         assert pipe.plan.dtypes['idm'] == worker.compiled_dtypes['idm']  # what it computes
         assert np.isfinite(pipe(np.zeros((32, 128, 3), np.uint8)).image).all()
-    except placement.NoPathLeft as err:
+    except serving.NoPathLeft as err:
         assert 'openvino fp16 (fp32: vae_decoder)' in str(err)
     finally:
         pipe.set_switches(precision='fp32')
@@ -222,28 +220,33 @@ def test_other_weights_get_their_own_entry(converted, tmp_path):
 def test_backend_resolution(monkeypatch):
     cpu, gpu = torch.device('cpu'), torch.device('cuda', 0)
     notes = []
-    assert placement.resolve_backends('auto', cpu, notes) == ['openvino', 'torch']  # installed (requirements.txt)
-    assert placement.resolve_backends('openvino', cpu, notes) == ['openvino']
-    assert placement.resolve_backends('torch', cpu, notes) == ['torch']
-    assert placement.resolve_backends('auto', gpu, notes) == ['torch'] and notes == []
+    assert serving.resolve_backends('auto', cpu, notes) == ['openvino', 'torch']  # installed (requirements.txt)
+    assert serving.resolve_backends('openvino', cpu, notes) == ['openvino']
+    assert serving.resolve_backends('torch', cpu, notes) == ['torch']
+    assert serving.resolve_backends('auto', gpu, notes) == ['torch'] and notes == []
     with pytest.raises(ValueError, match='openvino runs on the CPU'):
-        placement.resolve_backends('openvino', gpu, notes)
+        serving.resolve_backends('openvino', gpu, notes)
     with pytest.raises(ValueError, match='backend must be one of'):
-        placement.resolve_backends('onnxruntime', cpu, notes)
+        serving.resolve_backends('onnxruntime', cpu, notes)
     monkeypatch.setattr(OVS, 'openvino_missing', lambda: 'openvino is not installed (test)')
-    assert placement.resolve_backends('auto', cpu, notes) == ['torch']  # passed over, saying why
+    assert serving.resolve_backends('auto', cpu, notes) == ['torch']  # passed over, saying why
     assert notes == [('openvino', 'openvino is not installed (test)')]
     with pytest.raises(ValueError, match='openvino is not installed'):
-        placement.resolve_backends('openvino', cpu, notes)
+        serving.resolve_backends('openvino', cpu, notes)
 
 
 class _StandIn(torch.nn.Module):
-    """Stands in for an inference TOLANet on a simulated GPU: records .to(); its precision switch and stages."""
+    """Stands in for an inference TOLANet on a simulated GPU: records .to(); its precision switch, stages and stage
+    runner (``TOLANet.use_stage_runner``)."""
 
     def __init__(self, precision='fp32'):
         super().__init__()
-        self.moves, self.precision, self.plan = [], precision, None
+        self.moves, self.precision, self.stage_runner = [], precision, None
         self.idm = self.vae = self.transocr = torch.nn.Identity()
+
+    def use_stage_runner(self, runner):
+        previous, self.stage_runner = self.stage_runner, runner
+        return previous
 
     def to(self, device):
         self.moves.append(torch.device(device))
@@ -258,16 +261,17 @@ def test_device_backend_precision_and_tf32_are_decided_in_one_place(monkeypatch)
     try:
         torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
         net = _StandIn()
-        runtime = placement.Runtime(net)
+        runtime = serving.Runtime(net)
         assert runtime.device == torch.device('cuda') and net.moves == [runtime.device]
-        assert net.plan is runtime.plan and (runtime.plan.backend, runtime.plan.precision) == ('torch', 'fp32')
+        assert net.stage_runner.dtypes == runtime.plan.dtypes and net.stage_runner.name == 'torch fp32'
+        assert (runtime.plan.backend, runtime.plan.precision) == ('torch', 'fp32')
         assert runtime.plan.describe() == ('runtime: cuda, torch fp32 (asked backend auto, precision fp32): the plain '
                                            'fp32 torch route')
         assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
-        placement.Runtime(_StandIn(), 'cuda:1', allow_tf32=True)
+        serving.Runtime(_StandIn(), 'cuda:1', allow_tf32=True)
         assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
         with pytest.raises(ValueError, match='openvino runs on the CPU'):
-            placement.Runtime(_StandIn(), 'cuda', 'openvino')
+            serving.Runtime(_StandIn(), 'cuda', 'openvino')
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = flags
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
@@ -305,103 +309,21 @@ def test_batch_size_follows_the_free_memory(converted, monkeypatch):
 
 
 class _Request:
-    """Stands in for an OpenVINO infer request: its output is twice its first input; records what it ran."""
-
-    def __init__(self, log, index):
-        self.log, self.index, self.fail, self.waited, self.output = log, index, False, False, None
+    """Stands in for an OpenVINO infer request: its output is twice its first input."""
 
     def infer(self, inputs):
-        self.log.append(('infer', [x.shape for x in inputs]))
         return [inputs[0] * 2]
 
-    def start_async(self, inputs):
-        self.log.append(('async', [x.shape for x in inputs]))
-        self.output, self.waited = inputs[0] * 2, False
 
-    def wait(self):
-        self.waited = True
-        if self.fail:
-            raise RuntimeError(f'request {self.index} failed')
-
-    def get_output_tensor(self, index):
-        return type('Tensor', (), {'data': self.output})
-
-
-def test_a_batch_is_split_across_the_requests_in_flight_in_order():
-    """Throughput streams (``openvino_worker.run_stage``): a batch-major stage's batch in contiguous chunks, one per
-    request, joined in order; anything else on one request; a request that fails is reported after every request
-    has been waited for."""
-    log = []
-    requests = [_Request(log, k) for k in range(3)]
-    x, t = np.arange(14, dtype=np.float32).reshape(7, 2), np.arange(7)
-    assert np.array_equal(openvino_worker.run_stage(requests, [x, t], split=True), x * 2)
-    assert log == [('async', [(3, 2), (3, )]), ('async', [(2, 2), (2, )]), ('async', [(2, 2), (2, )])]
-    log.clear()
-    assert np.array_equal(openvino_worker.run_stage(requests, [x, t]), x * 2)  # not batch-major: one request
-    assert log == [('infer', [(7, 2), (7, )])]
-    assert openvino_worker.batch_parts([x, np.zeros((3, 5))], 3) == 1  # first dimensions differ: not split
-    assert openvino_worker.batch_parts([x, np.float32(1)], 3) == 1  # a scalar input
-    assert [openvino_worker.batch_parts([x[:n]], 3) for n in (1, 2, 3, 7)] == [1, 2, 3, 3]
-    requests[1].fail = True
-    with pytest.raises(RuntimeError, match='request 1 failed'):
-        openvino_worker.run_stage(requests, [x, t], split=True)
-    assert all(r.waited for r in requests)  # none left busy
-
-
-def test_streams_settings(monkeypatch):
-    base = {'hints': {'idm': 'f32'}, 'threads': 2}
-    assert openvino_worker.compile_config(base, 'idm') == {  # one stream: the default, and the setting before streams
-        'INFERENCE_PRECISION_HINT': 'f32', 'INFERENCE_NUM_THREADS': 2, 'NUM_STREAMS': 1, 'PERFORMANCE_HINT': 'LATENCY'
+def test_each_stage_compiles_as_one_stream_in_its_precision():
+    """One stream with every thread on each request (OpenVINO's throughput streams were removed: docs/inference.md,
+    "Folders: one stream"), each stage in the precision its parent asks; a run is one request's first output as a
+    float32 copy."""
+    base = {'hints': {'text_decoder': 'f32', 'idm': 'bf16'}, 'threads': 2}
+    assert openvino_worker.compile_config(base, 'idm') == {
+        'INFERENCE_PRECISION_HINT': 'bf16', 'INFERENCE_NUM_THREADS': 2, 'NUM_STREAMS': 1, 'PERFORMANCE_HINT': 'LATENCY'
     }
-    assert openvino_worker.compile_config(dict(base, streams=3), 'idm') == {
-        'INFERENCE_PRECISION_HINT': 'f32', 'INFERENCE_NUM_THREADS': 2, 'NUM_STREAMS': 3,
-        'PERFORMANCE_HINT': 'THROUGHPUT'
-    }
-    hints = dict(base, hints={'text_decoder': 'f32', 'idm': 'bf16'})  # each stage in its precision
-    assert openvino_worker.compile_config(hints, 'text_decoder')['INFERENCE_PRECISION_HINT'] == 'f32'
-    assert openvino_worker.compile_config(hints, 'idm')['INFERENCE_PRECISION_HINT'] == 'bf16'
-    auto = openvino_worker.compile_config(dict(base, streams='auto'), 'idm')
-    assert auto['PERFORMANCE_HINT'] == 'THROUGHPUT' and 'NUM_STREAMS' not in auto  # OpenVINO's own choice
-    for bad in (0, -1, True, 1.5, '2', 'throughput'):
-        with pytest.raises(ValueError, match='streams must be'):
-            check_streams(bad)
-    with pytest.raises(ValueError, match='backend torch runs one stream'):
-        placement.Runtime(_StandIn(), 'cpu', 'torch', streams=2)
-    free = 10**15
-    monkeypatch.setattr(batching, 'free_memory', lambda device: free)
-    net = _StandIn()  # no VAE config: a full-size window
-    assert [batching.auto_batch_size(net, torch.device('cpu'), r) for r in (1, 2, 3, 16)] == [8, 8, 6, 16]
-    free = 5 * batching.window_bytes(net) / batching.MEMORY_SHARE  # five windows fit
-    assert [batching.auto_batch_size(net, torch.device('cpu'), r) for r in (1, 2, 3, 8)] == [5, 4, 3, 5]
-
-
-@pytest.mark.numerics
-def test_throughput_streams_restore_a_folder_as_one_stream(converted, tmp_path):
-    """Two streams (one thread each, two requests in flight) write the same images and text priors as one
-    stream; the network's output is within the fp32 bound of the parity test above."""
-    path, _, _ = converted
-    folder = tmp_path / 'lines'
-    rng = np.random.default_rng(3)
-    for i in range(5):  # 1, 2, 2, 2 and 3 windows, in batches of 4 (split 2 + 2) and 3 (2 + 1)
-        write_image(str(folder / f'{i}.png'), rng.integers(0, 256, (32, 100 + 40 * i, 3), dtype=np.uint8))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(2)  # the worker's threads: one per stream
-    try:
-        streamed = TOLAPipeline.from_merged(path, backend='openvino', batch_size=4, streams=2)
-    finally:
-        torch.set_num_threads(threads)
-    single = TOLAPipeline.from_merged(path, backend='openvino', batch_size=4)
-    assert (streamed.runtime.worker.streams_run, streamed.runtime.requests_in_flight) == (2, 2)
-    assert single.runtime.requests_in_flight == 1 and '2 OpenVINO streams, 2 requests' in streamed.describe_runtime()
-    lq = torch.rand(3, 3, 128, 512, generator=torch.Generator().manual_seed(4))
-    images = [pipe.net(lq, noise_seeds=[0, 1, 2], return_intermediates=True)['image'] for pipe in (single, streamed)]
-    # float32 vs float32, one runtime's kernels at other batch sizes and threads; as the parity test: 2e-3
-    within(float((images[0] - images[1]).abs().max()), 2e-3, 'OpenVINO two streams vs one stream image')
-    for name, pipe in (('one', single), ('two', streamed)):
-        assert restore_folder(str(folder), str(tmp_path / name), pipe) == 0
-        pipe.close()
-    for i in range(5):
-        one, two = (read_image_file(str(tmp_path / name / f'{i}.png')).astype(int) for name in ('one', 'two'))
-        assert one.shape == two.shape and np.abs(one - two).max() <= 1  # a 2e-3 bound crosses one rounding at most
-    priors = [read_prior_rows(str(tmp_path / name / 'prior.csv')) for name in ('one', 'two')]
-    assert [r['prior_text'] for r in priors[0]] == [r['prior_text'] for r in priors[1]]
+    assert openvino_worker.compile_config(base, 'text_decoder')['INFERENCE_PRECISION_HINT'] == 'f32'
+    x = np.arange(14, dtype=np.float64).reshape(7, 2)
+    out = openvino_worker.run_stage(_Request(), [x, np.arange(7)])
+    assert out.dtype == np.float32 and np.array_equal(out, x * 2)

@@ -12,9 +12,9 @@ from tola_plugin.archs.tola_arch import TOLANet
 from tola_plugin.benchmarks.precision_route import frozen_demo_net
 from tola_plugin.inference.pipeline import TOLAPipeline
 from tola_plugin.runtime import plan, qualification
-from tola_plugin.runtime.placement import NoPathLeft, Runtime
-from tola_plugin.runtime.plan import Path
-from tola_plugin.runtime.stages import run_torch_stage, stage_modules
+from tola_plugin.runtime.image_stages import run_torch_stage, stage_modules
+from tola_plugin.runtime.plan import BackendPrecision
+from tola_plugin.runtime.serving import NoPathLeft, Runtime
 from inference_testing import write_tiny_merged
 from tola_testing import one_thread  # noqa: F401
 
@@ -41,15 +41,11 @@ def verdicts(tmp_path, monkeypatch):
 def test_bf16_in_the_idm_is_refused_on_the_demo_model(demo, verdicts):
     """bf16 everywhere (as asked) on the demo backbone's inputs: each stage is within its own bound, as it was under
     the one uniform bound, but ẑ0 moves by several times its bound (the IDM's ε̂ error x 101.6) and the image falls
-    below its bound: refused, with the reason."""
+    below its bound: refused, with the reason. The request goes to the runtime, not into the network's switch."""
     net, _ = demo
-    net.set_switches(precision='bf16')
-    try:
-        with pytest.raises(NoPathLeft) as caught:
-            Runtime(net, 'cpu', 'torch')
-    finally:
-        net.plan = None
-        net.set_switches(precision='fp32')
+    with pytest.raises(NoPathLeft) as caught:
+        Runtime(net, 'cpu', 'torch', precision='bf16')
+    assert net.precision == 'fp32' and net.stage_runner.dtypes is None  # its own torch runner, its own switch
     message = str(caught.value)
     assert 'torch bf16: wrong results (route: moves ẑ0 by' in message and 'the IDM in bf16 alone' in message
     verdict = next(iter(qualification._memory.values()))
@@ -89,7 +85,7 @@ def test_the_route_judges_the_idm_where_its_error_lands(demo, precision, scale, 
         outputs[qualification.ROUTE] = qualification.record_route(net, torch.device('cpu'))
     finally:
         net.idm = idm
-    verdict = qualification.compare(reference, outputs, Path.uniform('torch', FP32).replace(idm=precision))
+    verdict = qualification.compare(reference, outputs, BackendPrecision.uniform('torch', FP32).replace(idm=precision))
     assert verdict.qualified == qualified, verdict.reason
     assert verdict.errors['idm'] < qualification.STAGE_BOUNDS['idm'][precision]  # the guard alone lets it through
     assert verdict.errors['idm'] <= 0.35  # the one uniform bound of before
@@ -195,7 +191,7 @@ def test_a_fp16_idm_that_overflows_is_passed_over(tiny, verdicts, monkeypatch):
     real = TOLANet.forward
 
     def overflowing(self, lq, *args, **kwargs):
-        if self.plan is not None and self.plan.dtypes['idm'] == FP16:
+        if self.stage_runner.dtypes is not None and self.stage_runner.dtypes['idm'] == FP16:
             idm = self.idm
             self.idm = OffsetIDM(idm, float('inf'))
             try:

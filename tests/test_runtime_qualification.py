@@ -16,9 +16,9 @@ import torch
 
 from tola_plugin.archs.tola_arch import TOLANet
 from tola_plugin.inference.pipeline import TOLAPipeline
-from tola_plugin.runtime import openvino_client, openvino_stages, placement, plan, qualification
+from tola_plugin.runtime import openvino_client, openvino_stages, plan, qualification
 from tola_plugin.runtime.child_process import ChildFailure, run_child
-from tola_plugin.runtime.placement import NoPathLeft
+from tola_plugin.runtime.serving import NoPathLeft
 from conftest import REPO
 from inference_testing import write_tiny_merged
 from tola_testing import one_thread  # noqa: F401
@@ -291,7 +291,7 @@ def test_torch_low_precision_qualifies_in_a_child(model, verdicts, bf16_first, m
     assert pipe.plan.path.name == 'torch fp32 (bf16: vae_decoder)' and 'qualified on this machine' in pipe.plan.reason
     assert pipe.net.stage_dtypes('cpu')['vae_decoder'] == torch.bfloat16 and np.isfinite(pipe(LINE).image).all()
     qualification.forget()
-    monkeypatch.setattr('tola_plugin.runtime.placement.python_command',
+    monkeypatch.setattr('tola_plugin.runtime.serving.python_command',
                         lambda module=None, script=None: [sys.executable, '-c', 'import os; os.abort()'])
     with pytest.raises(NoPathLeft, match='died by SIGABRT'):
         TOLAPipeline.from_merged(model, switches={'precision': 'bf16'}, backend='torch', batch_size=1)
@@ -348,21 +348,18 @@ def test_show_runtime_prints_the_decision(model, serving, verdicts, capsys):
     assert line.startswith('runtime: cpu, openvino fp32 (asked backend auto, precision fp32): qualified')
 
 
-def test_throughput_streams_are_a_path_of_their_own():
-    """A verdict on one stream does not stand for OpenVINO's throughput configuration, nor the reverse; torch's key
-    never names streams (it runs one); each stage's precision is part of the key."""
+def test_each_stage_precision_is_part_of_the_verdict_key():
+    """A verdict holds for one backend and one precision per stage: OpenVINO's and torch's keys differ, and so do two
+    paths that differ in one stage's precision."""
     cpu, digest = torch.device('cpu'), 'ab' * 32
-    openvino, torch_fp32 = plan.Path.uniform('openvino', torch.float32), plan.Path.uniform('torch', torch.float32)
-    one = qualification.verdict_key(cpu, openvino, digest)
-    assert qualification.verdict_key(cpu, openvino, digest, 1) == one
+    openvino, torch_fp32 = plan.BackendPrecision.uniform('openvino', torch.float32), plan.BackendPrecision.uniform(
+        'torch', torch.float32)
     keys = {
-        one,
-        qualification.verdict_key(cpu, openvino, digest, 2),
-        qualification.verdict_key(cpu, openvino, digest, 'auto'),
+        qualification.verdict_key(cpu, openvino, digest),
+        qualification.verdict_key(cpu, torch_fp32, digest),
         qualification.verdict_key(cpu, openvino.replace(vae_decoder=torch.bfloat16), digest)
     }
-    assert len(keys) == 4
-    assert qualification.verdict_key(cpu, torch_fp32, digest, 2) == qualification.verdict_key(cpu, torch_fp32, digest)
+    assert len(keys) == 3 and all(key.endswith(qualification.FORMAT) and 'stream' not in key for key in keys)
 
 
 # ------------------------------------------------------------- issue 43 item 4: a killed worker is not a verdict
@@ -430,7 +427,7 @@ def test_restarts_are_bounded_and_then_the_run_moves_on_without_a_verdict(model,
     """Killed on every other batch (each batch once): restarted at most MAX_RESTARTS times; then this run goes on on
     torch, and the next run still finds OpenVINO qualified."""
     TOLAPipeline.from_merged(model, batch_size=1).close()  # qualified (the verdict cached) before the kills
-    monkeypatch.setattr(placement, 'MAX_RESTARTS', 2)
+    monkeypatch.setattr('tola_plugin.runtime.serving.MAX_RESTARTS', 2)
     real = openvino_client.OpenVINOWorker.run
     monkeypatch.setattr(openvino_client.OpenVINOWorker, 'run', kill_worker_at('idm', {0, 2, 4}))
     pipe = TOLAPipeline.from_merged(model, batch_size=1)

@@ -1,5 +1,5 @@
 """One copy of each weight: while OpenVINO's worker serves the IDM, the VAE and the text prior (TransOCR), the user's
-process holds none of their weights (``runtime.stage_source.StageWeights``), and reads them back from the merged
+process holds none of their weights (``runtime.stage_weights.StageWeights``), and reads them back from the merged
 file, through a memory map of their own that is unmapped again, whenever torch runs them: the qualification's fp32
 reference, the plain route that judges a non-finite output, the fallback after the worker died
 (tests/test_runtime_qualification.py)."""
@@ -11,8 +11,8 @@ import torch
 
 from tola_plugin.archs.tola_arch import TOLANet
 from tola_plugin.inference.pipeline import TOLAPipeline
-from tola_plugin.runtime.placement import NoPathLeft
-from tola_plugin.runtime.stage_source import StageWeights, drop_mapped_pages
+from tola_plugin.runtime.serving import NoPathLeft
+from tola_plugin.runtime.stage_weights import StageWeights, drop_mapped_pages
 from inference_testing import write_tiny_merged
 from tola_testing import one_thread  # noqa: F401
 
@@ -107,11 +107,11 @@ def test_the_users_process_holds_no_served_weight_while_the_worker_serves(model)
 
 
 def test_the_worker_drops_mapped_weight_pages_and_reads_them_back_unchanged(tmp_path):
-    """The OpenVINO worker's trimmer (``openvino_worker.PageTrimmer``) on a weights file mapped read-only, as
+    """The OpenVINO worker's trimmer (``resident_memory.PageTrimmer``) on a weights file mapped read-only, as
     OpenVINO maps the IR's .bin: its pages leave the resident set, and read again they hold the same bytes."""
     import mmap
 
-    from tola_plugin.runtime.openvino_worker import PageTrimmer
+    from tola_plugin.runtime.resident_memory import PageTrimmer
     data = np.random.default_rng(0).integers(0, 256, 8 << 20, dtype=np.uint8).tobytes()
     path = tmp_path / 'stage.bin'
     path.write_bytes(data)
@@ -138,3 +138,25 @@ def resident_bytes(path) -> int:
             elif inside and head and head[0] == 'Rss:':
                 total += int(head[1]) * 1024
     return total
+
+
+def test_the_worker_loads_its_page_trimmer_without_the_package():
+    """The OpenVINO worker imports nothing of the package (it starts in well under a second): it loads the one page
+    trimming module, ``resident_memory.py``, by its path; ``MADV_DONTNEED`` is defined there only."""
+    import subprocess
+    import sys
+
+    from tola_plugin.runtime import openvino_worker, resident_memory, stage_weights
+    code = ('import runpy, sys\n'
+            f'worker = runpy.run_path({openvino_worker.__file__!r}, run_name="worker")\n'
+            'module = worker["resident_memory"]()\n'
+            'assert module.PageTrimmer().rss_file() >= 0 and module.MADV_DONTNEED == 4\n'
+            'loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("tola_plugin", "torch", "numpy"))\n'
+            'assert not loaded, loaded\n'
+            'print("ok")\n')
+    proc = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, PYTHONSAFEPATH='1'))
+    assert proc.returncode == 0 and proc.stdout.strip() == 'ok', proc.stderr[-2000:]
+    for module in (openvino_worker, stage_weights):
+        assert 'MADV_DONTNEED =' not in open(module.__file__, encoding='utf-8').read()
+    assert resident_memory.MADV_DONTNEED == 4

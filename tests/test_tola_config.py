@@ -16,6 +16,8 @@ from basicsr.utils.registry import ARCH_REGISTRY
 
 import tola_plugin  # noqa: F401
 from tola_plugin.archs.diffusion_schedule import schedule_constants
+from tola_plugin.archs.precision import StageDtypes
+from tola_plugin.archs.stage_runner import StageRunner
 from tola_plugin.archs.tola_arch import Switch, TOLANet
 from tola_plugin.archs.tola_config import KINDS, SWITCHES, TOLAConfig
 from tola_plugin.checkpoints import tola as tola_files
@@ -160,17 +162,15 @@ def test_basicsr_builds_the_network_of_its_options_and_the_config_follows_the_sw
     net.set_gradient_checkpointing(['idm'])  # the config says what the network does
     assert net.config.gradient_checkpointing == ('idm', )
 
-    class Plan:
-        dtypes = {stage: torch.float32 for stage in ('vae_encoder', 'mom', 'idm', 'lrc', 'vae_decoder')}
-
-        def describe(self):
-            return 'cpu, torch, fp32 (qualified)'
-
-    net.plan = Plan()  # placed by the runtime decision: its precision is the runtime's to change
-    with pytest.raises(ValueError, match='the precision of a placed network is its runtime'):
+    fp32 = StageDtypes.uniform(torch.float32)
+    own = net.use_stage_runner(StageRunner(fp32, 'torch fp32 (qualified)'))  # placed by a runtime: its decision
+    with pytest.raises(ValueError, match=r'the precision of a placed network is its runtime.s decision \(torch fp32'):
         net.precision = 'bf16'
-    assert net.precision == 'fp32' and net.stage_dtypes('cpu') == Plan.dtypes
+    assert net.precision == 'fp32' and net.stage_dtypes('cpu') == fp32
     net.set_switches(noise='gaussian')  # the other switches still change
+    net.use_stage_runner(own)  # its own torch runner again: the switch is its precision
+    net.precision = 'bf16'
+    assert net.stage_dtypes('cpu') == StageDtypes.uniform(torch.bfloat16, training=net.training)
 
 
 # ------------------------------------------------------------------------------- files written before TOLAConfig

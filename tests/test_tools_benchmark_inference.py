@@ -99,13 +99,14 @@ def test_benchmark_reports_every_route_precision_and_target(result):
     assert set(data['targets']) >= {'default_vs_reference', 'openvino_fp32_vs_reference', 'photo_batch_speedup'}
     assert ('default_vs_bf16_ceiling' in data['targets']) == data['machine']['native_bf16']
     run = data['folder']  # every setting ran (OpenVINO fp32 qualified: the parity above) on the same 3 lines
-    assert run['lines'] == 3 and set(run['rows']) == {name for name, _, _ in folder_throughput.SETTINGS}
-    for name, streams, batch in folder_throughput.SETTINGS:
+    assert run['lines'] == 3 and set(run['rows']) == {name for name, _ in folder_throughput.SETTINGS}
+    for name, batch in folder_throughput.SETTINGS:
         row = run['rows'][name]
-        assert row['images_per_s'] == pytest.approx(3 / row['seconds']) and row['streams'] == streams
-        assert row['max_diff_u8'] <= 1 and row['same_text_prior']  # the same images as one stream
-        assert row['batch'] == (batch or row['batch']) and row['requests'] >= 1  # (one thread here: one stream)
-    assert run['default'] == folder_throughput.folder_default(run['rows'])['default']
+        assert row['images_per_s'] == pytest.approx(3 / row['seconds']) and set(row) == {
+            'batch', 'seconds', 'all_seconds', 'images_per_s', 'max_diff_u8', 'same_text_prior'
+        }
+        assert row['max_diff_u8'] <= 1 and row['same_text_prior']  # the same images as the first setting
+        assert row['batch'] == (batch or row['batch'])
     quality = data['quality']
     assert quality['lines'] == 3 and set(quality['rows']) == routes - set(quality['passed_over'])
     bf16_rows = {name.split()[0] for name in quality['rows'] if name.endswith('bf16')}
@@ -117,18 +118,7 @@ def test_benchmark_reports_every_route_precision_and_target(result):
     assert table.startswith('| route | precision (as computed) | ẑ0 error | batch |') and 'share of ceiling' in table
     assert 'target ' in table
     assert '| ideal s | x ideal |' in table and 'What bounds each stage' in table
-    assert 'Folder of 3 lines' in table and 'folder default: ' in table
-
-
-def test_folder_default_changes_only_for_a_clear_win():
-
-    def rows(throughput):
-        return {'one stream': {'images_per_s': 2.0}, 'throughput': {'images_per_s': 2.0 * throughput}}
-
-    assert folder_throughput.folder_default(rows(1.19)) == {'speedup': pytest.approx(1.19), 'default': 'one stream'}
-    assert folder_throughput.folder_default(rows(1.2)) == {'speedup': pytest.approx(1.2), 'default': 'throughput'}
-    assert folder_throughput.folder_default(rows(0.5))['default'] == 'one stream'
-    assert folder_throughput.folder_default({}) == {'speedup': None, 'default': 'one stream'}  # not measured
+    assert 'Folder of 3 lines' in table and '| batch 1 | 1 |' in table
 
 
 def test_peak_rss_child_measures_one_restore(result):
@@ -172,7 +162,7 @@ def test_latency_figure_from_the_benchmark_json(result, tmp_path, monkeypatch):
 
 
 def test_folder_model_runs_the_folder_measurement_alone(result, tmp_path):
-    """``--folder-model MERGED`` (docs/inference.md, "Folders: streams"): only the folder run, its table and JSON."""
+    """``--folder-model MERGED`` (docs/inference.md, "Folders: one stream"): only the folder run, its table and JSON."""
     _, folder = result
     out = tmp_path / 'folder.json'
     args = ['--folder-model', str(folder / 'trained.safetensors'), '--folder-lines', '2', '--repeats', '1']

@@ -1,6 +1,7 @@
 """TransOCR architecture: sizes, official LayerNorm / PE, preprocessing, decoding consistency, gradients."""
 import math
 import os
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -11,9 +12,11 @@ from basicsr.archs import build_network
 from basicsr.utils.registry import ARCH_REGISTRY
 
 import tola_plugin  # noqa: F401  (registers the arch)
+from tola_plugin.archs.precision import StageDtypes
 from tola_plugin.archs.transocr_arch import TransOCR, TransOCRLayerNorm
 from tola_plugin.ocr.transocr_recognizer import read_text
-from tola_plugin.runtime.text_prior_stages import RoutedTextRecognizer, prior_stage_modules
+from tola_plugin.runtime.routed_stages import RoutedStages
+from tola_plugin.runtime.text_prior_stages import prior_stage_modules
 from tola_plugin.text.alphabets import TRANSOCR_END, encode_transocr, transocr_classes
 from tola_plugin.text.text_prior import difftsr_prediction_text, transocr_to_idm
 from numerics import EXACT_TOL, abs_err, assert_clear_argmax, equivalent, within
@@ -175,7 +178,7 @@ def test_incremental_decoding_equals_full_rerun():
 @pytest.mark.numerics
 def test_the_text_prior_stages_compute_the_torch_route():
     """The two stages another runtime runs (encoder -> cross-attention keys/values; full prefix -> last logits),
-    driven by the one greedy loop as the routed recognizer drives them, equal the torch decoding (float64), with
+    driven by the one greedy loop as the routed stage runner drives them, equal the torch decoding (float64), with
     the early stop at END; the encoder's output stays with the runner (only a handle is passed to each step)."""
     model = tiny(seed=5).double()
     modules = prior_stage_modules(model)
@@ -191,11 +194,12 @@ def test_the_text_prior_stages_compute_the_torch_route():
         assert handle == 'memory' and tokens.shape == (2, len(calls) - 1) and tokens.dtype == torch.long
         return modules[stage](tokens, kept[handle])
 
-    routed = RoutedTextRecognizer(runner, model)
+    net, fp32 = SimpleNamespace(transocr=model), StageDtypes.uniform(torch.float32)
+    routed = RoutedStages(runner, fp32, 'routed')
     with torch.no_grad():
         for stop_at_end in (False, True):
             calls.clear()
-            ids, probs = routed.greedy_decode(images, max_steps=12, stop_at_end=stop_at_end)
+            ids, probs = routed.read_text(net, images, 12, incremental=True, stop_at_end=stop_at_end)
             ref_ids, ref_probs = model.greedy_decode(images, max_steps=12, stop_at_end=stop_at_end)
             assert torch.equal(ids, ref_ids)
             equivalent(probs, ref_probs, 'text prior stages vs torch greedy decoding')
@@ -203,8 +207,8 @@ def test_the_text_prior_stages_compute_the_torch_route():
         # images that read END at once: the loop stops after one step
         ended = torch.full((2, model.num_classes), -10.0, dtype=torch.float64)
         ended[:, model.end_index] = 10.0
-        ids, _ = RoutedTextRecognizer(lambda stage, *t: 'memory' if stage == 'text_encoder' else ended,
-                                      model).greedy_decode(images, max_steps=12, stop_at_end=True)
+        ids, _ = RoutedStages(lambda stage, *t: 'memory' if stage == 'text_encoder' else ended, fp32,
+                              'routed').read_text(net, images, 12, incremental=True, stop_at_end=True)
         assert ids.tolist() == [[model.end_index]] * 2
 
 

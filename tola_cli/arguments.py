@@ -21,20 +21,6 @@ def rgb_triple(text: str):
     return values
 
 
-def openvino_streams(text: str):
-    """'auto' or an integer >= 1 (OpenVINO's streams, tola_plugin.runtime.openvino_client.check_streams), else an
-    argparse error saying what was expected."""
-    if text == 'auto':
-        return text
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1 or 'auto', got {text!r}")
-    return value
-
-
 LAUNCHER_EPILOG = """\
 --force_yml takes BasicSR's KEY:SUBKEY=VALUE (train:ema_decay=0.999; ~ is null; a list is read as YAML) and:
   short_run=N                      N iterations, at most 2 lines per batch, no loader workers, a loss line every

@@ -22,7 +22,7 @@ docs/restore.md and docs/reliability.md have the details.
 import argparse
 import math
 
-from tola_cli.arguments import openvino_streams, rgb_triple
+from tola_cli.arguments import rgb_triple
 from tola_cli.defaults import COLOR_FIXES, DEFAULT_COLOR_FIX, PASTE_POLICIES
 
 # The library's defaults (tola_plugin.data.image_io.DEFAULT_MAX_PIXELS, inference.work_bounds), repeated here so
@@ -73,11 +73,6 @@ def build_parser() -> argparse.ArgumentParser:
         help='runtime of the IDM and VAE (auto: OpenVINO on the CPU where it qualifies, else torch; on a GPU torch; '
         'docs/inference.md)')
     parser.add_argument(
-        '--streams', type=openvino_streams, default=1, metavar='N|auto',
-        help="OpenVINO streams: 1 = every core on each window (default: on a folder of 32 lines OpenVINO's "
-        'throughput settings measured 1.00-1.07x its images per second on 2 cores); N > 1 or auto = the throughput '
-        "settings, a batch's windows in flight together (docs/inference.md, Folders: streams)")
-    parser.add_argument(
         '--requalify', action='store_true',
         help="forget this machine's verdicts on the model's fast paths and qualify them again (docs/inference.md)")
     parser.add_argument('--show-runtime', action='store_true',
@@ -121,8 +116,6 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error('the following arguments are required: -i/--input')
     if args.checkpoint and not args.opt:
         parser.error('--checkpoint goes with -opt (a merged --model already holds its adaptation)')
-    if args.streams != 1 and args.backend == 'torch':
-        parser.error(f'--streams {args.streams} is a setting of the OpenVINO backend; --backend torch runs one stream')
     if args.batch_size is not None and args.batch_size < 1:
         parser.error(f'--batch-size must be >= 1, got {args.batch_size}')
     if not 0 <= args.overlap < 512:
@@ -162,8 +155,8 @@ def main(argv=None) -> int:
     def pipeline():
         from tola_plugin.inference.pipeline import TOLAPipeline  # the networks: only when there is work
         return TOLAPipeline.load(args.model, args.opt, args.checkpoint, switches, args.device, args.backend,
-                                 requalify=args.requalify, streams=args.streams, overlap=args.overlap,
-                                 pad_mode=args.pad_mode, batch_size=args.batch_size, background=args.alpha_background,
+                                 requalify=args.requalify, overlap=args.overlap, pad_mode=args.pad_mode,
+                                 batch_size=args.batch_size, background=args.alpha_background,
                                  max_pixels=round(args.max_megapixels * 1e6), max_windows=args.max_windows,
                                  max_output_pixels=args.max_output_megapixels * 1e6, color_fix=args.color_fix,
                                  paste=args.paste)

@@ -13,7 +13,7 @@ matmul ceiling, the batched photo path, peak memory, and the precisions' quality
 Routes (tola_plugin/benchmarks/inference_benchmark.py): reference (DiffTSR's way), torch and openvino in each
 --precision, and default (what tola-infer, TOLAPipeline and tola-web run here by default). Prints a markdown table
 with seconds per image, GMAC/s and the share of the measured matmul ceiling, images per second of a folder run
-with one OpenVINO stream and with its throughput settings, the issue's targets met or not, and writes JSON
+at the pipeline's own batch and at one window per call, the issue's targets met or not, and writes JSON
 (``tools/plot_results.py latency --benchmark`` reads it). Timed runs need a quiet machine. ``--precision-table``:
 instead, where each stage's low precision moves the one-step latent ẑ0 and the image (the demo backbone's frozen
 route on ``--lines`` rendered lines, and the option file's network on the qualification's probe) and the speed of
@@ -47,8 +47,8 @@ def parse_args(argv=None):
     p.add_argument('--no-memory', action='store_true', help='skip the peak-RSS processes')
     p.add_argument(
         '--folder-lines', type=int, default=32,
-        help='lines of the folder run timed with one OpenVINO stream and with its throughput settings '
-        '(default 32; 0: skip)')
+        help="lines of the folder run timed at the pipeline's own batch and at one window per call (default 32; 0: "
+        'skip)')
     p.add_argument('--folder-model', help='instead: only the folder run, of this merged model (e.g. the demo model)')
     p.add_argument('--quality-model', help='merged model with trained weights for the quality table (e.g. the demo '
                    'model of make demo)')

@@ -9,14 +9,17 @@ without the CPU's bf16 instructions, fp16 without AMX-FP16, bf16 on a GPU withou
 decision's to make (``tola_plugin/runtime``): the inference entry points choose a precision per stage among the fast
 ones that keep the one-step latent and the image within the qualification's bounds on this machine; a network run
 without that decision (training, BasicSR's validation, a TOLANet called directly) computes 'auto' in fp32. So 'auto'
-never runs an unproven fast path. docs/inference.md, "Precision".
+never runs an unproven fast path. docs/inference.md, "Precision". Once decided, a precision is one typed value,
+``StageDtypes`` (a dtype per stage), from the runtime's plan to the stage runner the network computes with
+(``stage_runner.py``) and the OpenVINO worker's compile request.
 
 Safe at t = 999 (docs/training_gpus.md, "Precision"): TOLANet keeps Algorithm 1's arithmetic and the IDM's output
 convolution in fp32 under autocast. Training refuses fp16 (``check_training_precision``: no loss scaling).
 """
 import contextlib
 import warnings
-from typing import Dict
+from collections.abc import Mapping
+from typing import Dict, Iterator
 
 import torch
 
@@ -118,6 +121,64 @@ def stage_dtypes(dtype: torch.dtype, training: bool = False) -> Dict[str, torch.
         (training and stage == 'idm' and dtype == torch.bfloat16) else dtype
         for stage in STAGE_NAMES
     }
+
+
+class StageDtypes(Mapping):
+    """The compute dtype of each stage (``STAGE_NAMES`` -> torch.dtype): the one typed form a precision takes once it
+    is decided (the runtime's plan, the stage runner a network runs with, the OpenVINO worker's compile request).
+    Immutable and hashable; equal to any mapping with the same items (``{'vae_encoder': torch.bfloat16, ...}``)."""
+    __slots__ = ('_dtypes', )
+
+    def __init__(self, dtypes: Mapping):
+        if set(dtypes) != set(STAGE_NAMES):
+            raise ValueError(f'a precision per stage needs exactly the stages {STAGE_NAMES}, got {sorted(dtypes)}')
+        self._dtypes = tuple(dtypes[stage] for stage in STAGE_NAMES)
+
+    @classmethod
+    def uniform(cls, dtype: torch.dtype, training: bool = False) -> 'StageDtypes':
+        """One precision on every stage, as ``stage_dtypes`` has it (the VAE decoder fp32 under fp16, ...)."""
+        return cls(stage_dtypes(dtype, training))
+
+    def __getitem__(self, stage: str) -> torch.dtype:
+        if stage not in STAGE_NAMES:
+            raise KeyError(stage)
+        return self._dtypes[STAGE_NAMES.index(stage)]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(STAGE_NAMES)
+
+    def __len__(self) -> int:
+        return len(STAGE_NAMES)
+
+    def __hash__(self) -> int:
+        return hash(self._dtypes)
+
+    def __repr__(self) -> str:
+        return f'StageDtypes({self.signature})'
+
+    def replace(self, **dtypes: torch.dtype) -> 'StageDtypes':
+        """These dtypes with the given stages in others."""
+        return StageDtypes(dict(self, **dtypes))
+
+    @property
+    def name(self) -> str:
+        """'bf16' when every stage computes in it, else the precision of most stages and the others by stage:
+        'fp32 (bf16: vae_encoder, vae_decoder)', 'bf16 (fp16: mom, lrc; fp32: vae_decoder)'."""
+        names = [dtype_name(d) for d in self._dtypes]
+        main = max(('fp32', 'bf16', 'fp16'), key=names.count)  # ties: the more precise
+        others = {}
+        for stage, name in zip(STAGE_NAMES, names):
+            if name != main:
+                others.setdefault(name, []).append(stage)
+        if not others:
+            return main
+        return f'{main} (' + '; '.join(f'{name}: {", ".join(stages)}' for name, stages in others.items()) + ')'
+
+    @property
+    def signature(self) -> str:
+        """Every stage's precision, for cache keys: 'vae_encoder bf16, mom fp32, idm fp32, lrc fp32, vae_decoder
+        bf16'."""
+        return ', '.join(f'{stage} {dtype_name(d)}' for stage, d in zip(STAGE_NAMES, self._dtypes))
 
 
 def check_training_precision(dtype: torch.dtype) -> None:

@@ -6,7 +6,9 @@ No TDM, no MoM U-Net (its I_cond only feeds the TDM), no reverse loop.
 
 The network is built from a ``TOLAConfig`` (``tola_config.py``: every option, its default, check and kind); the
 options that change no weight are inference switches, changed through ``set_switches``. What is trained is
-``TOLAAdaptationMixin``'s (``tola_adaptation.py``), the files ``TOLALoadingMixin``'s (``tola_loading.py``).
+``TOLAAdaptationMixin``'s (``tola_adaptation.py``), the files ``TOLALoadingMixin``'s (``tola_loading.py``). How the
+encoder, the IDM, the decoder and the text prior's reading run, and each stage's precision, is the network's
+``stage_runner``'s (``stage_runner.py``: torch's by default; a runtime installs its own with ``use_stage_runner``).
 """
 import contextlib
 import inspect
@@ -23,7 +25,8 @@ from basicsr.utils.registry import ARCH_REGISTRY
 from tola_plugin.archs.backbone_builder import build_backbone
 from tola_plugin.archs.diffusion_schedule import schedule_constants
 from tola_plugin.archs.lora import IDM_LORA_TARGETS, VAE_ENCODER_LORA_TARGETS, add_lora
-from tola_plugin.archs.precision import autocast, full_precision, requested_dtype, stage_dtypes
+from tola_plugin.archs.precision import StageDtypes, autocast, full_precision
+from tola_plugin.archs.stage_runner import StageRunner
 from tola_plugin.archs.tola_adaptation import TOLAAdaptationMixin
 from tola_plugin.archs.tola_config import TOLAConfig
 from tola_plugin.archs.tola_loading import TOLALoadingMixin
@@ -62,7 +65,7 @@ class TOLANet(TOLAAdaptationMixin, TOLALoadingMixin, nn.Module):
     ``TOLANet(**options)`` (how BasicSR builds ``network_g``) or ``TOLANet.from_config(config)``: the options are
     ``TOLAConfig``'s (its docstring and docs/tola.md describe each), checked before anything is built; ``config``
     holds them, with the switches as they are now. The switches are attributes too (``timestep``, ``precision``,
-    ...; ``SWITCHES``). ``plan``: the runtime decision (``tola_plugin.runtime``) when an entry point made one.
+    ...; ``SWITCHES``). ``stage_runner``: how the stages run (``stage_runner.StageRunner``; ``use_stage_runner``).
     """
     timestep = Switch()
     latent = Switch()
@@ -79,10 +82,7 @@ class TOLANet(TOLAAdaptationMixin, TOLALoadingMixin, nn.Module):
         config = TOLAConfig.from_options(options)  # every option checked before minutes of loading
         self.config = config
         self.inference_only = False  # set by prepare_for_inference
-        self.plan = None  # the runtime decision (tola_plugin.runtime), when an entry point made one
-        # TransOCR's greedy decoding on the runtime's stages (runtime/text_prior_stages.py) when the plan runs
-        # them (OpenVINO); None: self.transocr, in torch fp32
-        self.text_recognizer = None
+        self.stage_runner = StageRunner()  # the torch modules below, as the precision switch asks
         self.sqrt_alpha_bar, self.sqrt_one_minus_alpha_bar = schedule_constants(config.timestep)
 
         # Frozen backbone (official weights, strict), then LoRA on top (peft freezes every base weight).
@@ -118,14 +118,20 @@ class TOLANet(TOLAAdaptationMixin, TOLALoadingMixin, nn.Module):
         clamp_output, precision, text_decoding; checked by ``TOLAConfig``); returns the network. Any other option
         fixes the architecture or the weights: naming one is an error."""
         switches = TOLAConfig.check_switches(switches)
-        if 'precision' in switches and self.plan is not None:
+        if 'precision' in switches and self.stage_runner.dtypes is not None:
             raise ValueError('TOLANet: the precision of a placed network is its runtime\'s decision '
-                             f'({self.plan.describe()}); change it through TOLAPipeline.set_switches or '
+                             f'({self.stage_runner.name}); change it through TOLAPipeline.set_switches or '
                              'Runtime.replan, which decide again')
         self.config = self.config.replace(**switches)
         if 'timestep' in switches:
             self.sqrt_alpha_bar, self.sqrt_one_minus_alpha_bar = schedule_constants(self.timestep)
         return self
+
+    def use_stage_runner(self, runner: StageRunner) -> StageRunner:
+        """Run the stages with ``runner`` from now on (``stage_runner.py``: the one way to change how this network
+        runs, for a runtime); returns the runner it replaces."""
+        previous, self.stage_runner = self.stage_runner, runner
+        return previous
 
     def switches(self) -> Dict:
         """The inference switches as they are now ({name: value})."""
@@ -172,20 +178,21 @@ class TOLANet(TOLAAdaptationMixin, TOLALoadingMixin, nn.Module):
             paper), 'tokens' (B, 24), 'confidences' (B, 24) (None when unweighted), 'prior_texts' (B strings: the
             text the tokens encode; None without a text branch).
         """
-        dtypes = self.stage_dtypes(lq.device)
+        runner = self.stage_runner
+        dtypes = runner.stage_dtypes(self, lq.device)
         device = lq.device
         # inference-only networks run without autograd bookkeeping
         with torch.inference_mode() if self.inference_only else contextlib.nullcontext():
             # 1-2. Text prior: frozen TransOCR -> tokens + confidences, normalised and mapped to IDM indices. On
             # torch always fp32: its ids are discrete choices that low precision could flip on near-ties, and its
             # decoding steps are weight-bound matrix-vector products that casting the weights would only slow down.
-            # On the runtime's stages (OpenVINO) in fp32 too, qualified equal to these.
+            # On a runtime's stages (OpenVINO) in fp32 too, qualified equal to these.
             tokens, confidences, prior_texts = self.predict_text_prior(lq, gt_tokens)
             # Each stage in its own precision (``stage_dtypes``: a no-op for fp32); Algorithm 1's own arithmetic
             # (z_t, ẑ0, the residuals) stays in fp32 between them: ẑ0 carries ε̂'s error times 101.6 at t = 999.
             # 1. LoRA-adapted VAE encoder -> unscaled z_LR (3, H/4, W/4).
             with autocast(dtypes['vae_encoder'], device):
-                posterior = self.vae.encode(lq).latent_dist
+                posterior = runner.encode(self, lq)
                 z_lr = posterior.mode() if self.latent == 'mode' else self.sample_posterior(posterior, noise_seeds)
             z_lr = full_precision(z_lr)
             # 3. q-sample at the fixed t with one ε per input.
@@ -198,7 +205,7 @@ class TOLANet(TOLAAdaptationMixin, TOLALoadingMixin, nn.Module):
             # convolution computes ε̂ in fp32 (idm_unet_arch.FullPrecisionOutputConv2d).
             t = torch.full((lq.shape[0], ), self.timestep, dtype=torch.long, device=device)
             with autocast(dtypes['idm'], device):
-                eps_hat = full_precision(self.idm(torch.cat([z_t, z_lr], 1), t, context))
+                eps_hat = full_precision(runner.denoise(self, torch.cat([z_t, z_lr], 1), t, context))
             # 6. ε-prediction -> clean latent; no reverse update follows.
             z0 = (z_t - self.sqrt_one_minus_alpha_bar * eps_hat) / self.sqrt_alpha_bar
             # 7. Latent residual correction of r = z_LR - ẑ0.
@@ -211,7 +218,7 @@ class TOLANet(TOLAAdaptationMixin, TOLALoadingMixin, nn.Module):
                 r, delta_r, z0_corr = None, None, z0
             # 8. Frozen VAE decoder of ẑ0corr / s (the official code multiplies by 1/s; same here, to the bit).
             with autocast(dtypes['vae_decoder'], device):
-                image = self.vae.decode((1.0 / LATENT_SCALE) * z0_corr).sample
+                image = runner.decode(self, (1.0 / LATENT_SCALE) * z0_corr)
         image = full_precision(image)  # bf16/fp16 -> fp32; fp32/fp64 kept
         if self.clamp_output:
             image = image.clamp(0.0, 1.0)
@@ -220,14 +227,12 @@ class TOLANet(TOLAAdaptationMixin, TOLALoadingMixin, nn.Module):
         return dict(image=image, z_lr=z_lr, z_t=z_t, eps=eps, eps_hat=eps_hat, z0=z0, r=r, delta_r=delta_r,
                     z0_corr=z0_corr, tokens=tokens, confidences=confidences, prior_texts=prior_texts)
 
-    def stage_dtypes(self, device) -> Dict[str, torch.dtype]:
-        """Stage (``archs/precision.STAGE_NAMES``) -> the dtype the forward computes it in: the runtime plan's
-        (``tola_plugin.runtime``: a precision per stage, qualified on this machine) when an entry point placed the
-        network, else the precision switch as asked on every stage ('auto': fp32; in training bf16 keeps the IDM in
-        fp32: ``archs/precision.stage_dtypes`` and ``requested_dtype``)."""
-        if self.plan is not None:
-            return self.plan.dtypes
-        return stage_dtypes(requested_dtype(self.precision, device), training=self.training)
+    def stage_dtypes(self, device) -> StageDtypes:
+        """Stage (``archs/precision.STAGE_NAMES``) -> the dtype the forward computes it in (``stage_runner``'s): a
+        runtime's (a precision per stage, qualified on this machine) when an entry point placed the network, else the
+        precision switch as asked on every stage ('auto': fp32; in training bf16 keeps the IDM in fp32:
+        ``archs/precision.stage_dtypes`` and ``requested_dtype``)."""
+        return self.stage_runner.stage_dtypes(self, device)
 
     # --------------------------------------------------------------------------------- forward parts
     def predict_text_prior(self, lq: torch.Tensor, gt_tokens: Optional[torch.Tensor] = None):
@@ -256,15 +261,14 @@ class TOLANet(TOLAAdaptationMixin, TOLALoadingMixin, nn.Module):
             confidences = None
         return tokens.to(lq.device), None if confidences is None else confidences.to(lq), texts
 
-    def decode_text(self, lq: torch.Tensor, recognizer=None):
+    def decode_text(self, lq: torch.Tensor):
         """TransOCR's greedy reading of ``lq`` for the text prior, per text_decoding -> (ids (B, S) long, probs (B, S)),
-        by ``recognizer`` (None: the runtime's ``text_recognizer`` when it routed one, else ``transocr``)."""
-        recognizer = recognizer or self.text_recognizer or self.transocr
+        by the ``stage_runner`` (torch's: ``transocr``)."""
         with torch.no_grad():  # frozen conditioning recognizer: nothing upstream of it is trained
             if self.text_decoding == 'full_prefix':
-                return recognizer.greedy_decode(lq, max_steps=TEXT_STEPS, incremental=False)
+                return self.stage_runner.read_text(self, lq, TEXT_STEPS, incremental=False, stop_at_end=False)
             # the prior reads 23 steps, cut at END: later steps are never decoded
-            return recognizer.greedy_decode(lq, max_steps=DIFFTSR_MAX_TOKENS, stop_at_end=True)
+            return self.stage_runner.read_text(self, lq, DIFFTSR_MAX_TOKENS, incremental=True, stop_at_end=True)
 
     def text_context(self, tokens, confidences, batch: int, like: torch.Tensor) -> torch.Tensor:
         """C_cond (B, 24, context_dim) for the IDM cross-attention."""

@@ -148,7 +148,7 @@ class TOLALoadingMixin:
         memory-mapped from the file and assigned in place (read once, never copied on the CPU; ``.to(device)``
         copies them to a GPU), the MoM image branch never read. Strict: every tensor it runs must be in the file.
         ``switches``: inference switches (precision, text_decoding, timestep, noise, ...). Where and on which runtime
-        it runs is the runtime decision's business (``tola_plugin/runtime/placement.py``)."""
+        it runs is the runtime decision's business (``tola_plugin/runtime/serving.py``)."""
         TOLAConfig.check_switches(switches)
         net, state = cls._merged_network(path, skip=[f'mom.{prefix}' for prefix in DiffTSRMoM.IMAGE_BRANCH])
         net.mom.drop_image_branch()

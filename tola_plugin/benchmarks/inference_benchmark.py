@@ -9,7 +9,7 @@ interleaved, median of ``repeats`` runs after a warm-up, batch 1:
                    first: its ẑ0 and image within the qualification's bounds).
   openvino <p>     the same with the text prior (TransOCR), the IDM and the VAE on OpenVINO, in its worker
                    process (``tola_plugin/runtime``).
-  default          what tola-infer / TOLAPipeline / tola-web run by default here (``runtime.placement.Runtime``:
+  default          what tola-infer / TOLAPipeline / tola-web run by default here (``runtime.serving.Runtime``:
                    backend auto, precision auto: a precision per stage; its plan is in the result). A route that
                    does not qualify on this machine is reported under 'passed_over', with why, not timed.
 
@@ -23,8 +23,8 @@ it: compute, memory bandwidth (its bytes at the measured ``copy_bandwidth``) or 
 calls. Peak RSS of one restore of each route in a fresh process (with its OpenVINO worker's), above the import baseline,
 against the bytes of the weights it runs. Quality on trained weights (``quality``): the held-out lines of a test option
 file restored with a merged model in each precision and backend: PSNR (Y) against HR and against fp32, and whether the
-text prior's ids equal fp32's. A folder run (``folder_throughput``, ``folder_lines`` lines): images per second with one
-OpenVINO stream vs its throughput settings. ``TARGETS`` are the issue's; ``check_targets`` says which are met.
+text prior's ids equal fp32's. A folder run (``folder_throughput``, ``folder_lines`` lines): images per second at the
+pipeline's own batch and at one window per call. ``TARGETS`` are the issue's; ``check_targets`` says which are met.
 
 This module runs the benchmark (``run_benchmark``); each job is a module of its own: the inputs
 (``inference_inputs``), the networks (``inference_routes``), the ceiling and machine (``machine_ceiling``), the stage
@@ -63,7 +63,7 @@ from tola_plugin.metrics.image_metrics import float_psnr
 from tola_plugin.runtime import qualification
 from tola_plugin.runtime.machine import cpu_has_fp16_instructions
 from tola_plugin.runtime.openvino_stages import openvino_missing
-from tola_plugin.runtime.placement import NoPathLeft
+from tola_plugin.runtime.serving import NoPathLeft
 
 MEMORY_ROUTES = ('reference', 'torch fp32', 'default')  # peak RSS of one restore, each in a fresh process
 
@@ -138,8 +138,8 @@ def run_benchmark(opt_path: str, checkpoint=None, random_weights: bool = False, 
                 outputs[name] = out
         result['timings'] = {}
         for name in variants:
-            dtype = 'fp32' if name == 'reference' else nets[name].plan.precision
-            computed = uniform_precisions('fp32') if name == 'reference' else stage_precisions(nets[name].plan)
+            dtype = 'fp32' if name == 'reference' else runtimes[name].plan.precision
+            computed = uniform_precisions('fp32') if name == 'reference' else stage_precisions(runtimes[name].plan)
             result['timings'][f'{name} batch 1'] = dict(route=name, dtype=dtype, stage_precisions=computed,
                                                         **median_row(runs[name], 1))
         if default.path.name in routes:  # its row under its own name too

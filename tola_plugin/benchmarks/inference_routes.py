@@ -6,7 +6,7 @@ import sys
 from tola_plugin.archs.mom_arch import DiffTSRMoM
 from tola_plugin.archs.tola_arch import TOLANet
 from tola_plugin.benchmarks.benchmarking import build_benchmark_tola
-from tola_plugin.runtime.placement import Runtime
+from tola_plugin.runtime.serving import Runtime
 
 
 def say(message: str) -> None:
@@ -28,15 +28,15 @@ def export_merged(opt_path: str, checkpoint, random_weights: bool, path: str) ->
 
 def load_route(route: str, merged: str, device):
     """The inference network of ``route`` from the merged file, placed by the runtime decision (its plan:
-    ``net.plan``): 'default' is what the entry points run here (backend auto, precision auto); '<backend>
+    ``Runtime.plan``): 'default' is what the entry points run here (backend auto, precision auto); '<backend>
     <precision>' (e.g. 'openvino bf16') insists on that path. -> (net, its Runtime); a path that does not qualify on
     this machine raises NoPathLeft with the reason."""
     if route == 'default':
         backend, precision = 'auto', 'auto'
     else:
         backend, precision = route.split()
-    net = TOLANet.load_for_inference(merged, precision=precision)
-    return net, Runtime(net, device, backend, source=merged, say=say)
+    net = TOLANet.load_for_inference(merged)
+    return net, Runtime(net, device, backend, source=merged, say=say, precision=precision)
 
 
 def runtime_weight_bytes(net) -> int:

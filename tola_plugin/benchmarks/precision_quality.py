@@ -10,7 +10,7 @@ from tola_plugin.benchmarks.inference_routes import load_route
 from tola_plugin.data.image_io import tensor_to_uint8
 from tola_plugin.data.text_degradation_dataset import TextDegradationDataset, held_out_dataset_opt
 from tola_plugin.metrics.image_metrics import psnr_y8
-from tola_plugin.runtime.placement import NoPathLeft
+from tola_plugin.runtime.serving import NoPathLeft
 from tola_plugin.utils.option_files import read_option_file
 
 

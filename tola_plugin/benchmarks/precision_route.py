@@ -21,12 +21,12 @@ from tola_plugin.archs.tola_arch import TOLANet
 from tola_plugin.benchmarks.inference_inputs import rendered_lines
 from tola_plugin.metrics.image_metrics import float_psnr
 from tola_plugin.runtime import qualification
-from tola_plugin.runtime.placement import Runtime
-from tola_plugin.runtime.plan import FP32, Path
+from tola_plugin.runtime.plan import FP32, BackendPrecision
+from tola_plugin.runtime.serving import Runtime
 
 BACKENDS = ('torch', 'openvino')
 LOW = (torch.bfloat16, torch.float16)
-ALL = 'all'  # the row of a precision on every stage (``Path.uniform``: the VAE decoder fp32 under fp16)
+ALL = 'all'  # the row of a precision on every stage (``BackendPrecision.uniform``: the VAE decoder fp32 under fp16)
 
 
 def frozen_demo_net() -> TOLANet:
@@ -60,17 +60,17 @@ def errors(candidate: Dict[str, torch.Tensor], reference: Dict[str, torch.Tensor
     return out
 
 
-def stage_paths(backend: str, precisions: Sequence[torch.dtype] = LOW) -> List[Path]:
+def stage_paths(backend: str, precisions: Sequence[torch.dtype] = LOW) -> List[BackendPrecision]:
     """Each stage alone in each precision (the others fp32), then each precision on every stage (``ALL``)."""
-    fp32 = Path.uniform(backend, FP32)
+    fp32 = BackendPrecision.uniform(backend, FP32)
     return [fp32.replace(**{stage: dtype}) for dtype in precisions
-            for stage in STAGE_NAMES] + [Path.uniform(backend, dtype) for dtype in precisions]
+            for stage in STAGE_NAMES] + [BackendPrecision.uniform(backend, dtype) for dtype in precisions]
 
 
-def which_stage(path: Path) -> str:
+def which_stage(path: BackendPrecision) -> str:
     """The stage a ``stage_paths`` path runs low, or ``ALL``."""
     low = [stage for stage, dtype in path.dtypes.items() if dtype != FP32]
-    return low[0] if len(low) == 1 and path != Path.uniform(path.backend, path.dtypes[low[0]]) else ALL
+    return low[0] if len(low) == 1 and path != BackendPrecision.uniform(path.backend, path.dtypes[low[0]]) else ALL
 
 
 def error_table(net, lq: torch.Tensor, hr: Optional[torch.Tensor] = None, backends: Sequence[str] = BACKENDS,
@@ -92,7 +92,7 @@ def error_table(net, lq: torch.Tensor, hr: Optional[torch.Tensor] = None, backen
                 z0_to_hr=float((reference['z0'] - z_hr).abs().mean()))
         rows = []
         for backend in backends:
-            for path in ([Path.uniform(backend, FP32)] if backend != 'torch' else []) + stage_paths(
+            for path in ([BackendPrecision.uniform(backend, FP32)] if backend != 'torch' else []) + stage_paths(
                     backend, precisions):
                 try:
                     with runtime.unqualified(path) as running:
@@ -100,7 +100,7 @@ def error_table(net, lq: torch.Tensor, hr: Optional[torch.Tensor] = None, backen
                 except RuntimeError as err:
                     say(f'{path.name}: not measured: {err}')
                     continue
-                low = [d for d in path.stage_dtypes if d != FP32]
+                low = [d for d in path.dtypes.values() if d != FP32]
                 row = dict(backend=backend, precision=dtype_name(low[0]) if low else 'fp32', stage=which_stage(path),
                            computed=running.precision, **errors(out, reference, z_hr))
                 say(f"{path.name} (computed {running.precision}): |Δε̂| {row['eps']:.2e}, |Δẑ0| {row['z0']:.4f} = "
@@ -122,7 +122,8 @@ def cpu_seconds(runtime: Runtime) -> float:
     return used
 
 
-def plan_speeds(net, lq: torch.Tensor, paths: Sequence[Path], repeats: int = 3, say=print) -> Dict[str, Dict]:
+def plan_speeds(net, lq: torch.Tensor, paths: Sequence[BackendPrecision], repeats: int = 3,
+                say=print) -> Dict[str, Dict]:
     """Seconds per line of the inference TOLANet ``net`` on ``lq`` with each path (``Runtime.unqualified``), wall and
     CPU (``cpu_seconds``), the paths interleaved, a warm-up each, median of ``repeats``; and each path's route errors
     against fp32 torch -> {path name: {'computed', 'seconds', 'cpu_seconds', 'all_s', errors...}}."""
@@ -161,19 +162,19 @@ def demo_lines(count: int):
     return lq.float(), hr.float()
 
 
-def plan_paths(backend: str, precisions: Sequence[str]) -> List[Path]:
+def plan_paths(backend: str, precisions: Sequence[str]) -> List[BackendPrecision]:
     """The per-stage plans timed on ``backend``: fp32, and for each low precision of ``precisions`` the paths 'auto'
     tries on a machine where it is fast (``plan.auto_paths``: the VAE in bf16, or the IDM in fp16), then that
     precision on every stage."""
-    paths = [Path.uniform(backend, FP32)]
+    paths = [BackendPrecision.uniform(backend, FP32)]
     for name in precisions:
         if name == 'fp32':
             continue
         dtype = precision_dtype(name)
         fast = {'vae_encoder': dtype, 'vae_decoder': dtype} if dtype == torch.bfloat16 else {'idm': dtype}
-        first = Path.uniform(backend, FP32).replace(**fast)
+        first = BackendPrecision.uniform(backend, FP32).replace(**fast)
         paths += [first] + ([first.replace(vae_encoder=FP32)] if dtype == torch.bfloat16 else [])
-        paths.append(Path.uniform(backend, dtype))
+        paths.append(BackendPrecision.uniform(backend, dtype))
     return paths
 
 

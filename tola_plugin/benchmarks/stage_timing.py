@@ -27,16 +27,18 @@ def stage_precisions(plan) -> Dict[str, str]:
 
 
 class StageTimer:
-    """Wall-clock seconds of each stage of ``net``'s forward, by wrapping the six calls Algorithm 1 makes;
+    """Wall-clock seconds of each stage of ``net``'s forward, by wrapping the six calls Algorithm 1 makes (the VAE's
+    and the IDM's on the network's stage runner, whichever runtime it is: make the timer after the runtime decided);
     ``current``: the stage running now (None between stages)."""
 
     def __init__(self, net):
         self.seconds: Dict[str, float] = defaultdict(float)
         self.current: Optional[str] = None
         self.sync = torch.cuda.synchronize if next(net.parameters()).is_cuda else (lambda: None)
-        for stage, owner, name in (('text prior', net, 'predict_text_prior'), ('VAE encode', net.vae, 'encode'),
-                                   ('MoM text', net, 'text_context'), ('IDM', net.idm, 'forward'),
-                                   ('VAE decode', net.vae, 'decode')) + ((
+        runner = net.stage_runner
+        for stage, owner, name in (('text prior', net, 'predict_text_prior'), ('VAE encode', runner, 'encode'),
+                                   ('MoM text', net, 'text_context'), ('IDM', runner, 'denoise'),
+                                   ('VAE decode', runner, 'decode')) + ((
                                        ('LRC', net.lrc, 'forward'), ) if net.lrc is not None else ()):
             setattr(owner, name, self._timed(stage, getattr(owner, name)))
 

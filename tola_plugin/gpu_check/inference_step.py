@@ -114,7 +114,7 @@ def db(value: float):
 def chosen_path(model: str, device: str, precision: str):
     """The path the runtime chose for ``precision`` on ``model`` (the verdicts tola-infer cached are read)."""
     from tola_plugin.archs.tola_arch import TOLANet
-    from tola_plugin.runtime.placement import Runtime
+    from tola_plugin.runtime.serving import Runtime
     net = TOLANet.load_for_inference(model, precision=precision)
     runtime = Runtime(net, device, 'torch', source=model, say=lambda message: None)
     try:
@@ -132,8 +132,8 @@ def network_seconds(net, canvases: torch.Tensor, device: str, path, allow_tf32: 
     """The network alone with each stage in ``path``'s precision (``allow_tf32``: fp32 with TF32, else IEEE fp32 as
     tola-infer computes it): warm seconds per line (one line per call, after one warm-up) and whether every value is
     finite before the clamp."""
-    from tola_plugin.runtime.plan import RuntimePlan
-    net.plan = RuntimePlan(torch.device(device), path, reason='timed')
+    from tola_plugin.archs.stage_runner import StageRunner
+    previous = net.use_stage_runner(StageRunner(path.dtypes, f'{path.name} (timed)'))
     seconds, finite = [], True
     try:
         with torch.inference_mode(), tf32(allow_tf32):
@@ -146,7 +146,7 @@ def network_seconds(net, canvases: torch.Tensor, device: str, path, allow_tf32: 
                 seconds.append(time.perf_counter() - start)
                 finite = finite and bool(torch.isfinite(out).all())
     finally:
-        net.plan = None
+        net.use_stage_runner(previous)
     return {'network_seconds_per_line': round(statistics.median(seconds), 4), 'finite': finite}
 
 

@@ -1,7 +1,6 @@
 """How many 128x512 windows one network call takes: as many as fit in a share of the memory free now on the device
 (``auto_batch_size``), from an estimate of one window's working memory (``window_bytes``); docs/inference.md,
-"Batches". Where the network runs is the runtime's decision (``tola_plugin/runtime``); with OpenVINO's throughput
-streams the batch is a multiple of the requests in flight.
+"Batches". Where the network runs is the runtime's decision (``tola_plugin/runtime``).
 """
 import os
 
@@ -39,11 +38,8 @@ def free_memory(device: torch.device) -> int:
     return int(os.sysconf('SC_AVPHYS_PAGES') * os.sysconf('SC_PAGE_SIZE'))  # no /proc: free pages
 
 
-def auto_batch_size(net, device: torch.device, requests: int = 1) -> int:
+def auto_batch_size(net, device: torch.device) -> int:
     """Windows per network call from a memory estimate: as many as fit in MEMORY_SHARE of the free memory
-    (``window_bytes`` each), 1 to MAX_AUTO_BATCH. With ``requests`` > 1 in flight (OpenVINO's throughput streams,
-    each taking a share of the batch) up to max(MAX_AUTO_BATCH, requests) and a multiple of ``requests`` where at
-    least that many fit, so that no stream idles for want of a window."""
+    (``window_bytes`` each), 1 to MAX_AUTO_BATCH."""
     fit = int(MEMORY_SHARE * free_memory(torch.device(device)) // max(1, window_bytes(net)))
-    size = max(1, min(max(MAX_AUTO_BATCH, requests), fit))
-    return size - size % requests if size >= requests else size
+    return max(1, min(MAX_AUTO_BATCH, fit))

@@ -97,7 +97,7 @@ def file_identity(path: str) -> Optional[Tuple[int, int]]:
 
 
 @dataclass
-class Plan:
+class OutputPlan:
     """The jobs of a run, and the listed files left out because they are outputs of the run's other inputs (a rerun
     of ``-i D -o D --suffix _sr``: ``a_sr.png`` is ``a.png``'s output, not an input)."""
     jobs: List[Job]
@@ -105,14 +105,14 @@ class Plan:
 
 
 def plan_outputs(inputs: List[str], source: str, out_dir: str, suffix: str, ext: str, detect: bool,
-                 overwrite: bool = False) -> Plan:
+                 overwrite: bool = False) -> OutputPlan:
     """Output paths of ``inputs`` under one rule for every file the run writes (images, ``prior.csv``, photo JSONs):
     a ValueError, before anything is written, when two inputs would write one file, an output would replace an input
     (the same file: compared by device and inode, not by name), or a photo's JSON exists that is not this input's
     record from an earlier run (without ``overwrite``). Inputs that are the planned outputs of other inputs are left
-    out (``Plan.own_outputs``). Every output path is built by ``user_paths.path_inside``: ``suffix`` may not hold a
-    path separator, and a name that does not fit the file system is refused before anything is written; paths are
-    compared normalised."""
+    out (``OutputPlan.own_outputs``). Every output path is built by ``user_paths.path_inside``: ``suffix`` may not
+    hold a path separator, and a name that does not fit the file system is refused before anything is written; paths
+    are compared normalised."""
     check_affix(suffix, '--suffix', 'it is appended to each output name')
     root = source if os.path.isdir(source) else os.path.dirname(source)
     jobs, seen = [], {}
@@ -150,7 +150,7 @@ def plan_outputs(inputs: List[str], source: str, out_dir: str, suffix: str, ext:
         if foreign:
             raise ValueError(f'{_listing(foreign)} exist(s) and would be replaced: not the record tola-infer wrote for '
                              f'the same input; move them away, or pass --overwrite')
-    return Plan(jobs, [job.input for job in own])
+    return OutputPlan(jobs, [job.input for job in own])
 
 
 def is_record_of(job: Job) -> bool:
@@ -301,7 +301,7 @@ def show_runtime(pipeline: PipelineSource) -> int:
     return 0
 
 
-def _leave_out_own_files(scan: FolderScan, plan: Plan, settings: RunSettings) -> None:
+def _leave_out_own_files(scan: FolderScan, plan: OutputPlan, settings: RunSettings) -> None:
     """A run into its input folder finds its own records there (prior.csv, photo JSONs): not "files that are not
     images"."""
     if not os.path.isdir(settings.input):
@@ -311,7 +311,7 @@ def _leave_out_own_files(scan: FolderScan, plan: Plan, settings: RunSettings) ->
     scan.unsupported = [n for n in scan.unsupported if file_identity(os.path.join(settings.input, n)) not in mine]
 
 
-def _run_locked(settings: RunSettings, pipeline: PipelineSource, plan: Plan, scan: FolderScan) -> int:
+def _run_locked(settings: RunSettings, pipeline: PipelineSource, plan: OutputPlan, scan: FolderScan) -> int:
     jobs = plan.jobs
     for tmp in remove_stale_temporaries(jobs, settings.output):
         _say(f'note: removed {tmp}, the temporary file of an interrupted write')

@@ -6,13 +6,13 @@
 
 A thin layer over ``TOLANet`` (which does all the restoring): geometry (``line_geometry``: aspect kept, narrow
 lines padded, wide lines cut into overlapping windows and blended; ``photo_geometry``: detected lines rectified and
-pasted back), and batching of the 128x512 canvases. Images are RGB from entry to exit: inputs are read and converted
-by ``tola_plugin.data.image_io`` (order 'RGB'), PP-OCRv4 takes RGB (``tola_plugin.ocr``, which converts at its own
-boundary). docs/restore.md describes the behaviour.
+pasted back), batching of the 128x512 canvases, and assembly (``restoration.py``: what it returns). Loading and
+placement are ``loaders.py``'s; every batch runs through the runtime, which serves it on its current path and falls
+back by its own rules (``runtime/serving.Runtime.serve``). Images are RGB from entry to exit: inputs are read and
+converted by ``tola_plugin.data.image_io`` (order 'RGB'), PP-OCRv4 takes RGB (``tola_plugin.ocr``, which converts at
+its own boundary). docs/restore.md describes the behaviour.
 """
 import os
-import sys
-from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import cv2
@@ -20,48 +20,27 @@ import numpy as np
 import torch
 from PIL import Image
 
-from tola_plugin.archs.tola_arch import TOLANet, image_noise_seed
+from tola_plugin.archs.tola_arch import image_noise_seed
 from tola_plugin.data.image_io import (DEFAULT_MAX_PIXELS, WHITE, budget_error, check_background, check_max_pixels,
                                        convert_array, convert_pil, read_image_file, to_uint8)
 from tola_plugin.data.text_line_source import CANVAS_H
 from tola_plugin.inference.batching import auto_batch_size
 from tola_plugin.inference.color_fix import apply_color_fix, check_color_fix
-from tola_plugin.inference.demo_model import demo_model_path
-from tola_plugin.inference.line_geometry import (PAD_MODES, LineLayout, blend_tiles, cut_tiles, line_width, plan_line,
-                                                 resize_rgb, to_canvas_height)
+from tola_plugin.inference.line_geometry import (PAD_MODES, blend_tiles, cut_tiles, line_width, plan_line, resize_rgb,
+                                                 to_canvas_height)
+from tola_plugin.inference.loaders import PipelineLoading
 from tola_plugin.inference.photo_geometry import expand_quad, paste_strip, reading_quad, rectify, scale_quad
+from tola_plugin.inference.restoration import ImageWork, LineResult, LineWork, Restoration, reads_as_well
 from tola_plugin.inference.work_bounds import (DEFAULT_MAX_OUTPUT_PIXELS, DEFAULT_MAX_WINDOWS, capped_scale,
                                                check_outscale, check_positive, check_positive_int, check_windows,
                                                output_size)
 from tola_plugin.ocr.ppocr import PPOCRv4Detector, PPOCRv4Recognizer, UndetectableShape
-from tola_plugin.runtime.child_process import ChildFailure
-from tola_plugin.runtime.openvino_client import Streams
-from tola_plugin.runtime.placement import NoPathLeft, Runtime
-from tola_plugin.utils.devices import resolve_device
+from tola_plugin.runtime.serving import NonFiniteOutput, Runtime
 
-WINDOW_SEPARATOR = ' | '  # between the text priors of the windows of one wide line
 AUTO_OUTSCALE_RANGE = (1.0, 4.0)  # detect mode without outscale: lines to the canvas height, within this range
 DEFAULT_COLOR_FIX = 'wavelet'  # of the user's tools (TOLAPipeline, tola-infer, tola-web); the paper's is 'none'
 PASTE_POLICIES = ('checked', 'all')
 
-
-def reads_as_well(before, after) -> bool:
-    """Whether a restored line replaces the original in a photo (``paste='checked'``): PP-OCRv4 reads some text in the
-    restored line (a line restored into nothing, as small text can be, is never pasted) and the same text as in the
-    original, or reads it at least as confidently. Measured on 100 lines of 25 rendered photos (the demo
-    model, tools/measure_photo_lines.py; docs/restore.md, "Which lines are pasted"): PP-OCRv4 read 0.90 of the
-    original lines right, 0.84 of the restored ones, and 0.90 of the photo's lines with this rule, which pastes 89 %
-    of them."""
-    return bool(after.text.strip()) and (after.text == before.text or after.confidence >= before.confidence)
-
-
-class NonFiniteOutput(RuntimeError):
-    """The network returned NaN or infinity: never written; the batch is run again on the next path."""
-
-
-# A failure of the path the network runs on (its output, its worker): the runtime moves to the next path and the batch
-# runs again (``TOLAPipeline._run_batch``).
-PATH_FAILURES = (NonFiniteOutput, ChildFailure)
 # What one image's failure may raise (bad input, a bound, out of memory, a library refusing it): the image fails,
 # its neighbours go on (``restore_each``). Anything else is a bug and propagates.
 IMAGE_ERRORS = (ValueError, OSError, RuntimeError, MemoryError, cv2.error)
@@ -70,87 +49,7 @@ ImageInput = Union[str, os.PathLike, np.ndarray, Image.Image]
 ImageInputs = Union[ImageInput, Sequence[ImageInput]]
 
 
-@dataclass
-class LineResult:
-    """One restored text line.
-
-    prior_text: the text prior TransOCR read from the line (the windows' texts of a wide line joined by
-        WINDOW_SEPARATOR); window_texts: one per window; token_confidences: the prior's per-character
-        confidences, all windows in order; prior_confidence: their mean (0.0 for an empty prior).
-    polygon: with detect, the line's quadrilateral in input pixel coordinates ([x, y] top-left, top-right,
-        bottom-right, bottom-left), else None.
-    text_before / text_after (+ confidences): PP-OCRv4's reading of the line before and after restoring (when
-        recognition was asked for), else None.
-    pasted: with detect, whether the restored line replaced the original in the output photo (``paste``), else None.
-    """
-    prior_text: str
-    prior_confidence: float
-    token_confidences: List[float]
-    window_texts: List[str]
-    polygon: Optional[List[List[float]]] = None
-    text_before: Optional[str] = None
-    confidence_before: Optional[float] = None
-    text_after: Optional[str] = None
-    confidence_after: Optional[float] = None
-    pasted: Optional[bool] = None
-
-    def to_dict(self) -> Dict:
-        return asdict(self)
-
-
-@dataclass
-class Restoration:
-    """The restored image (RGB uint8, (H, W, 3)) and its lines; input_size = (H, W) of the input as read;
-    outscale = output size / input size (per axis up to rounding); note: why a photo has no lines when the detector
-    could not take it (e.g. too thin), else ''."""
-    image: np.ndarray
-    lines: List[LineResult]
-    input_size: Tuple[int, int]
-    outscale: float
-    name: str = ''
-    detected: bool = False
-    note: str = ''
-
-    def to_dict(self) -> Dict:
-        """JSON-ready summary (no pixels): sizes, outscale, the lines (and the note, when there is one)."""
-        out = dict(name=self.name, input_size=list(self.input_size), output_size=list(self.image.shape[:2]),
-                   outscale=self.outscale, detected=self.detected, lines=[line.to_dict() for line in self.lines])
-        if self.note:
-            out['note'] = self.note
-        return out
-
-
-@dataclass
-class _Line:
-    """A line being restored: its strip (uint8 RGB, native resolution), canvases and, after the network, priors."""
-    strip: np.ndarray
-    layout: LineLayout
-    tiles: np.ndarray
-    seeds: List[int]
-    quad: Optional[np.ndarray] = None
-    polygon: Optional[np.ndarray] = None
-    restored: Optional[np.ndarray] = None
-    texts: List[str] = field(default_factory=list)
-    confidences: List[List[float]] = field(default_factory=list)
-    before: Optional[object] = None  # PP-OCRv4 Recognition of the strip and of the restored strip
-    after: Optional[object] = None
-    pasted: Optional[bool] = None  # detect: whether the restored line replaced the original
-
-
-@dataclass
-class _Image:
-    """An image being restored: its pixels (uint8 RGB), name (noise seed), lines, output scale and size, decided
-    (and checked against the bounds) before the network runs; ``error``: why it failed, if it did."""
-    rgb: np.ndarray
-    name: str
-    lines: List[_Line]
-    scale: float
-    out_size: Tuple[int, int]
-    note: str = ''
-    error: Optional[BaseException] = None
-
-
-class TOLAPipeline:
+class TOLAPipeline(PipelineLoading):
     """Restore text images with a TOLA network: one image or a list, any size and aspect, optionally whole photos.
 
     net: a ``TOLANet`` (or any module with its inference contract: ``net(lq (B, 3, 128, 512) RGB in [0, 1],
@@ -217,126 +116,12 @@ class TOLAPipeline:
         self.recognizer = None
 
     @property
-    def plan(self):
-        """The runtime decision (``tola_plugin.runtime.RuntimePlan``: device, backend, precision and why), or None
-        for a network given as it is."""
-        return self.runtime.plan if self.runtime is not None else None
-
-    def describe_runtime(self) -> str:
-        """Where and how the network runs, in one line (``RuntimePlan.describe``; OpenVINO's streams where more
-        than one request runs at once)."""
-        if self.plan is not None:
-            requests = self.runtime.requests_in_flight
-            if requests > 1:
-                return (f'{self.plan.describe()}; {self.runtime.worker.streams_run} OpenVINO streams, {requests} '
-                        'requests in flight')
-            return self.plan.describe()
-        return f'runtime: {self.device}, torch (the network as given, no runtime decision)'
-
-    @property
-    def backend(self) -> str:
-        """'openvino' or 'torch': where the IDM and VAE run."""
-        return self.plan.backend if self.plan is not None else 'torch'
-
-    @property
     def batch_size(self) -> int:
         """Canvases per step (each through the network alone: ``_run_windows``): the given one, else chosen from the
-        memory free now on the device (a multiple of the OpenVINO requests in flight, where that fits:
-        ``auto_batch_size``)."""
+        memory free now on the device (``auto_batch_size``)."""
         if self._batch_size is not None:
             return self._batch_size
-        return auto_batch_size(self.net, self.device, self.runtime.requests_in_flight if self.runtime else 1)
-
-    # ------------------------------------------------------------------------------------------ loading
-    @classmethod
-    def from_merged(cls, path: Optional[str] = None, switches: Optional[Dict] = None, device=None,
-                    backend: str = 'auto', allow_tf32: bool = False, requalify: bool = False, streams: Streams = 1,
-                    **options) -> 'TOLAPipeline':
-        """From a merged model (``tools/export_merged.py``) through ``TOLANet.load_for_inference`` (memory-mapped,
-        inference-only); ``path`` None: the demo model (``demo_model.demo_model_path``: the shipped demo backbone and
-        adaptation, merged once into the user's cache; from any folder). switches: TOLANet
-        inference switches ({'precision': 'auto', 'timestep': 949, ...}; ``TOLANet.set_switches``). device, backend
-        ('auto', 'openvino', 'torch'), allow_tf32, requalify: where and how it runs (``tola_plugin.runtime.Runtime``:
-        by default CUDA when available, else the CPU with the IDM and VAE on OpenVINO where it qualifies; requalify
-        drops this machine's cached verdicts of the model first). streams: OpenVINO's, 1 (one stream, every thread
-        on each window: the fastest single image) or n > 1 / 'auto' (the throughput settings: a batch's windows
-        in flight together; docs/inference.md, "Folders: streams"). options: see the class."""
-        if path is None:
-            path = demo_model_path(say=lambda message: print(f'tola-plugin: {message}', file=sys.stderr, flush=True))
-        net = TOLANet.load_for_inference(path, **dict(switches or {}))
-        return cls._placed(net, device, backend, allow_tf32, requalify, path, options, streams)
-
-    @classmethod
-    def from_options(cls, option_file: str, checkpoint: Optional[str] = None, switches: Optional[Dict] = None,
-                     device=None, backend: str = 'auto', allow_tf32: bool = False, requalify: bool = False,
-                     streams: Streams = 1, **options) -> 'TOLAPipeline':
-        """From a TOLA option file (its ``network_g``) and adaptation checkpoint (default: its
-        ``path.pretrain_network_g``), made inference-only (``TOLANet.prepare_for_inference``: LoRA merged, same
-        outputs, no adapter overhead). switches, device, backend, allow_tf32, requalify, streams: as
-        ``from_merged``."""
-        net = TOLANet.from_options(option_file, checkpoint, **dict(switches or {})).prepare_for_inference()
-        return cls._placed(net, device, backend, allow_tf32, requalify, None, options, streams)
-
-    @staticmethod
-    def check_placement(device=None, backend: str = 'auto') -> None:
-        """A device this machine does not have, or OpenVINO asked for on a GPU, is a ValueError now, before
-        anything is read."""
-        if backend == 'openvino' and resolve_device(None if device is None else str(device)).type != 'cpu':
-            raise ValueError(f'backend openvino runs on the CPU, the device is {device} (use backend auto or torch)')
-        resolve_device(None if device is None else str(device))
-
-    @classmethod
-    def load(cls, model: Optional[str] = None, opt: Optional[str] = None, checkpoint: Optional[str] = None,
-             switches: Optional[Dict] = None, device=None, backend: str = 'auto', **options) -> 'TOLAPipeline':
-        """``from_options(opt, checkpoint, ...)`` when an option file is given, else ``from_merged(model, ...)`` (None:
-        the demo model); the device and backend are checked before any weight is read."""
-        if model is not None and opt is not None:
-            raise ValueError('give a merged model or an option file, not both')
-        if checkpoint is not None and opt is None:
-            raise ValueError('checkpoint goes with an option file (a merged model already holds its adaptation)')
-        cls.check_placement(device, backend)
-        if opt is not None:
-            return cls.from_options(opt, checkpoint, switches, device, backend, **options)
-        return cls.from_merged(model, switches, device, backend, **options)
-
-    @classmethod
-    def _placed(cls, net, device, backend, allow_tf32, requalify, source, options, streams=1) -> 'TOLAPipeline':
-        pipe = cls(net, **options)
-        pipe.runtime = Runtime(net, device, backend, allow_tf32, source, requalify, streams=streams)
-        pipe.device = pipe.runtime.device
-        return pipe
-
-    def set_switches(self, **switches) -> 'TOLAPipeline':
-        """Change the network's inference switches (precision, timestep, noise, ...: ``TOLANet.set_switches``); a new
-        precision is decided again by the runtime (qualified where needed)."""
-        precision = switches.pop('precision', None)
-        self.net.set_switches(**switches)
-        if precision is not None:
-            if self.runtime is None:
-                self.net.set_switches(precision=precision)
-            else:
-                self.runtime.replan(precision)
-        return self
-
-    def to(self, device, allow_tf32: bool = False) -> 'TOLAPipeline':
-        """Run on ``device`` ('cpu', 'cuda', 'cuda:1', ...): the runtime decides again there with the backend asked
-        before ('auto': torch on a GPU; an explicit 'openvino' on a GPU is a ValueError), TF32 off on CUDA unless
-        ``allow_tf32``; CUDA without a GPU is a ValueError."""
-        if self.runtime is None:
-            self.runtime = Runtime(self.net, device, 'torch', allow_tf32)
-        else:
-            backend, source, streams = self.runtime.backend, self.runtime.source.merged, self.runtime.streams
-            self.runtime.close()
-            self.runtime = Runtime(self.net, device, backend, allow_tf32, source, streams=streams)
-        self.device = self.runtime.device
-        return self
-
-    def close(self) -> None:
-        """End the runtime's worker process (OpenVINO), if any; the network then runs on torch as its precision switch
-        asks (``TOLANet.stage_dtypes``)."""
-        if self.runtime is not None:
-            self.runtime.close()
-            self.runtime = None
+        return auto_batch_size(self.net, self.device)
 
     # ------------------------------------------------------------------------------------------ running
     def __call__(self, images: ImageInputs, detect: bool = False, outscale: Optional[float] = None, seed: int = 0,
@@ -381,7 +166,7 @@ class TOLAPipeline:
             raise ValueError("paste 'checked' pastes the lines PP-OCRv4 reads as well restored: it needs recognize; "
                              "set recognize=True, or paste='all' to paste every restored line")
         # 2. Read each image (RGB), check its bounds, find its lines (detect) and cut them into 128x512 canvases
-        prepared: List[Union[_Image, Exception]] = []
+        prepared: List[Union[ImageWork, Exception]] = []
         for index, item in enumerate(items):
             try:
                 prepared.append(
@@ -391,11 +176,11 @@ class TOLAPipeline:
                 prepared.append(err)
         # 3. Restore every canvas, batched across lines and images, on the runtime's path (a path that fails is left
         #    for the next; no non-finite output is kept); blend each line's windows back together
-        self._restore_isolated([p for p in prepared if isinstance(p, _Image)])
+        self._restore_isolated([p for p in prepared if isinstance(p, ImageWork)])
         # 4. Read the lines before and after (recognize), paste the lines into the output image (detect) or resize
-        return [(p.error or self._finish(p, detect, recognize)) if isinstance(p, _Image) else p for p in prepared]
+        return [(p.error or self._finish(p, detect, recognize)) if isinstance(p, ImageWork) else p for p in prepared]
 
-    def _finish(self, image: _Image, detect: bool, recognize: bool) -> Union[Restoration, Exception]:
+    def _finish(self, image: ImageWork, detect: bool, recognize: bool) -> Union[Restoration, Exception]:
         """PP-OCRv4's readings (``recognize``) and the output image of a restored image, or the error."""
         try:
             if recognize:
@@ -424,7 +209,7 @@ class TOLAPipeline:
             raise budget_error(what, width, height, self.max_pixels)
 
     def _prepare(self, item: ImageInput, index: int, name: Optional[str], seed: int, detect: bool,
-                 outscale: Optional[float], value_range) -> _Image:
+                 outscale: Optional[float], value_range) -> ImageWork:
         """Read one image, check its bounds, find its lines and cut them into canvases: everything before the
         network, so that an image over a bound costs nothing but its reading."""
         rgb, own_name = self._read(item, index, value_range)
@@ -438,7 +223,7 @@ class TOLAPipeline:
             check_windows(what, windows, self.max_windows, f'a {width}x{height} line ({columns} columns at height 128)')
             scale = CANVAS_H / height if outscale is None else outscale  # default: the canvas height
             size = output_size(what, height, width, scale, self.max_output_pixels)
-            return _Image(rgb, name, self._cut([(rgb, None, None)], base_seed), scale, size)
+            return ImageWork(rgb, name, self._cut([(rgb, None, None)], base_seed), scale, size)
         if outscale is not None:
             output_size(what, height, width, outscale, self.max_output_pixels)  # before the detector runs
         strips, note = self._detect(rgb)
@@ -450,7 +235,7 @@ class TOLAPipeline:
             scale = capped_scale(height, width, float(np.clip(CANVAS_H / median, *AUTO_OUTSCALE_RANGE)),
                                  self.max_output_pixels)
         size = output_size(what, height, width, scale, self.max_output_pixels)
-        return _Image(rgb, name, self._cut(strips, base_seed), scale, size, note)
+        return ImageWork(rgb, name, self._cut(strips, base_seed), scale, size, note)
 
     def _detect(self, rgb: np.ndarray) -> Tuple[List[Tuple[np.ndarray, np.ndarray, np.ndarray]], str]:
         """The detected lines of a photo as (strip, quad, polygon), rectified and turned the right way up; and a
@@ -466,8 +251,8 @@ class TOLAPipeline:
         quads = [np.roll(q, 2, axis=0) if flip else q for q, flip in zip(quads, flips)]  # read the right way up
         return [(rectify(rgb, q), q, p) for q, p in zip(quads, polygons)], ''
 
-    def _cut(self, strips, base_seed: int) -> List[_Line]:
-        """Lines (strip, quad, polygon) -> ``_Line``s with their canvases and noise seeds."""
+    def _cut(self, strips, base_seed: int) -> List[LineWork]:
+        """Lines (strip, quad, polygon) -> ``LineWork``s with their canvases and noise seeds."""
         lines, tile_index = [], 0
         for strip, quad, polygon in strips:
             line = to_canvas_height(strip)
@@ -475,10 +260,10 @@ class TOLAPipeline:
             tiles = cut_tiles(line, layout, self.pad_mode).astype(np.float32) / 255.0
             seeds = [(base_seed + tile_index + k) % 2**63 for k in range(layout.num_tiles)]
             tile_index += layout.num_tiles
-            lines.append(_Line(strip, layout, tiles, seeds, quad, polygon))
+            lines.append(LineWork(strip, layout, tiles, seeds, quad, polygon))
         return lines
 
-    def _restore_isolated(self, images: List[_Image]) -> None:
+    def _restore_isolated(self, images: List[ImageWork]) -> None:
         """Restore the lines of all ``images`` together (batched across images); the images that had a canvas in a
         batch that failed are restored again, each alone, so that only an image that fails on its own is marked
         failed (``error``); the others keep their result (the same: noise seeds are per image)."""
@@ -508,8 +293,7 @@ class TOLAPipeline:
         with torch.inference_mode():
             batch = batch.to(self.device)
             out = self.net(batch, noise_seeds=[seed], return_intermediates=True)
-            plan = getattr(self.net, 'plan', None)  # the net's: the plain route's while it judges
-            where = plan.path.name if plan is not None else 'the network'
+            where = self.runtime.running if self.runtime is not None else 'the network'  # the plain route judging
             if out['confidences'] is not None and not bool(torch.isfinite(out['confidences']).all()):
                 raise NonFiniteOutput(f'{where} returned non-finite text prior confidences (NaN or infinity); '
                                       'nothing written')
@@ -523,41 +307,13 @@ class TOLAPipeline:
         return image, text, confidences
 
     def _run_batch(self, lq: np.ndarray, seeds: List[int]):
-        """``_run_windows`` on the runtime's path; when that path fails (``PATH_FAILURES``) the batch runs again on
-        the next path that works. A non-finite output is first judged by the plain fp32 torch route: finite there,
-        the path is to blame (it is disqualified and the plain route's result kept); non-finite there too, the
-        input is (the images fail, the path stays). A worker killed from outside (SIGKILL of the OOM killer or a
-        user, SIGTERM) is started again and the batch run again (``Runtime.restart_after``, bounded); only a second
-        death on the same batch counts against the path. Without a path left the batch fails with the reasons."""
-        restarted = False
-        while True:
-            try:
-                return self._run_windows(lq, seeds)
-            except PATH_FAILURES as err:
-                if self.runtime is None:
-                    raise
-                if not restarted and self.runtime.restart_after(err):
-                    restarted = True
-                    continue
-                judged, remember = None, True
-                if isinstance(err, ChildFailure) and err.killed_from_outside:
-                    if restarted:  # killed again on the same windows: they are what kills it
-                        err = ChildFailure(err.what, f'{err.how}, again on the same windows after a restart')
-                    else:  # restarts used up: this run moves on, the verdict stays
-                        remember = False
-                if isinstance(err, NonFiniteOutput) and not self.runtime.plan.path.plain:
-                    with self.runtime.plain_route():
-                        judged = self._run_windows(lq, seeds)  # NonFiniteOutput: the input's failure
-                try:
-                    self.runtime.fail(err, remember)
-                except NoPathLeft as none_left:
-                    if judged is not None:
-                        return judged
-                    raise RuntimeError(f'no output written: {none_left}') from None
-                if judged is not None:
-                    return judged
+        """``_run_windows`` on the runtime's current path (``Runtime.serve``: a path that fails is left for the next
+        and the batch runs again there); on the network as given without a runtime."""
+        if self.runtime is None:
+            return self._run_windows(lq, seeds)
+        return self.runtime.serve(lambda: self._run_windows(lq, seeds))
 
-    def _restore_lines(self, lines: List[_Line]) -> Dict[int, BaseException]:
+    def _restore_lines(self, lines: List[LineWork]) -> Dict[int, BaseException]:
         """Run the network on every canvas of ``lines`` in steps of ``batch_size``; fill each line's restored
         strip (uint8, canvas height) and its windows' text priors. Returns {id(line): error} for the lines with a
         canvas in a batch that failed (those are left unrestored)."""
@@ -588,7 +344,7 @@ class TOLAPipeline:
             position += count
         return failed
 
-    def _recognize(self, lines: List[_Line]) -> None:
+    def _recognize(self, lines: List[LineWork]) -> None:
         """PP-OCRv4's reading of every line before (its strip) and after (its restored strip)."""
         if not lines:
             return
@@ -598,7 +354,7 @@ class TOLAPipeline:
         for i, line in enumerate(lines):
             line.before, line.after = readings[2 * i], readings[2 * i + 1]
 
-    def _assemble(self, image: _Image, detect: bool) -> Restoration:
+    def _assemble(self, image: ImageWork, detect: bool) -> Restoration:
         height, width = image.rgb.shape[:2]
         out_h, out_w = image.out_size
         if not detect:
@@ -613,20 +369,6 @@ class TOLAPipeline:
                 quad = scale_quad(line.quad, (out_w / width, out_h / height))
                 feather = max(1.0, self.feather * line.strip.shape[0] * out_h / height)
                 paste_strip(output, line.restored, quad, feather)
-        return Restoration(image=output, lines=[self._line_result(line) for line in image.lines],
+        return Restoration(image=output, lines=[LineResult.of(line) for line in image.lines],
                            input_size=(height, width), outscale=image.scale, name=image.name, detected=detect,
                            note=image.note)
-
-    @staticmethod
-    def _line_result(line: _Line) -> LineResult:
-        tokens = [c for window in line.confidences for c in window]
-        result = LineResult(
-            prior_text=WINDOW_SEPARATOR.join(line.texts), prior_confidence=float(np.mean(tokens)) if tokens else 0.0,
-            token_confidences=[float(c) for c in tokens], window_texts=list(line.texts))
-        if line.polygon is not None:
-            result.polygon = [[round(float(x), 2), round(float(y), 2)] for x, y in line.polygon]
-        if line.before is not None:
-            result.text_before, result.confidence_before = line.before.text, line.before.confidence
-            result.text_after, result.confidence_after = line.after.text, line.after.confidence
-        result.pasted = line.pasted
-        return result

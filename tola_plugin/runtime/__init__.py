@@ -2,8 +2,10 @@
 
 A path that we did not write (an OpenVINO stage in a precision, torch bf16 on a CPU, bf16/fp16 on CUDA) serves only
 after it has shown, in a child process on this machine, that it computes what the plain fp32 torch route computes
-(``qualification.py``); the verdict is cached per machine, runtime versions, precision and model. ``placement.py``
-turns a request (device, backend, precision) into one ``RuntimePlan`` and applies it; OpenVINO runs in a worker
-process of its own (``openvino_client.py`` / ``openvino_worker.py``), so its crashes never end the user's process.
+(``qualification.py``); the verdict is cached per machine, runtime versions, precision and model. ``serving.py``
+turns a request (device, backend, precision) into one ``RuntimePlan`` (``plan.py``), installs the path's stage runner
+in the network (``routed_stages.py`` for OpenVINO; ``archs/stage_runner.py`` for torch) and serves batches, falling
+back when a path fails; OpenVINO runs in a worker process of its own (``openvino_client.py`` /
+``openvino_worker.py``), so its crashes never end the user's process.
 docs/inference.md, "Qualification".
 """

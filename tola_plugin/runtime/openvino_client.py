@@ -1,14 +1,13 @@
 """The parent's side of the OpenVINO worker (``openvino_worker.py``): start it, have it compile each stage in its
-precision (the path's per stage; the text prior's in fp32), learn the precision OpenVINO actually compiled each in
-(``compiled_dtypes``: a hint it cannot honour on this CPU is replaced by what it can), run stages on CPU tensors, and
-turn its death, a hang or an error into ``ChildFailure``.
-
-Streams: 1 (the default) compiles the stages for one request at a time with every thread on it; n > 1 or 'auto'
-compiles them with OpenVINO's throughput settings and the worker splits each batch of a batch-major stage
-(``BATCH_MAJOR``) across the requests in flight (``openvino_worker.run_stage``; docs/inference.md, "Folders: streams").
+precision (the path's ``StageDtypes``, turned into OpenVINO's precision hints here, at the process boundary; the text
+prior's in fp32), learn the precision OpenVINO actually compiled each in (``compiled``: a hint it cannot honour on
+this CPU is replaced by what it can), run stages on CPU tensors, and
+turn its death, a hang or an error into ``ChildFailure``. Each stage is compiled for one request at a time with every
+thread on it (OpenVINO's throughput streams measured 1.00-1.07x on a folder and were removed: docs/inference.md,
+"Folders: one stream").
 
 Everything OpenVINO does happens in the worker: a kernel that crashes there (SIGSEGV) or never returns is a
-``ChildFailure`` here, and the runtime moves on to the next path (``placement.Runtime.fail``). The worker's stderr
+``ChildFailure`` here, and the runtime moves on to the next path (``serving.Runtime.fail``). The worker's stderr
 goes to a temporary file whose tail is part of the message.
 """
 import os
@@ -16,35 +15,25 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Dict, Optional, Tuple, Union
+from typing import Dict, Optional, Tuple
 
 import numpy as np
 import torch
 
+from tola_plugin.archs.precision import StageDtypes
 from tola_plugin.runtime.child_process import ChildFailure, child_environment, describe_exit, python_command
-from tola_plugin.runtime.stages import IMAGE_STAGES
+from tola_plugin.runtime.image_stages import IMAGE_STAGES
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'openvino_worker.py')
 HINTS = {torch.float32: 'f32', torch.bfloat16: 'bf16', torch.float16: 'f16'}
 DTYPES = {hint: dtype for dtype, hint in HINTS.items()}
+#: the text prior's stages compile in fp32 on every path, as torch runs them: in bf16 its greedy ids differed from
+#: fp32's on 7 of the demo model's 32 held-out lines (OpenVINO 2025.4.1, docs/inference.md "Precision"), and ids are
+#: what it gives
+PRIOR_DTYPE = torch.float32
 #: seconds a worker may take to compile the stages / to run one stage before it counts as hung (full size on 2
 #: cores: about 30 s to compile for bf16, 2 s per stage)
 TIMEOUTS = {'load': 900.0, 'run': 600.0}
-#: the stages whose inputs and output all have the batch first: split across requests in flight (the text prior's
-#: stages, whose decoding steps read a kept output, run on one request)
-BATCH_MAJOR = IMAGE_STAGES
-
-Streams = Union[int, str]  # 1, n > 1, or 'auto'
-
-
-def check_streams(streams: Streams) -> Streams:
-    """``streams`` as the worker takes it (an int >= 1 or 'auto'), else a ValueError naming the choices."""
-    if streams == 'auto':
-        return streams
-    if isinstance(streams, bool) or not isinstance(streams, int) or streams < 1:
-        raise ValueError(f"streams must be 1 (one stream: every thread on each window), a number > 1 or 'auto' "
-                         f"(OpenVINO's throughput settings), got {streams!r}")
-    return streams
 
 
 @dataclass(frozen=True)
@@ -55,22 +44,18 @@ class Kept:
 
 
 class OpenVINOWorker:
-    """One worker process serving the stages of one cache entry (``stages``: stage -> IR), each compiled in its
-    precision (``dtypes``: stage -> dtype, every stage) with ``streams`` (``check_streams``); ``streams_run``,
-    ``requests`` and ``precisions``: what OpenVINO compiled (streams, requests in flight, each stage's precision as
-    its kernels compute it: 'f32', 'bf16', 'f16'; ``compiled_dtypes`` as torch dtypes)."""
+    """One worker process serving the stages of one cache entry (``stages``: stage -> IR), each image stage compiled in
+    its precision of ``dtypes`` (a path's), the text prior's in fp32 (``PRIOR_DTYPE``; ``dtype_of``); ``precisions``:
+    each stage's precision as OpenVINO compiled it, as its kernels compute it ('f32', 'bf16', 'f16';
+    ``compiled_dtypes`` as torch dtypes, ``compiled`` as the path's ``StageDtypes``)."""
 
-    def __init__(self, stages: Dict[str, str], dtypes: Dict[str, torch.dtype], threads: int, cache_dir: Optional[str],
-                 streams: Streams = 1):
-        streams = check_streams(streams)
-        if set(dtypes) != set(stages):
-            raise ValueError(f'the OpenVINO worker needs a precision for each stage {sorted(stages)}, got '
-                             f'{sorted(dtypes)}')
-        for name, precision in sorted(dtypes.items()):
-            if precision not in HINTS:
-                raise ValueError(f'the OpenVINO backend runs fp32, bf16 or fp16, got {precision} for {name}')
-        self.dtypes = dict(dtypes)
-        self.what = 'the OpenVINO worker (' + ', '.join(sorted({HINTS[d] for d in self.dtypes.values()})) + ')'
+    def __init__(self, stages: Dict[str, str], dtypes: StageDtypes, threads: int, cache_dir: Optional[str]):
+        for name in IMAGE_STAGES:
+            if dtypes[name] not in HINTS:
+                raise ValueError(f'the OpenVINO backend runs fp32, bf16 or fp16, got {dtypes[name]} for {name}')
+        self.dtypes = dtypes
+        hints = {stage: HINTS[self.dtype_of(stage)] for stage in stages}
+        self.what = 'the OpenVINO worker (' + ', '.join(sorted(set(hints.values()))) + ')'
         to_child, from_parent = os.pipe()
         from_child, to_parent = os.pipe()
         self.stderr = tempfile.TemporaryFile()
@@ -84,23 +69,25 @@ class OpenVINOWorker:
             os.close(to_parent)
         self.writer = Connection(from_parent, readable=False)
         self.reader = Connection(from_child, writable=False)
-        hints = {stage: HINTS[d] for stage, d in self.dtypes.items()}
         self.info = self.call(
-            {
-                'op': 'load', 'stages': dict(stages), 'hints': hints, 'threads': int(threads), 'cache_dir': cache_dir,
-                'streams': streams
-            }, TIMEOUTS['load'])
-        self.streams_run, self.requests = int(self.info['streams']), int(self.info['requests'])
+            {'op': 'load', 'stages': dict(stages), 'hints': hints, 'threads': int(threads), 'cache_dir': cache_dir},
+            TIMEOUTS['load'])
         self.precisions = dict(self.info['precisions'])
 
     def dtype_of(self, stage: str) -> torch.dtype:
-        """The precision ``stage`` was asked to compile in."""
-        return self.dtypes[stage]
+        """The precision ``stage`` is asked to compile in."""
+        return self.dtypes[stage] if stage in IMAGE_STAGES else PRIOR_DTYPE
 
     @property
     def compiled_dtypes(self) -> Dict[str, torch.dtype]:
         """stage -> the dtype OpenVINO compiled it in (its kernels' precision)."""
         return {stage: DTYPES[precision] for stage, precision in self.precisions.items()}
+
+    @property
+    def compiled(self) -> StageDtypes:
+        """The path's dtypes as the worker computes them: each image stage in the precision OpenVINO compiled."""
+        compiled = self.compiled_dtypes
+        return self.dtypes.replace(**{stage: compiled[stage] for stage in IMAGE_STAGES})
 
     def _stderr_tail(self) -> str:
         self.stderr.seek(0)
@@ -140,7 +127,7 @@ class OpenVINOWorker:
                                    'torch on a GPU')
             tensor = tensor.detach()
             feeds.append((tensor.float() if tensor.is_floating_point() else tensor.long()).contiguous().numpy())
-        message = {'op': 'run', 'stage': stage, 'inputs': feeds, 'keep': keep, 'split': stage in BATCH_MAJOR}
+        message = {'op': 'run', 'stage': stage, 'inputs': feeds, 'keep': keep}
         reply = self.call(message, TIMEOUTS['run'])
         if keep:
             return Kept(keep, tuple(reply['shape']))

@@ -10,8 +10,8 @@ import warnings
 
 import torch
 
+from tola_plugin.runtime.image_stages import STAGES, stage_modules
 from tola_plugin.runtime.stage_source import load_modules
-from tola_plugin.runtime.stages import STAGES, stage_modules
 from tola_plugin.runtime.text_prior_stages import TextEncoderStage, prior_stage_modules
 
 

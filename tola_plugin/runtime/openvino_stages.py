@@ -18,10 +18,11 @@ import time
 from typing import Sequence
 
 from tola_plugin.runtime.child_process import python_command, run_child
+from tola_plugin.runtime.image_stages import STAGES
 from tola_plugin.runtime.machine import package_version
+from tola_plugin.runtime.model_digest import sha256_of
 from tola_plugin.runtime.openvino_convert import PROGRESS
-from tola_plugin.runtime.stage_source import StageSource, sha256_of
-from tola_plugin.runtime.stages import STAGES
+from tola_plugin.runtime.stage_source import StageSource
 from tola_plugin.utils.atomic_files import read_json_dict, write_json
 from tola_plugin.utils.progress import Progress
 from tola_plugin.utils.user_cache import cache_root

@@ -6,81 +6,32 @@ here, so a crash of its kernels ends this process and the parent falls back to a
     python openvino_worker.py READ_FD WRITE_FD
 
 Messages (pickled dicts over ``multiprocessing.connection``): {'op': 'load', 'stages': {name: xml}, 'hints': {name:
-'f32' | 'bf16' | 'f16'}, 'threads': n, 'cache_dir': path or None, 'streams': 1 | n | 'auto' (optional, 1)} -> {'ok':
-True, 'version', 'seconds', 'streams', 'requests', 'precisions': {name: the precision its kernels compute in,
-``compiled_precision``}}; {'op': 'run', 'stage': name, 'inputs': [arrays],
-'keep': None, 'split': False} -> {'ok': True, 'output': float32 array}; with 'keep': a name, the output stays here
-under that name (-> {'ok': True, 'shape': its shape}) and a later run's input may be that name (the text prior's
-encoder output, read by each decoding step); {'op': 'exit'}. A failure is {'ok': False, 'error': message}. End of
-input (the parent gone) ends the worker. Imports numpy, OpenVINO and the standard library only, so it starts in well
-under a second. A thread keeps the weights files OpenVINO maps out of its resident memory (``PageTrimmer``).
+'f32' | 'bf16' | 'f16'}, 'threads': n, 'cache_dir': path or None} -> {'ok': True, 'version', 'seconds', 'precisions':
+{name: the precision its kernels compute in, ``compiled_precision``}}; {'op': 'run', 'stage': name, 'inputs': [arrays],
+'keep': None} -> {'ok': True, 'output': float32 array}; with 'keep': a name, the output stays here under that name
+(-> {'ok': True, 'shape': its shape}) and a later run's input may be that name (the text prior's encoder output, read
+by each decoding step); {'op': 'exit'}. A failure is {'ok': False, 'error': message}. End of input (the parent gone)
+ends the worker. Imports numpy, OpenVINO and the standard library only (and ``resident_memory.py`` beside it, by its
+path: ``resident_memory``), so it starts in well under a second. A thread keeps the weights files OpenVINO maps out of
+its resident memory (``resident_memory.PageTrimmer``).
 
-Streams (``compile_config``): 1 is one stream with every thread on each request (LATENCY); n > 1 or 'auto' are
-OpenVINO's throughput settings (THROUGHPUT hint, n streams or OpenVINO's choice, the threads shared among them),
-with as many requests as OpenVINO advises (OPTIMAL_NUMBER_OF_INFER_REQUESTS): a run with 'split' (a stage whose
-inputs and output have the batch first) splits its batch across them, in flight together (``run_stage``);
-docs/inference.md, "Folders: streams".
+Each stage runs on one request with every thread on it (``compile_config``: one stream, LATENCY).
 """
-import ctypes
+import importlib.util
 import os
 import sys
-import threading
 import time
 from multiprocessing.connection import Connection
 
-MADV_DONTNEED = 4
-WEIGHT_FILES = ('.bin', '.blob')  # the IR's weights, OpenVINO's compiled cache entries
 
-
-class PageTrimmer:
-    """Keeps the original weights OpenVINO maps from its files out of this worker's resident memory, so that it holds
-    one copy of each weight: the one its kernels run on.
-
-    OpenVINO maps a weights file read-only (the IR's .bin, or the compiled model's cache blob) and keeps the mapping
-    for the compiled model's life, while its convolutions and matmuls run on copies repacked for this CPU: after the
-    first inference the mapped pages are rarely read again, yet they stay resident, a second copy of every weight.
-    Every ``period`` seconds, when this process's resident file pages grew by ``growth`` bytes, a thread drops its
-    pages of those read-only mappings (madvise MADV_DONTNEED: a page read again is mapped again, unchanged, from the
-    file). Written by hand: OpenVINO has no setting for it."""
-
-    def __init__(self, period: float = 0.02, growth: int = 32 << 20):
-        self.period, self.growth = period, growth
-        self.libc = ctypes.CDLL(None, use_errno=True)
-        self.libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-        self.trimmed = 0
-
-    def start(self) -> 'PageTrimmer':
-        self.trimmed = self.rss_file()
-        threading.Thread(target=self.run, name='page-trimmer', daemon=True).start()
-        return self
-
-    @staticmethod
-    def rss_file() -> int:
-        """Resident file-backed bytes of this process (/proc/self/status RssFile)."""
-        with open('/proc/self/status', encoding='ascii') as f:
-            for line in f:
-                if line.startswith('RssFile:'):
-                    return int(line.split()[1]) * 1024
-        return 0
-
-    def trim(self) -> int:
-        """Drop this process's pages of the read-only mappings of weight files; returns the bytes of mappings."""
-        dropped = 0
-        with open('/proc/self/maps', encoding='utf-8') as f:
-            for line in f:
-                fields = line.split(maxsplit=5)
-                if len(fields) == 6 and 'w' not in fields[1] and fields[5].rstrip('\n').endswith(WEIGHT_FILES):
-                    start, end = (int(x, 16) for x in fields[0].split('-'))
-                    if self.libc.madvise(start, end - start, MADV_DONTNEED) == 0:
-                        dropped += end - start
-        return dropped
-
-    def run(self) -> None:
-        while True:
-            time.sleep(self.period)
-            if self.rss_file() > self.trimmed + self.growth:
-                self.trim()
-                self.trimmed = self.rss_file()
+def resident_memory():
+    """``resident_memory.py`` of this folder (the page trimmer), loaded by its path: importing it through the package
+    would import the package, and torch with it."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'resident_memory.py')
+    spec = importlib.util.spec_from_file_location('tola_resident_memory', path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 #: the layers that do a stage's arithmetic (OpenVINO's runtime model names them so): their precision is the stage's
@@ -104,17 +55,12 @@ def compiled_precision(compiled) -> str:
 
 
 def compile_config(message, stage: str) -> dict:
-    """OpenVINO's CPU settings of ``stage`` for the load message's precision hints, threads and streams (module
-    docstring)."""
-    config = {'INFERENCE_PRECISION_HINT': message['hints'][stage], 'INFERENCE_NUM_THREADS': int(message['threads'])}
-    streams = message.get('streams', 1)
-    if streams == 1:
-        config.update({'NUM_STREAMS': 1, 'PERFORMANCE_HINT': 'LATENCY'})
-    else:
-        config['PERFORMANCE_HINT'] = 'THROUGHPUT'
-        if streams != 'auto':
-            config['NUM_STREAMS'] = int(streams)
-    return config
+    """OpenVINO's CPU settings of ``stage`` for the load message's precision hints and threads: one stream, every
+    thread on each request (module docstring)."""
+    return {
+        'INFERENCE_PRECISION_HINT': message['hints'][stage], 'INFERENCE_NUM_THREADS': int(message['threads']),
+        'NUM_STREAMS': 1, 'PERFORMANCE_HINT': 'LATENCY'
+    }
 
 
 def load(message):
@@ -123,50 +69,18 @@ def load(message):
     core = ov.Core()
     if message.get('cache_dir'):
         core.set_property({'CACHE_DIR': message['cache_dir']})
-    requests, precisions, streams, count = {}, {}, 1, 1
+    requests, precisions = {}, {}
     for stage, xml in message['stages'].items():
-        config = compile_config(message, stage)
-        compiled = core.compile_model(xml, 'CPU', config)
+        compiled = core.compile_model(xml, 'CPU', compile_config(message, stage))
         precisions[stage] = compiled_precision(compiled)
-        streams = int(compiled.get_property('NUM_STREAMS'))
-        if config['PERFORMANCE_HINT'] == 'THROUGHPUT':
-            count = int(compiled.get_property('OPTIMAL_NUMBER_OF_INFER_REQUESTS'))
-        requests[stage] = [compiled.create_infer_request() for _ in range(count)]
-    info = {
-        'version': ov.__version__, 'seconds': time.perf_counter() - start, 'streams': streams, 'requests': count,
-        'precisions': precisions
-    }
-    return requests, info
+        requests[stage] = compiled.create_infer_request()
+    return requests, {'version': ov.__version__, 'seconds': time.perf_counter() - start, 'precisions': precisions}
 
 
-def batch_parts(inputs, requests: int) -> int:
-    """Into how many chunks ``run_stage`` splits a run of batch-major ``inputs`` (numpy arrays): one per request,
-    at most one per batch item; 1 (no split) unless every input has the same first dimension."""
-    sizes = {x.shape[0] if x.ndim else -1 for x in inputs}
-    return max(1, min(requests, sizes.pop())) if len(sizes) == 1 else 1
-
-
-def run_stage(requests, inputs, split: bool = False):
-    """One stage on ``inputs`` (numpy arrays) -> its first output (float32): on one request, or (``split``: the
-    inputs and the output have the batch first) with several requests split along the batch into contiguous
-    chunks, all in flight at once (each on a stream of its own) and joined in order."""
+def run_stage(request, inputs):
+    """One stage on ``inputs`` (numpy arrays) -> its first output (float32)."""
     import numpy as np
-    parts = batch_parts(inputs, len(requests)) if split else 1
-    if parts == 1:
-        return np.array(requests[0].infer(inputs)[0], dtype=np.float32, copy=True)
-    chunks = [np.array_split(x, parts) for x in inputs]
-    busy = requests[:parts]
-    for k, request in enumerate(busy):
-        request.start_async([chunk[k] for chunk in chunks])
-    errors = []
-    for request in busy:  # every request is waited for: none is left busy for the next run when one failed
-        try:
-            request.wait()
-        except Exception as err:  # noqa: B902  (OpenVINO's own error types; the first is reported)
-            errors.append(err)
-    if errors:
-        raise errors[0]
-    return np.concatenate([np.array(r.get_output_tensor(0).data, dtype=np.float32, copy=True) for r in busy])
+    return np.array(request.infer(inputs)[0], dtype=np.float32, copy=True)
 
 
 def serve(reader: Connection, writer: Connection) -> int:
@@ -185,7 +99,7 @@ def serve(reader: Connection, writer: Connection) -> int:
                 reply = dict(info, ok=True)
             elif op == 'run':
                 inputs = [kept[x] if isinstance(x, str) else x for x in message['inputs']]
-                output = run_stage(requests[message['stage']], inputs, bool(message.get('split')))
+                output = run_stage(requests[message['stage']], inputs)
                 if message.get('keep'):
                     kept[message['keep']] = output
                     reply = {'ok': True, 'shape': output.shape}
@@ -203,7 +117,7 @@ def main(argv=None) -> int:
     reader = Connection(int(args[0]), writable=False)
     writer = Connection(int(args[1]), readable=False)
     if os.path.exists('/proc/self/maps'):  # Linux
-        PageTrimmer().start()
+        resident_memory().PageTrimmer().start()
     return serve(reader, writer)
 
 

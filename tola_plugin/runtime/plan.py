@@ -1,13 +1,14 @@
 """The runtime decision's one object: ``RuntimePlan`` (device, the path that runs: its backend and each stage's
-precision as it computes, what was asked, why this path, which paths were passed over and why), and the order in
+precision as it computes, what was asked, why this path, which paths were passed over and why), a path
+(``BackendPrecision``: a backend and a compute dtype per stage, ``archs/precision.StageDtypes``), and the order in
 which paths are tried (``candidate_paths``)."""
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 
-from tola_plugin.archs.precision import (PRECISIONS, STAGE_NAMES, cpu_has_native_bf16, cuda_has_fp16_tensor_cores,
-                                         cuda_has_native_bf16, dtype_name, precision_dtype, stage_dtypes)
+from tola_plugin.archs.precision import (PRECISIONS, STAGE_NAMES, StageDtypes, cpu_has_native_bf16,
+                                         cuda_has_fp16_tensor_cores, cuda_has_native_bf16, dtype_name, precision_dtype)
 from tola_plugin.runtime import bf16_speed
 from tola_plugin.runtime.machine import cpu_has_fp16_instructions
 
@@ -21,38 +22,22 @@ NARROWING = ('vae_encoder', 'mom', 'idm', 'lrc', 'vae_decoder')
 
 
 @dataclass(frozen=True)
-class Path:
-    """One way to run the stages: a backend ('torch' or 'openvino') and a compute dtype per stage (``dtypes``:
-    stage of ``archs/precision.STAGE_NAMES`` -> dtype; the text prior always fp32)."""
+class BackendPrecision:
+    """A path: one way to run the stages, a backend ('torch' or 'openvino') and a compute dtype per stage
+    (``dtypes``: ``archs/precision.StageDtypes``; the text prior always fp32)."""
     backend: str
-    stage_dtypes: Tuple[torch.dtype, ...]  # in STAGE_NAMES order
+    dtypes: StageDtypes
 
     @classmethod
-    def of(cls, backend: str, dtypes: Mapping[str, torch.dtype]) -> 'Path':
-        return cls(backend, tuple(dtypes[stage] for stage in STAGE_NAMES))
-
-    @classmethod
-    def uniform(cls, backend: str, dtype: torch.dtype) -> 'Path':
+    def uniform(cls, backend: str, dtype: torch.dtype) -> 'BackendPrecision':
         """One precision on every stage (``archs/precision.stage_dtypes``: the VAE decoder fp32 under fp16)."""
-        return cls.of(backend, stage_dtypes(dtype))
-
-    @property
-    def dtypes(self) -> Dict[str, torch.dtype]:
-        return dict(zip(STAGE_NAMES, self.stage_dtypes))
+        return cls(backend, StageDtypes.uniform(dtype))
 
     @property
     def precision(self) -> str:
-        """'bf16' when every stage computes in it, else the precision of most stages and the others by stage:
-        'fp32 (bf16: vae_encoder, vae_decoder)', 'bf16 (fp16: mom, lrc; fp32: vae_decoder)'."""
-        names = [dtype_name(d) for d in self.stage_dtypes]
-        main = max(('fp32', 'bf16', 'fp16'), key=names.count)  # ties: the more precise
-        others = {}
-        for stage, name in zip(STAGE_NAMES, names):
-            if name != main:
-                others.setdefault(name, []).append(stage)
-        if not others:
-            return main
-        return f'{main} (' + '; '.join(f'{name}: {", ".join(stages)}' for name, stages in others.items()) + ')'
+        """'bf16' when every stage computes in it, else the precision of most stages and the others by stage
+        (``StageDtypes.name``): 'fp32 (bf16: vae_encoder, vae_decoder)'."""
+        return self.dtypes.name
 
     @property
     def name(self) -> str:
@@ -60,48 +45,46 @@ class Path:
 
     @property
     def signature(self) -> str:
-        """Every stage's precision, for cache keys: 'vae_encoder bf16, mom fp32, idm fp32, lrc fp32, vae_decoder
-        bf16'."""
-        return ', '.join(f'{stage} {dtype_name(d)}' for stage, d in zip(STAGE_NAMES, self.stage_dtypes))
+        """Every stage's precision, for cache keys (``StageDtypes.signature``)."""
+        return self.dtypes.signature
 
     @property
     def plain(self) -> bool:
         """The plain fp32 torch route: the reference, nothing to qualify."""
-        return self.backend == 'torch' and all(d == FP32 for d in self.stage_dtypes)
+        return self.backend == 'torch' and all(d == FP32 for d in self.dtypes.values())
 
-    def replace(self, **dtypes: torch.dtype) -> 'Path':
+    def replace(self, **dtypes: torch.dtype) -> 'BackendPrecision':
         """This path with the given stages in other dtypes."""
-        return Path.of(self.backend, dict(self.dtypes, **dtypes))
+        return BackendPrecision(self.backend, self.dtypes.replace(**dtypes))
 
 
 @dataclass(frozen=True)
 class RuntimePlan:
-    """Where and how the stages run, and why: one object, made once by ``placement.Runtime`` and passed to the
-    network (``TOLANet.plan``: each stage's compute dtype) and to the stages (the OpenVINO worker is compiled for
-    them).
+    """Where and how the stages run, and why: one object, made by ``serving.Runtime`` when it decides (the network
+    gets the path's stage runner, the OpenVINO worker is compiled for its dtypes).
 
     path: what runs, each stage in the precision it computes (on OpenVINO what it compiled, which can differ from the
     hint: ``requested``). asked: (backend, precision) as requested. reason: why this path (qualified, cached, the
     plain route). passed_over: (path, why) of the paths tried before it. requested: the path that was asked of the
     backend where it computes another (None: as asked)."""
     device: torch.device
-    path: 'Path'
+    path: BackendPrecision
     asked: Tuple[str, str] = ('torch', 'fp32')
     reason: str = 'the plain fp32 torch route'
     passed_over: Tuple[Tuple[str, str], ...] = field(default_factory=tuple)
-    requested: Optional['Path'] = None
+    requested: Optional[BackendPrecision] = None
 
     @classmethod
     def reference(cls, device) -> 'RuntimePlan':
         """The plain fp32 torch route on ``device``."""
-        return cls(torch.device(device), Path.uniform('torch', FP32))
+        return cls(torch.device(device), BackendPrecision.uniform('torch', FP32))
 
     @property
     def backend(self) -> str:
         return self.path.backend
 
     @property
-    def dtypes(self) -> Dict[str, torch.dtype]:
+    def dtypes(self) -> StageDtypes:
         return self.path.dtypes
 
     @property
@@ -131,11 +114,12 @@ class RuntimePlan:
         }
 
 
-def substitutions(requested: Path, running: Path) -> str:
+def substitutions(requested: BackendPrecision, running: BackendPrecision) -> str:
     """What a backend computes in another precision than ``requested``: 'OpenVINO computes vae_encoder, idm in fp32
     where bf16 was requested on this CPU' ('' when nothing differs)."""
     groups: Dict[Tuple[str, str], List[str]] = {}
-    for stage, asked, got in zip(STAGE_NAMES, requested.stage_dtypes, running.stage_dtypes):
+    for stage in STAGE_NAMES:
+        asked, got = requested.dtypes[stage], running.dtypes[stage]
         if asked != got:
             groups.setdefault((dtype_name(asked), dtype_name(got)), []).append(stage)
     return '; '.join(f'OpenVINO computes {", ".join(stages)} in {got} where {asked} was requested on this CPU'
@@ -160,10 +144,10 @@ def fast_dtypes(device: torch.device) -> Dict[str, torch.dtype]:
     return {'vae_encoder': low, 'mom': FP32, 'idm': idm, 'lrc': FP32, 'vae_decoder': low}
 
 
-def auto_paths(backend: str, device: torch.device) -> List[Path]:
+def auto_paths(backend: str, device: torch.device) -> List[BackendPrecision]:
     """'auto''s paths on ``backend``, in order: the fast stage precisions (``fast_dtypes``), then the same with one
     more stage back in fp32 each (``NARROWING`` order), ending with fp32 on every stage."""
-    path = Path.of(backend, fast_dtypes(device))
+    path = BackendPrecision(backend, StageDtypes(fast_dtypes(device)))
     paths = [path]
     for stage in NARROWING:
         if path.dtypes[stage] != FP32:
@@ -172,12 +156,18 @@ def auto_paths(backend: str, device: torch.device) -> List[Path]:
     return paths
 
 
-def candidate_paths(device: torch.device, backends: List[str], precision: str) -> List[Path]:
+def check_precision(precision: str) -> str:
+    """A requested precision: ``precision`` when it is one of ``archs/precision.PRECISIONS``, else a ValueError
+    naming them."""
+    if precision not in PRECISIONS:
+        raise ValueError(f'precision must be one of {PRECISIONS}, got {precision!r}')
+    return precision
+
+
+def candidate_paths(device: torch.device, backends: List[str], precision: str) -> List[BackendPrecision]:
     """The paths to try, in order, for ``backends`` (resolved: 'openvino' and/or 'torch', preferred first) and the
     requested ``precision``: an explicit precision on every stage of each backend; 'auto': ``auto_paths`` on the
     first backend, then on the next."""
-    if precision not in PRECISIONS:
-        raise ValueError(f'precision must be one of {PRECISIONS}, got {precision!r}')
-    if precision == 'auto':
+    if check_precision(precision) == 'auto':
         return [path for backend in backends for path in auto_paths(backend, device)]
-    return [Path.uniform(backend, precision_dtype(precision)) for backend in backends]
+    return [BackendPrecision.uniform(backend, precision_dtype(precision)) for backend in backends]

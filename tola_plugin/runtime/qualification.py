@@ -20,8 +20,8 @@ image (``record_reference``). The candidate then shows two things:
   "Precision".
 
 The verdict (qualified or not, why, the errors) is cached in ``qualification.json`` beside the speed decision, keyed
-by the device (CPU model and flags, or the GPU), the runtime versions, the forced kernels, the backend (with
-OpenVINO's streams where not 1), each stage's precision and the model's digest; it is written atomically and read by
+by the device (CPU model and flags, or the GPU), the runtime versions, the forced kernels, the backend, each stage's
+precision and the model's digest; it is written atomically and read by
 every later run. ``--requalify`` (``forget``) drops this machine's verdicts of a model.
 """
 import os
@@ -33,12 +33,13 @@ from typing import Callable, Dict, Optional, Tuple
 import numpy as np
 import torch
 
-from tola_plugin.archs.precision import dtype_name
+from tola_plugin.archs.precision import StageDtypes, dtype_name
 from tola_plugin.data.image_io import read_image_file
 from tola_plugin.rendered_samples import samples_dir
+from tola_plugin.runtime.image_stages import IMAGE_STAGES, run_torch_stage, stage_modules
 from tola_plugin.runtime.machine import device_identity, package_version
-from tola_plugin.runtime.plan import Path, RuntimePlan
-from tola_plugin.runtime.stages import IMAGE_STAGES, RoutedIDM, RoutedVAE, run_torch_stage, stage_modules
+from tola_plugin.runtime.plan import BackendPrecision
+from tola_plugin.runtime.routed_stages import RoutedStages
 from tola_plugin.runtime.text_prior_stages import prior_stage_modules
 from tola_plugin.utils.atomic_files import read_json_dict, write_json
 from tola_plugin.utils.user_cache import cache_path
@@ -116,7 +117,7 @@ def probe_image(shape=PROBE_SHAPE) -> torch.Tensor:
 
 
 def record_route(net, device: torch.device) -> Dict[str, torch.Tensor]:
-    """The inference TOLANet ``net``'s whole forward on the probe as it runs now (its plan and stages; noise seed 0):
+    """The inference TOLANet ``net``'s whole forward on the probe as it runs now (its stage runner; noise seed 0):
     {'z_lr', 'z0', 'image'}, CPU tensors."""
     with torch.inference_mode():
         out = net(probe_image().to(device), noise_seeds=[0], return_intermediates=True)
@@ -124,9 +125,10 @@ def record_route(net, device: torch.device) -> Dict[str, torch.Tensor]:
 
 
 def record_reference(net, device: torch.device) -> Dict[str, Tuple]:
-    """The fp32 torch route of the inference TOLANet ``net`` (its torch IDM and VAE) on the probe: stage ->
-    (inputs, output), CPU tensors (the stages' inputs are what Algorithm 1 feeds them); ROUTE -> (the factor
-    √(1-ᾱ)/√ᾱ that carries ε̂'s error into ẑ0, ``record_route``'s intermediates)."""
+    """The fp32 torch route of the inference TOLANet ``net`` (its torch IDM and VAE, through a recording stage runner
+    installed for the while) on the probe: stage -> (inputs, output), CPU tensors (the stages' inputs are what
+    Algorithm 1 feeds them); ROUTE -> (the factor √(1-ᾱ)/√ᾱ that carries ε̂'s error into ẑ0, ``record_route``'s
+    intermediates)."""
     modules = stage_modules(net.idm, net.vae)
     cases = {}
 
@@ -135,9 +137,8 @@ def record_reference(net, device: torch.device) -> Dict[str, Tuple]:
         cases[stage] = ([t.detach().cpu() for t in tensors], out)
         return out.to(device)
 
-    idm, vae, plan, recognizer = net.idm, net.vae, net.plan, net.text_recognizer
-    net.idm, net.vae, net.plan = RoutedIDM(runner), RoutedVAE(runner, vae.config), RuntimePlan.reference(device)
-    net.text_recognizer = None
+    recorder = RoutedStages(runner, StageDtypes.uniform(FP32), 'the fp32 torch route (recorded)', text=False)
+    previous = net.use_stage_runner(recorder)
     image = probe_image().to(device)
     try:
         with torch.inference_mode():
@@ -148,7 +149,7 @@ def record_reference(net, device: torch.device) -> Dict[str, Tuple]:
             cases['text_encoder'] = ([network_input.cpu()], memory.float().cpu())
             cases[TEXT_PRIOR] = ([image.cpu()], tuple(t.cpu() for t in net.decode_text(image)))
     finally:
-        net.idm, net.vae, net.plan, net.text_recognizer = idm, vae, plan, recognizer
+        net.use_stage_runner(previous)
     return cases
 
 
@@ -221,7 +222,7 @@ def check_output(check: str, candidate, reference, dtype: torch.dtype) -> Tuple[
     return error, ('' if error <= bound else f'relative error of the {what} {error:.2g} > {bound:g}')
 
 
-def compare(reference: Dict, outputs: Dict, path: Path, checks=TORCH_CHECKS) -> Verdict:
+def compare(reference: Dict, outputs: Dict, path: BackendPrecision, checks=TORCH_CHECKS) -> Verdict:
     """The verdict of a candidate's ``outputs`` (stage -> output; TEXT_PRIOR -> (ids, confidences); ROUTE -> its
     route's intermediates, None when it could not run) against the reference, on ``checks``, each stage computed in
     ``path``'s precision (for OpenVINO the precisions it compiled)."""
@@ -260,12 +261,9 @@ def save_cases(reference: Dict, path: str) -> None:
 
 
 # ------------------------------------------------------------------------------------------------------ verdicts
-def verdict_key(device: torch.device, path: Path, digest: str, streams=1) -> str:
-    """The cache key of a verdict on ``path`` (module docstring); OpenVINO's throughput streams (``streams`` other
-    than 1: another compiled configuration of the same IR) are a path of their own."""
+def verdict_key(device: torch.device, path: BackendPrecision, digest: str) -> str:
+    """The cache key of a verdict on ``path`` (module docstring)."""
     runtime = f'openvino {package_version("openvino")}' if path.backend == 'openvino' else 'torch'
-    if path.backend == 'openvino' and streams != 1:
-        runtime += f' streams {streams}'
     return f'{device_identity(device)} | {runtime}: {path.signature} | model {digest[:16]} | {FORMAT}'
 
 
@@ -318,7 +316,7 @@ def forget(digest: Optional[str] = None) -> int:
     return len(drop)
 
 
-def qualify(key: str, run_candidate: Callable[[], Dict], reference: Callable[[], Dict], path: Path,
+def qualify(key: str, run_candidate: Callable[[], Dict], reference: Callable[[], Dict], path: BackendPrecision,
             checks=TORCH_CHECKS) -> Verdict:
     """The verdict of ``key``: cached, else measured now: ``run_candidate()`` (the candidate's outputs, from its
     child, and its route; a ChildFailure or RuntimeError is the verdict's reason) against ``reference()`` on

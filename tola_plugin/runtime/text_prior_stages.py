@@ -1,6 +1,6 @@
-"""The text prior's two stages (TransOCR's encoder and one greedy decoding step), each one function of tensors, and the
-recognizer whose ``greedy_decode`` routes them to a stage runner (OpenVINO's worker) around the one greedy loop
-(``archs/transocr_arch.greedy_loop``, which ``TransOCR.greedy_decode`` drives too).
+"""The text prior's two stages (TransOCR's encoder and one greedy decoding step), each one function of tensors; a
+runtime that runs them drives them with the one greedy loop (``archs/transocr_arch.greedy_loop``, which
+``TransOCR.greedy_decode`` drives too: ``routed_stages.RoutedStages.read_text``).
 
 - 'text_encoder': TransOCR's network input (B, 3, 32, 256) (``TransOCR.preprocess`` of the image, run by the caller:
   one resize) -> the cross-attention keys and values of the image tokens (B, 2, heads, N, d_k), N = 32: what the
@@ -13,17 +13,13 @@ recognizer whose ``greedy_decode`` routes them to a stage runner (OpenVINO's wor
 
 The encoder's output stays where the stages run (``KEPT``): a greedy step sends only the ids and gets the logits back.
 """
-from typing import Callable, Dict, Tuple
+from typing import Dict
 
 import torch
 from torch import nn
 
-from tola_plugin.archs.transocr_arch import greedy_loop
-
 PRIOR_STAGES = ('text_encoder', 'text_decoder')
 KEPT = {'text_encoder': 'text_memory'}  # stage -> the name its output is kept under where the stages run
-
-Runner = Callable[..., torch.Tensor]  # runner(stage, *tensors) -> the stage's output (or a handle to it, KEPT)
 
 
 class TextEncoderStage(nn.Module):
@@ -56,24 +52,3 @@ class TextDecoderStage(nn.Module):
 def prior_stage_modules(transocr: nn.Module) -> Dict[str, nn.Module]:
     """stage -> the torch module computing it (eval: no dropout)."""
     return {'text_encoder': TextEncoderStage(transocr).eval(), 'text_decoder': TextDecoderStage(transocr).eval()}
-
-
-class RoutedTextRecognizer:
-    """TransOCR's ``greedy_decode`` (the text prior's call, ``TOLANet.predict_text_prior``) with its encoder and its
-    steps routed to ``runner('text_encoder', x)`` / ``runner('text_decoder', ids, memory)``; ``transocr`` (the torch
-    recognizer) gives the preprocessing and the START / END ids."""
-
-    def __init__(self, runner: Runner, transocr):
-        self.runner, self.transocr = runner, transocr
-
-    def greedy_decode(self, images: torch.Tensor, max_steps: int = 24, incremental: bool = True,
-                      stop_at_end: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
-        """As ``TransOCR.greedy_decode`` (same ids, probs within float rounding); ``incremental`` chooses between two
-        torch decodings of the same function, of which the decoder stage is a third: it changes nothing here."""
-        ocr = self.transocr
-        memory = self.runner('text_encoder', ocr.preprocess(images))
-
-        def step(tokens, position):
-            return self.runner('text_decoder', tokens, memory).to(images.device)
-
-        return greedy_loop(step, images.size(0), ocr.start_index, ocr.end_index, max_steps, stop_at_end, images.device)

@@ -1,9 +1,9 @@
-"""Runs TOLA's image stages (``stages.IMAGE_STAGES``: the text prior runs in fp32 on torch) on torch, each in its
+"""Runs TOLA's image stages (``image_stages.IMAGE_STAGES``: the text prior runs in fp32 on torch) on torch, each in its
 precision, in a child process of the qualification (a kernel that crashes there ends the child, not the user's
 run): ``python -m tola_plugin.runtime.torch_probe SPEC_JSON CASES_NPZ DEVICE PRECISIONS_JSON OUT_NPZ``. CASES holds
 each stage's inputs (``<stage>.<i>``); PRECISIONS maps each image stage to its precision ('fp32', 'bf16', 'fp16');
 OUT receives each stage's output (``<stage>``), computed as ``TOLANet.forward`` computes it in that precision
-(``stages.run_torch_stage``)."""
+(``image_stages.run_torch_stage``)."""
 import json
 import sys
 
@@ -11,8 +11,8 @@ import numpy as np
 import torch
 
 from tola_plugin.archs.precision import precision_dtype
+from tola_plugin.runtime.image_stages import IMAGE_STAGES, run_torch_stage, stage_modules
 from tola_plugin.runtime.stage_source import load_stages
-from tola_plugin.runtime.stages import IMAGE_STAGES, run_torch_stage, stage_modules
 
 
 def probe(spec, cases_path: str, device: str, precisions, out_path: str) -> None:
