@@ -21,11 +21,6 @@ from tola_plugin.pretrained import metric_weights as W
 VGG16_FILE = W.VGG16.name  # the name torchvision caches the ImageNet VGG16 weights under
 
 
-def torchvision_checkpoint_dir() -> str:
-    """Folder where torchvision looks for cached weights: ``$TORCH_HOME/hub/checkpoints`` (read at call time)."""
-    return W.torchvision_cache_dir()
-
-
 @LOSS_REGISTRY.register()
 class LPIPSLoss(nn.Module):
     """loss_weight · mean LPIPS(pred, target) with images in [0, 1].
