@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from tola_plugin.archs.tola_arch import TOLANet
-from tola_plugin.benchmarks import stage_timing
 from tola_plugin.data.image_io import read_image_file, write_image
 from tola_plugin.inference import batching
 from tola_plugin.inference.folder_run import restore_folder
 from tola_plugin.inference.pipeline import TOLAPipeline
 from tola_plugin.inference.prior_csv import read_prior_rows
+from tola_plugin.lab.benchmarks import stage_timing
 from tola_plugin.runtime import openvino_client
 from tola_plugin.runtime import openvino_stages as OVS
 from tola_plugin.runtime import openvino_worker, placement, qualification

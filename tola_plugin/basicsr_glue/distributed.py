@@ -31,8 +31,8 @@ import sys
 import traceback
 from typing import Dict, Mapping, Optional
 
+from tola_plugin.options.dist_params import BACKENDS
 from tola_plugin.utils.cli_errors import INPUT_ERRORS, USAGE_EXIT_STATUS, error_line
-from tola_plugin.utils.dist_params import BACKENDS
 
 NVIDIA_DRIVER_FILE = '/proc/driver/nvidia/version'
 

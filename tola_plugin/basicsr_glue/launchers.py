@@ -22,10 +22,10 @@ from basicsr.utils import make_exp_dirs as _original_make_exp_dirs
 from tola_plugin.basicsr_glue import distributed, failed_start
 from tola_plugin.basicsr_glue.option_parsing import read_options
 from tola_plugin.basicsr_glue.resume_state import load_resume_state
+from tola_plugin.options.checks import check_data_paths
 from tola_plugin.utils import run_lock
 from tola_plugin.utils.checkpoint_io import weights_only_loads
 from tola_plugin.utils.cli_errors import install_excepthook
-from tola_plugin.utils.option_checks import check_data_paths
 
 
 def parse_options(root_path, is_train=True):

@@ -12,6 +12,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
+from tola_plugin import metric_weights as W
 from tola_plugin.checkpoints.demo_backbone import transocr_file
 from tola_plugin.data.image_io import DEFAULT_MAX_PIXELS, WHITE, check_max_pixels, read_image_file, write_image
 from tola_plugin.data.text_line_source import canvas_rgb8
@@ -21,7 +22,6 @@ from tola_plugin.metrics.image_metrics import (DEFAULT_COLOR_SPACE, PAIRED_METRI
 from tola_plugin.metrics.text_metrics import ned, normalize
 from tola_plugin.ocr.ppocr import ppocrv4_unavailable
 from tola_plugin.ocr.recognizers import RECOGNIZERS, build_recognizer
-from tola_plugin.pretrained import metric_weights as W
 from tola_plugin.utils.atomic_files import write_json, write_text
 from tola_plugin.utils.checkpoint_io import require_file
 from tola_plugin.utils.user_paths import path_inside
