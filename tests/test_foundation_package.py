@@ -332,8 +332,9 @@ def test_the_lab_is_imported_by_the_lab_and_the_tools_only(tmp_path):
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text, encoding='utf-8')
-    out = subprocess.run([sys.executable, '-m', 'flake8', '--select', 'LAY', 'tola_plugin', 'tola_cli', 'tools',
-                          str(tmp_path)], cwd=REPO, capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, '-m', 'flake8', '--select', 'LAY', 'tola_plugin', 'tola_cli', 'tools',
+         str(tmp_path)], cwd=REPO, capture_output=True, text=True)
     flagged = sorted((os.path.relpath(line.split(':', 1)[0], str(tmp_path)), line.split(': ', 1)[1].split(' ')[0])
                      for line in out.stdout.splitlines())
     assert out.returncode == 1 and flagged == [('tola_cli/into_lab.py', 'LAY003'),
