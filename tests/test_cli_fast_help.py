@@ -68,9 +68,13 @@ def test_the_users_tools_are_console_scripts_with_aliases_in_tools(tmp_path):
 
 
 def test_the_defaults_the_parsers_repeat_are_the_packages():
+    import inspect
+
     import tola_cli.defaults as defaults
-    for name, (module, attribute) in SOURCES.items():
+    for name, (module, attribute, *parameter) in SOURCES.items():
         theirs = getattr(importlib.import_module(module), attribute)
+        if parameter:  # a default of a function's (or a class's) parameter
+            theirs = inspect.signature(theirs).parameters[parameter[0]].default
         ours = getattr(defaults, name)
         assert (tuple(theirs) if isinstance(ours, tuple) else theirs) == ours, name
 

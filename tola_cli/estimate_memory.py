@@ -1,6 +1,6 @@
 """GPU memory of one TOLA training iteration and of inference, per sample, for every gradient-checkpointing choice,
 and the largest batch per GPU that fits 24/40/48/80/96 GB: measured on the meta device (no weights are read, nothing
-is computed; about a minute on a CPU for the full-size network). What is and is not measured:
+is computed; its time on a CPU: docs/training_gpus.md). What is and is not measured:
 ``tola_plugin/models/memory_estimate.py``; the table for options/train/train_TOLA.yml: docs/training_gpus.md.
 
     tola-estimate-memory -opt options/train/train_TOLA.yml

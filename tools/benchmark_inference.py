@@ -24,6 +24,7 @@ import os
 import sys
 
 from tola_cli.command import run_command
+from tola_cli.defaults import PRECISIONS
 
 DEFAULT_OPT = os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'options', 'test', 'test_TOLA.yml')
@@ -39,7 +40,7 @@ def parse_args(argv=None):
                    help='full-size random backbone and random LoRA/LRC values (no files needed)')
     p.add_argument('--repeats', type=int, default=3, help='timed runs per route (median; default 3)')
     p.add_argument(
-        '--precision', nargs='+', choices=('fp32', 'bf16', 'fp16'),
+        '--precision', nargs='+', choices=[p for p in PRECISIONS if p != 'auto'],
         help='precisions of the torch and openvino routes, each on every stage (default: fp32, and bf16 / fp16 '
         'where this CPU has their instructions: an emulated precision is minutes per path for nothing)')
     p.add_argument('--photo-lines', type=int, default=8,

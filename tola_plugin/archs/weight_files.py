@@ -18,6 +18,7 @@ import torch
 from tola_plugin.archs.backbone_builder import load_difftsr, save_converted
 from tola_plugin.archs.tola_arch import TOLANet
 from tola_plugin.checkpoints.difftsr import COMPONENTS
+from tola_plugin.utils.user_text import say
 
 #: Largest relative difference between the merged and the unmerged model's outputs that ``export_merged`` accepts.
 MERGED_TOLERANCE = 1e-4
@@ -37,15 +38,15 @@ def export_merged(opt_path: str, out: str, checkpoint: Optional[str] = None, ver
             before = net(lq, noise_seeds=[0])
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     net.save_merged(out)
-    print(f'wrote {out} ({os.path.getsize(out) / 2 ** 20:.1f} MiB)')
+    say(f'wrote {out} ({os.path.getsize(out) / 2 ** 20:.1f} MiB)', sys.stdout)
     if verify:
         del net  # the merged copy is built next: one full-size network in memory at a time
         with torch.no_grad():
             after = TOLANet.from_merged(out)(lq, noise_seeds=[0])
         err = ((after - before).abs().max() / before.abs().max().clamp_min(1e-12)).item()
-        print(f'merged vs unmerged: max relative difference {err:.2e}')
+        say(f'merged vs unmerged: max relative difference {err:.2e}', sys.stdout)
         if err > MERGED_TOLERANCE:
-            print('error: merged outputs differ from the unmerged model', file=sys.stderr)
+            say('error: merged outputs differ from the unmerged model')
             return 1
     return 0
 
@@ -58,14 +59,14 @@ def convert_difftsr(checkpoint: str, out: str, components: Sequence[str] = COMPO
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     save_converted(nets, out)
     n = sum(p.numel() for net in nets.values() for p in net.parameters())
-    print(f'wrote {out}: {", ".join(nets)} ({n:,} parameters)')
+    say(f'wrote {out}: {", ".join(nets)} ({n:,} parameters)', sys.stdout)
     if verify:
         again = load_difftsr(out, components)
         for comp, net in nets.items():
             ref = again[comp].state_dict()
             for key, value in net.state_dict().items():
                 if not torch.equal(value, ref[key]):
-                    print(f'error: verify failed: {comp}.{key} differs', file=sys.stderr)
+                    say(f'error: verify failed: {comp}.{key} differs')
                     return 1
-        print('verified: identical tensors')
+        say('verified: identical tensors', sys.stdout)
     return 0

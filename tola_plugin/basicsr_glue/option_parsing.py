@@ -31,6 +31,7 @@ from tola_plugin.options.checks import check_options, check_required
 from tola_plugin.options.reader import OptionError, OptionLoader, force_yml_value, read_option_file
 from tola_plugin.options.short_run import apply_short_run
 from tola_plugin.utils import cuda_math, run_lock
+from tola_plugin.utils.user_text import say
 
 _original_parse_options = basicsr.utils.options.parse_options
 _original_ordered_yaml = basicsr.utils.options.ordered_yaml
@@ -104,7 +105,7 @@ def read_options(root_path, is_train=True):
     except OptionError as err:
         raise OptionError(f'{args.opt}: {err}') from None
     if note:
-        print(f'note: {note}', file=sys.stderr, flush=True)
+        say(f'note: {note}')
     try:
         require_run_weights(opt)
     except FileNotFoundError as err:

@@ -45,13 +45,15 @@ from tola_plugin.inference.color_fix import COLOR_FIXES, check_color_fix  # noqa
 from tola_plugin.inference.demo_model import demo_model_path, is_demo_model  # noqa: E402
 from tola_plugin.inference.pipeline import DEFAULT_COLOR_FIX, Restoration, TOLAPipeline  # noqa: E402
 from tola_plugin.inference.work_bounds import DEFAULT_MAX_OUTPUT_PIXELS, DEFAULT_MAX_WINDOWS  # noqa: E402
-from tola_plugin.utils.user_text import markdown_text  # noqa: E402
+from tola_plugin.utils.procfs import pid_alive  # noqa: E402
+from tola_plugin.utils.user_text import markdown_text, say  # noqa: E402
 from tola_plugin.web.examples import example_paths  # noqa: E402
 
-DEFAULT_MAX_MEGAPIXELS = 4.0  # larger inputs are refused (CPU time grows with the pixels)
+# The page's own bounds, below the tools' (tola-infer's image budget is data.image_io.DEFAULT_MAX_PIXELS, 64 MP)
+UPLOAD_MAX_MEGAPIXELS = 4.0  # an uploaded image with more pixels is refused (CPU time grows with the pixels)
+UPLOAD_MAX_MB = 20.0  # larger uploads are refused by the server before they are stored
+STORED_UPLOADS_MAX_MB = 200.0  # all uploads (and Gradio's copies of shown images) kept at once: the oldest go first
 KINDS = ('auto', 'line', 'photo')  # what an uploaded image is, the page's switch (restore_upload)
-DEFAULT_MAX_FILE_MB = 20.0  # larger uploads are refused by the server before they are stored
-DEFAULT_MAX_STORED_MB = 200.0  # all uploads (and Gradio's copies of shown images) kept at once: the oldest go first
 FORM_BYTES = 64 * 1024  # a request may carry one file of max_file_mb plus this much multipart form around it
 UPLOADS_PREFIX = 'tola-web-'
 TABLE_HEADERS = ['line', 'text prior (TransOCR)', 'prior confidence', 'PP-OCRv4 before', 'PP-OCRv4 after']
@@ -112,7 +114,7 @@ def looks_like_a_photo(height: int, width: int) -> bool:
 
 
 def restore_upload(pipeline: TOLAPipeline, path: str, name: str = '', kind: str = 'auto',
-                   max_megapixels: float = DEFAULT_MAX_MEGAPIXELS, color_fix: Optional[str] = None) -> PageResult:
+                   max_megapixels: float = UPLOAD_MAX_MEGAPIXELS, color_fix: Optional[str] = None) -> PageResult:
     """Restore the image file ``path`` for the page (``name``: the uploaded file's name, for messages and the noise
     seed, as tola-infer seeds by file name; ``kind``: 'line' (one text line), 'photo' (PP-OCRv4 finds the lines,
     each restored in place) or 'auto' (``looks_like_a_photo``); ``color_fix``: the page's choice, set on the
@@ -188,7 +190,7 @@ def _path(pipeline: TOLAPipeline) -> str:
 
 
 def build_app(pipeline: TOLAPipeline, detect: bool = False, demo_model: bool = False,
-              max_megapixels: float = DEFAULT_MAX_MEGAPIXELS, examples: Optional[Sequence[str]] = None,
+              max_megapixels: float = UPLOAD_MAX_MEGAPIXELS, examples: Optional[Sequence[str]] = None,
               model_name: str = '') -> gr.Blocks:
     """The demo page around ``pipeline``: an input (upload, paste, or an example: ``examples`` paths, default
     ``example_paths()``), a visible switch of what the image is (auto, one text line, a photo: ``restore_upload``;
@@ -271,7 +273,7 @@ class RequestGuard:
     """
 
     def __init__(self, app, max_file_mb: float, folder: Optional[str] = None,
-                 max_stored_mb: float = DEFAULT_MAX_STORED_MB):
+                 max_stored_mb: float = STORED_UPLOADS_MAX_MB):
         self.app, self.max_file_mb, self.folder = app, max_file_mb, folder
         self.max_bytes = int(max_file_mb * 2**20) + FORM_BYTES
         self.max_stored = int(max_stored_mb * 2**20)
@@ -410,18 +412,8 @@ def _remove_stale_upload_folders() -> None:
     """Upload folders of tola-web servers whose process is gone (killed before it could clean up)."""
     for folder in glob.glob(os.path.join(tempfile.gettempdir(), f'{UPLOADS_PREFIX}*-*')):
         pid = os.path.basename(folder)[len(UPLOADS_PREFIX):].split('-')[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not _process_alive(int(pid)):
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
             shutil.rmtree(folder, ignore_errors=True)
-
-
-def _process_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _interrupt(signum, frame):
@@ -445,8 +437,8 @@ def upload_folder(app: gr.Blocks) -> Optional[str]:
     return getattr(app, 'tola_upload_folder', None)
 
 
-def launch(app: gr.Blocks, host: str = '127.0.0.1', port: Optional[int] = None,
-           max_file_mb: float = DEFAULT_MAX_FILE_MB, block: bool = True, max_stored_mb: float = DEFAULT_MAX_STORED_MB):
+def launch(app: gr.Blocks, host: str = '127.0.0.1', port: Optional[int] = None, max_file_mb: float = UPLOAD_MAX_MB,
+           block: bool = True, max_stored_mb: float = STORED_UPLOADS_MAX_MB):
     """Serve ``app`` on host:port (port None: 7860 or the next free one) with uploads limited to ``max_file_mb`` per
     file and one file's worth per request, from the page itself only (``RequestGuard``), stored in a folder of its own
     that holds at most ``max_stored_mb`` (the oldest files go first) and is removed when the server stops; no share
@@ -488,7 +480,7 @@ def launch(app: gr.Blocks, host: str = '127.0.0.1', port: Optional[int] = None,
     # our own line instead of Gradio's (quiet): its advice to "set share=True in launch()" is for Python users, and
     # this page makes no share link
     reach = 'this machine only' if host in ('127.0.0.1', 'localhost', '::1') else f'every address of {host}'
-    print(f'tola-web: serving {app.local_url} ({reach}); Ctrl-C stops it', flush=True)
+    say(f'tola-web: serving {app.local_url} ({reach}); Ctrl-C stops it', sys.stdout)
     if block:
         if threading.current_thread() is threading.main_thread():  # SIGTERM stops the server as Ctrl-C does
             signal.signal(signal.SIGTERM, _interrupt)
@@ -509,19 +501,18 @@ def free_port(host: str) -> int:
 
 def serve(model: Optional[str] = None, detect: bool = False, precision: Optional[str] = None, device=None,
           backend: str = 'auto', color_fix: str = DEFAULT_COLOR_FIX, max_windows: int = DEFAULT_MAX_WINDOWS,
-          max_output_megapixels: float = DEFAULT_MAX_OUTPUT_PIXELS / 1e6,
-          max_megapixels: float = DEFAULT_MAX_MEGAPIXELS, max_file_mb: float = DEFAULT_MAX_FILE_MB,
-          host: str = '127.0.0.1', port: Optional[int] = None, block: bool = True,
-          max_stored_mb: float = DEFAULT_MAX_STORED_MB) -> gr.Blocks:
+          max_output_megapixels: float = DEFAULT_MAX_OUTPUT_PIXELS / 1e6, max_megapixels: float = UPLOAD_MAX_MEGAPIXELS,
+          max_file_mb: float = UPLOAD_MAX_MB, host: str = '127.0.0.1', port: Optional[int] = None, block: bool = True,
+          max_stored_mb: float = STORED_UPLOADS_MAX_MB) -> gr.Blocks:
     """The body of tola-web: load the merged ``model`` (None: the demo model) as a ``TOLAPipeline`` (where and how it
     runs: the runtime decision, printed and shown on the page), warm it up, build the page and serve it on
     host:port (port None: a free one). Blocks until stopped unless ``block`` is False; returns the app (``.close()``
     stops it)."""
-    path = model if model is not None else demo_model_path(say=lambda m: print(f'tola-web: {m}', file=sys.stderr))
+    path = model if model is not None else demo_model_path(say=lambda m: say(f'tola-web: {m}'))
     pipeline = TOLAPipeline.from_merged(path, switches={'precision': precision} if precision else {}, device=device,
                                         backend=backend, color_fix=color_fix, max_windows=max_windows,
                                         max_output_pixels=max_output_megapixels * 1e6)
-    print(f'tola-web: {pipeline.describe_runtime()}', file=sys.stderr, flush=True)
+    say(f'tola-web: {pipeline.describe_runtime()}')
     warm_up(pipeline, detect=True)  # the page restores photos too (its switch): PP-OCRv4's detector loaded now
     demo = is_demo_model(path)  # by what the model is, not by where it lies
     app = build_app(pipeline, detect=detect, demo_model=demo, max_megapixels=max_megapixels, model_name=model

@@ -1,6 +1,6 @@
 """CPU time per sample of the online degradation chains on the 128x512 canvas, per chain and scale
-(tools/benchmark_degradation.py). The training loader must keep up with the model: at batch 16 and ~20 ms per
-sample a worker makes a batch in ~0.3 s.
+(tools/benchmark_degradation.py). The training loader must keep up with the model (the figures: docs/data.md,
+"Speed").
 """
 import time
 

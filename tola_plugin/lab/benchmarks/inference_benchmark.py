@@ -49,8 +49,7 @@ from tola_plugin.lab.benchmarks.complexity import route_macs
 from tola_plugin.lab.benchmarks.folder_throughput import folder_markdown, folder_throughput
 from tola_plugin.lab.benchmarks.inference_inputs import rendered_lines
 from tola_plugin.lab.benchmarks.inference_report import bounds, check_targets, markdown, write
-from tola_plugin.lab.benchmarks.inference_routes import (build_reference, export_merged, load_route,
-                                                         runtime_weight_bytes, say)
+from tola_plugin.lab.benchmarks.inference_routes import build_reference, export_merged, load_route, runtime_weight_bytes
 from tola_plugin.lab.benchmarks.machine_ceiling import copy_bandwidth, machine, matmul_ceiling
 from tola_plugin.lab.benchmarks.peak_memory import peak_rss
 from tola_plugin.lab.benchmarks.precision_quality import quality
@@ -64,6 +63,7 @@ from tola_plugin.runtime import qualification
 from tola_plugin.runtime.machine import cpu_has_fp16_instructions
 from tola_plugin.runtime.openvino_stages import openvino_missing
 from tola_plugin.runtime.placement import NoPathLeft
+from tola_plugin.utils.user_text import say
 
 MEMORY_ROUTES = ('reference', 'torch fp32', 'default')  # peak RSS of one restore, each in a fresh process
 

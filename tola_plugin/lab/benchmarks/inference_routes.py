@@ -1,16 +1,12 @@
 """The benchmark's networks: the reference route (DiffTSR's way), the merged file, and each route placed by the
-runtime decision (``tola_plugin.runtime``); one line of progress on stderr (``say``)."""
+runtime decision (``tola_plugin.runtime``)."""
 import gc
-import sys
 
 from tola_plugin.archs.mom_arch import DiffTSRMoM
 from tola_plugin.archs.tola_arch import TOLANet
 from tola_plugin.lab.benchmarks.benchmarking import build_benchmark_tola
 from tola_plugin.runtime.placement import Runtime
-
-
-def say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+from tola_plugin.utils.user_text import say
 
 
 def build_reference(opt_path: str, checkpoint, random_weights: bool):

@@ -11,6 +11,7 @@ import torch
 
 from tola_plugin.archs.precision import cpu_has_native_bf16
 from tola_plugin.runtime.machine import package_version
+from tola_plugin.utils.procfs import cpuinfo
 
 
 def matmul_ceiling(size: int = 2048, repeats: int = 5, min_seconds: float = 0.2) -> Dict[str, float]:
@@ -59,10 +60,9 @@ def machine() -> Dict:
     }
     if package_version('openvino'):
         info['openvino'] = package_version('openvino')
-    with contextlib.suppress(OSError):
-        with open('/proc/cpuinfo', encoding='utf-8') as f:
-            names = [line.split(':', 1)[1].strip() for line in f if line.startswith('model name')]
-        info['cpu'] = names[0] if names else platform.processor()
+    fields = cpuinfo()
+    if fields is not None:
+        info['cpu'] = fields.get('model name') or platform.processor()
     with contextlib.suppress(OSError):
         info['load_average'] = os.getloadavg()
     return info

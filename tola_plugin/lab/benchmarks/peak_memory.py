@@ -6,16 +6,7 @@ from typing import Dict
 import torch
 
 from tola_plugin.lab.benchmarks.inference_routes import build_reference, load_route
-
-
-def rss_bytes(field: str) -> int:
-    """A memory field of /proc/self/status in bytes: 'VmHWM' (peak resident set of this process image; unlike
-    getrusage's ru_maxrss, which Linux carries over from the parent through fork and exec) or 'VmRSS'."""
-    with open('/proc/self/status', encoding='ascii') as f:
-        for line in f:
-            if line.startswith(field + ':'):
-                return int(line.split()[1]) * 1024
-    raise OSError(f'/proc/self/status has no {field}')
+from tola_plugin.utils.procfs import status_bytes
 
 
 def peak_rss_child(route: str, opt_path: str, checkpoint, random_weights: bool, merged: str, lq) -> Dict:
@@ -23,7 +14,7 @@ def peak_rss_child(route: str, opt_path: str, checkpoint, random_weights: bool, 
     after the imports (the Python, torch and library baseline)."""
     # the baseline: this module's imports, done when the fresh process unpickled this function (the package, torch,
     # the OpenVINO backend's libraries)
-    baseline = rss_bytes('VmRSS')
+    baseline = status_bytes('VmRSS')
     runtime = None
     if route == 'reference':
         net = build_reference(opt_path, checkpoint, random_weights)
@@ -33,7 +24,7 @@ def peak_rss_child(route: str, opt_path: str, checkpoint, random_weights: bool, 
         warnings.simplefilter('ignore')
         net(lq, noise_seeds=[0])
     worker = runtime.worker_peak_rss() if runtime is not None else 0  # OpenVINO's own process
-    user = rss_bytes('VmHWM')
+    user = status_bytes('VmHWM')
     return {
         'peak_rss_bytes': user + worker, 'import_rss_bytes': baseline, 'user_peak_rss_bytes': user,
         'worker_peak_rss_bytes': worker

@@ -23,6 +23,7 @@ from tola_plugin.metrics.image_metrics import float_psnr
 from tola_plugin.runtime import qualification
 from tola_plugin.runtime.placement import Runtime
 from tola_plugin.runtime.plan import FP32, Path
+from tola_plugin.utils import procfs
 
 BACKENDS = ('torch', 'openvino')
 LOW = (torch.bfloat16, torch.float16)
@@ -115,9 +116,8 @@ def cpu_seconds(runtime: Runtime) -> float:
     """CPU seconds this process and the runtime's OpenVINO worker have used (user + system): what a route costs on a
     machine shared with other work, where its wall time depends on the others' load."""
     used = time.process_time()
-    if runtime.worker is not None and os.path.exists(f'/proc/{runtime.worker.proc.pid}/stat'):
-        with open(f'/proc/{runtime.worker.proc.pid}/stat', encoding='ascii') as f:
-            fields = f.read().rsplit(')', 1)[1].split()
+    fields = procfs.stat_fields(runtime.worker.proc.pid) if runtime.worker is not None else None
+    if fields is not None:
         used += (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')  # utime, stime
     return used
 

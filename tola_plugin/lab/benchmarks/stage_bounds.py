@@ -10,6 +10,7 @@ from typing import Dict, Optional
 
 import torch
 
+from tola_plugin.archs.precision import PRECISIONS, precision_dtype
 from tola_plugin.lab.benchmarks.stage_timing import StageTimer, restore
 
 #: above this many times its roofline time a stage is bound by the runtime's kernels (the issue's bound for the
@@ -20,7 +21,7 @@ MACS_STAGE = {
     'TransOCR encoder': 'text prior', 'VAE encoder': 'VAE encode', 'IDM': 'IDM', 'LRC': 'LRC',
     'VAE decoder': 'VAE decode'
 }
-BYTES_PER_ELEMENT = {'fp32': 4, 'bf16': 2, 'fp16': 2}
+BYTES_PER_ELEMENT = {p: precision_dtype(p).itemsize for p in PRECISIONS if p != 'auto'}
 
 
 def stage_macs(macs: Dict[str, int]) -> Dict[str, int]:

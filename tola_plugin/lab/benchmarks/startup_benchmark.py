@@ -20,6 +20,8 @@ import tempfile
 import time
 from typing import Dict, List, Optional
 
+from tola_plugin.utils.procfs import cpuinfo
+
 # what a build of the package reads, relative to the checkout
 SOURCES = ('setup.py', 'setup.cfg', 'README.md', 'tola_plugin_hook.py', 'tola_plugin_shim.py', 'tola_plugin',
            'tola_cli')
@@ -109,11 +111,7 @@ def time_imports(python: str, runs: int, warmup: int = 2) -> Dict[str, List[floa
 
 def cpu_name() -> str:
     """The CPU's model name (/proc/cpuinfo), and the cores this process may use."""
-    try:
-        with open('/proc/cpuinfo', encoding='utf-8') as f:
-            model = next((line.split(':', 1)[1].strip() for line in f if line.startswith('model name')), '')
-    except OSError:
-        model = ''
+    model = (cpuinfo() or {}).get('model name', '')
     return f'{model or "unknown CPU"}, {len(os.sched_getaffinity(0))} cores'
 
 

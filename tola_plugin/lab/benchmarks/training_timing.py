@@ -1,7 +1,6 @@
 """Seconds of one TOLAModel training iteration with the text prior decoded DiffTSR's way and the fast way
 (``--train-iteration``)."""
 import statistics
-import sys
 import tempfile
 import time
 from collections import defaultdict
@@ -11,6 +10,7 @@ from tola_plugin.lab.benchmarks.inference_inputs import rendered_lines
 from tola_plugin.lab.benchmarks.stage_timing import StageTimer
 from tola_plugin.models.tola_model import TOLAModel
 from tola_plugin.options.reader import read_option_file
+from tola_plugin.utils.user_text import say
 
 
 def training_iterations(opt_path: str, checkpoint, random_weights: bool, repeats: int) -> Dict:
@@ -43,9 +43,8 @@ def training_iterations(opt_path: str, checkpoint, random_weights: bool, repeats
             start = time.perf_counter()
             model.optimize_parameters(repeat + 1)
             seconds = time.perf_counter() - start
-            print(
-                f'training iteration, text_decoding {decoding}: {seconds:.2f} s (text prior '
-                f'{timer.seconds["text prior"]:.2f} s)', file=sys.stderr, flush=True)
+            say(f'training iteration, text_decoding {decoding}: {seconds:.2f} s (text prior '
+                f'{timer.seconds["text prior"]:.2f} s)')
             if repeat:
                 runs[decoding].append(seconds)
                 prior[decoding].append(timer.seconds['text prior'])

@@ -9,6 +9,7 @@ the test dataset of an option file (the body of tools/one_step_error.py).
 """
 import contextlib
 import json
+import sys
 from typing import Dict, Optional, Sequence
 
 import torch
@@ -23,6 +24,7 @@ from tola_plugin.data.image_io import tensor_to_uint8
 from tola_plugin.data.text_degradation_dataset import TextDegradationDataset, held_out_dataset_opt
 from tola_plugin.metrics.image_metrics import mean_psnr_y8
 from tola_plugin.utils.atomic_files import atomic_write
+from tola_plugin.utils.user_text import say
 
 #: Seed offset of the second noise draw (the first uses the image index).
 SECOND_DRAW = 1_000_000
@@ -134,5 +136,5 @@ def measure_option_file(opt_path: str, checkpoint: Optional[str] = None, frozen:
                 json.dump(result, f, indent=1)
 
         atomic_write(out, write)
-        print(f'wrote {out}')
+        say(f'wrote {out}', sys.stdout)
     return 0

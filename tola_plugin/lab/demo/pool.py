@@ -1,7 +1,8 @@
 """A fixed pool of rendered HR text lines and their degraded LR versions, generated once, read as memmaps.
 
-Rendering (``TextLineRenderer``) and degradation (``TextDegradationDataset``) cost ~60 ms per line on a CPU
-core, far more than a training step of the small demo modules needs, so the backbone stages draw from a pool
+Rendering (``TextLineRenderer``) and degradation (``TextDegradationDataset``) cost more per line on a CPU core than
+a training step of the small demo modules needs (docs/demo_backbone.md, "How it was trained"), so the backbone stages
+draw from a pool
 made once: ``num_lines`` HR lines and ``degradations`` LR versions of each (degradation ``k`` of line ``i`` is
 ``TextDegradationDataset`` epoch ``k``, index ``i``: the package's own chains, deterministic per (seed, k, i)).
 

@@ -4,6 +4,7 @@ route) | restored with its aspect kept (TOLAPipeline); then the photo with the l
 restored in place. The PNG is palette-quantised to stay small (docs/ figures are committed).
 """
 import os
+import sys
 from typing import Optional
 
 import cv2
@@ -15,6 +16,7 @@ from tola_plugin.data.text_line_source import CANVAS_H, CANVAS_W, canvas_rgb8
 from tola_plugin.data.text_render import system_cjk_fonts
 from tola_plugin.inference.line_geometry import resize_rgb
 from tola_plugin.inference.pipeline import TOLAPipeline
+from tola_plugin.utils.user_text import say
 
 ROW_H = 64  # display height of a line row (half the canvas)
 LABEL_W = 190
@@ -82,5 +84,5 @@ def plot_restore_figure(samples: str, out: str, model: Optional[str] = None, dev
     bottom[:, :PHOTO_W], bottom[:, PHOTO_W + GAP:2 * PHOTO_W + GAP] = left, right
     figure = np.concatenate(rows + [np.asarray(header), bottom])
     write_pil_image(out, Image.fromarray(figure).quantize(colors=128, method=Image.Quantize.MEDIANCUT), optimize=True)
-    print(f'wrote {out} ({figure.shape[1]}x{figure.shape[0]}, {os.path.getsize(out) / 1024:.0f} KB)')
+    say(f'wrote {out} ({figure.shape[1]}x{figure.shape[0]}, {os.path.getsize(out) / 1024:.0f} KB)', sys.stdout)
     return 0

@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import platform
+import sys
 import time
 
 import torch
@@ -29,6 +30,7 @@ from tola_plugin.lab.demo.latents import build_latent_cache
 from tola_plugin.lab.demo.pool import build_pool
 from tola_plugin.options.reader import read_option_file
 from tola_plugin.utils.checkpoint_io import require_file
+from tola_plugin.utils.user_text import say
 
 STAGES = ('vae', 'transocr', 'idm')
 REQUIRED = ('name', 'seed', 'num_threads', 'work_dir', 'output_dir', 'data', 'vae', 'transocr', 'idm')
@@ -53,7 +55,7 @@ class Logger:
 
     def __call__(self, message: str) -> None:
         line = f'{datetime.datetime.now():%Y-%m-%d %H:%M:%S} {message}'
-        print(line, flush=True)
+        say(line, sys.stdout)
         self.file.write(line + '\n')
         self.file.flush()
 

@@ -30,12 +30,12 @@ from tola_plugin.archs.vae_arch import LATENT_SCALE
 from tola_plugin.data.image_io import list_image_files, read_image_file
 from tola_plugin.data.text_line_source import to_canvas
 from tola_plugin.lab.gpu_check.configs import model_option_file
-from tola_plugin.lab.gpu_check.precision_step import tf32
+from tola_plugin.lab.gpu_check.precision_step import LOW, compute_dtype, tf32
 from tola_plugin.metrics.image_metrics import float_psnr
 from tola_plugin.utils.process_tree import TreeTimeout, run_tree
 
-PRECISIONS = ('fp32', 'auto', 'bf16', 'fp16')  # tola-infer's; fp32 first: the reference
-STAGE_PRECISIONS = ('fp32', 'tf32', 'bf16', 'fp16')
+PRECISIONS = ('fp32', 'auto') + LOW  # tola-infer's; fp32 first: the reference
+STAGE_PRECISIONS = ('fp32', 'tf32') + LOW
 DRY_RUN_LINES = 1
 REFUSED = 'no path can run'  # tola-infer's error when every path of the request is outside the bounds
 RUN_TIMEOUT_S = 300
@@ -167,7 +167,7 @@ def stage_seconds(net, canvas: torch.Tensor, device: str, names, repeats: int) -
     }
     rows = []
     for precision in names:
-        dtypes = stage_dtypes({'bf16': torch.bfloat16, 'fp16': torch.float16}.get(precision, torch.float32))
+        dtypes = stage_dtypes(compute_dtype(precision))
         row = {'precision': precision}
         for stage, call in calls.items():
             times = []

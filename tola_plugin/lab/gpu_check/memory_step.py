@@ -4,9 +4,9 @@ checkpointing of all three parts: the peak GPU memory (``torch.cuda.max_memory_a
 counts them, read after a first iteration whose cuDNN benchmarking trials are not training's memory) next to
 ``tools/estimate_memory.py``'s prediction (fp32: the estimate's precision), and the seconds per iteration (median of
 the iterations after the first; the first, with cuDNN's trials of every new shape and precision, is reported apart:
-on an H100 they cost up to 96 s at full size). A configuration that does not fit, or whose kernels fail to allocate
-(cuDNN), is recorded as such and the next one runs. A dry run measures the tiny network on the CPU (one iteration
-of 32x128 lines), where no peak is read."""
+docs/training_gpus.md, "The steps and the report", has what they cost). A configuration that does not fit, or whose
+kernels fail to allocate (cuDNN), is recorded as such and the next one runs. A dry run measures the tiny network on
+the CPU (one iteration of 32x128 lines), where no peak is read."""
 import gc
 import statistics
 import time

@@ -16,7 +16,7 @@ from typing import Dict, List, Optional
 import cv2
 import torch
 
-from tola_plugin.archs.precision import autocast, full_precision, stage_dtypes
+from tola_plugin.archs.precision import PRECISIONS, autocast, full_precision, precision_dtype, stage_dtypes
 from tola_plugin.archs.vae_arch import LATENT_SCALE
 from tola_plugin.data.image_io import read_image_file
 from tola_plugin.metrics.image_metrics import float_psnr
@@ -24,11 +24,10 @@ from tola_plugin.utils import cuda_math
 
 DEMO_MODEL = 'options/demo/train_TOLA_demo.yml'  # its network_g, frozen: the demo backbone
 LINES, DRY_RUN_LINES = 8, 1
-# Bounds of each row, from measurements on a CPU (AMD Zen 5 with AVX512-BF16, 8 of these lines; docs/inference.md,
-# "Precision"): fp16 in the IDM moved ẑ0 by 1.3 % of |z_LR| (image 49.1 dB vs fp32), bf16 by 10.8 % (30.5 dB); bf16 in
-# the VAE encoder 3.6 % (42.4 dB), in the decoder 55.9 dB. fp16 (the precision `auto` may serve the IDM in) may move
-# ẑ0 by 3x what was measured (4 % of |z_LR|) and must stay above 40 dB. TF32 and bf16 rows are measurements: they are
-# held only to a floor that tells a working kernel from a broken one (25 dB; garbage gives 10-15 dB).
+# Bounds of each row, from the CPU's measurements on 8 of these lines (docs/inference.md, "Precision"; the figures and
+# these bounds: docs/training_gpus.md, "The steps and the report"): fp16 (the precision `auto` may serve the IDM in)
+# may move ẑ0 by 3x what was measured there and must stay above 40 dB. TF32 and bf16 rows are measurements: they are
+# held only to a floor that tells a working kernel from a broken one.
 BOUNDS = {
     'fp16': {'z0_of_z_lr': 0.04, 'psnr_db': 40.0},
     'tf32': {'psnr_db': 25.0},
@@ -68,6 +67,16 @@ def degraded_lines(data: str, count: int):
     return torch.stack(lr), torch.stack(hr)
 
 
+#: the low precisions (archs.precision's explicit choices below fp32): the rows computed in autocast
+LOW = tuple(p for p in PRECISIONS if p not in ('fp32', 'auto'))
+
+
+def compute_dtype(precision: str) -> torch.dtype:
+    """The autocast dtype of a row: a low precision's own; fp32 for 'fp32', 'tf32' (fp32 with TF32 matmuls) and
+    'auto' (the runtime's, not an autocast dtype)."""
+    return precision_dtype(precision) if precision in LOW else torch.float32
+
+
 @contextlib.contextmanager
 def tf32(enabled: bool):
     """TF32 for CUDA matmuls and convolutions on (PyTorch's default for convolutions) or off, restored after."""
@@ -100,11 +109,11 @@ def row_of(net, ref: Dict, lq: torch.Tensor, stage: str, precision: str) -> Dict
     """(eps_hat, z0, image) with ``stage`` ('idm', 'vae_encoder', 'vae_decoder' or 'route') in ``precision``, the
     rest of the route as in fp32 (Algorithm 1's arithmetic in fp32, as TOLANet does)."""
     device = lq.device
-    dtype = {'fp16': torch.float16, 'bf16': torch.bfloat16}.get(precision, torch.float32)
+    dtype = compute_dtype(precision)
     sa, s1 = float(net.sqrt_alpha_bar), float(net.sqrt_one_minus_alpha_bar)
     with torch.inference_mode(), tf32(precision == 'tf32'):
         if stage == 'route':
-            switched = net.set_switches(precision=precision if precision in ('fp16', 'bf16') else 'fp32')
+            switched = net.set_switches(precision=precision if precision in LOW else 'fp32')
             try:
                 out = switched(lq, noise_seeds=list(range(len(lq))), return_intermediates=True)
             finally:

@@ -16,13 +16,13 @@ from tola_plugin.lab.gpu_check import environment
 from tola_plugin.lab.gpu_check.report import JSON_FILE, MARKDOWN_FILE, write_report
 from tola_plugin.utils.atomic_files import read_json_dict
 from tola_plugin.utils.process_tree import TreeTimeout, run_tree
+from tola_plugin.utils.user_text import say
 
 DEFAULT_DEADLINE_S = 540  # a 10-minute command on a lease, less its start and the report's way back
 STEPS = ('smoke', 'memory', 'precision', 'inference', 'cuda_tests', 'resume')  # by value: the first ones first
-# Seconds each step is expected to take on one H100 (measured there on 2026-11-27, rounded up: smoke 21, memory 284
-# of which cuDNN's benchmarking trials 229, precision 20, inference 169, cuda tests 114; resume not yet run there:
-# docs/training_gpus.md, "The latest report from a GPU"), and in a dry run on a 2-core CPU; the check starts a step
-# only when its estimate fits the time left. With the default deadline the first four fit; a second call with
+# Seconds each step is expected to take on one H100 (its measured seconds rounded up: docs/training_gpus.md, "The
+# latest report from a GPU"), and in a dry run on a 2-core CPU; the check starts a step only when its estimate fits
+# the time left. With the default deadline the first four fit; a second call with
 # --steps cuda_tests,resume runs the rest.
 ESTIMATES_S = {'smoke': 25, 'memory': 300, 'precision': 25, 'inference': 180, 'cuda_tests': 120, 'resume': 150}
 DRY_RUN_ESTIMATES_S = {'smoke': 20, 'memory': 20, 'precision': 30, 'inference': 40, 'cuda_tests': 120, 'resume': 60}
@@ -39,8 +39,9 @@ NOT_TESTED = (
     'the paper\'s full training (100K iterations, batch 64 on 4 GPUs): minutes of it at most')
 
 
-def say(message: str) -> None:
-    print(f'[gpu check {datetime.datetime.now():%H:%M:%S}] {message}', file=sys.stderr, flush=True)
+def announce(message: str) -> None:
+    """One line of the check's progress, with the time (``say``: stderr)."""
+    say(f'[gpu check {datetime.datetime.now():%H:%M:%S}] {message}')
 
 
 def step_environment(dry_run: bool) -> Dict[str, str]:
@@ -56,7 +57,7 @@ def run_step(name: str, root: str, data: str, work: str, dry_run: bool, timeout:
     """Step ``name`` in a child process (``step_child``) within ``timeout`` seconds; -> its figures, with its wall
     time. A child that dies, or runs past the timeout (killed with its descendants), is the step's error, with the
     end of its output."""
-    say(f'{name} ... (at most {timeout:.0f} s)')
+    announce(f'{name} ... (at most {timeout:.0f} s)')
     result_file = os.path.join(work, f'{name}.json')
     log_file = os.path.join(work, f'{name}.log')
     folder = os.path.join(work, name)
@@ -81,7 +82,7 @@ def run_step(name: str, root: str, data: str, work: str, dry_run: bool, timeout:
             'output_tail': tail
         }
     result['step_seconds'] = round(time.monotonic() - start, 1)
-    say(f'{name}: {"passed" if result.get("passed") else "FAILED"} ({result["step_seconds"]} s)')
+    announce(f'{name}: {"passed" if result.get("passed") else "FAILED"} ({result["step_seconds"]} s)')
     return result
 
 
@@ -112,7 +113,7 @@ def run_gpu_check(report_dir: str, root: str, data: Optional[str] = None, dry_ru
     if not dry_run and not result['machine']['cuda_available']:
         result['steps']['smoke'] = {'passed': False, 'error': f'no usable GPU: {reason}'}
         save()
-        say(f'no usable GPU: {reason}; report in {report_dir}')
+        announce(f'no usable GPU: {reason}; report in {report_dir}')
         return 1
     try:
         result['distributions'] = environment.check_imports(environment.IMAGE_MODULES,
@@ -121,11 +122,11 @@ def run_gpu_check(report_dir: str, root: str, data: Optional[str] = None, dry_ru
     except (ImportError, RuntimeError) as err:
         result['steps']['smoke'] = {'passed': False, 'error': str(err)}
         save()
-        say(f'{err}; report in {report_dir}')
+        announce(f'{err}; report in {report_dir}')
         return 1
     skew = {k: v for k, v in result['distributions'].items() if v['differs']}
-    say('versions other than the tests ran with: ' + (', '.join(f'{k} {v["version"]} (tested {v["tested"]})'
-                                                                for k, v in sorted(skew.items())) or 'none'))
+    announce('versions other than the tests ran with: ' + (', '.join(f'{k} {v["version"]} (tested {v["tested"]})'
+                                                                     for k, v in sorted(skew.items())) or 'none'))
     save()
     estimates = DRY_RUN_ESTIMATES_S if dry_run else ESTIMATES_S
     for name in [s for s in STEPS if s in steps]:
@@ -141,10 +142,10 @@ def run_gpu_check(report_dir: str, root: str, data: Optional[str] = None, dry_ru
         else:
             result['steps'][name] = run_step(name, root, data, work, dry_run, timeout=left)
         if 'skipped' in result['steps'][name]:
-            say(f'{name}: skipped: {result["steps"][name]["skipped"]}')
+            announce(f'{name}: skipped: {result["steps"][name]["skipped"]}')
         save()
     ran = result['steps'].values()
     passed = all(s.get('passed') for s in ran)
-    say(f'{"every step passed" if passed else "some step FAILED or was skipped"}; report: '
-        f'{os.path.join(report_dir, MARKDOWN_FILE)} and {JSON_FILE}')
+    announce(f'{"every step passed" if passed else "some step FAILED or was skipped"}; report: '
+             f'{os.path.join(report_dir, MARKDOWN_FILE)} and {JSON_FILE}')
     return 0 if passed else 1

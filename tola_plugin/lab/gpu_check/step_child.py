@@ -8,6 +8,8 @@ import sys
 import traceback
 from typing import Callable, Dict
 
+from tola_plugin.utils.user_text import say
+
 
 def step_functions(root: str, data: str, work: str, dry_run: bool) -> Dict[str, Callable[[], Dict]]:
     """{step name: a call running it}; each step's module is imported when it runs."""
@@ -56,7 +58,8 @@ def main(argv=None) -> int:
         result = steps[args.step]()
     except Exception as err:  # the step's error, reported with its traceback; the parent goes on to the next step
         result = {'passed': False, 'error': f'{type(err).__name__}: {err}', 'traceback': traceback.format_exc()}
-        print(result['traceback'], file=sys.stderr, flush=True)
+        for line in result['traceback'].splitlines():  # into the step's log
+            say(line)
     with open(args.result, 'w', encoding='utf-8') as f:
         json.dump(result, f, default=str)
     return 0
