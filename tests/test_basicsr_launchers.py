@@ -113,7 +113,8 @@ def test_import_tola_plugin_is_light_and_registers_on_basicsrs_first_import(tmp_
     ``import basicsr`` of the process then finds the plugin registered, with the hook off too."""
     probe = ('import json, sys, tola_plugin\n'
              'light = [m for m in ("torch", "basicsr", "tola_plugin.basicsr_glue") if m in sys.modules]\n'
-             'from tola_plugin.utils import cli_errors, option_files\n'
+             'from tola_plugin.utils import cli_errors\n'
+             'from tola_plugin.options import reader\n'
              'from tola_plugin.data_preparation import dataset_split\n'
              'still = [m for m in ("torch", "basicsr") if m in sys.modules]\n'
              'from basicsr.utils.registry import ARCH_REGISTRY\n'
