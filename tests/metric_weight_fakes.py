@@ -9,7 +9,7 @@ from typing import Dict, Iterable
 
 import torch
 
-from tola_plugin.pretrained import metric_weights as W
+from tola_plugin import metric_weights as W
 
 
 def _fake_tensor(key: str, shape: torch.Size, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:

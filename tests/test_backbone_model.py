@@ -14,9 +14,9 @@ from tola_plugin.archs.difftsr_arch import DiffTSRNet, difftsr_sample
 from tola_plugin.archs.diffusion_schedule import make_ldm_scheduler
 from tola_plugin.archs.transocr_arch import TransOCR
 from tola_plugin.models.difftsr_model import DiffTSRModel
+from tola_plugin.options.checks import OptionError, check_options
 from tola_plugin.text.alphabets import decode_idm
 from tola_plugin.text.text_prior import transocr_to_idm
-from tola_plugin.utils.option_checks import OptionError, check_options
 from backbone_testing import DATA, official_fixture, single_thread, write_tiny_official_ckpt
 
 TINY_OPT = os.path.join(DATA, 'test_DiffTSR_tiny.yml')

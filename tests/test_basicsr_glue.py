@@ -17,7 +17,7 @@ from tola_plugin import basicsr_glue
 from tola_plugin.basicsr_glue import (atomic_saves, ddp_wrapping, enlarged_sampler, exact_resume, launchers,
                                       lmdb_reader, message_logger, network_loading, option_parsing, process_group,
                                       registry_lookup)
-from tola_plugin.utils import option_files
+from tola_plugin.options import reader as option_files
 
 #: modules of the glue that patch nothing themselves: the helpers only the patches use, and ``resume_state``, whose
 #: ``load_resume_state`` the ``launchers`` patch hands to BasicSR's launchers

@@ -18,7 +18,7 @@ from basicsr.utils.registry import ARCH_REGISTRY
 
 from tola_plugin.evaluation.records import basicsr_output_names
 from tola_plugin.inference.demo_model import is_demo_model
-from tola_plugin.utils.option_checks import check_options
+from tola_plugin.options.checks import check_options
 from conftest import REPO, render_pairs, run_launcher, write_options
 from launcher_testing import doc_commands, make_checkout, run_doc_command, run_tool_in_process, tiny_options
 from tola_testing import load_yaml, one_thread, tiny_demo_options  # noqa: F401  (fixture)
@@ -113,7 +113,8 @@ def test_import_tola_plugin_is_light_and_registers_on_basicsrs_first_import(tmp_
     ``import basicsr`` of the process then finds the plugin registered, with the hook off too."""
     probe = ('import json, sys, tola_plugin\n'
              'light = [m for m in ("torch", "basicsr", "tola_plugin.basicsr_glue") if m in sys.modules]\n'
-             'from tola_plugin.utils import cli_errors, option_files\n'
+             'from tola_plugin.utils import cli_errors\n'
+             'from tola_plugin.options import reader\n'
              'from tola_plugin.data_preparation import dataset_split\n'
              'still = [m for m in ("torch", "basicsr") if m in sys.modules]\n'
              'from basicsr.utils.registry import ARCH_REGISTRY\n'
@@ -370,8 +371,8 @@ def test_basicsr_output_names():
 def test_install_regular_wheel_registers_hook(tmp_path):
     """``pip install .`` (a wheel, not editable) into a fresh venv that sees this environment's dependencies but not
     its editable install: the hook's .pth lands in site-packages and registers the installed copy of the plugin
-    (tools/benchmark_startup.py builds its venvs the same way, with tola_plugin/benchmarks/startup_benchmark.py)."""
-    from tola_plugin.benchmarks import startup_benchmark as bench
+    (tools/benchmark_startup.py builds its venvs the same way, with tola_plugin/lab/benchmarks/startup_benchmark.py)."""
+    from tola_plugin.lab.benchmarks import startup_benchmark as bench
     python = bench.make_venv(str(tmp_path / 'venv'))
     bench.pip_install(python, bench.copy_sources(REPO, str(tmp_path / 'src')))
     site = bench.site_packages(python)

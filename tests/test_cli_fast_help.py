@@ -68,9 +68,13 @@ def test_the_users_tools_are_console_scripts_with_aliases_in_tools(tmp_path):
 
 
 def test_the_defaults_the_parsers_repeat_are_the_packages():
+    import inspect
+
     import tola_cli.defaults as defaults
-    for name, (module, attribute) in SOURCES.items():
+    for name, (module, attribute, *parameter) in SOURCES.items():
         theirs = getattr(importlib.import_module(module), attribute)
+        if parameter:  # a default of a function's (or a class's) parameter
+            theirs = inspect.signature(theirs).parameters[parameter[0]].default
         ours = getattr(defaults, name)
         assert (tuple(theirs) if isinstance(ours, tuple) else theirs) == ours, name
 
@@ -96,3 +100,13 @@ def test_the_launchers_help_names_the_plugins_overrides(capsys):
     with pytest.raises(SystemExit) as usage:
         train_cli.parse_args([])
     assert usage.value.code == 2 and 'the following arguments are required: -opt' in capsys.readouterr().err
+
+
+def test_the_command_lines_call_the_package_with_keywords():
+    """tola-infer and tola-web hand every argument of ``restore_folder`` and ``serve`` (ten and fourteen) over by name,
+    so a parameter added, removed or moved there cannot silently take another's value."""
+    import ast
+    for module, function in (('infer', 'restore_folder'), ('web', 'serve')):
+        tree = ast.parse(open(os.path.join(REPO, 'tola_cli', f'{module}.py'), encoding='utf-8').read())
+        calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, 'id', None) == function]
+        assert len(calls) == 1 and not calls[0].args and len(calls[0].keywords) >= 10, (module, function)

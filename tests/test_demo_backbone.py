@@ -177,7 +177,7 @@ def test_demo_report_writes_images_metrics_and_grid(rendered_sets, tmp_path, one
     from basicsr.utils import imwrite, tensor2img
 
     from tola_plugin.data.text_degradation_dataset import TextDegradationDataset
-    from tola_plugin.demo.report import make_report, report_closing
+    from tola_plugin.lab.demo.report import make_report, report_closing
     test = load_yaml(os.path.join(REPO, DEMO_OPTIONS[1]))
     ds = test['datasets']['test_1']
     ds.update(

@@ -10,9 +10,9 @@ import torch
 from scipy.signal import correlate2d
 
 import tola_plugin  # noqa: F401  (registers the BasicSR metrics)
+from tola_plugin import metric_weights as W
 from tola_plugin.metrics.image_metrics import (PairedImageMetrics, build_paired_metric, fid_between_dirs,
                                                images_to_tensor)
-from tola_plugin.pretrained import metric_weights as W
 from metric_weight_fakes import write_fake_metric_weights
 from numerics import equivalent, rel_err, within
 

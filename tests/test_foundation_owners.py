@@ -284,3 +284,41 @@ def test_copies_outside_the_owners_fail_the_lint(tmp_path):
         expected += [(where, line, code) for line, code in demo if code not in exempt]
     assert out.returncode == 1 and flagged == sorted(expected), out.stdout + out.stderr
     assert 'use tola_plugin.data.image_io.to_uint8' in out.stdout
+
+
+def test_speaking_precisions_and_proc_outside_their_owners_fail_the_lint(tmp_path):
+    """lint/flake8_owners.py (make lint): one way to speak to the user (utils/user_text.say: OWN006), the precision
+    choices written once (archs/precision.py, mirrored by tola_cli/defaults.py: OWN007), one reader of /proc and of
+    a PID's liveness (utils/procfs.py: OWN008). A copy anywhere else is flagged; the owners, the mirror and the files
+    still pending (lint PENDING: part A's runtime/ and inference/pipeline.py) are not; what only looks alike is not a
+    copy (a progress bar on stderr, a print to stdout, a library's logger set quiet, per-precision data, a default
+    pair of precisions)."""
+    copies = [
+        'import logging', 'import os', 'import sys', 'import traceback', '', 'import torch', '', '', 'def say(m):',
+        "    print(m, file=sys.stderr, flush=True)", "    sys.stderr.write(m)", '    traceback.print_exc()',
+        'log = logging.getLogger(__name__)', "CHOICES = ('fp32', 'bf16', 'fp16', 'auto')",
+        "DTYPES = {'bf16': torch.bfloat16, 'fp16': torch.float16}", "STAT = f'/proc/{os.getpid()}/stat'",
+        'os.kill(1, 0)', "BOUNDS = {'fp16': {'psnr_db': 40.0}, 'bf16': {'psnr_db': 25.0}}  # not copies",
+        "DEFAULT = ('fp32', 'bf16')", "print('a table row')", "logging.getLogger('matplotlib').setLevel(logging.ERROR)",
+        'os.kill(1, 15)', ''
+    ]
+    flagged_lines = {6: (9, 10, 11, 12, 13), 7: (14, 15), 8: (16, 17)}
+    files = {
+        'tola_plugin/demo/copies.py': (), 'tola_plugin/utils/user_text.py': ('OWN006', ),
+        'tola_plugin/archs/precision.py': ('OWN007', ), 'tola_plugin/utils/procfs.py': ('OWN008', ),
+        'tola_plugin/runtime/pending.py': ('OWN006', 'OWN007', 'OWN008'),
+        'tola_plugin/inference/pipeline.py': ('OWN006', ), 'tola_cli/defaults.py': ('OWN007', ),
+        'tola_cli/other.py': (), 'tools/tool.py': ()
+    }
+    for where in files:
+        (tmp_path / where).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / where).write_text('\n'.join(copies), encoding='utf-8')
+    out = subprocess.run(
+        [sys.executable, '-m', 'flake8', '--select', 'OWN', 'tola_plugin', 'tola_cli', 'tools',
+         str(tmp_path)], cwd=REPO, capture_output=True, text=True)
+    flagged = sorted((os.path.relpath(line.split(':', 1)[0], str(tmp_path)), int(line.split(':')[1]),
+                      line.split(': ', 1)[1].split(' ')[0]) for line in out.stdout.splitlines())
+    expected = sorted((where, line, f'OWN00{code}') for where, exempt in files.items()
+                      for code, lines in flagged_lines.items() if f'OWN00{code}' not in exempt for line in lines)
+    assert out.returncode == 1 and flagged == expected, out.stdout + out.stderr
+    assert 'use tola_plugin.utils.user_text.say' in out.stdout and 'use tola_plugin.utils.procfs' in out.stdout

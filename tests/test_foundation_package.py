@@ -294,7 +294,7 @@ def test_the_layer_rule_covers_the_command_lines_the_tools_the_hook_and_the_shim
         'tola_cli/fine.py': 'import tola_plugin_shim  # noqa: F401\nfrom tola_plugin.inference import pipeline  '
         '# noqa: F401\n',
         'tola_cli/up.py': 'import tola_plugin_hook  # noqa: F401\n',
-        'tola_plugin/gpu_check/up.py': 'def f():\n    from tola_cli import command\n    return command\n',
+        'tola_plugin/lab/gpu_check/up.py': 'def f():\n    from tola_cli import command\n    return command\n',
         'tola_plugin_shim.py': 'from tola_plugin.utils import devices  # noqa: F401\n',
         'tola_plugin_hook.py': 'import tola_cli.infer  # noqa: F401\nimport tola_plugin  # noqa: F401\n',
     }
@@ -306,9 +306,41 @@ def test_the_layer_rule_covers_the_command_lines_the_tools_the_hook_and_the_shim
                           str(tmp_path)], cwd=REPO, capture_output=True, text=True)
     flagged = sorted((os.path.relpath(line.split(':', 1)[0], str(tmp_path)), line.split(': ', 1)[1].split(' ')[0])
                      for line in out.stdout.splitlines())
-    assert out.returncode == 1 and flagged == [('tola_cli/up.py', 'LAY001'), ('tola_plugin/gpu_check/up.py', 'LAY001'),
+    assert out.returncode == 1 and flagged == [('tola_cli/up.py', 'LAY001'),
+                                               ('tola_plugin/lab/gpu_check/up.py', 'LAY001'),
                                                ('tola_plugin_hook.py', 'LAY001'),
                                                ('tola_plugin_shim.py', 'LAY001')], out.stdout + out.stderr
-    assert 'tola_plugin.gpu_check (layer 7) imports tola_cli/ (layer 8)' in out.stdout
+    assert 'tola_plugin.lab.gpu_check (layer 8) imports tola_cli/ (layer 9)' in out.stdout
     assert 'tola_plugin_shim.py (layer 0) imports tola_plugin.utils (layer 0)' in out.stdout
-    assert 'tola_plugin_hook.py (layer 8) imports tola_cli/ (layer 8)' in out.stdout
+    assert 'tola_plugin_hook.py (layer 9) imports tola_cli/ (layer 9)' in out.stdout
+
+
+def test_the_lab_is_imported_by_the_lab_and_the_tools_only(tmp_path):
+    """The lab (tola_plugin/lab/: benchmarks, the GPU check, the demo model's training, the ablations' files) is
+    apart from what a user imports (docs/architecture.md, "The package plan"): the lab and tools/ may import it,
+    in the lab's own order (the GPU check uses the benchmarks, not the reverse); the package below it and the command
+    lines may not (LAY003), be it a whole folder of the lab or one module."""
+    files = {
+        'tools/fine.py': 'from tola_plugin.lab.benchmarks import complexity  # noqa: F401\n',
+        'tola_plugin/lab/gpu_check/fine.py': 'from tola_plugin.lab.benchmarks import complexity  # noqa: F401\n'
+        'from tola_plugin.inference import pipeline  # noqa: F401\n',
+        'tola_plugin/lab/benchmarks/up.py': 'from tola_plugin.lab.gpu_check import run  # noqa: F401\n',
+        'tola_plugin/inference/into_lab.py': 'from tola_plugin.lab import ablations  # noqa: F401\n',
+        'tola_plugin/models/into_lab.py': 'def f():\n    import tola_plugin.lab.demo.report\n    return f\n',
+        'tola_cli/into_lab.py': 'from tola_plugin.lab.benchmarks.complexity import route_macs  # noqa: F401\n',
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text, encoding='utf-8')
+    out = subprocess.run(
+        [sys.executable, '-m', 'flake8', '--select', 'LAY', 'tola_plugin', 'tola_cli', 'tools',
+         str(tmp_path)], cwd=REPO, capture_output=True, text=True)
+    flagged = sorted((os.path.relpath(line.split(':', 1)[0], str(tmp_path)), line.split(': ', 1)[1].split(' ')[0])
+                     for line in out.stdout.splitlines())
+    assert out.returncode == 1 and flagged == [('tola_cli/into_lab.py', 'LAY003'),
+                                               ('tola_plugin/inference/into_lab.py', 'LAY003'),
+                                               ('tola_plugin/lab/benchmarks/up.py', 'LAY001'),
+                                               ('tola_plugin/models/into_lab.py', 'LAY003')], out.stdout + out.stderr
+    assert 'tola_plugin.inference imports tola_plugin.lab.ablations: the lab is imported by the lab and tools/ only' \
+        in out.stdout
+    assert 'tola_plugin.lab.benchmarks (layer 7) imports tola_plugin.lab.gpu_check (layer 8)' in out.stdout

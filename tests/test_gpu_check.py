@@ -23,14 +23,14 @@ import pytest
 import torch
 from packaging.utils import parse_wheel_filename
 
-from tola_plugin.gpu_check import bundle as B
-from tola_plugin.gpu_check import cuda_tests_step as C
-from tola_plugin.gpu_check import environment as E
-from tola_plugin.gpu_check import memory_step as M
-from tola_plugin.gpu_check import precision_step as P
-from tola_plugin.gpu_check import report as R
-from tola_plugin.gpu_check import resume_step as S
-from tola_plugin.gpu_check import run as G
+from tola_plugin.lab.gpu_check import bundle as B
+from tola_plugin.lab.gpu_check import cuda_tests_step as C
+from tola_plugin.lab.gpu_check import environment as E
+from tola_plugin.lab.gpu_check import memory_step as M
+from tola_plugin.lab.gpu_check import precision_step as P
+from tola_plugin.lab.gpu_check import report as R
+from tola_plugin.lab.gpu_check import resume_step as S
+from tola_plugin.lab.gpu_check import run as G
 from tola_plugin.utils import process_tree
 import conftest
 from tola_testing import REPO
@@ -353,7 +353,7 @@ def test_downloads_are_refused_without_pyiqa(monkeypatch):
     """The GPU image has no pyiqa (an evaluation extra): LPIPS-VGG's loss still builds with downloads refused."""
     import torch.hub
 
-    from tola_plugin.pretrained import metric_weights as W
+    from tola_plugin import metric_weights as W
     monkeypatch.setitem(sys.modules, 'pyiqa', None)
     monkeypatch.setitem(sys.modules, 'pyiqa.utils', None)
     real = torch.hub.download_url_to_file

@@ -19,8 +19,8 @@ from tola_plugin.basicsr_glue import distributed as D
 from tola_plugin.basicsr_glue.ddp_wrapping import model_to_device
 from tola_plugin.basicsr_glue.option_parsing import check_cuda_usable
 from tola_plugin.basicsr_glue.process_group import init_dist, start_distributed
-from tola_plugin.utils.dist_params import process_group_timeout
-from tola_plugin.utils.option_checks import OptionError, check_run_options
+from tola_plugin.options.checks import OptionError, check_run_options
+from tola_plugin.options.dist_params import process_group_timeout
 from conftest import free_port, write_options
 from tola_testing import TESTS, tiny_demo_options
 

@@ -15,7 +15,7 @@ from basicsr.models import build_model
 
 from tola_plugin.archs.tola_adaptation import CHECKPOINTABLE
 from tola_plugin.archs.tola_arch import TOLANet
-from tola_plugin.benchmarks import memory_estimate as M
+from tola_plugin.models import memory_estimate as M
 from tola_plugin.utils.cli_errors import UsageError
 from numerics import equivalent
 from tola_testing import REPO, load_yaml, one_thread, tiny_backbone, tiny_net_opt, tiny_options  # noqa: F401

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from tola_plugin.archs.tola_arch import TOLANet
-from tola_plugin.benchmarks import stage_timing
 from tola_plugin.inference import batching
 from tola_plugin.inference.pipeline import TOLAPipeline
+from tola_plugin.lab.benchmarks import stage_timing
 from tola_plugin.runtime import openvino_client
 from tola_plugin.runtime import openvino_stages as OVS
 from tola_plugin.runtime import openvino_worker, qualification, serving

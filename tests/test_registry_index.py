@@ -52,7 +52,7 @@ seen = {{'after_import': [m for m in HEAVY if m in sys.modules], 'owners_importe
                          for n in names)}}
 # a user training only ESRGAN: BasicSR's own network and option check of a BasicSR model
 from basicsr.archs import build_network
-from tola_plugin.utils.option_checks import OptionError, check_typed_block
+from tola_plugin.options.checks import OptionError, check_typed_block
 build_network({{'type': 'RRDBNet', 'num_in_ch': 3, 'num_out_ch': 3, 'num_feat': 8, 'num_block': 1, 'num_grow_ch': 4}})
 check_typed_block({{'type': 'RRDBNet', 'num_feat': 8}}, ARCH_REGISTRY, 'network_g')
 seen['after_esrgan'] = [m for m in HEAVY if m in sys.modules]

@@ -231,7 +231,7 @@ def test_a_failing_image_never_fails_its_neighbours():
 
 # ------------------------------------------------------------------------------- the web page and the evaluation
 def test_the_web_page_applies_the_same_budget_and_bounds(tmp_path, decodes):
-    from tola_plugin.inference import web_app
+    from tola_plugin.web import app as web_app
     net = StandInRestorer()
     pipe = TOLAPipeline(net)
     bomb = write_png_bomb(tmp_path / 'bomb.png', 3000, 3000)

@@ -185,7 +185,7 @@ def test_a_fifo_as_option_file_or_text_file_is_refused_without_waiting(tmp_path,
         infer.cli(['-i', str(tmp_path / 'a.png'), '-o', str(tmp_path / 'out'), '-opt', str(fifo)])
     err = capsys.readouterr().err
     assert exit_info.value.code == 2 and 'option file' in err and 'is a FIFO (named pipe)' in err, err
-    from tola_plugin.utils.option_files import read_option_file
+    from tola_plugin.options.reader import read_option_file
     with pytest.raises(ValueError, match=r'option file .*options\.fifo is a FIFO'):
         read_option_file(str(fifo))
 

@@ -20,9 +20,9 @@ from basicsr.models.sr_model import SRModel
 from basicsr.utils.registry import MODEL_REGISTRY
 
 import tola_plugin  # noqa: F401
-from tola_plugin.utils import option_schema
-from tola_plugin.utils.option_checks import check_options, check_required
-from tola_plugin.utils.option_files import MAX_VALUES, OptionError, read_option_file
+from tola_plugin.options import schema as option_schema
+from tola_plugin.options.checks import check_options, check_required
+from tola_plugin.options.reader import MAX_VALUES, OptionError, read_option_file
 from launcher_testing import run_basicsr_in_process
 from tola_testing import REPO, load_yaml, tiny_demo_options
 
@@ -81,17 +81,17 @@ def test_a_python_tag_runs_nothing_in_tola_infer_and_the_tools(tmp_path, monkeyp
     image.write_bytes(open(os.path.join(REPO, 'tola_plugin', 'rendered_samples', 'line_1x4.png'), 'rb').read())
     with pytest.raises(OptionError, match='evil.yml: line 1: the tag !!python/object/apply'):
         infer.main(['-i', str(image), '-o', str(tmp_path / 'out'), '-opt', str(path), '--device', 'cpu'])
-    from tola_plugin.inference.weight_files import export_merged
+    from tola_plugin.archs.weight_files import export_merged
     with pytest.raises(OptionError, match='evil.yml: line 1'):
         export_merged(str(path), str(tmp_path / 'merged.safetensors'))
     assert not mark.exists()
 
 
 def test_the_package_reads_yaml_in_one_place_only():
-    """No module but utils/option_files.py calls a YAML loader: every option file goes through the one reader."""
+    """No module but options/reader.py calls a YAML loader: every option file goes through the one reader."""
     offenders = []
     for path in glob.glob(os.path.join(REPO, 'tola_plugin', '**', '*.py'), recursive=True):
-        if path.endswith(os.path.join('utils', 'option_files.py')):
+        if path.endswith(os.path.join('options', 'reader.py')):
             continue
         for node in ast.walk(ast.parse(open(path, encoding='utf-8').read())):
             if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == 'yaml'
@@ -138,7 +138,7 @@ def test_an_oversized_file_is_refused_before_parsing(tmp_path):
 
 def test_aliases_become_copies():
     """BasicSR edits blocks in place (``datasets.<phase>.phase``): an aliased dataset must not change its origin."""
-    from tola_plugin.utils.option_files import read_option_value
+    from tola_plugin.options.reader import read_option_value
     value = read_option_value('{train: &d {type: X}, val: *d}', 'test')
     value['val']['phase'] = 'val'
     assert value['train'] == {'type': 'X'}
@@ -280,7 +280,7 @@ def test_ocr_opt_under_a_stock_model_names_its_text_aware_version(model):
                for name in {'TOLAModel', 'TextSRModel', 'TextSwinIRModel', 'TextESRGANModel'} - {f'Text{model}'})
 
 
-# A registered model declares what it reads beyond its base classes (utils/option_schema.py).
+# A registered model declares what it reads beyond its base classes (options/schema.py).
 @MODEL_REGISTRY.register()
 class SchemaProbeTextSRModel(SRModel):
     train_option_keys = {'ocr_opt'}

@@ -17,7 +17,7 @@ from basicsr.models.lr_scheduler import CosineAnnealingRestartLR, MultiStepResta
 
 import tola_plugin  # noqa: F401
 from tola_plugin.basicsr_glue.training_resume import keep_option_settings, scheduler_settings
-from tola_plugin.utils.option_checks import OptionError, check_scheduler
+from tola_plugin.options.checks import OptionError, check_scheduler
 from tola_testing import one_thread, tiny_demo_options  # noqa: F401
 
 

@@ -13,7 +13,8 @@ import torch
 from basicsr.losses import build_loss
 
 import tola_plugin  # noqa: F401
-from tola_plugin.pretrained import metric_weights as W
+from tola_plugin import metric_weights as W
+from tola_plugin.rendered_samples import samples_dir
 from metric_weight_fakes import write_fake_metric_weights
 
 
@@ -184,7 +185,7 @@ def test_a_bad_merged_model_is_one_line_naming_the_file(merged_parts, tmp_path, 
     state, metadata = _altered(case, state, metadata, options)
     model = str(tmp_path / 'bad.safetensors')
     save_file(state, model, metadata=metadata)
-    image = os.path.join(os.path.dirname(W.__file__), '..', 'rendered_samples', 'line_1x4.png')
+    image = os.path.join(samples_dir(), 'line_1x4.png')
     monkeypatch.setattr('sys.argv', ['tola-infer'])
     with pytest.raises(SystemExit) as exit_info:
         infer.cli(['-i', image, '-o', str(tmp_path / 'out'), '--model', model, '--device', 'cpu', '--backend', 'torch'])

@@ -9,10 +9,10 @@ import pytest
 
 import basicsr.utils.options
 
-from tola_plugin.pretrained import metric_weights as W
+from tola_plugin import metric_weights as W
+from tola_plugin.options.checks import OptionError, check_options
+from tola_plugin.options.short_run import apply_short_run
 from tola_plugin.utils import run_lock
-from tola_plugin.utils.option_checks import OptionError, check_options
-from tola_plugin.utils.short_run import apply_short_run
 from tola_testing import REPO, load_yaml
 
 TRAIN_FILES = sorted(

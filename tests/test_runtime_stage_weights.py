@@ -140,18 +140,17 @@ def resident_bytes(path) -> int:
     return total
 
 
-def test_the_worker_loads_its_page_trimmer_without_the_package():
-    """The OpenVINO worker imports nothing of the package (it starts in well under a second): it loads the one page
-    trimming module, ``resident_memory.py``, by its path; ``MADV_DONTNEED`` is defined there only."""
+def test_the_worker_starts_without_torch_or_numpy_from_the_package():
+    """The OpenVINO worker starts in well under a second: importing it (and its page trimmer, the one module that
+    calls madvise: ``MADV_DONTNEED`` is defined there only) loads neither torch nor numpy through the package."""
     import subprocess
     import sys
 
     from tola_plugin.runtime import openvino_worker, resident_memory, stage_weights
     code = ('import runpy, sys\n'
             f'worker = runpy.run_path({openvino_worker.__file__!r}, run_name="worker")\n'
-            'module = worker["resident_memory"]()\n'
-            'assert module.PageTrimmer().rss_file() >= 0 and module.MADV_DONTNEED == 4\n'
-            'loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("tola_plugin", "torch", "numpy"))\n'
+            'assert worker["PageTrimmer"]().rss_file() >= 0\n'
+            'loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "numpy"))\n'
             'assert not loaded, loaded\n'
             'print("ok")\n')
     proc = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=60,

@@ -21,7 +21,7 @@ from tola_plugin.archs.stage_runner import StageRunner
 from tola_plugin.archs.tola_arch import Switch, TOLANet
 from tola_plugin.archs.tola_config import KINDS, SWITCHES, TOLAConfig
 from tola_plugin.checkpoints import tola as tola_files
-from tola_plugin.utils.option_checks import check_typed_block, resolved_options
+from tola_plugin.options.checks import check_typed_block, resolved_options
 from tola_testing import REPO, one_thread, tiny_net_opt  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures('one_thread')

@@ -19,13 +19,13 @@ import torch
 from tola_plugin.archs.tola_arch import image_noise_seed
 from tola_plugin.data.image_io import read_image_file
 from tola_plugin.inference.demo_model import demo_model_path
-from tola_plugin.inference.headless_browser import (find_chromium, page_text, quit_chromium, restore_in_page,
-                                                    start_chromium, urls_off_host)
 from tola_plugin.inference.pipeline import LineResult, Restoration, TOLAPipeline
 from tola_plugin.rendered_samples import samples_dir
+from tola_plugin.web.headless_browser import (find_chromium, page_text, quit_chromium, restore_in_page, start_chromium,
+                                              urls_off_host)
 from inference_testing import StandInRestorer, write_tiny_merged
 
-web_app = pytest.importorskip('tola_plugin.inference.web_app', reason='gradio is not installed (the [web] extra)')
+web_app = pytest.importorskip('tola_plugin.web.app', reason='gradio is not installed (the [web] extra)')
 from tola_cli import web as web_cli  # noqa: E402
 
 LINE = os.path.join(samples_dir(), 'line_1x4.png')  # 128x32, rendered "Text2025" (labels.tsv)

@@ -1,6 +1,7 @@
-"""The package's defaults and choices that the command lines' parsers show, repeated here so that parsing (and
-``--help``) imports nothing of the package. ``SOURCES`` names where each lives in the package;
-tests/test_cli_fast_help.py checks that every value here equals it."""
+"""Every default and choice the command lines' parsers show, in one place: the package's, repeated here so that
+parsing (and ``--help``) imports nothing of the package, and the few that belong to a command line alone (below
+``SOURCES``). ``SOURCES`` names where each of the package's lives; tests/test_cli_fast_help.py checks that every
+value here equals it."""
 
 TEXT_CATEGORIES = ('chinese', 'english', 'digits', 'mixed')
 TEXT_CATEGORY_PROBS = (0.4, 0.2, 0.2, 0.2)
@@ -23,16 +24,28 @@ RT50_DIFFICULTIES = ('mild', 'medium', 'hard')
 COLOR_FIXES = ('none', 'wavelet', 'adain')
 DEFAULT_COLOR_FIX = 'wavelet'
 PASTE_POLICIES = ('checked', 'all')
+PRECISIONS = ('fp32', 'bf16', 'fp16', 'auto')
+BACKENDS = ('auto', 'openvino', 'torch')
+MAX_WINDOWS = 256
+MAX_OUTPUT_PIXELS = 100_000_000
+OVERLAP = 128
+PAD_MODES = ('edge', 'reflect')
+SEED = 0
+UPLOAD_MAX_MEGAPIXELS = 4.0
+UPLOAD_MAX_MB = 20.0
+STORED_UPLOADS_MAX_MB = 200.0
+WEB_HOST = '127.0.0.1'
 
-#: name here -> (module, attribute) of the package; a dict there is compared by its keys where this is a tuple
+#: name here -> (module, attribute) of the package, or (module, callable, parameter): that parameter's default; a
+#: dict there is compared by its keys where this is a tuple
 SOURCES = {
     'TEXT_CATEGORIES': ('tola_plugin.data.text_render', 'CATEGORIES'),
     'TEXT_CATEGORY_PROBS': ('tola_plugin.data.text_render', 'DEFAULT_CATEGORY_PROBS'),
     'DIFFTSR_COMPONENTS': ('tola_plugin.checkpoints.difftsr', 'COMPONENTS'),
     'RECOGNIZER_PREFIXES': ('tola_plugin.evaluation.records', 'PREFIX'),
     'BOOTSTRAP_RESAMPLES': ('tola_plugin.evaluation.statistics', 'N_RESAMPLES'),
-    'GPU_CAPACITIES_GB': ('tola_plugin.benchmarks.memory_estimate', 'CAPACITIES_GB'),
-    'GPU_RESERVE': ('tola_plugin.benchmarks.memory_estimate', 'RESERVE'),
+    'GPU_CAPACITIES_GB': ('tola_plugin.models.memory_estimate', 'CAPACITIES_GB'),
+    'GPU_RESERVE': ('tola_plugin.models.memory_estimate', 'RESERVE'),
     'MAX_PIXELS': ('tola_plugin.data.image_io', 'DEFAULT_MAX_PIXELS'),
     'WHITE': ('tola_plugin.data.image_io', 'WHITE'),
     'ALL_METRICS': ('tola_plugin.evaluation.runner', 'ALL_METRICS'),
@@ -44,4 +57,20 @@ SOURCES = {
     'COLOR_FIXES': ('tola_plugin.inference.color_fix', 'COLOR_FIXES'),
     'DEFAULT_COLOR_FIX': ('tola_plugin.inference.pipeline', 'DEFAULT_COLOR_FIX'),
     'PASTE_POLICIES': ('tola_plugin.inference.pipeline', 'PASTE_POLICIES'),
+    'PRECISIONS': ('tola_plugin.archs.precision', 'PRECISIONS'),
+    'BACKENDS': ('tola_plugin.runtime.plan', 'BACKENDS'),
+    'MAX_WINDOWS': ('tola_plugin.inference.work_bounds', 'DEFAULT_MAX_WINDOWS'),
+    'MAX_OUTPUT_PIXELS': ('tola_plugin.inference.work_bounds', 'DEFAULT_MAX_OUTPUT_PIXELS'),
+    'OVERLAP': ('tola_plugin.inference.pipeline', 'TOLAPipeline', 'overlap'),
+    'PAD_MODES': ('tola_plugin.inference.line_geometry', 'PAD_MODES'),
+    'SEED': ('tola_plugin.inference.folder_run', 'restore_folder', 'seed'),
+    'UPLOAD_MAX_MEGAPIXELS': ('tola_plugin.web.app', 'UPLOAD_MAX_MEGAPIXELS'),
+    'UPLOAD_MAX_MB': ('tola_plugin.web.app', 'UPLOAD_MAX_MB'),
+    'STORED_UPLOADS_MAX_MB': ('tola_plugin.web.app', 'STORED_UPLOADS_MAX_MB'),
+    'WEB_HOST': ('tola_plugin.web.app', 'serve', 'host'),
 }
+
+# The command lines' own: tola-infer's output folder, tola-web's port (Gradio's usual one; the library's ``serve``
+# takes any free port unless told)
+INFER_OUTPUT = 'results/tola_infer'
+WEB_PORT = 7860

@@ -1,7 +1,7 @@
 """GPU memory of one TOLA training iteration and of inference, per sample, for every gradient-checkpointing choice,
 and the largest batch per GPU that fits 24/40/48/80/96 GB: measured on the meta device (no weights are read, nothing
-is computed; about a minute on a CPU for the full-size network). What is and is not measured:
-``tola_plugin/benchmarks/memory_estimate.py``; the table for options/train/train_TOLA.yml: docs/training_gpus.md.
+is computed; its time on a CPU: docs/training_gpus.md). What is and is not measured:
+``tola_plugin/models/memory_estimate.py``; the table for options/train/train_TOLA.yml: docs/training_gpus.md.
 
     tola-estimate-memory -opt options/train/train_TOLA.yml
     tola-estimate-memory -opt options/train/train_TOLA.yml --size 128 512 --json results/memory.json
@@ -28,7 +28,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from tola_plugin.benchmarks.memory_estimate import estimate_option_file  # (the package registers the plugin)
+    from tola_plugin.models.memory_estimate import estimate_option_file  # (the package registers the plugin)
     return estimate_option_file(args.opt, args.size, args.capacities, args.reserve, args.json)
 
 

@@ -23,20 +23,15 @@ import argparse
 import math
 
 from tola_cli.arguments import rgb_triple
-from tola_cli.defaults import COLOR_FIXES, DEFAULT_COLOR_FIX, PASTE_POLICIES
-
-# The library's defaults (tola_plugin.data.image_io.DEFAULT_MAX_PIXELS, inference.work_bounds), repeated here so
-# that --help needs no import of the package; tests/test_reliability_bounds.py checks that they agree.
-DEFAULT_MAX_MEGAPIXELS = 64.0
-DEFAULT_MAX_WINDOWS = 256
-DEFAULT_MAX_OUTPUT_MEGAPIXELS = 100.0
+from tola_cli.defaults import (BACKENDS, COLOR_FIXES, DEFAULT_COLOR_FIX, INFER_OUTPUT, MAX_OUTPUT_PIXELS, MAX_PIXELS,
+                               MAX_WINDOWS, OVERLAP, PAD_MODES, PASTE_POLICIES, PRECISIONS, SEED, WHITE)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog='tola-infer', description=__doc__, allow_abbrev=False,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('-i', '--input', help='an image file or a folder of images (required unless --show-runtime)')
-    parser.add_argument('-o', '--output', default='results/tola_infer', help='output folder (results/tola_infer)')
+    parser.add_argument('-o', '--output', default=INFER_OUTPUT, help=f'output folder ({INFER_OUTPUT})')
     model = parser.add_mutually_exclusive_group()
     model.add_argument(
         '--model', help='merged TOLA model (.safetensors from tola-export-merged); default: the demo model (the '
@@ -55,21 +50,21 @@ def build_parser() -> argparse.ArgumentParser:
         'that brings the median line to 128 rows, within 1-4)')
     parser.add_argument('--detect', action='store_true',
                         help='whole photos: find the text lines (PP-OCRv4), restore each in place, write a JSON')
-    parser.add_argument('--overlap', type=int, default=128,
-                        help='columns shared by neighbouring 128x512 windows of a wide line (128; 0-511)')
-    parser.add_argument('--pad-mode', choices=('edge', 'reflect'), default='edge',
-                        help='padding of a line narrower than 512 (edge)')
+    parser.add_argument('--overlap', type=int, default=OVERLAP,
+                        help=f'columns shared by neighbouring 128x512 windows of a wide line ({OVERLAP}; 0-511)')
+    parser.add_argument('--pad-mode', choices=PAD_MODES, default=PAD_MODES[0],
+                        help=f'padding of a line narrower than 512 ({PAD_MODES[0]})')
     parser.add_argument(
         '--batch-size', type=int,
         help='128x512 windows per step, across the lines of a photo and the images of a folder; each window '
         'runs alone, so results do not depend on it (default: from the free memory, 1-8)')
     parser.add_argument('--device', help='cpu, cuda, cuda:1, ... (default: cuda when available, else cpu)')
     parser.add_argument(
-        '--precision', choices=('fp32', 'bf16', 'fp16', 'auto'),
+        '--precision', choices=PRECISIONS,
         help="compute precision (default: the model's, fp32; auto: a precision per stage where it is "
         "fast and keeps the one-step latent within the qualification's bounds; docs/inference.md)")
     parser.add_argument(
-        '--backend', choices=('auto', 'openvino', 'torch'), default='auto',
+        '--backend', choices=BACKENDS, default=BACKENDS[0],
         help='runtime of the IDM and VAE (auto: OpenVINO on the CPU where it qualifies, else torch; on a GPU torch; '
         'docs/inference.md)')
     parser.add_argument(
@@ -85,22 +80,21 @@ def build_parser() -> argparse.ArgumentParser:
         '--paste', choices=PASTE_POLICIES, default=PASTE_POLICIES[0],
         help='with --detect, the restored lines put into the photo: checked (those PP-OCRv4 reads as well as the '
         'original; the others stay as they were, the JSON says which) or all')
-    parser.add_argument('--seed', type=int, default=0,
-                        help='base of the per-image noise seeds (0; the same file name gets the same noise)')
+    parser.add_argument('--seed', type=int, default=SEED,
+                        help=f'base of the per-image noise seeds ({SEED}; the same file name gets the same noise)')
     parser.add_argument('--recursive', action='store_true', help='also images in subfolders of a folder input')
     parser.add_argument('--overwrite', action='store_true', help='replace existing outputs')
-    parser.add_argument('--alpha-background', type=rgb_triple, default=(255, 255, 255), metavar='R,G,B',
-                        help='colour under transparent pixels (255,255,255)')
+    parser.add_argument('--alpha-background', type=rgb_triple, default=WHITE, metavar='R,G,B',
+                        help=f'colour under transparent pixels ({",".join(map(str, WHITE))})')
     parser.add_argument(
-        '--max-megapixels', type=float, default=DEFAULT_MAX_MEGAPIXELS,
+        '--max-megapixels', type=float, default=MAX_PIXELS / 1e6,
         help=f'image budget: larger inputs are refused from their header, before decoding '
-        f'({DEFAULT_MAX_MEGAPIXELS:g} million pixels)')
+        f'({MAX_PIXELS / 1e6:g} million pixels)')
     parser.add_argument(
-        '--max-windows', type=int, default=DEFAULT_MAX_WINDOWS,
-        help=f'128x512 windows (network calls) one image may need: a line, or all lines of a photo '
-        f'({DEFAULT_MAX_WINDOWS})')
-    parser.add_argument('--max-output-megapixels', type=float, default=DEFAULT_MAX_OUTPUT_MEGAPIXELS,
-                        help=f'pixels of one output image ({DEFAULT_MAX_OUTPUT_MEGAPIXELS:g} million)')
+        '--max-windows', type=int, default=MAX_WINDOWS,
+        help=f'128x512 windows (network calls) one image may need: a line, or all lines of a photo ({MAX_WINDOWS})')
+    parser.add_argument('--max-output-megapixels', type=float, default=MAX_OUTPUT_PIXELS / 1e6,
+                        help=f'pixels of one output image ({MAX_OUTPUT_PIXELS / 1e6:g} million)')
     parser.add_argument('--timestep', type=int,
                         help="inference control: the q-sample and IDM timestep (default: the model's)")
     parser.add_argument('--noise', choices=('gaussian', 'zero'), help='inference control: the noise mode')
@@ -163,8 +157,9 @@ def main(argv=None) -> int:
 
     if args.show_runtime:
         return show_runtime(pipeline)
-    return restore_folder(args.input, args.output, pipeline, args.suffix, args.ext, args.detect, args.outscale,
-                          args.seed, args.recursive, args.overwrite)
+    return restore_folder(input=args.input, output=args.output, pipeline=pipeline, suffix=args.suffix, ext=args.ext,
+                          detect=args.detect, outscale=args.outscale, seed=args.seed, recursive=args.recursive,
+                          overwrite=args.overwrite)
 
 
 def cli(argv=None):

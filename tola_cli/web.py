@@ -14,10 +14,8 @@ nothing is fetched from the internet (docs/web.md). Needs the [web] extra (gradi
 import argparse
 import math
 
-from tola_cli.defaults import COLOR_FIXES, DEFAULT_COLOR_FIX
-from tola_cli.infer import DEFAULT_MAX_OUTPUT_MEGAPIXELS, DEFAULT_MAX_WINDOWS
-
-DEFAULT_PORT = 7860
+from tola_cli.defaults import (BACKENDS, COLOR_FIXES, DEFAULT_COLOR_FIX, MAX_OUTPUT_PIXELS, MAX_WINDOWS, PRECISIONS,
+                               STORED_UPLOADS_MAX_MB, UPLOAD_MAX_MB, UPLOAD_MAX_MEGAPIXELS, WEB_HOST, WEB_PORT)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -32,27 +30,28 @@ def build_parser() -> argparse.ArgumentParser:
         'the switch starts at auto: a photo when the image is taller than two lines or not wide, else one line')
     parser.add_argument('--device', help='cpu, cuda, cuda:1, ... (default: cuda when available, else cpu)')
     parser.add_argument(
-        '--precision', choices=('fp32', 'bf16', 'fp16', 'auto'),
+        '--precision', choices=PRECISIONS,
         help="compute precision (default: the model's, fp32; auto: a precision per stage where it is "
         "fast and keeps the one-step latent within the qualification's bounds; docs/inference.md)")
     parser.add_argument(
-        '--backend', choices=('auto', 'openvino', 'torch'), default='auto',
+        '--backend', choices=BACKENDS, default=BACKENDS[0],
         help='runtime of the IDM and VAE (auto: OpenVINO on the CPU when installed, else torch; on a GPU torch)')
     parser.add_argument('--color-fix', choices=COLOR_FIXES, default=DEFAULT_COLOR_FIX,
                         help=f"the page's initial colour fix ({DEFAULT_COLOR_FIX}; none: the network's own colours)")
-    parser.add_argument('--host', default='127.0.0.1',
-                        help='address to listen on (127.0.0.1: this machine only; 0.0.0.0 for the network)')
-    parser.add_argument('--port', type=int, default=DEFAULT_PORT, help=f'port ({DEFAULT_PORT}); 0: any free port')
-    parser.add_argument('--max-megapixels', type=float, default=4.0,
-                        help='larger images are refused with a message (4.0 million pixels)')
-    parser.add_argument('--max-file-mb', type=float, default=20.0,
-                        help='larger uploads are refused by the server (20 MB)')
-    parser.add_argument('--max-stored-mb', type=float, default=200.0,
-                        help='uploads kept at once, all together; the oldest are removed first (200 MB)')
-    parser.add_argument('--max-windows', type=int, default=DEFAULT_MAX_WINDOWS,
-                        help=f'128x512 windows (network calls) one image may need ({DEFAULT_MAX_WINDOWS})')
-    parser.add_argument('--max-output-megapixels', type=float, default=DEFAULT_MAX_OUTPUT_MEGAPIXELS,
-                        help=f'pixels of one output image ({DEFAULT_MAX_OUTPUT_MEGAPIXELS:g} million)')
+    parser.add_argument('--host', default=WEB_HOST,
+                        help=f'address to listen on ({WEB_HOST}: this machine only; 0.0.0.0 for the network)')
+    parser.add_argument('--port', type=int, default=WEB_PORT, help=f'port ({WEB_PORT}); 0: any free port')
+    parser.add_argument('--max-megapixels', type=float, default=UPLOAD_MAX_MEGAPIXELS,
+                        help=f'larger images are refused with a message ({UPLOAD_MAX_MEGAPIXELS} million pixels)')
+    parser.add_argument('--max-file-mb', type=float, default=UPLOAD_MAX_MB,
+                        help=f'larger uploads are refused by the server ({UPLOAD_MAX_MB:g} MB)')
+    parser.add_argument(
+        '--max-stored-mb', type=float, default=STORED_UPLOADS_MAX_MB,
+        help=f'uploads kept at once, all together; the oldest are removed first ({STORED_UPLOADS_MAX_MB:g} MB)')
+    parser.add_argument('--max-windows', type=int, default=MAX_WINDOWS,
+                        help=f'128x512 windows (network calls) one image may need ({MAX_WINDOWS})')
+    parser.add_argument('--max-output-megapixels', type=float, default=MAX_OUTPUT_PIXELS / 1e6,
+                        help=f'pixels of one output image ({MAX_OUTPUT_PIXELS / 1e6:g} million)')
     parser.add_argument('--debug', action='store_true', help='show the traceback of an error (default: one line)')
     return parser
 
@@ -79,15 +78,17 @@ def main(argv=None, block: bool = True):
     with ``block`` False returns the running app instead (``.close()`` stops it)."""
     args = parse_args(argv)
     try:
-        from tola_plugin.inference.web_app import serve  # heavy imports (gradio, torch) only after parsing
+        from tola_plugin.web.app import serve  # heavy imports (gradio, torch) only after parsing
     except ImportError as err:
         if 'gradio' not in str(err):
             raise
         raise OSError('tola-web needs gradio: pip install "tola-plugin[web]" (or pip install -r '
                       'requirements.txt)') from err
-    app = serve(args.model, args.detect, args.precision, args.device, args.backend, args.color_fix, args.max_windows,
-                args.max_output_megapixels, args.max_megapixels, args.max_file_mb, args.host, args.port, block,
-                args.max_stored_mb)
+    app = serve(model=args.model, detect=args.detect, precision=args.precision, device=args.device,
+                backend=args.backend, color_fix=args.color_fix, max_windows=args.max_windows,
+                max_output_megapixels=args.max_output_megapixels, max_megapixels=args.max_megapixels,
+                max_file_mb=args.max_file_mb, host=args.host, port=args.port, block=block,
+                max_stored_mb=args.max_stored_mb)
     return 0 if block else app
 
 

@@ -1,8 +1,7 @@
 #!/usr/bin/env python
 """CPU time per sample of the online degradation chains on the 128x512 canvas, per chain and scale.
 
-The training loader must keep up with the model: at batch 16 and ~20 ms per sample a worker makes a
-batch in ~0.3 s. Example:
+The training loader must keep up with the model (the figures: docs/data.md, "Speed"). Example:
     python tools/benchmark_degradation.py --samples 60
 """
 import argparse
@@ -19,7 +18,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    from tola_plugin.benchmarks.degradation_benchmark import benchmark_degradation
+    from tola_plugin.lab.benchmarks.degradation_benchmark import benchmark_degradation
     return benchmark_degradation(args.samples, args.seed)
 
 

@@ -10,20 +10,21 @@ matmul ceiling, the batched photo path, peak memory, and the precisions' quality
     python tools/benchmark_inference.py --folder-model experiments/demo_TOLA/TOLA_demo_merged.safetensors
     python tools/benchmark_inference.py --precision-table --random-weights --out results/benchmark/precision.json
 
-Routes (tola_plugin/benchmarks/inference_benchmark.py): reference (DiffTSR's way), torch and openvino in each
+Routes (tola_plugin/lab/benchmarks/inference_benchmark.py): reference (DiffTSR's way), torch and openvino in each
 --precision, and default (what tola-infer, TOLAPipeline and tola-web run here by default). Prints a markdown table
 with seconds per image, GMAC/s and the share of the measured matmul ceiling, images per second of a folder run
 at the pipeline's own batch and at one window per call, the issue's targets met or not, and writes JSON
 (``tools/plot_results.py latency --benchmark`` reads it). Timed runs need a quiet machine. ``--precision-table``:
 instead, where each stage's low precision moves the one-step latent ẑ0 and the image (the demo backbone's frozen
 route on ``--lines`` rendered lines, and the option file's network on the qualification's probe) and the speed of
-each per-stage plan (``tola_plugin/benchmarks/precision_route.py``; docs/inference.md, "Precision").
+each per-stage plan (``tola_plugin/lab/benchmarks/precision_route.py``; docs/inference.md, "Precision").
 """
 import argparse
 import os
 import sys
 
 from tola_cli.command import run_command
+from tola_cli.defaults import PRECISIONS
 
 DEFAULT_OPT = os.path.join(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'options', 'test', 'test_TOLA.yml')
@@ -39,7 +40,7 @@ def parse_args(argv=None):
                    help='full-size random backbone and random LoRA/LRC values (no files needed)')
     p.add_argument('--repeats', type=int, default=3, help='timed runs per route (median; default 3)')
     p.add_argument(
-        '--precision', nargs='+', choices=('fp32', 'bf16', 'fp16'),
+        '--precision', nargs='+', choices=[p for p in PRECISIONS if p != 'auto'],
         help='precisions of the torch and openvino routes, each on every stage (default: fp32, and bf16 / fp16 '
         'where this CPU has their instructions: an emulated precision is minutes per path for nothing)')
     p.add_argument('--photo-lines', type=int, default=8,
@@ -76,7 +77,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from tola_plugin.benchmarks.inference_benchmark import benchmark_and_write, fast_precisions
+    from tola_plugin.lab.benchmarks.inference_benchmark import benchmark_and_write, fast_precisions
     command = ' '.join(['python tools/benchmark_inference.py'] + list(sys.argv[1:] if argv is None else argv))
     precisions = args.precision or fast_precisions()
     benchmark_and_write(args.opt, args.checkpoint, args.random_weights, precisions, args.repeats, args.photo_lines,

@@ -25,7 +25,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from tola_plugin.gpu_check.bundle import build_bundle, build_carry
+    from tola_plugin.lab.gpu_check.bundle import build_bundle, build_carry
     if args.checkout:
         build_carry(args.out or 'build/gpu_carry', args.wheel_cache)
     else:

@@ -14,7 +14,7 @@ import sys
 
 from tola_cli.command import run_command
 
-STEPS = ('smoke', 'memory', 'precision', 'inference', 'cuda_tests', 'resume')  # tola_plugin.gpu_check.run's
+STEPS = ('smoke', 'memory', 'precision', 'inference', 'cuda_tests', 'resume')  # tola_plugin.lab.gpu_check.run's
 
 
 def parse_steps(value: str):
@@ -51,7 +51,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from tola_plugin.gpu_check.run import run_gpu_check
+    from tola_plugin.lab.gpu_check.run import run_gpu_check
     command = 'gpu_check.sh ' + ' '.join(sys.argv[1:] if argv is None else argv)
     return run_gpu_check(args.report_dir, args.bundle, args.data, args.dry_run, args.work, command, args.deadline,
                          args.steps)

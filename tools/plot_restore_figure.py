@@ -26,7 +26,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from tola_plugin.demo.restore_figure import plot_restore_figure
+    from tola_plugin.lab.demo.restore_figure import plot_restore_figure
     return plot_restore_figure(args.samples, args.out, args.model, args.device)
 
 

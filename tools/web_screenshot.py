@@ -9,6 +9,7 @@ Needs Chromium and chromedriver (tools/setup_env.sh installs them as root). An e
 --overwrite. The server and the browser are stopped before the tool ends.
 """
 import argparse
+import sys
 
 from tola_cli.command import run_command
 
@@ -32,11 +33,12 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     from tola_cli import web  # after parsing: --help and usage errors import nothing heavy
-    from tola_plugin.inference.web_screenshot import screenshot_web_demo
+    from tola_plugin.utils.user_text import say
+    from tola_plugin.web.screenshot import screenshot_web_demo
     web_args = ['--port', '0'] + (['--model', args.model] if args.model else []) + (['--detect'] if args.detect else [])
     status = screenshot_web_demo(lambda: web.main(web_args, block=False), args.out, args.example, args.width,
                                  args.timeout, args.overwrite)
-    print(f'wrote {args.out}: {status}')
+    say(f'wrote {args.out}: {status}', sys.stdout)
     return 0
 
 

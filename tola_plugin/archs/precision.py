@@ -24,6 +24,7 @@ from typing import Dict, Iterator
 import torch
 
 PRECISIONS = ('fp32', 'bf16', 'fp16', 'auto')
+LOW_PRECISIONS = ('bf16', 'fp16')  # the fast precisions, each measured and judged against fp32
 _DTYPES = {'fp32': torch.float32, 'bf16': torch.bfloat16, 'fp16': torch.float16}
 #: the stages of Algorithm 1 whose compute dtype a precision sets, in the forward's order
 STAGE_NAMES = ('vae_encoder', 'mom', 'idm', 'lrc', 'vae_decoder')

@@ -17,7 +17,7 @@ from basicsr.utils.registry import ARCH_REGISTRY
 from tola_plugin.archs.lora import (count_lora_parameters, load_lora_state_dict, lora_settings, lora_state_dict,
                                     merge_lora)
 from tola_plugin.archs.tola_config import CHECKPOINTABLE, checkpointed_parts  # noqa: F401 (the parts, named here too)
-from tola_plugin.utils.option_checks import resolved_options
+from tola_plugin.options.checks import resolved_options
 
 
 class TOLAAdaptationMixin:

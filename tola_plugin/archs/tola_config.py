@@ -26,7 +26,7 @@ from tola_plugin.archs.backbone_builder import BACKBONE_INITS
 from tola_plugin.archs.diffusion_schedule import NUM_TRAIN_TIMESTEPS
 from tola_plugin.archs.precision import PRECISIONS
 from tola_plugin.archs.vae_arch import LATENT_MODES
-from tola_plugin.utils.option_checks import check_keys, check_typed_block
+from tola_plugin.options.checks import check_keys, check_typed_block
 
 KINDS = ('architecture', 'switch', 'file', 'training')
 RECORDED_KINDS = ('architecture', 'switch')  # what a merged file's metadata records (the rest: machine and run)
@@ -209,7 +209,7 @@ class TOLAConfig:
     @classmethod
     def signature(cls) -> inspect.Signature:
         """The options as keyword-only parameters with their defaults: the signature of ``TOLANet(**options)``,
-        which BasicSR's strict option check reads (``utils/option_checks.py``)."""
+        which BasicSR's strict option check reads (``options/checks.py``)."""
         return inspect.Signature([
             inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, annotation=f.type,
                               default=f.default_factory() if f.default is dataclasses.MISSING else f.default)

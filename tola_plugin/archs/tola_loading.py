@@ -21,9 +21,9 @@ from tola_plugin.archs.mom_arch import DiffTSRMoM
 from tola_plugin.archs.tola_config import TOLAConfig
 from tola_plugin.checkpoints import tola as tola_files
 from tola_plugin.checkpoints.demo_backbone import DEMO
+from tola_plugin.options.checks import check_typed_block
+from tola_plugin.options.reader import OptionError, apply_force_yml, read_option_file
 from tola_plugin.utils.checkpoint_io import require_file
-from tola_plugin.utils.option_checks import check_typed_block
-from tola_plugin.utils.option_files import OptionError, apply_force_yml, read_option_file
 
 
 def read_tola_options(opt_path: str, overrides: Sequence[str] = ()) -> Dict:

@@ -25,16 +25,15 @@ each branch on a CPU with CUDA simulated. The patches of this package (``process
 import inspect
 import logging
 import os
-import re
 import subprocess
 import sys
 import traceback
 from typing import Dict, Mapping, Optional
 
+from tola_plugin.options.dist_params import BACKENDS
 from tola_plugin.utils.cli_errors import INPUT_ERRORS, USAGE_EXIT_STATUS, error_line
-from tola_plugin.utils.dist_params import BACKENDS
-
-NVIDIA_DRIVER_FILE = '/proc/driver/nvidia/version'
+from tola_plugin.utils.procfs import nvidia_driver_version  # noqa: F401  (callers and tests use it from here)
+from tola_plugin.utils.user_text import say
 
 
 def process_group_backend(num_gpu: int, requested: Optional[str] = None) -> str:
@@ -141,17 +140,6 @@ def loader_batch_size(opt: Mapping) -> int:
     return per_gpu * int(opt['num_gpu'])
 
 
-def nvidia_driver_version(path: str = NVIDIA_DRIVER_FILE) -> Optional[str]:
-    """The loaded NVIDIA kernel driver's version ('535.104.05'), or None when no NVIDIA driver is loaded."""
-    try:
-        with open(path, encoding='utf-8', errors='replace') as f:
-            text = f.read()
-    except OSError:
-        return None
-    match = re.search(r'Kernel Module\s+(?:for \S+\s+)?([0-9][0-9.]*)', text)
-    return match.group(1) if match else 'unknown version'
-
-
 def cuda_unusable_reason(cuda_available: bool, torch_cuda_build: Optional[str], driver: Optional[str]) -> str:
     """Why this torch cannot use the installed NVIDIA driver ('' when CUDA works or there is no driver)."""
     if cuda_available or driver is None:
@@ -186,8 +174,9 @@ def end_failed_rank(err: BaseException) -> None:
     from torch.distributed.elastic.multiprocessing.errors import ErrorHandler
     where = f'rank {dist.get_rank()} of {dist.get_world_size()} failed'
     if not isinstance(err, INPUT_ERRORS) or os.environ.get('TOLA_TRACEBACK'):
-        traceback.print_exception(type(err), err, err.__traceback__, file=sys.stderr)
-    print(f'error: {where}: {error_line(err)[len("error: "):]}', file=sys.stderr, flush=True)
+        for line in ''.join(traceback.format_exception(type(err), err, err.__traceback__)).splitlines():
+            say(line)
+    say(f'error: {where}: {error_line(err)[len("error: "):]}')
     if os.environ.get('TORCHELASTIC_ERROR_FILE'):
         ErrorHandler().record_exception(err)
     logging.shutdown()

@@ -22,10 +22,11 @@ from basicsr.utils import make_exp_dirs as _original_make_exp_dirs
 from tola_plugin.basicsr_glue import distributed, failed_start
 from tola_plugin.basicsr_glue.option_parsing import read_options
 from tola_plugin.basicsr_glue.resume_state import load_resume_state
+from tola_plugin.options.checks import check_data_paths
 from tola_plugin.utils import run_lock
 from tola_plugin.utils.checkpoint_io import weights_only_loads
 from tola_plugin.utils.cli_errors import install_excepthook
-from tola_plugin.utils.option_checks import check_data_paths
+from tola_plugin.utils.user_text import say
 
 
 def parse_options(root_path, is_train=True):
@@ -122,9 +123,8 @@ def _adopt_launcher_script(namespace: dict, root_path: str) -> str:
             return script_mkdir_and_rename(path)
 
         namespace['init_tb_loggers'], namespace['mkdir_and_rename'] = init_tb_loggers, mkdir_and_rename
-    print(
-        f'note: BasicSR\'s launcher runs from the installed package ({root_path}); its outputs go under the '
-        f'current directory {cwd}', file=sys.stderr, flush=True)
+    say(f'note: BasicSR\'s launcher runs from the installed package ({root_path}); its outputs go under the current '
+        f'directory {cwd}')
     return cwd
 
 

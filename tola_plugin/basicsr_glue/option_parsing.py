@@ -1,19 +1,19 @@
 """The BasicSR glue's option parsing: how a launcher reads its options (BasicSR's ``parse_options``, its YAML loader and
 its ``--force_yml`` values; the launchers get ``read_options`` through ``launchers.parse_options``).
 
--   Start-up checks: the option file is read by the package's one safe, bounded reader (utils/option_files.py;
+-   Start-up checks: the option file is read by the package's one safe, bounded reader (options/reader.py;
     BasicSR's own ``yaml.load`` gets its loader, and ``--force_yml`` lists are read as YAML, not ``eval``-ed), the
     keys every run needs are checked on the file as written before BasicSR's parser indexes them, then strict option
-    keys for every model, ``total_iter > 0``, ``num_gpu`` no more than the devices present (utils/option_checks.py),
+    keys for every model, ``total_iter > 0``, ``num_gpu`` no more than the devices present (options/checks.py),
     ``num_gpu: auto`` refused when a driver is installed that this torch cannot use; the CUDA math options
     ``allow_tf32`` and ``deterministic`` (utils/cuda_math.py); and one run per experiment (results) folder: a lock
     file with the PID, stale locks replaced (utils/run_lock.py). The paths the run reads are checked later, as BasicSR
     makes the run's folders (``launchers.make_exp_dirs``).
 -   What the command line may change beyond upstream's ``--force_yml`` (which can only set values): an entry of
     ``val.metrics`` set to ``~`` is removed (upstream would call the metric ``None``: ``val:metrics:lpips=~`` drops
-    LPIPS and keeps PSNR/SSIM); ``short_run: N`` applies the short-run preset (utils/short_run.py). Then every weight
+    LPIPS and keeps PSNR/SSIM); ``short_run: N`` applies the short-run preset (options/short_run.py). Then every weight
     file a metric or loss of the run reads is checked at start: a missing one is an error naming it, where it comes
-    from, and the override that runs without it (pretrained/metric_weights.require_run_weights).
+    from, and the override that runs without it (metric_weights.require_run_weights).
 """
 import argparse
 import sys
@@ -26,18 +26,19 @@ from basicsr.utils.dist_util import get_dist_info
 
 from tola_plugin.basicsr_glue import distributed, failed_start, process_group
 from tola_plugin.basicsr_glue.training_resume import LOOP, warn_early
-from tola_plugin.pretrained.metric_weights import require_run_weights
+from tola_plugin.metric_weights import require_run_weights
+from tola_plugin.options.checks import check_options, check_required
+from tola_plugin.options.reader import OptionError, OptionLoader, force_yml_value, read_option_file
+from tola_plugin.options.short_run import apply_short_run
 from tola_plugin.utils import cuda_math, run_lock
-from tola_plugin.utils.option_checks import check_options, check_required
-from tola_plugin.utils.option_files import OptionError, OptionLoader, force_yml_value, read_option_file
-from tola_plugin.utils.short_run import apply_short_run
+from tola_plugin.utils.user_text import say
 
 _original_parse_options = basicsr.utils.options.parse_options
 _original_ordered_yaml = basicsr.utils.options.ordered_yaml
 
 
 def ordered_yaml():
-    """Upstream's (Loader, Dumper) pair with the package's safe, bounded loader (utils/option_files.py): upstream's is
+    """Upstream's (Loader, Dumper) pair with the package's safe, bounded loader (options/reader.py): upstream's is
     yaml's full Loader, which builds any Python object a file names (``!!python/object/apply:os.system``)."""
     return OptionLoader, _original_ordered_yaml()[1]
 
@@ -104,7 +105,7 @@ def read_options(root_path, is_train=True):
     except OptionError as err:
         raise OptionError(f'{args.opt}: {err}') from None
     if note:
-        print(f'note: {note}', file=sys.stderr, flush=True)
+        say(f'note: {note}')
     try:
         require_run_weights(opt)
     except FileNotFoundError as err:

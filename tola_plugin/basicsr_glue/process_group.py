@@ -16,8 +16,8 @@ import torch.distributed as dist
 import basicsr.utils.options
 
 from tola_plugin.basicsr_glue import distributed
+from tola_plugin.options.dist_params import process_group_timeout
 from tola_plugin.utils.devices import cuda_device_count
-from tola_plugin.utils.dist_params import process_group_timeout
 
 _LAUNCH = {}  # inside launch_deferred: the launcher upstream's parse_options asked init_dist for
 

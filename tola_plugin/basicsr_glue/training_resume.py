@@ -32,7 +32,6 @@ import os
 import os.path as osp
 import random
 import re
-import sys
 from collections import Counter
 from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
@@ -41,7 +40,7 @@ import torch
 import torch.distributed as dist
 
 from tola_plugin.utils.checkpoint_io import UnsafeCheckpointError, check_weights_file, safe_torch_load
-from tola_plugin.utils.user_text import shown
+from tola_plugin.utils.user_text import say, shown
 
 LOOP_FORMAT = 1
 STATE_NAME = re.compile(r'^(\d+)\.state$')
@@ -243,7 +242,7 @@ LOOP = LoopPosition()
 def warn_early(message: str) -> None:
     """A warning before BasicSR's logger exists (its file handler is added later): stderr now, the log later
     (``LOOP.notes``, written by ``exact_resume.resume_training``)."""
-    print(f'warning: {shown(message)}', file=sys.stderr, flush=True)
+    say(f'warning: {message}')
     LOOP.notes.append(shown(message))
 
 

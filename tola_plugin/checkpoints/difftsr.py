@@ -13,7 +13,6 @@ Converted layout (``tools/convert_difftsr.py``): one safetensors file, keys ``id
 our names, metadata ``format`` and the component configs as JSON.
 """
 import json
-import logging
 import re
 from typing import Callable, Dict, Iterable, Mapping, Optional, Tuple
 
@@ -21,8 +20,7 @@ import torch
 
 from tola_plugin.utils.atomic_files import atomic_write
 from tola_plugin.utils.checkpoint_io import open_safetensors, require_file
-
-logger = logging.getLogger(__name__)
+from tola_plugin.utils.user_text import say
 
 #: Where users get the official weights (nothing is ever downloaded).
 WHERE_DIFFTSR = ('Download DiffTSR.ckpt from the official release (Google Drive / Baidu links in the README of '
@@ -270,9 +268,8 @@ def read_official(path: str) -> Dict[str, Mapping[str, torch.Tensor]]:
         if 'mmap' not in str(err):
             raise _unreadable(path, err) from err
         # pre-1.6 (non-zip) torch.save format cannot be memory-mapped: read it whole, say so
-        logger.warning(
-            '%s is in the legacy torch.save format; reading it whole (TDM_Decoder included) once. '
-            'Convert it with tools/convert_difftsr.py to avoid this.', path)
+        say(f'warning: {path} is in the legacy torch.save format; reading it whole (TDM_Decoder included) once. '
+            'Convert it with tools/convert_difftsr.py to avoid this.')
         try:
             raw = torch.load(path, map_location='cpu', weights_only=True)
         except Exception as err2:  # noqa: BLE001  torch raises many types for bad files

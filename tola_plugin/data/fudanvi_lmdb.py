@@ -14,6 +14,7 @@ from tola_plugin.data.image_io import WHITE, decode_image
 from tola_plugin.data.text_labels import TOOL_SKIP_HINT, read_labels_tsv_lines, usable_positions
 from tola_plugin.utils.cli_errors import UsageError
 from tola_plugin.utils.lmdb_check import check_lmdb
+from tola_plugin.utils.user_text import say
 
 
 def image_key(index: int) -> bytes:
@@ -72,7 +73,7 @@ def write_lmdb_from_folder(images: str, labels: str, out: str, map_size: int = 1
     numbered = read_labels_tsv_lines(labels)
     keep = usable_positions([text for _, _, text in numbered],
                             lambda i: f'{labels}:{numbered[i][0]} ({numbered[i][1]})', 'lower', skip_invalid_labels,
-                            labels, lambda message: print(f'warning: {message}', file=sys.stderr), TOOL_SKIP_HINT)
+                            labels, lambda message: say(f'warning: {message}'), TOOL_SKIP_HINT)
     rows = [numbered[i][1:] for i in keep]
     if os.path.exists(os.path.join(out, 'data.mdb')):
         raise UsageError(f'{out} already holds an LMDB; remove it or choose another --out')
@@ -92,7 +93,7 @@ def write_lmdb_from_folder(images: str, labels: str, out: str, map_size: int = 1
         f.write('index\tfilename\n')
         for i, (name, _) in enumerate(rows, start=1):
             f.write(f'{i}\t{name}\n')
-    print(f'wrote {count} samples to {out}')
+    say(f'wrote {count} samples to {out}', sys.stdout)
     return 0
 
 

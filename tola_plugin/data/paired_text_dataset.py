@@ -35,7 +35,7 @@ class PairedTextDataset(data.Dataset):
     background [[255, 255, 255]]: RGB colour under transparent pixels (RGBA/LA/palette images);
     lq_size ['canvas' | 'native']: the LR on the canvas (TOLA) or at 128/s x 512/s, s = the option file's
     ``scale`` (a x s network's input; the same resize).
-    Any other key (besides BasicSR's loader keys) is an error (utils/option_checks.py).
+    Any other key (besides BasicSR's loader keys) is an error (options/checks.py).
 
     Item: ``lq`` (3,128,512) float32 RGB [0,1] ((3,128/s,512/s) with ``lq_size: native``); ``gt`` (3,128,512)
     and ``gt_path`` only with HR; ``lq_path`` (file path or LMDB key); ``text``; ``idm_tokens`` (24,) int64;

@@ -67,7 +67,7 @@ class TextDegradationDataset(data.Dataset):
         the canvas (TOLA) or as the chain made it, 128/s x 512/s (needs one scale in ``scales``, equal to the
         option file's ``scale``); gt_size [None]: a random square crop of that size (at most 128, divisible
         by the LR's scale) from the pair, at the same place in LR and HR.
-        Any other key (besides BasicSR's loader keys) is an error (utils/option_checks.py).
+        Any other key (besides BasicSR's loader keys) is an error (options/checks.py).
 
     Item: ``lq`` (3,128,512) float32 RGB in [0,1] ((3,128/s,512/s) with ``lq_size: native``), ``gt``
     (3,128,512) (both cropped with ``gt_size``); ``lq_path`` = ``gt_path`` = LMDB key or file path; ``text`` raw

@@ -6,6 +6,7 @@ which indices go to validation is fixed by the seed (numpy PCG64 permutation) or
 spaced positions.
 """
 import os
+import sys
 from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -13,6 +14,7 @@ import numpy as np
 from tola_plugin.data.fudanvi_lmdb import FudanVILmdbReader
 from tola_plugin.data.text_labels import read_index_list
 from tola_plugin.utils.cli_errors import UsageError
+from tola_plugin.utils.user_text import say
 
 
 def split_indices(indices: Sequence[int], val_fraction: float = 0.02, method: str = 'random',
@@ -63,5 +65,5 @@ def write_split(out_dir: str, lmdb: Optional[str] = None, index_list: Optional[s
     for name, values in (('train_index.txt', train), ('val_index.txt', val)):
         with open(os.path.join(out_dir, name), 'w', encoding='utf-8') as f:
             f.writelines(f'{v}\n' for v in values)
-    print(f'{len(indices)} indices -> {len(train)} train, {len(val)} val in {out_dir}')
+    say(f'{len(indices)} indices -> {len(train)} train, {len(val)} val in {out_dir}', sys.stdout)
     return 0

@@ -8,13 +8,15 @@ image file. ``sources.tsv`` maps each name back to where the line came from: the
 from (the LMDB's ``filenames.tsv``, written by tola-make-lmdb; empty for an LMDB without one), or the image file.
 """
 import os
+import sys
 from typing import Dict, Optional
 
 from tola_plugin.data.image_io import tensor_to_uint8, write_image
 from tola_plugin.data.text_degradation_dataset import TextDegradationDataset
 from tola_plugin.data.text_labels import TOOL_SKIP_HINT, InvalidLabelsError
-from tola_plugin.utils.atomic_files import read_text, write_text
+from tola_plugin.utils.atomic_files import read_text_file, write_text
 from tola_plugin.utils.cli_errors import UsageError
+from tola_plugin.utils.user_text import say
 
 SOURCES = 'sources.tsv'  # test-set name -> LMDB index and original file
 
@@ -62,8 +64,9 @@ def write_test_set(out: str, lmdb: Optional[str] = None, images: Optional[str] =
     with open(os.path.join(out, 'labels.tsv'), 'w', encoding='utf-8') as f:  # last: marks a complete set
         f.writelines(rows)
     mapped = '' if not lmdb or files else f' ({lmdb} has no filenames.tsv: {SOURCES} names the LMDB indices only)'
-    print(f'wrote {len(rows)} test pairs (x{scale}, seed {seed}) to {out}; {SOURCES} maps each name to its source'
-          f'{mapped}')
+    say(
+        f'wrote {len(rows)} test pairs (x{scale}, seed {seed}) to {out}; {SOURCES} maps each name to its source'
+        f'{mapped}', sys.stdout)
     return 0
 
 
@@ -73,7 +76,7 @@ def lmdb_filenames(lmdb: str) -> Dict[int, str]:
     path = os.path.join(lmdb, 'filenames.tsv')
     if not os.path.isfile(path):
         return {}
-    header, *lines = read_text(path, 'LMDB file list').splitlines()
+    header, *lines = read_text_file(path, 'LMDB file list').splitlines()
     if header != 'index\tfilename':
         raise ValueError(f'{path}: expected the header "index<TAB>filename" (tola-make-lmdb writes it), got {header!r}')
     return {int(index): name for index, name in (line.split('\t', 1) for line in lines if line)}

@@ -9,6 +9,7 @@ source order. The filter values are the tool's choices (docs/data.md): the paper
 """
 import os
 import re
+import sys
 from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
@@ -19,6 +20,7 @@ from tola_plugin.data.text_line_source import canvas_rgb8
 from tola_plugin.data_preparation.image_checks import hamming, image_stats, sha256_file, write_tsv
 from tola_plugin.text.alphabets import transocr_classes
 from tola_plugin.utils.cli_errors import UsageError
+from tola_plugin.utils.user_text import say
 
 _WS = re.compile(r'\s+')
 STAT_KEYS = ['lr_gray_std', 'ref_gray_std', 'lr_laplacian_var', 'ref_laplacian_var', 'ref_dhash']
@@ -185,5 +187,6 @@ def build_realce200(root: str, out: str, split: str = 'val', lr_focal: str = '13
     write_tsv(
         os.path.join(out, 'candidates.tsv'),
         ['source', 'line', 'transcription', 'status', 'reason', 'x0', 'y0', 'x1', 'y1'] + STAT_KEYS, rows)
-    print(f'{len(rows)} annotations, {len(pool)} candidates after filters, wrote {len(records)} pairs to {out}')
+    say(f'{len(rows)} annotations, {len(pool)} candidates after filters, wrote {len(records)} pairs to {out}',
+        sys.stdout)
     return 0

@@ -12,6 +12,7 @@ from tola_plugin.data.fudanvi_lmdb import write_fudanvi_lmdb
 from tola_plugin.data.image_io import encode_image, write_image
 from tola_plugin.data.text_render import DEFAULT_CATEGORY_PROBS, TextLineRenderer
 from tola_plugin.utils.cli_errors import UsageError
+from tola_plugin.utils.user_text import say
 
 
 def read_texts(path: str, num: int) -> List[str]:
@@ -56,7 +57,7 @@ def write_rendered_lines(num: int, seed: int = 0, out: Optional[str] = None, lab
             f.writelines(label_lines)
     if lmdb:
         write_fudanvi_lmdb(lmdb, encoded)
-    print(f'rendered {num} lines' + (f' -> {out}' if out else '') + (f' -> {lmdb}' if lmdb else ''))
+    say(f'rendered {num} lines' + (f' -> {out}' if out else '') + (f' -> {lmdb}' if lmdb else ''), sys.stdout)
     return 0
 
 

@@ -3,6 +3,7 @@
 same bytes.
 """
 import os
+import sys
 from typing import Optional
 
 import cv2
@@ -10,6 +11,7 @@ import cv2
 from tola_plugin.data.image_io import write_image
 from tola_plugin.data.text_render import TextLineRenderer
 from tola_plugin.data_preparation.photo_render import PhotoLine, render_photo
+from tola_plugin.utils.user_text import say
 
 # (width : height of the HR canvas, text); the canvas is 128 rows high
 LINES = ((1, '文字'), (2, '超分'), (4, 'Text2025'), (10, '一步文本超分辨率TOLA'), (20, 'AnyAspectRatioWorks0123456789'))
@@ -41,5 +43,5 @@ def write_restore_samples(out: str, scale: int = 4, seed: int = 0, font: Optiona
         f.writelines(labels)
     with open(os.path.join(out, 'photo.txt'), 'w', encoding='utf-8') as f:
         f.writelines(f'{line.text}\n' for line in PHOTO_LINES)
-    print(f'wrote {len(LINES)} lines and a photo to {out}')
+    say(f'wrote {len(LINES)} lines and a photo to {out}', sys.stdout)
     return 0

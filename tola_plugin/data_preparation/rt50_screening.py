@@ -9,6 +9,7 @@ distance of an admitted one. Admitted candidates in file order then fill the cat
 import csv
 import io
 import os
+import sys
 from typing import Dict, List, Mapping, Sequence, Tuple
 
 from tola_plugin.data.image_io import read_image_file, write_image
@@ -16,8 +17,9 @@ from tola_plugin.data.text_line_source import canvas_rgb8
 from tola_plugin.data_preparation.image_checks import (failed_quality_rules, hamming, image_stats, label_category,
                                                        sha256_file, write_tsv)
 from tola_plugin.text.normalize import normalize_text
-from tola_plugin.utils.atomic_files import read_text
+from tola_plugin.utils.atomic_files import read_text_file
 from tola_plugin.utils.cli_errors import UsageError
+from tola_plugin.utils.user_text import say
 
 STAT_KEYS = ['width', 'height', 'aspect', 'gray_mean', 'gray_std', 'laplacian_var', 'edge_density', 'entropy']
 DIFFICULTIES = ('mild', 'medium', 'hard')
@@ -26,7 +28,7 @@ DIFFICULTIES = ('mild', 'medium', 'hard')
 def read_candidates(path: str) -> List[Dict[str, str]]:
     """The rows of the candidates TSV (labels stripped). UsageError when a column is missing, no row is listed or a
     difficulty is not one of ``DIFFICULTIES``."""
-    reader = csv.DictReader(io.StringIO(read_text(path, 'candidates TSV'), newline=''), delimiter='\t')
+    reader = csv.DictReader(io.StringIO(read_text_file(path, 'candidates TSV'), newline=''), delimiter='\t')
     missing = {'filename', 'label'} - set(reader.fieldnames or [])
     if missing:
         raise UsageError(f'{path} header lacks column(s) {sorted(missing)}; got {reader.fieldnames}')
@@ -113,7 +115,7 @@ def build_rt50(images: str, candidates: str, out: str, composition: Mapping[str,
     write_tsv(
         os.path.join(out, 'screening.tsv'),
         ['filename', 'label', 'category'] + extra + STAT_KEYS + ['dhash', 'sha256_source', 'status', 'reasons'], rows)
-    print(f'{len(rows)} candidates, {len(admitted)} admitted')
+    say(f'{len(rows)} candidates, {len(admitted)} admitted', sys.stdout)
     if screen_only:
         return 0
     chosen = select(admitted, composition, difficulty, use_difficulty)
@@ -130,5 +132,5 @@ def build_rt50(images: str, candidates: str, out: str, composition: Mapping[str,
     write_tsv(
         os.path.join(out, 'manifest.tsv'), ['id', 'file', 'label', 'category', 'difficulty', 'source', 'filename'] +
         STAT_KEYS + ['dhash', 'sha256_source', 'sha256'], chosen)
-    print(f'wrote {len(chosen)} images to {os.path.join(out, "images")}')
+    say(f'wrote {len(chosen)} images to {os.path.join(out, "images")}', sys.stdout)
     return 0

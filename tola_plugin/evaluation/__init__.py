@@ -12,6 +12,6 @@ Modules (none of them downloads anything):
 - ``plots``: quality-latency scatter, recognition diagnostics, comparison grids, also from the tools' files
   (tola-plot-results).
 
-The measurements of the tools (benchmarks, MACs, memory) are ``tola_plugin.benchmarks``; the ablations' option files
-``tola_plugin.ablations``.
+The measurements of the tools (benchmarks, MACs) are the lab's (``tola_plugin.lab.benchmarks``), as are the ablations'
+option files (``tola_plugin.lab.ablations``); the training-memory estimate is ``tola_plugin.models.memory_estimate``.
 """

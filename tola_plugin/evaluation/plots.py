@@ -19,7 +19,7 @@ import numpy as np
 
 from tola_plugin.data.image_io import read_image_file, write_figure
 from tola_plugin.evaluation.records import read_labels
-from tola_plugin.utils.atomic_files import read_json, read_text
+from tola_plugin.utils.atomic_files import read_json, read_text_file
 from tola_plugin.utils.cli_errors import UsageError
 
 CJK_FONTS = ('Noto Sans CJK SC', 'WenQuanYi Zen Hei', 'WenQuanYi Micro Hei', 'AR PL UMing CN', 'Droid Sans Fallback')
@@ -218,7 +218,7 @@ def read_latency_csv(path: str) -> Tuple[Dict[str, float], Dict[str, Dict[str, f
     """CSV with columns method, seconds_per_image (optionally psnr, t_acc) -> ({method: s}, {method: metrics}).
     UsageError when a required column is missing."""
     latency, metrics = {}, {}
-    reader = csv.DictReader(io.StringIO(read_text(path, 'latency CSV'), newline=''))
+    reader = csv.DictReader(io.StringIO(read_text_file(path, 'latency CSV'), newline=''))
     if not {'method', 'seconds_per_image'} <= set(reader.fieldnames or []):
         raise UsageError(f'{path} needs columns method, seconds_per_image (got {reader.fieldnames})')
     for row in reader:

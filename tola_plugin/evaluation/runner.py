@@ -12,6 +12,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
+from tola_plugin import metric_weights as W
 from tola_plugin.checkpoints.demo_backbone import transocr_file
 from tola_plugin.data.image_io import DEFAULT_MAX_PIXELS, WHITE, check_max_pixels, read_image_file, write_image
 from tola_plugin.data.text_line_source import canvas_rgb8
@@ -21,10 +22,10 @@ from tola_plugin.metrics.image_metrics import (DEFAULT_COLOR_SPACE, PAIRED_METRI
 from tola_plugin.metrics.text_metrics import ned, normalize
 from tola_plugin.ocr.ppocr import ppocrv4_unavailable
 from tola_plugin.ocr.recognizers import RECOGNIZERS, build_recognizer
-from tola_plugin.pretrained import metric_weights as W
 from tola_plugin.utils.atomic_files import write_json, write_text
 from tola_plugin.utils.checkpoint_io import require_file
 from tola_plugin.utils.user_paths import path_inside
+from tola_plugin.utils.user_text import say
 
 ALL_METRICS = PAIRED_METRICS + ('fid', ) + RECOGNIZERS
 
@@ -73,7 +74,7 @@ def evaluate_methods(methods: Mapping[str, str], out_dir: str, reference_dir: Op
                      color_space: str = DEFAULT_COLOR_SPACE, lower: bool = False,
                      transocr_checkpoint: Optional[str] = None, transocr_preprocess: str = 'difftsr',
                      transocr_model=None, batch_size: int = 8, num_workers: int = 0, progress: bool = True,
-                     ppocr_lower: bool = True, log=None, background: Sequence[int] = WHITE,
+                     ppocr_lower: bool = True, log=say, background: Sequence[int] = WHITE,
                      max_pixels: Optional[int] = DEFAULT_MAX_PIXELS,
                      upscale: bool = False) -> Dict[str, Dict[str, float]]:
     """Evaluate every ``{method name: restored folder}``; returns {method: {metric: value}} (also written).
@@ -82,7 +83,7 @@ def evaluate_methods(methods: Mapping[str, str], out_dir: str, reference_dir: Op
     FID over the folders. ``transocr_model`` (an in-memory TransOCR) may replace ``transocr_checkpoint``.
     Case: TransOCR texts keep their case unless ``lower`` (the paper); PP-OCRv4 texts are lower-cased unless
     ``ppocr_lower`` is False (PP-OCRv4 reads case, TransOCR and the CTR labels do not; docs/evaluation.md).
-    With ``metrics`` None, metrics whose weight files are absent are left out and ``log`` (default: stderr)
+    With ``metrics`` None, metrics whose weight files are absent are left out and ``log`` (default: ``say``, stderr)
     says which and why; the summary records them under ``protocol.skipped``.
     Every image (restored and reference, FID included) is read through ``data/image_io.py``; transparent
     pixels are composited over ``background`` (RGB, white by default); an image over the budget ``max_pixels``
@@ -103,7 +104,7 @@ def evaluate_methods(methods: Mapping[str, str], out_dir: str, reference_dir: Op
                              or transocr_model is not None)
     skipped = unavailable_metrics(chosen) if metrics is None else {}
     for m, reason in skipped.items():
-        (log or (lambda msg: print(msg, file=sys.stderr)))(f'evaluate: skipping {m} (its files are absent): {reason}')
+        log(f'evaluate: skipping {m} (its files are absent): {reason}')
     chosen = [m for m in chosen if m not in skipped]
     if not chosen:
         raise ValueError('no metric can be computed: give --reference and/or --labels' +
@@ -127,8 +128,7 @@ def evaluate_methods(methods: Mapping[str, str], out_dir: str, reference_dir: Op
         sets[f'method {name!r} ({folder})'] = list(files[name])
         if suffix is not None:
             suffixes[name] = suffix
-            (log or (lambda msg: print(msg, file=sys.stderr))
-             )(f'evaluate: {name}: BasicSR test-launcher names <name>_{suffix}.png matched to <name>')
+            log(f'evaluate: {name}: BasicSR test-launcher names <name>_{suffix}.png matched to <name>')
     names = R.match_filenames(sets)
     upscaled = {}
     if upscale:
@@ -142,8 +142,7 @@ def evaluate_methods(methods: Mapping[str, str], out_dir: str, reference_dir: Op
                 upscaled[name] = factor
                 methods[name] = _method_path(out_dir, 'upscaled', name, '')
                 files[name] = {n: upscaled_name(n) for n in names}
-                (log or (lambda msg: print(msg, file=sys.stderr)))(
-                    f'evaluate: {name}: images upscaled x{factor} (PIL bicubic) to the references\' size, in '
+                log(f'evaluate: {name}: images upscaled x{factor} (PIL bicubic) to the references\' size, in '
                     f'{methods[name]}')
 
     paired = [m for m in chosen if m in PAIRED_METRICS]

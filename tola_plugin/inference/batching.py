@@ -6,6 +6,8 @@ import os
 
 import torch
 
+from tola_plugin.utils.procfs import meminfo_bytes
+
 #: bytes of working memory one 128x512 window needs, per byte of a full-resolution VAE decoder activation
 #: (block_out_channels[0] x 128 x 512 fp32): the decoder's last level holds about this many such tensors at once
 #: (measured at full size, docs/inference.md "Memory": +0.55 GiB per window, 128 channels)
@@ -28,14 +30,8 @@ def free_memory(device: torch.device) -> int:
     """Bytes free now on ``device``: the GPU's (``torch.cuda.mem_get_info``) or the machine's available memory."""
     if device.type == 'cuda':
         return int(torch.cuda.mem_get_info(device)[0])
-    try:
-        with open('/proc/meminfo', encoding='ascii') as f:
-            for line in f:
-                if line.startswith('MemAvailable:'):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return int(os.sysconf('SC_AVPHYS_PAGES') * os.sysconf('SC_PAGE_SIZE'))  # no /proc: free pages
+    available = meminfo_bytes('MemAvailable')
+    return available if available is not None else int(os.sysconf('SC_AVPHYS_PAGES') * os.sysconf('SC_PAGE_SIZE'))
 
 
 def auto_batch_size(net, device: torch.device) -> int:

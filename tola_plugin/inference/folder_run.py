@@ -29,7 +29,7 @@ from tola_plugin.utils.atomic_files import read_json_dict, write_json
 from tola_plugin.utils.progress import Progress
 from tola_plugin.utils.user_paths import (NOTHING_THERE, check_affix, check_folder_target, path_inside, path_kind,
                                           temporary_stem, temporary_stem_of)
-from tola_plugin.utils.user_text import shown
+from tola_plugin.utils.user_text import say
 
 if TYPE_CHECKING:
     from tola_plugin.inference.pipeline import TOLAPipeline
@@ -215,17 +215,6 @@ class PriorFile:
             raise _write_error(self.path, err) from None
 
 
-def _say(message: str, stream=None) -> None:
-    """A line on stderr (above the progress bar), control characters of the names in it escaped."""
-    from tqdm import tqdm
-    tqdm.write(shown(message), file=stream or sys.stderr)
-
-
-def _print(message: str, stream=None) -> None:
-    """A summary line (stdout unless ``stream``), control characters of the names in it escaped."""
-    print(shown(message), file=stream or sys.stdout, flush=True)
-
-
 def describe(err: BaseException) -> str:
     """An error's message, or its type when it has none (MemoryError())."""
     text = ' '.join(part.strip() for part in str(err).splitlines() if part.strip())  # one line per failure
@@ -281,7 +270,7 @@ def restore_folder(input: str, output: str, pipeline: PipelineSource, suffix: st
     _leave_out_own_files(scan, plan, settings)
     created = not os.path.isdir(output)
     os.makedirs(output, exist_ok=True)
-    lock = run_lock.acquire(output, lambda m: _say(f'warning: {m}'), os.path.join(output, LOCK_FILE),
+    lock = run_lock.acquire(output, lambda m: say(f'warning: {m}'), os.path.join(output, LOCK_FILE),
                             advice='Wait for it to finish, or choose another -o.')
     try:
         return _run_locked(settings, pipeline, plan, scan)
@@ -295,7 +284,7 @@ def restore_folder(input: str, output: str, pipeline: PipelineSource, suffix: st
 def show_runtime(pipeline: PipelineSource) -> int:
     """Print where and how the pipeline runs (``--show-runtime``: the runtime decision, qualifying what needs it)."""
     pipe = pipeline() if _builds(pipeline) else pipeline
-    print(pipe.describe_runtime(), flush=True)
+    say(pipe.describe_runtime(), sys.stdout)
     if pipe is not pipeline:
         pipe.close()
     return 0
@@ -314,8 +303,8 @@ def _leave_out_own_files(scan: FolderScan, plan: OutputPlan, settings: RunSettin
 def _run_locked(settings: RunSettings, pipeline: PipelineSource, plan: OutputPlan, scan: FolderScan) -> int:
     jobs = plan.jobs
     for tmp in remove_stale_temporaries(jobs, settings.output):
-        _say(f'note: removed {tmp}, the temporary file of an interrupted write')
-    prior = None if settings.detect else PriorFile(os.path.join(settings.output, PRIOR_CSV), settings.overwrite, _say)
+        say(f'note: removed {tmp}, the temporary file of an interrupted write')
+    prior = None if settings.detect else PriorFile(os.path.join(settings.output, PRIOR_CSV), settings.overwrite, say)
     summary = Summary(total=len(jobs), own_outputs=plan.own_outputs)
     todo = []
     for job in jobs:
@@ -329,7 +318,7 @@ def _run_locked(settings: RunSettings, pipeline: PipelineSource, plan: OutputPla
     loaded = time.perf_counter()
     try:
         if todo:
-            _say(f'tola-infer: {pipe.describe_runtime()}')
+            say(f'tola-infer: {pipe.describe_runtime()}')
             _restore_jobs(settings, pipe, todo, prior, summary)
     except KeyboardInterrupt:
         summary.interrupted = True
@@ -406,7 +395,7 @@ def _write_outputs(settings: RunSettings, restored, prior: Optional[PriorFile], 
             continue
         written += 1
         if settings.detect and not result.lines:
-            _say(f'note: no text lines found in {job.input}' + (f' ({result.note})' if result.note else ''))
+            say(f'note: no text lines found in {job.input}' + (f' ({result.note})' if result.note else ''))
     if prior is not None and unwritten:  # their rows were written first: take them out again
         for job in unwritten:
             prior.rows.pop(job.name, None)
@@ -436,31 +425,29 @@ def _print_summary(settings: RunSettings, summary: Summary, scan: FolderScan, lo
     per_image = f', {seconds / summary.done:.2f} s per image' if summary.done else ''
     timing = f' (model loaded in {load_seconds:.1f} s, restored in {seconds:.1f} s{per_image})' if summary.total > len(
         summary.skipped) else ''
-    _print(f'restored {summary.done} of {summary.total} image(s) into {settings.output}{timing}')
+    say(f'restored {summary.done} of {summary.total} image(s) into {settings.output}{timing}', sys.stdout)
     if summary.skipped:
-        _print(f'skipped {len(summary.skipped)} image(s) whose output already exists ({_listing(summary.skipped)}); '
-               f'--overwrite restores them again')
+        say(
+            f'skipped {len(summary.skipped)} image(s) whose output already exists ({_listing(summary.skipped)}); '
+            f'--overwrite restores them again', sys.stdout)
     if summary.own_outputs:
-        _print(f'left out {len(summary.own_outputs)} file(s) of the input folder that are outputs of its other images '
-               f'(written by an earlier run into it): {_listing(summary.own_outputs)}')
+        say(
+            f'left out {len(summary.own_outputs)} file(s) of the input folder that are outputs of its other images '
+            f'(written by an earlier run into it): {_listing(summary.own_outputs)}', sys.stdout)
     if scan.unsupported:
-        _print(
-            f'left out {len(scan.unsupported)} file(s) that are not images ({", ".join(IMAGE_EXTENSIONS)}): '
-            f'{_listing(scan.unsupported)}', sys.stderr)
+        say(f'left out {len(scan.unsupported)} file(s) that are not images ({", ".join(IMAGE_EXTENSIONS)}): '
+            f'{_listing(scan.unsupported)}')
     if scan.folders:
-        _print(
-            f'left out {len(scan.folders)} subfolder(s) named like images (a folder is not read without '
-            f'--recursive): {_listing(scan.folders)}', sys.stderr)
+        say(f'left out {len(scan.folders)} subfolder(s) named like images (a folder is not read without '
+            f'--recursive): {_listing(scan.folders)}')
     if scan.unreadable:
-        _print(
-            f'could not read {len(scan.unreadable)} subfolder(s); their images were not restored: '
-            f'{_listing(scan.unreadable)}', sys.stderr)
+        say(f'could not read {len(scan.unreadable)} subfolder(s); their images were not restored: '
+            f'{_listing(scan.unreadable)}')
     if summary.failures:
-        _print(f'{len(summary.failures)} image(s) failed:', sys.stderr)
+        say(f'{len(summary.failures)} image(s) failed:')
         for failure in summary.failures:
-            _print(f'  {failure}', sys.stderr)
+            say(f'  {failure}')
     if summary.interrupted:
         left = summary.total - summary.done - len(summary.skipped) - len(summary.failures)
-        _print(
-            f'interrupted: {left} image(s) not restored; run the same command again to continue (the images '
-            f'restored so far are kept and skipped)', sys.stderr)
+        say(f'interrupted: {left} image(s) not restored; run the same command again to continue (the images '
+            f'restored so far are kept and skipped)')

@@ -7,7 +7,6 @@ The precision: 'precision' of the ``switches`` is the request (checked here, bef
 the runtime, never into the network's config (the network's own switch, a merged file's recorded one, is the default
 when none is asked). docs/architecture.md, "How --precision travels".
 """
-import sys
 from typing import Dict, Optional, Tuple
 
 from tola_plugin.archs.tola_arch import TOLANet
@@ -15,6 +14,7 @@ from tola_plugin.inference.demo_model import demo_model_path
 from tola_plugin.runtime.plan import check_precision
 from tola_plugin.runtime.serving import Runtime
 from tola_plugin.utils.devices import resolve_device
+from tola_plugin.utils.user_text import note
 
 
 def precision_request(switches: Optional[Dict]) -> Tuple[Optional[str], Dict]:
@@ -43,7 +43,7 @@ class PipelineLoading:
         options: see ``TOLAPipeline``."""
         precision, switches = precision_request(switches)
         if path is None:
-            path = demo_model_path(say=lambda message: print(f'tola-plugin: {message}', file=sys.stderr, flush=True))
+            path = demo_model_path(say=note)
         net = TOLANet.load_for_inference(path, **switches)
         return cls._placed(net, precision, device, backend, allow_tf32, requalify, path, options)
 

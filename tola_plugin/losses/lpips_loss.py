@@ -6,7 +6,7 @@ any BasicSR model (SRModel, ESRGANModel, ...) as well as of TOLAModel.
 The LPIPS linear layers ship inside the ``lpips`` wheel; the VGG16 trunk is torchvision's ImageNet file
 ``vgg16-397923af.pth``, which must already be in ``$TORCH_HOME/hub/checkpoints/`` (nothing is downloaded).
 Both files are read weights-only before lpips/torchvision see them, and their own loads run weights-only
-(``pretrained/metric_weights.py``): a file carrying pickled code is refused with its path.
+(``metric_weights.py``): a file carrying pickled code is refused with its path.
 """
 import warnings
 from typing import Tuple
@@ -16,14 +16,9 @@ from torch import nn
 
 from basicsr.utils.registry import LOSS_REGISTRY
 
-from tola_plugin.pretrained import metric_weights as W
+from tola_plugin import metric_weights as W
 
 VGG16_FILE = W.VGG16.name  # the name torchvision caches the ImageNet VGG16 weights under
-
-
-def torchvision_checkpoint_dir() -> str:
-    """Folder where torchvision looks for cached weights: ``$TORCH_HOME/hub/checkpoints`` (read at call time)."""
-    return W.torchvision_cache_dir()
 
 
 @LOSS_REGISTRY.register()

@@ -20,9 +20,9 @@ from typing import Dict, Iterable, Optional, Sequence
 import numpy as np
 import torch
 
+from tola_plugin import metric_weights as W
 from tola_plugin.data.image_io import (DEFAULT_MAX_PIXELS, WHITE, convert_order, list_image_files, read_image_file,
                                        write_image)
-from tola_plugin.pretrained import metric_weights as W
 
 LUMA_COLOR_SPACES = ('ycbcr', 'yiq')
 DEFAULT_COLOR_SPACE = 'ycbcr'

@@ -18,12 +18,12 @@ import numpy as np
 from basicsr.utils.registry import METRIC_REGISTRY
 
 from tola_plugin.data.image_io import convert_order
+from tola_plugin.metric_weights import METRIC_TYPES
 from tola_plugin.metrics.image_metrics import DEFAULT_COLOR_SPACE, PairedImageMetrics, images_to_tensor
-from tola_plugin.pretrained.metric_weights import METRIC_TYPES
 from tola_plugin.utils.devices import resolve_device
 
 # Registered metric -> the pyiqa metric whose local weight files it needs; a run's are checked at start
-# (pretrained/metric_weights.require_run_weights, called by the launchers).
+# (metric_weights.require_run_weights, called by the launchers).
 WEIGHTED_METRICS = METRIC_TYPES
 
 

@@ -26,7 +26,7 @@ class DiffTSRModel(SRModel):
     After ``test()``: ``output`` (B,3,H,W) in [0,1] and ``text_prior`` (B,24), the IDM ids TransOCR read.
     """
 
-    top_option_keys = frozenset({'sampler'})  # beyond SRModel's (utils/option_schema.py)
+    top_option_keys = frozenset({'sampler'})  # beyond SRModel's (options/schema.py)
 
     def __init__(self, opt):
         if opt.get('is_train'):

@@ -31,7 +31,7 @@ from tola_plugin.checkpoints.demo_backbone import transocr_file
 
 DEFAULT_RECOGNIZER = 'checkpoints/transocr.pth'  # TOLANet's default transocr_checkpoint
 # ``train`` keys of BasicSR 1.4.2's models (what their init_training_settings and the pipeline read)
-TEXT_TRAIN_KEYS = frozenset({'ocr_opt', 'ocr_recognizer'})  # beyond the base model's (utils/option_schema.py)
+TEXT_TRAIN_KEYS = frozenset({'ocr_opt', 'ocr_recognizer'})  # beyond the base model's (options/schema.py)
 
 
 class PixelWithOCR(nn.Module):

@@ -13,7 +13,7 @@
   settings against the network and restores the state into a freshly built TOLANet. Optimizer/scheduler
   states are BasicSR's ``.state`` files.
 - Option keys outside SRModel's and ``train_option_keys`` / ``val_option_keys`` are errors at start
-  (utils/option_checks.py).
+  (options/checks.py).
 - Validation and test draw ε from a per-image seed (file name + ``val.noise_seed``), so every run and
   every variant restores an image with the same noise.
 """
@@ -49,7 +49,7 @@ class TOLAModel(SRModel):
     #: (BasicSR's validation loop calls ``test()`` per batch and keeps no outputs); None otherwise.
     ocr_records = None
 
-    # the option keys TOLAModel reads beyond SRModel's (utils/option_schema.py)
+    # the option keys TOLAModel reads beyond SRModel's (options/schema.py)
     train_option_keys = frozenset({'ocr_opt', 'grad_clip_norm', 'accumulate_grad_batches'})
     val_option_keys = frozenset({'noise_seed', 'ocr_metrics', 'ocr_lower'})
 

@@ -1,15 +1,9 @@
-"""Rendered low-resolution text lines and a photo, examples for tola-infer and the web demo (README.md here)."""
-import os
-from importlib import resources
-from typing import List
+"""Rendered low-resolution text lines and a photo, examples for tola-infer and the web demo (README.md here). The
+files are read by ``tola_plugin.data.sample_images``; ``samples_dir`` and ``sample_paths`` are its functions bound to
+this package."""
+import functools
 
+from tola_plugin.data import sample_images
 
-def samples_dir() -> str:
-    """The folder holding the sample PNGs (package data)."""
-    return str(resources.files(__name__))
-
-
-def sample_paths() -> List[str]:
-    """Absolute paths of the sample PNGs, sorted by name."""
-    folder = samples_dir()
-    return sorted(os.path.join(folder, f) for f in os.listdir(folder) if f.endswith('.png'))
+samples_dir = functools.partial(sample_images.sample_folder, __name__)
+sample_paths = functools.partial(sample_images.sample_paths, __name__)

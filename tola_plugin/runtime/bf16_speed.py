@@ -21,6 +21,7 @@ import os
 import time
 from typing import Dict, Optional
 
+from tola_plugin.archs.precision import LOW_PRECISIONS
 from tola_plugin.runtime.child_process import ChildFailure, python_command, run_child
 from tola_plugin.runtime.machine import cpu_identity
 from tola_plugin.utils.atomic_files import read_json_dict, write_json
@@ -31,8 +32,6 @@ CACHE_FILE = 'cpu_bf16_speed.json'
 FORMAT = 'tola_plugin.bf16_speed/3'  # 3: an entry per precision (bf16, fp16)
 PROBE = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'bf16_speed_probe.py')
 TIMEOUT = 300.0  # seconds: the measurement takes 2-5 s; an emulated bf16 is abandoned after its first round
-
-PRECISIONS = ('bf16', 'fp16')  # what is measured against fp32
 
 _measured: Dict[str, Dict] = {}  # per process: the cache entries of this CPU, once read or measured
 
@@ -47,8 +46,8 @@ def measure_speedup(precision: str = 'bf16', shapes=None, rounds: Optional[int] 
     {'speedup', 'fp32_s', 'low_s', 'threads', 'finite'}; a child that crashes, hangs or fails is {'speedup': 0.0,
     'failed': how} (the precision is not tried)."""
     import torch
-    if precision not in PRECISIONS:
-        raise ValueError(f'precision must be one of {PRECISIONS}, got {precision!r}')
+    if precision not in LOW_PRECISIONS:
+        raise ValueError(f'precision must be one of {LOW_PRECISIONS}, got {precision!r}')
     command = python_command(script=PROBE) + ['--threads', str(torch.get_num_threads()), '--precision', precision]
     if shapes is not None:
         command += ['--shapes', json.dumps([list(s) for s in shapes])]

@@ -3,7 +3,7 @@ line.
 
 Run as a child process by ``bf16_speed.py`` (``python -P bf16_speed_probe.py [--precision bf16|fp16] [--shapes JSON]
 [--rounds N]``), so that a kernel that crashes on this CPU ends this process, never the user's. Imports torch and the
-standard library only (the package is not imported: a child that starts in about a second).
+package's precision names only (``archs/precision``: no network, a child that starts in about a second).
 """
 import argparse
 import json
@@ -14,12 +14,13 @@ import time
 import torch
 import torch.nn.functional as F
 
+from tola_plugin.archs.precision import LOW_PRECISIONS, precision_dtype
+
 #: (channels, height, width) of 3x3 convolutions that dominate a 128x512 restore (batch 1): the VAE decoder's levels
 #: at 32x128, 64x256 and 128x512, and the IDM's at 16x64 and 4x16 (the last one weight-bound); 34 GMAC in all
 SHAPES = ((512, 32, 128), (256, 64, 256), (128, 128, 512), (640, 16, 64), (1280, 4, 16))
 ROUNDS = 3  # timed rounds (median) after a warm-up round
 ABANDON = 4.0  # the low precision taking this many times the fp32 time in the warm-up: emulated, not measured further
-DTYPES = {'bf16': torch.bfloat16, 'fp16': torch.float16}
 
 
 def measure_speedup(precision: str = 'bf16', shapes=SHAPES, rounds: int = ROUNDS) -> dict:
@@ -29,7 +30,7 @@ def measure_speedup(precision: str = 'bf16', shapes=SHAPES, rounds: int = ROUNDS
     slower (its kernels emulated, e.g. with oneDNN forced below the CPU's instructions) the warm-up stops once it has
     taken ``ABANDON`` times the fp32 time, and the speedup is the bound measured so far (the decision is fp32 either
     way). Non-finite low-precision outputs are reported ('finite': False)."""
-    low = DTYPES[precision]
+    low = precision_dtype(precision)
     gen = torch.Generator().manual_seed(0)
     # cheapest first: an emulated bf16 is caught on a convolution of seconds, not minutes
     cases = [(torch.randn(1, c, h, w, generator=gen), torch.randn(c, c, 3, 3, generator=gen) * 0.02)
@@ -64,7 +65,7 @@ def measure_speedup(precision: str = 'bf16', shapes=SHAPES, rounds: int = ROUNDS
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument('--precision', choices=tuple(DTYPES), default='bf16')
+    parser.add_argument('--precision', choices=LOW_PRECISIONS, default='bf16')
     parser.add_argument('--shapes', type=json.loads, default=SHAPES, help='JSON list of [channels, height, width]')
     parser.add_argument('--rounds', type=int, default=ROUNDS)
     parser.add_argument('--threads', type=int, default=0, help='torch threads (0: torch default)')

@@ -4,33 +4,19 @@ import hashlib
 import os
 import platform
 from importlib import metadata
-from typing import Dict
 
 import torch
+
+from tola_plugin.utils.procfs import cpuinfo
 
 #: environment variables that make torch, MKL, oneDNN or OpenVINO run other kernels than the CPU's best
 KERNEL_VARIABLES = ('ATEN_CPU_CAPABILITY', 'MKL_ENABLE_INSTRUCTIONS', 'ONEDNN_MAX_CPU_ISA', 'DNNL_MAX_CPU_ISA')
 
 
-def _cpuinfo() -> Dict[str, str]:
-    """The first processor's fields of /proc/cpuinfo ({} where there is none)."""
-    fields = {}
-    try:
-        with open('/proc/cpuinfo', encoding='utf-8', errors='replace') as f:
-            for line in f:
-                if not line.strip():
-                    break  # the first processor is enough
-                key, _, value = line.partition(':')
-                fields[key.strip()] = value.strip()
-    except OSError:
-        pass
-    return fields
-
-
 def cpu_model() -> str:
     """This CPU's model: /proc/cpuinfo's name with its family, model and stepping (one name can cover several
     generations: 'AMD EPYC' is the name of Zen 4 and Zen 5 virtual CPUs alike), else the platform's name."""
-    fields = _cpuinfo()
+    fields = cpuinfo() or {}
     name = fields.get('model name') or platform.processor() or platform.machine() or 'unknown CPU'
     ids = [f'{k} {fields[k]}' for k in ('cpu family', 'model', 'stepping') if k in fields]
     return f'{name} ({", ".join(ids)})' if ids else name
@@ -38,7 +24,7 @@ def cpu_model() -> str:
 
 def cpu_flags() -> frozenset:
     """This CPU's flags (/proc/cpuinfo; empty where there is none)."""
-    return frozenset(_cpuinfo().get('flags', '').split())
+    return frozenset((cpuinfo() or {}).get('flags', '').split())
 
 
 def cpu_has_fp16_instructions() -> bool:

@@ -12,7 +12,6 @@ is rebuilt once (``openvino_client``). Compiling an IR for this CPU and a precis
 import json
 import os
 import shutil
-import sys
 import tempfile
 import time
 from typing import Sequence
@@ -26,6 +25,7 @@ from tola_plugin.runtime.stage_source import StageSource
 from tola_plugin.utils.atomic_files import read_json_dict, write_json
 from tola_plugin.utils.progress import Progress
 from tola_plugin.utils.user_cache import cache_root
+from tola_plugin.utils.user_text import note
 
 FORMAT = 'tola_plugin.openvino_stages/3'
 MANIFEST = 'manifest.json'
@@ -44,10 +44,6 @@ def compiled_cache_dir() -> str:
     path = os.path.join(cache_root(), 'openvino', 'compiled')
     os.makedirs(path, exist_ok=True)
     return path
-
-
-def _say(message: str) -> None:
-    print(f'tola-plugin: {message}', file=sys.stderr, flush=True)
 
 
 def _advance(bar: Progress, line: str) -> None:
@@ -126,7 +122,7 @@ class StageCache:
         staging = tempfile.mkdtemp(prefix=os.path.basename(self.folder) + '.building-', dir=parent)
         try:
             start = time.perf_counter()
-            _say(f'converting TransOCR, the IDM and the VAE for OpenVINO once for this model (minutes at full size, '
+            note(f'converting TransOCR, the IDM and the VAE for OpenVINO once for this model (minutes at full size, '
                  f'under a minute for a model of the demo backbone); cached in {self.folder}')
             command = python_command(
                 module='tola_plugin.runtime.openvino_convert') + [json.dumps(source.spec()), staging]
@@ -141,7 +137,7 @@ class StageCache:
             except OSError:
                 if not self.valid():  # not a faster twin's valid entry: a real failure
                     raise
-            _say(f'OpenVINO stages converted in {seconds:.0f} s')
+            note(f'OpenVINO stages converted in {seconds:.0f} s')
         finally:
             shutil.rmtree(staging, ignore_errors=True)
 

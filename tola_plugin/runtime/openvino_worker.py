@@ -11,28 +11,18 @@ Messages (pickled dicts over ``multiprocessing.connection``): {'op': 'load', 'st
 'keep': None} -> {'ok': True, 'output': float32 array}; with 'keep': a name, the output stays here under that name
 (-> {'ok': True, 'shape': its shape}) and a later run's input may be that name (the text prior's encoder output, read
 by each decoding step); {'op': 'exit'}. A failure is {'ok': False, 'error': message}. End of input (the parent gone)
-ends the worker. Imports numpy, OpenVINO and the standard library only (and ``resident_memory.py`` beside it, by its
-path: ``resident_memory``), so it starts in well under a second. A thread keeps the weights files OpenVINO maps out of
-its resident memory (``resident_memory.PageTrimmer``).
+ends the worker. Imports numpy, OpenVINO, the standard library and two stdlib-only modules of the package
+(``resident_memory``, ``utils/procfs``; the package's ``__init__`` imports nothing heavy), so it starts in well under a
+second. A thread keeps the weights files OpenVINO maps out of its resident memory (``resident_memory.PageTrimmer``).
 
 Each stage runs on one request with every thread on it (``compile_config``: one stream, LATENCY).
 """
-import importlib.util
-import os
 import sys
 import time
 from multiprocessing.connection import Connection
 
-
-def resident_memory():
-    """``resident_memory.py`` of this folder (the page trimmer), loaded by its path: importing it through the package
-    would import the package, and torch with it."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'resident_memory.py')
-    spec = importlib.util.spec_from_file_location('tola_resident_memory', path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
+from tola_plugin.runtime.resident_memory import PageTrimmer
+from tola_plugin.utils.procfs import mappings
 
 #: the layers that do a stage's arithmetic (OpenVINO's runtime model names them so): their precision is the stage's
 COMPUTE_LAYERS = ('Convolution', 'GroupConvolution', 'Deconvolution', 'MatMul', 'FullyConnected')
@@ -116,8 +106,8 @@ def main(argv=None) -> int:
     args = sys.argv[1:] if argv is None else argv
     reader = Connection(int(args[0]), writable=False)
     writer = Connection(int(args[1]), readable=False)
-    if os.path.exists('/proc/self/maps'):  # Linux
-        resident_memory().PageTrimmer().start()
+    if mappings():  # Linux
+        PageTrimmer().start()
     return serve(reader, writer)
 
 

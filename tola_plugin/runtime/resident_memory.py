@@ -1,49 +1,23 @@
-"""A process's resident memory on Linux, with the standard library only: its ``/proc/<pid>/status`` sizes
-(``status_bytes``), and the two ways the runtime drops resident pages of read-only file mappings that it will rarely
+"""The two ways the runtime drops resident pages of read-only file mappings that it will rarely
 read again (madvise ``MADV_DONTNEED``: a page used again is mapped again, unchanged, from its file):
 
 - ``drop_file_pages``: the pages of one file inside given address ranges, at once (this process, when it releases the
   weights of the stages OpenVINO serves: ``stage_weights.drop_mapped_pages``);
 - ``PageTrimmer``: a thread that keeps the weights files OpenVINO maps out of the OpenVINO worker's resident memory.
 
-The OpenVINO worker (``openvino_worker.py``) imports nothing of the package, so that it starts in well under a
-second: it loads this file by its path (``openvino_worker.resident_memory``). Keep it free of imports of the package
-and of anything outside the standard library.
+The OpenVINO worker (``openvino_worker.py``) starts in well under a second because it imports neither torch nor numpy
+through the package: keep this module's imports to the standard library and ``utils/procfs`` (``/proc``'s reader).
 """
 import ctypes
 import os
 import threading
 import time
-from typing import Iterable, List, Tuple
+from typing import Iterable, Tuple
+
+from tola_plugin.utils.procfs import mappings, status_bytes
 
 MADV_DONTNEED = 4  # <sys/mman.h> on Linux
 WEIGHT_FILES = ('.bin', '.blob')  # the IR's weights, OpenVINO's compiled cache entries
-MAPS = '/proc/self/maps'
-
-
-def status_bytes(field: str, pid='self') -> int:
-    """A size field of ``/proc/<pid>/status`` in bytes ('VmHWM': the peak resident set of the process image; 'VmRSS';
-    'RssFile': resident file-backed pages). OSError when the file or the field is missing."""
-    path = f'/proc/{pid}/status'
-    with open(path, encoding='ascii') as f:
-        for line in f:
-            if line.startswith(field + ':'):
-                return int(line.split()[1]) * 1024
-    raise OSError(f'{path} has no {field}')
-
-
-def mappings() -> List[Tuple[int, int, str, str]]:
-    """This process's memory mappings: (start, end, permissions, path; '' for anonymous memory); [] where there is no
-    ``/proc/self/maps`` (not Linux)."""
-    if not os.path.exists(MAPS):
-        return []
-    found = []
-    with open(MAPS, encoding='utf-8') as f:
-        for line in f:
-            fields = line.split(maxsplit=5)
-            start, end = (int(x, 16) for x in fields[0].split('-'))
-            found.append((start, end, fields[1], fields[5].rstrip('\n') if len(fields) == 6 else ''))
-    return found
 
 
 class _Libc:

@@ -19,7 +19,6 @@ is left for the next path that works, and the batch runs again there (docs/relia
 import contextlib
 import json
 import os
-import sys
 from typing import Callable, List, Optional, TypeVar
 
 import numpy as np
@@ -39,7 +38,7 @@ from tola_plugin.runtime.stage_weights import StageWeights
 from tola_plugin.runtime.text_prior_stages import KEPT
 from tola_plugin.utils.cuda_math import set_tf32
 from tola_plugin.utils.devices import resolve_device
-from tola_plugin.utils.user_text import shown
+from tola_plugin.utils.user_text import note
 
 REQUALIFY = ('re-qualify with `tola-infer --requalify` (TOLAPipeline.from_merged(..., requalify=True)), or delete '
              'the verdicts in qualification.json of the cache folder (docs/inference.md, "Qualification")')
@@ -60,11 +59,6 @@ class NonFiniteOutput(RuntimeError):
 #: a failure of the path the network runs on (its output, its worker): the runtime moves to the next path and the batch
 #: runs again (``Runtime.serve``)
 PATH_FAILURES = (NonFiniteOutput, ChildFailure)
-
-
-def say(message: str) -> None:
-    """A one-line note on stderr (the names in it with their control characters escaped: ``user_text.shown``)."""
-    print(f'tola-plugin: {shown(message)}', file=sys.stderr, flush=True)
 
 
 def resolve_backends(backend: str, device: torch.device, notes: List) -> List[str]:
@@ -95,7 +89,7 @@ class Runtime:
     one-line notes go (stderr)."""
 
     def __init__(self, net, device=None, backend: str = 'auto', allow_tf32: bool = False, source: Optional[str] = None,
-                 requalify: bool = False, say: Callable[[str], None] = say, precision: Optional[str] = None):
+                 requalify: bool = False, say: Callable[[str], None] = note, precision: Optional[str] = None):
         self.net, self.say = net, say
         self.precision = check_precision(net.precision if precision is None else precision)
         self.device = resolve_device(None if device is None else str(device))

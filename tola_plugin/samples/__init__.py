@@ -1,22 +1,10 @@
-"""Six real low-resolution text lines from DiffTSR's test set (Apache-2.0; README.md in this folder)."""
-import os
-from importlib import resources
-from typing import Dict, List
+"""Six real low-resolution text lines from DiffTSR's test set (Apache-2.0; README.md in this folder). The files are
+read by ``tola_plugin.data.sample_images``; ``samples_dir``, ``sample_paths`` and ``sample_labels`` (a transcription
+read from the image, not official ground truth) are its functions bound to this package."""
+import functools
 
-from tola_plugin.data.text_labels import read_labels_tsv
+from tola_plugin.data import sample_images
 
-
-def samples_dir() -> str:
-    """The folder holding the sample PNGs (package data)."""
-    return str(resources.files(__name__))
-
-
-def sample_paths() -> List[str]:
-    """Absolute paths of the sample PNGs, sorted by name."""
-    folder = samples_dir()
-    return sorted(os.path.join(folder, f) for f in os.listdir(folder) if f.endswith('.png'))
-
-
-def sample_labels() -> Dict[str, str]:
-    """{file name: transcription read from the image} (not official ground truth)."""
-    return dict(read_labels_tsv(os.path.join(samples_dir(), 'labels.tsv')))
+samples_dir = functools.partial(sample_images.sample_folder, __name__)
+sample_paths = functools.partial(sample_images.sample_paths, __name__)
+sample_labels = functools.partial(sample_images.sample_labels, __name__)

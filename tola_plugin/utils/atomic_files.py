@@ -1,7 +1,7 @@
 """Files written atomically (``atomic_write``: a temporary file in the same folder, fsynced, then renamed; images,
 checkpoints, text, JSON and CSV all go through it), so a crash or a full disk never leaves a half-written file under
 its final name. Each writer makes the file's folder when it is missing. And the bounded readers of the text files the
-package parses (labels, CSV and JSON files: ``read_bytes``, ``read_text``, ``read_json``, ``read_csv``; a file over
+package parses (labels, CSV and JSON files: ``read_bytes``, ``read_text_file``, ``read_json``, ``read_csv``; a file over
 ``MAX_TEXT_BYTES`` is refused before it is read), with the reader of the JSON files the package keeps for itself
 (caches, manifests), which takes a missing or broken file as no file.
 
@@ -97,7 +97,7 @@ def read_bytes(path: str, what: str = 'file', limit: int = MAX_TEXT_BYTES) -> by
     return data
 
 
-def read_text(path: str, what: str = 'file') -> str:
+def read_text_file(path: str, what: str = 'file') -> str:
     """The UTF-8 text of ``path`` (``read_bytes``' bound; a byte-order mark is dropped); other bytes are a
     ValueError naming the file."""
     data = read_bytes(path, what)
@@ -108,9 +108,9 @@ def read_text(path: str, what: str = 'file') -> str:
 
 
 def read_json(path: str, what: str = 'JSON file'):
-    """The JSON value in ``path`` (``read_text``' bound); not JSON is a ValueError naming the file."""
+    """The JSON value in ``path`` (``read_text_file``' bound); not JSON is a ValueError naming the file."""
     try:
-        return json.loads(read_text(path, what))
+        return json.loads(read_text_file(path, what))
     except json.JSONDecodeError as err:
         raise ValueError(f'{path}: not a {what} (JSON: {err})') from None
 
@@ -155,7 +155,7 @@ def write_csv(path: str, fields: Sequence[str], rows: Iterable[Mapping[str, obje
 def read_csv(path: str) -> Tuple[List[str], List[Dict[str, str]]]:
     """(header, rows) of a CSV that ``write_csv`` wrote: each row a mapping from field to text, the ``'`` that
     ``csv_cell`` added taken off."""
-    reader = csv.DictReader(io.StringIO(read_text(path, 'CSV file'), newline=''))
+    reader = csv.DictReader(io.StringIO(read_text_file(path, 'CSV file'), newline=''))
     rows = [{k: _uncell(v) for k, v in row.items()} for row in reader]
     return [_uncell(name) for name in reader.fieldnames or []], rows
 

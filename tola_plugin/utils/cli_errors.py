@@ -22,7 +22,7 @@ import os
 import sys
 from typing import Callable, Optional
 
-from tola_plugin.utils.user_text import shown
+from tola_plugin.utils.user_text import say, shown
 
 USAGE_EXIT_STATUS = 2
 INPUT_ERRORS = (ValueError, KeyError, OSError)
@@ -59,7 +59,7 @@ def run_tool(main: Callable[[], Optional[int]], debug: Optional[bool] = None):
     except INPUT_ERRORS as err:
         if debug:
             raise
-        print(error_line(err), file=sys.stderr, flush=True)
+        say(error_line(err))
         sys.exit(USAGE_EXIT_STATUS)
     sys.exit(status)
 
@@ -73,7 +73,7 @@ def install_excepthook(cleanup: Callable[[], None]) -> None:
     def one_line(kind, err, traceback):
         if not issubclass(kind, INPUT_ERRORS) or debug_requested():
             return previous(kind, err, traceback)
-        print(error_line(err), file=sys.stderr, flush=True)
+        say(error_line(err))
         cleanup()
         logging.shutdown()
         sys.stdout.flush()

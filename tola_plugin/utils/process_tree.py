@@ -1,11 +1,13 @@
 """A command run to its end or killed whole: the command and every process it started, also those that left its
 process group (torchrun starts its workers in sessions of their own), so no worker is left holding a GPU's memory
-after a timeout. Linux (/proc); standard library only."""
+after a timeout. Linux (/proc, read by ``procfs``); standard library only."""
 import os
 import signal
 import subprocess
 import time
 from typing import Dict, List, Optional, Sequence
+
+from tola_plugin.utils import procfs
 
 
 class TreeTimeout(subprocess.TimeoutExpired):
@@ -19,16 +21,10 @@ class TreeTimeout(subprocess.TimeoutExpired):
 def children_of() -> Dict[int, List[int]]:
     """{parent PID: [child PIDs]} of every process /proc lists now."""
     tree: Dict[int, List[int]] = {}
-    for entry in os.listdir('/proc'):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f'/proc/{entry}/stat', encoding='ascii', errors='replace') as f:
-                stat = f.read()
-        except OSError:  # ended while we read
-            continue
-        ppid = int(stat[stat.rindex(')') + 2:].split()[1])  # after "pid (comm) state"
-        tree.setdefault(ppid, []).append(int(entry))
+    for pid in procfs.pids():
+        fields = procfs.stat_fields(pid)
+        if fields is not None:  # None: ended while we read
+            tree.setdefault(int(fields[1]), []).append(pid)
     return tree
 
 
@@ -58,11 +54,9 @@ def kill_tree(pid: int, grace: float = 5.0) -> List[int]:
 
 
 def _alive(pid: int) -> bool:
-    try:
-        with open(f'/proc/{pid}/stat', encoding='ascii', errors='replace') as f:
-            return f.read().split(')')[-1].split()[0] != 'Z'
-    except OSError:
-        return False
+    """Whether ``pid`` still runs (a zombie, killed and not yet reaped, does not)."""
+    fields = procfs.stat_fields(pid)
+    return fields is not None and fields[0] != 'Z'
 
 
 def run_tree(args: Sequence[str], timeout: float, cwd: Optional[str] = None, env: Optional[Dict[str, str]] = None,

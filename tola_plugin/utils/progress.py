@@ -2,13 +2,13 @@
 a file or a pipe (a log, CI, ``| tee``) lines as BasicSR's logger writes them, at most one every ``LINE_SECONDS``
 plus the first and the last: ``<what>: 3/8 images, 12 s, about 20 s left``. One helper for every wait the package
 makes a user sit through (OpenVINO conversion, qualification, folder runs), so none of them is silent. Every note
-and line goes out through ``user_text.shown`` (a file name's control characters escaped).
+and line goes out through ``user_text`` (``say``; a file name's control characters escaped).
 """
 import sys
 import time
 from typing import Optional
 
-from tola_plugin.utils.user_text import shown
+from tola_plugin.utils.user_text import say, shown
 
 LINE_SECONDS = 10.0  # a log line at most this often (the first and the last step always)
 
@@ -72,15 +72,11 @@ class Progress:
         count = (f'{100 * self.done / self.total:.0f} %'
                  if self.unit == '%' else f'{self.done:g}/{self.total:g} {self.unit}')
         timing = _seconds(now - self.start) + ('' if last or left is None else f', about {_seconds(left)} left')
-        print(f'{self.what}: {count}{" (" + note + ")" if note else ""}, {timing}', file=self.stream, flush=True)
+        say(f'{self.what}: {count}{" (" + note + ")" if note else ""}, {timing}', self.stream)
 
     def write(self, message: str) -> None:
-        """A line of its own that does not break the bar."""
-        message = shown(message)
-        if self._bar is not None:
-            self._bar.write(message, file=self.stream)
-        else:
-            print(message, file=self.stream, flush=True)
+        """A line of its own that does not break the bar (``say`` writes above it)."""
+        say(message, self.stream)
 
     def close(self) -> None:
         if self._bar is not None:

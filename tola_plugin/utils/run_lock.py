@@ -15,6 +15,8 @@ import sys
 import time
 from typing import Callable, Optional
 
+from tola_plugin.utils import procfs
+
 
 class ExperimentInUseError(OSError):
     """The experiment folder is locked by a live process."""
@@ -26,24 +28,15 @@ _HELD = []  # lock files this process owns
 def _start_time(pid: int) -> Optional[str]:
     """Start time of ``pid`` in clock ticks since boot (Linux ``/proc``), to tell a live owner from a new
     process that reuses its PID; None where ``/proc`` is not available."""
-    try:
-        with open(f'/proc/{pid}/stat', encoding='ascii') as f:
-            return f.read().rsplit(')', 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
+    fields = procfs.stat_fields(pid)
+    return fields[19] if fields is not None and len(fields) > 19 else None
 
 
 def _alive(owner: dict) -> bool:
     """Whether the process recorded in a lock still runs (on this host)."""
     pid = owner.get('pid')
-    if not isinstance(pid, int) or pid <= 0:
+    if not isinstance(pid, int) or pid <= 0 or not procfs.pid_alive(pid):
         return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # exists, owned by another user
-        pass
     recorded, now = owner.get('start_time'), _start_time(pid)
     return recorded is None or now is None or recorded == now
 

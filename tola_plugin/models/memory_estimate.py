@@ -1,0 +1,348 @@
+"""GPU memory of TOLA's training iteration and of inference, measured on the meta device (no weights, no compute,
+seconds on a CPU), for every gradient-checkpointing choice (``tools/estimate_memory.py``: ``estimate_option_file``,
+docs/training_gpus.md).
+
+What is measured, for the network of an option file at a given image size:
+
+- weights: every parameter and buffer of TOLANet (frozen backbone, LoRA, LRC) and of the LPIPS-VGG loss; the
+  trainable tensors' gradients and AdamW's two moments (``optimizer_state``).
+- saved activations (``saved_activations``): the tensors autograd keeps for the backward pass
+  (``torch.autograd.graph.saved_tensors_hooks``), per sample and per stage, parameters excluded (a convolution
+  saves its weight, which is no extra memory); linear in the batch (a few tensors, such as TransOCR's position
+  table, do not depend on it; per sample = batch 2 - batch 1).
+- peak (``peak_live``): the largest sum of live tensors while one iteration runs forward, losses and backward
+  (a ``TorchDispatchMode`` sees every tensor an operation creates, a finalizer sees it freed), parameters
+  excluded; with checkpointing this includes the recomputation during the backward pass. Inference: the same
+  peak of one forward under ``inference_mode``, on the inference network (LoRA merged, no MoM image branch).
+
+Not measured: the CUDA context, cuDNN/cuBLAS workspaces and the caching allocator's fragmentation; the batch
+that "fits" a GPU leaves ``reserve`` of its memory for them. fp32 only (the paper's precision; autocast does
+not act on the meta device). The text prior runs under ``no_grad`` and keeps nothing for the backward pass; its
+data-dependent greedy decoding cannot run on the meta device, so the measured forward takes its tokens as given.
+"""
+import contextlib
+import itertools
+import json
+import os
+import weakref
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence
+
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from tola_plugin.archs.tola_adaptation import CHECKPOINTABLE
+from tola_plugin.archs.tola_arch import TOLANet
+from tola_plugin.options.checks import check_typed_block
+from tola_plugin.options.reader import read_option_file
+from tola_plugin.text.alphabets import IDM_MAX_LEN
+from tola_plugin.utils.cli_errors import UsageError
+
+GIB = 2**30
+OCR_TARGET_LENGTH = 25  # TransOCR targets of the datasets: 24 characters + END (data/text_labels.py)
+CAPACITIES_GB = (24, 40, 48, 80, 96)
+RESERVE = 0.1  # share of a GPU's memory left to the CUDA context, workspaces and fragmentation
+
+
+def storage_key(t: torch.Tensor) -> int:
+    """Identity of a tensor's storage (views share it; torch keeps one Python storage object per storage)."""
+    return id(t.untyped_storage())
+
+
+def tensor_bytes(t: torch.Tensor) -> int:
+    return t.untyped_storage().nbytes()
+
+
+class SavedTensors:
+    """Bytes of the tensors autograd saves for the backward pass inside the block, per stage (the component whose
+    forward is running: ``stages`` maps module -> name, everything else counts as ``other``), each storage once,
+    ``exclude`` (parameter storages) never."""
+
+    def __init__(self, stages: Mapping[nn.Module, str], exclude: Iterable[int]):
+        self.stages, self.exclude = stages, set(exclude)
+        self.by_stage: Dict[str, int] = {}
+        self._seen: Dict[int, object] = {}
+        self._current = ['other']
+
+    def _pack(self, t):
+        key = storage_key(t)
+        if key not in self.exclude and key not in self._seen:
+            self._seen[key] = t.untyped_storage()  # held: a freed storage's id could be reused
+            stage = self._current[-1]
+            self.by_stage[stage] = self.by_stage.get(stage, 0) + tensor_bytes(t)
+        return t
+
+    def _leave(self, module, args, output) -> None:  # a forward hook returning a value would replace the output
+        self._current.pop()
+
+    @contextlib.contextmanager
+    def __call__(self):
+        handles = []
+        for module, name in self.stages.items():
+            handles.append(module.register_forward_pre_hook(lambda m, a, name=name: self._current.append(name)))
+            handles.append(module.register_forward_hook(self._leave))
+        try:
+            with torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t):
+                yield self
+        finally:
+            for handle in handles:
+                handle.remove()
+
+
+class PeakLive(TorchDispatchMode):
+    """Peak of the bytes of live tensors created inside the mode (``exclude``: storages never counted)."""
+
+    def __init__(self, exclude: Iterable[int] = ()):
+        super().__init__()
+        self.exclude = set(exclude)
+        self.live: Dict[int, int] = {}
+        self.now = self.peak = 0
+
+    def _freed(self, key: int) -> None:
+        self.now -= self.live.pop(key)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_flatten(out)[0]:
+            if isinstance(t, torch.Tensor):
+                storage = t.untyped_storage()
+                key = id(storage)
+                if key not in self.exclude and key not in self.live:
+                    self.live[key] = storage.nbytes()
+                    self.now += storage.nbytes()
+                    weakref.finalize(storage, self._freed, key)
+        self.peak = max(self.peak, self.now)
+        return out
+
+
+# ------------------------------------------------------------------------------------------- the models
+def meta_network(net_opt: Mapping) -> TOLANet:
+    """The TOLANet of an option file's ``network_g`` on the meta device: 'checkpoint' builds the architecture of
+    the ``*_config`` entries (absent: the official sizes) without reading the files; 'demo' reads the shipped demo
+    files' architecture; 'random' as given."""
+    opt = {k: v for k, v in net_opt.items() if k != 'type'}
+    if net_opt.get('type', 'TOLANet') != 'TOLANet':
+        raise ValueError(f'network_g.type: the estimator measures TOLANet, got {net_opt.get("type")!r}')
+    if opt.get('backbone_init', 'checkpoint') == 'checkpoint':
+        opt.update(backbone_init='random')
+        for key in ('difftsr_checkpoint', 'transocr_checkpoint'):
+            opt.pop(key, None)
+    with torch.device('meta'):
+        net = TOLANet(**opt)
+
+    def given_prior(lq, gt_tokens=None):  # see the module docstring: the prior is data-dependent and keeps nothing
+        tokens = torch.zeros(lq.shape[0], IDM_MAX_LEN, dtype=torch.long, device=lq.device)
+        return tokens, torch.ones(tokens.shape, device=lq.device), None
+
+    net.predict_text_prior = given_prior
+    return net
+
+
+class TeacherForced(nn.Module):
+    """TransOCR's teacher-forced forward without its target-id check (``.any()`` reads values: not on meta)."""
+
+    def __init__(self, transocr):
+        super().__init__()
+        self.transocr = transocr
+        self.training = False
+
+    def forward(self, images, targets):
+        start = torch.full_like(targets[:, :1], self.transocr.start_index)
+        return self.transocr.decode(torch.cat([start, targets[:, :-1]], 1), self.transocr.encode(images))
+
+
+def meta_losses(train_opt: Mapping) -> Dict[str, nn.Module]:
+    """The loss modules of ``train`` moved to the meta device ({'pixel_opt': ..., ...}; weight 0 or absent: left
+    out); LPIPS-VGG built with a random trunk (the same architecture; built on the CPU, where its loader checks the
+    linear layers it reads)."""
+    from basicsr.losses import build_loss
+    losses = {}
+    for key in ('pixel_opt', 'perceptual_opt', 'ocr_opt'):
+        loss_opt = dict(train_opt.get(key) or {})
+        if not loss_opt or loss_opt.get('loss_weight', 1.0) == 0:
+            continue
+        if key == 'perceptual_opt':
+            loss_opt['pretrained_backbone'] = False
+        losses[key] = build_loss(loss_opt).to('meta')
+    return losses
+
+
+def parameter_storages(*modules: nn.Module) -> List[int]:
+    return [storage_key(t) for m in modules for t in itertools.chain(m.parameters(), m.buffers())]
+
+
+def weight_bytes(*modules: nn.Module) -> int:
+    return sum(tensor_bytes(t) for m in modules for t in itertools.chain(m.parameters(), m.buffers()))
+
+
+def trainable_bytes(net: nn.Module) -> int:
+    return sum(p.numel() * p.element_size() for p in net.parameters() if p.requires_grad)
+
+
+# ------------------------------------------------------------------------------------- one iteration
+def training_iteration(net: TOLANet, losses: Mapping[str, nn.Module], batch: int, size: Sequence[int],
+                       backward: bool = True) -> torch.Tensor:
+    """Forward, the losses of ``losses`` (summed as TOLAModel does) and backward on a meta batch."""
+    lq = torch.rand(batch, 3, *size, device='meta')
+    gt = torch.rand(batch, 3, *size, device='meta')
+    output = net(lq)
+    total = output.new_zeros(())
+    if 'pixel_opt' in losses:
+        total = total + losses['pixel_opt'](output, gt)
+    if 'perceptual_opt' in losses:
+        total = total + losses['perceptual_opt'](output, gt)[0]  # (perceptual, style), BasicSR's convention
+    if 'ocr_opt' in losses:
+        targets = torch.zeros(batch, OCR_TARGET_LENGTH, dtype=torch.long, device='meta')
+        total = total + losses['ocr_opt'](output, targets, TeacherForced(net.transocr))
+    if backward:
+        total.backward()
+    return total
+
+
+def stage_modules(net: TOLANet, losses: Mapping[str, nn.Module]) -> Dict[nn.Module, str]:
+    stages = {net.vae.encoder: 'VAE encoder', net.idm: 'IDM', net.vae.decoder: 'VAE decoder'}
+    if net.lrc is not None:
+        stages[net.lrc] = 'LRC'
+    if 'perceptual_opt' in losses:
+        stages[losses['perceptual_opt']] = 'LPIPS-VGG'
+    if 'ocr_opt' in losses:
+        stages[losses['ocr_opt']] = 'TransOCR CE'  # the teacher-forced recognizer runs inside the loss
+    return stages
+
+
+def saved_activations(net: TOLANet, losses: Mapping[str, nn.Module], size: Sequence[int],
+                      batch: int = 1) -> Dict[str, int]:
+    """Bytes autograd keeps for the backward pass of one iteration on ``batch`` samples, by stage."""
+    counter = SavedTensors(stage_modules(net, losses), parameter_storages(net, *losses.values()))
+    with counter():
+        training_iteration(net, losses, batch, size, backward=False)
+    return dict(counter.by_stage)
+
+
+def _checkpoint(module, *args):
+    """Non-reentrant recomputation (as TOLANet's default) without RNG bookkeeping (no RNG on the meta device)."""
+    return torch.utils.checkpoint.checkpoint(module.__call__, *args, use_reentrant=False, preserve_rng_state=False)
+
+
+def peak_training(net: TOLANet, losses: Mapping[str, nn.Module], size: Sequence[int], batch: int,
+                  checkpointed: Sequence[str] = ()) -> int:
+    """Peak bytes of live tensors during one training iteration (forward, losses, backward), weights excluded."""
+    net.set_gradient_checkpointing(checkpointed, checkpoint_fn=_checkpoint)
+    try:
+        net.zero_grad(set_to_none=True)
+        mode = PeakLive(parameter_storages(net, *losses.values()))
+        with mode:
+            training_iteration(net, losses, batch, size)
+        return mode.peak
+    finally:
+        net.zero_grad(set_to_none=True)
+        net.set_gradient_checkpointing(())
+
+
+def peak_inference(net: TOLANet, size: Sequence[int], batch: int) -> int:
+    """Peak bytes of live tensors of one inference forward (``inference_mode``), weights excluded."""
+    mode = PeakLive(parameter_storages(net))
+    with mode, torch.inference_mode():
+        net(torch.rand(batch, 3, *size, device='meta'))
+    return mode.peak
+
+
+def largest_batch(fixed: float, per_sample: float, capacity_gib: float, reserve: float = RESERVE) -> int:
+    """Largest batch b with fixed + b * per_sample <= (1 - reserve) * capacity (0 when not even one fits)."""
+    room = (1 - reserve) * capacity_gib * GIB - fixed
+    return max(int(room // per_sample), 0) if per_sample > 0 else 0
+
+
+def checkpoint_choices() -> List[tuple]:
+    """Every subset of ``CHECKPOINTABLE``, from none to all."""
+    return [c for n in range(len(CHECKPOINTABLE) + 1) for c in itertools.combinations(CHECKPOINTABLE, n)]
+
+
+def estimate(opt: Mapping, size: Sequence[int] = (128, 512), capacities: Sequence[float] = CAPACITIES_GB,
+             reserve: float = RESERVE, choices: Optional[Sequence[tuple]] = None) -> Dict:
+    """Every figure of the report for a training option dict (``network_g``, ``train``): weights, optimizer
+    state, saved activations per sample by stage, and per checkpointing choice the peak per sample and the
+    largest batch per GPU that fits each capacity (in GB as GPUs are sold, read as GiB); the same for inference.
+    Per-sample figures are the difference between batches 2 and 1 (both measured)."""
+    net = meta_network(opt['network_g'])
+    losses = meta_losses(opt.get('train') or {})
+    weights = weight_bytes(net, *losses.values())
+    optimizer = 3 * trainable_bytes(net)  # gradients + AdamW's exp_avg and exp_avg_sq
+    saved1, saved2 = saved_activations(net, losses, size, 1), saved_activations(net, losses, size, 2)
+    result = {
+        'size': list(size), 'weights_bytes': weights, 'optimizer_state_bytes': optimizer, 'reserve': reserve,
+        'capacities_gb': list(capacities), 'saved_per_sample': {k: saved2[k] - saved1.get(k, 0)
+                                                                for k in saved2}, 'training': [], 'inference': {}
+    }
+    for choice in choices if choices is not None else checkpoint_choices():
+        one, two = peak_training(net, losses, size, 1, choice), peak_training(net, losses, size, 2, choice)
+        per_sample, fixed = two - one, weights + optimizer + 2 * one - two
+        result['training'].append({
+            'gradient_checkpointing': list(choice), 'peak_batch1_bytes': one, 'peak_batch2_bytes': two,
+            'per_sample_bytes': per_sample,
+            'largest_batch': [largest_batch(fixed, per_sample, c, reserve) for c in capacities]
+        })
+    net.prepare_for_inference()  # LoRA merged, MoM image branch dropped: what tola-infer runs
+    inference_weights = weight_bytes(net)
+    one, two = peak_inference(net, size, 1), peak_inference(net, size, 2)
+    result['inference'] = {
+        'weights_bytes': inference_weights, 'peak_batch1_bytes': one, 'peak_batch2_bytes': two,
+        'per_sample_bytes': two - one,
+        'largest_batch': [largest_batch(inference_weights + 2 * one - two, two - one, c, reserve) for c in capacities]
+    }
+    return result
+
+
+def report_markdown(result: Mapping) -> str:
+    """The estimate as Markdown: weights, saved activations by stage, and the table of largest batches."""
+    gib = lambda b: f'{b / GIB:.2f}'  # noqa: E731
+    caps = ' | '.join(f'{c:g} GB' for c in result['capacities_gb'])
+    saved = result['saved_per_sample']
+    lines = [
+        f'Image {result["size"][0]}x{result["size"][1]}, fp32. Weights {gib(result["weights_bytes"])} GiB (TOLANet '
+        f'and LPIPS-VGG), gradients + AdamW state {gib(result["optimizer_state_bytes"])} GiB.', '',
+        'Saved activations per training sample (GiB): ' + ', '.join(f'{k} {gib(v)}' for k, v in saved.items()) +
+        f'; total {gib(sum(saved.values()))} ("other": Algorithm 1\'s arithmetic, quant_conv, L1).', '',
+        f'| gradient_checkpointing | peak GiB / sample | largest batch per GPU: {caps} |',
+        '|---|---:|' + '---:|' * len(result['capacities_gb'])
+    ]
+    for row in result['training']:
+        name = '[' + ', '.join(row['gradient_checkpointing']) + ']' if row['gradient_checkpointing'] else 'none'
+        lines.append(f'| training, {name} | {gib(row["per_sample_bytes"])} | ' +
+                     ' | '.join(str(b) for b in row['largest_batch']) + ' |')
+    inf = result['inference']
+    lines.append(f'| inference (weights {gib(inf["weights_bytes"])} GiB) | {gib(inf["per_sample_bytes"])} | ' +
+                 ' | '.join(str(b) for b in inf['largest_batch']) + ' |')
+    lines += [
+        '', f'A batch fits when weights + optimizer state + peak <= {1 - result["reserve"]:.0%} of the GPU '
+        '(the rest for the CUDA context, workspaces and fragmentation, not measured).'
+    ]
+    return '\n'.join(lines)
+
+
+def estimate_option_file(opt_path: str, size: Sequence[int] = (128, 512), capacities: Sequence[float] = CAPACITIES_GB,
+                         reserve: float = RESERVE, json_path: Optional[str] = None) -> int:
+    """``estimate`` for the training option file ``opt_path``: prints the report and writes every figure to
+    ``json_path`` (JSON) when given. -> 0. UsageError for a missing file or one without ``network_g``, a size that
+    is not a positive multiple of 8, a reserve outside [0, 1); ``network_g`` is checked like the launchers do."""
+    from basicsr.utils.registry import ARCH_REGISTRY
+    if not os.path.isfile(opt_path):
+        raise UsageError(f'-opt {opt_path!r}: no such option file')
+    if any(s <= 0 or s % 8 for s in size):
+        raise UsageError(f'--size {size}: height and width must be positive multiples of 8')
+    if not 0 <= reserve < 1:
+        raise UsageError(f'--reserve {reserve}: expected a share in [0, 1)')
+    opt = read_option_file(opt_path)
+    if 'network_g' not in opt:
+        raise UsageError(f'-opt {opt_path!r}: not an option file with network_g')
+    check_typed_block(opt['network_g'], ARCH_REGISTRY, 'network_g')
+    result = estimate(opt, size=size, capacities=capacities, reserve=reserve)
+    result['option_file'] = opt_path
+    print(f'{opt_path}: memory of one training iteration and of inference, measured on the meta device\n')
+    print(report_markdown(result))
+    if json_path:
+        os.makedirs(os.path.dirname(os.path.abspath(json_path)), exist_ok=True)
+        with open(json_path, 'w', encoding='utf-8') as f:
+            json.dump(result, f, indent=1)
+    return 0

@@ -1,0 +1,522 @@
+"""The web demo of ``tola-web`` (docs/web.md): upload, paste or pick a text image, see it restored by a
+``TOLAPipeline`` next to the input, with the text prior, PP-OCRv4's reading before and after, and the time taken.
+
+    app = build_app(TOLAPipeline.from_merged(path))   # the page's switch: auto, one text line, or a photo
+    launch(app, port=7860)
+
+``restore_upload`` does the work of one request (read and check the file, restore, draw the detected lines) and is
+plain Python, so it is tested without a browser; ``build_app`` lays it out with Gradio. Nothing leaves the machine:
+Gradio's analytics and version check are off (GRADIO_ANALYTICS_ENABLED=False, set before gradio is imported), its
+default theme's fonts are served by the app itself, the Hugging Face hub is put offline, and no share link is made.
+
+Uploads are bounded and cleaned up (``launch``, ``RequestGuard``): Gradio refuses a file over ``max_file_mb``, and a
+request body over one file's worth (``max_file_mb`` plus the form around it; many files in one request) is refused
+with 413 before it is read, or cut when it grows past that while read (whatever its headers say); a write from another
+site (its ``Origin``) is refused with 403; the stored uploads are bounded in all (``max_stored_mb``, the oldest removed
+first). Names shown on the page are text, never Markdown (``user_text.markdown_text``). Uploads go to a folder of
+this server's own (``tola-web-<pid>-*`` in the temporary folder), removed when the server stops (Ctrl-C, SIGTERM,
+``app.close()``, the process's exit) and, if the process was killed, by the next server's start.
+"""
+import os
+
+os.environ['GRADIO_ANALYTICS_ENABLED'] = 'False'  # no telemetry, no version check (read when gradio is imported)
+os.environ.setdefault('HF_HUB_OFFLINE', '1')
+
+import atexit  # noqa: E402
+import contextlib  # noqa: E402
+import glob  # noqa: E402
+import shutil  # noqa: E402
+import signal  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+from typing import Dict, List, Optional, Sequence, Tuple  # noqa: E402
+
+import cv2  # noqa: E402
+import gradio as gr  # noqa: E402
+import numpy as np  # noqa: E402
+from starlette.formparsers import MultiPartException  # noqa: E402
+
+from tola_plugin.data.image_io import ImageTooLargeError, read_image_file  # noqa: E402
+from tola_plugin.data.text_line_source import CANVAS_H  # noqa: E402
+from tola_plugin.inference.color_fix import COLOR_FIXES, check_color_fix  # noqa: E402
+from tola_plugin.inference.demo_model import demo_model_path, is_demo_model  # noqa: E402
+from tola_plugin.inference.pipeline import DEFAULT_COLOR_FIX, Restoration, TOLAPipeline  # noqa: E402
+from tola_plugin.inference.work_bounds import DEFAULT_MAX_OUTPUT_PIXELS, DEFAULT_MAX_WINDOWS  # noqa: E402
+from tola_plugin.utils.procfs import pid_alive  # noqa: E402
+from tola_plugin.utils.user_text import markdown_text, say  # noqa: E402
+from tola_plugin.web.examples import example_paths  # noqa: E402
+
+# The page's own bounds, below the tools' (tola-infer's image budget is data.image_io.DEFAULT_MAX_PIXELS, 64 MP)
+UPLOAD_MAX_MEGAPIXELS = 4.0  # an uploaded image with more pixels is refused (CPU time grows with the pixels)
+UPLOAD_MAX_MB = 20.0  # larger uploads are refused by the server before they are stored
+STORED_UPLOADS_MAX_MB = 200.0  # all uploads (and Gradio's copies of shown images) kept at once: the oldest go first
+KINDS = ('auto', 'line', 'photo')  # what an uploaded image is, the page's switch (restore_upload)
+FORM_BYTES = 64 * 1024  # a request may carry one file of max_file_mb plus this much multipart form around it
+UPLOADS_PREFIX = 'tola-web-'
+TABLE_HEADERS = ['line', 'text prior (TransOCR)', 'prior confidence', 'PP-OCRv4 before', 'PP-OCRv4 after']
+IMAGE_HEIGHT = 220  # display height (CSS pixels) of the input and restored images
+OVERLAY_COLOUR = (255, 64, 0)
+# input and output fill the same box, so a 32-row input is seen next to its 128-row restoration; the input's pixels
+# stay visible as blocks (no smoothing that would flatter it)
+PAGE_CSS = ('#tola-input img, #tola-restored img {width: 100%; height: 100%; object-fit: contain;} '
+            '#tola-input img {image-rendering: pixelated;}')  # RGB of the detected-line outlines
+DEMO_NOTE = ('**Demo model.** This page serves a model of the small demo backbone (a tiny demo backbone trained in '
+             'this repository on rendered lines, adapted with TOLA; docs/demo_backbone.md), not the paper\'s weights: '
+             "it shows the pipeline, not TOLA's quality. Give `--model` a merged model of the official weights for "
+             'real restorations.')
+
+
+@dataclass
+class PageResult:
+    """What the page shows for one request: images RGB uint8 (H, W, 3) (overlay only for a photo), the table rows
+    (TABLE_HEADERS), a one-paragraph summary (Markdown) and whether it was restored as a photo."""
+    input: np.ndarray
+    restored: np.ndarray
+    overlay: Optional[np.ndarray]
+    rows: List[List]
+    summary: str
+    detected: bool = False
+
+
+def draw_lines(rgb: np.ndarray, restoration: Restoration) -> np.ndarray:
+    """The input with each detected line's polygon outlined and numbered as in the table (RGB uint8 copy)."""
+    out = np.ascontiguousarray(rgb).copy()
+    thickness = max(1, round(max(out.shape[:2]) / 400))
+    for number, line in enumerate(restoration.lines, start=1):
+        polygon = np.round(np.array(line.polygon, np.float32)).astype(np.int32)
+        cv2.polylines(out, [polygon], True, OVERLAY_COLOUR, thickness, cv2.LINE_AA)
+        x, y = polygon[0]
+        cv2.putText(out, str(number), (int(x), max(12,
+                                                   int(y) - 3)), cv2.FONT_HERSHEY_SIMPLEX, 0.4 * thickness,
+                    OVERLAY_COLOUR, thickness, cv2.LINE_AA)
+    return out
+
+
+def _rows(restoration: Restoration) -> List[List]:
+
+    def text(value):
+        return '' if value is None else value.strip()
+
+    return [[number, line.prior_text,
+             round(line.prior_confidence, 3),
+             text(line.text_before),
+             text(line.text_after)] for number, line in enumerate(restoration.lines, start=1)]
+
+
+def looks_like_a_photo(height: int, width: int) -> bool:
+    """The page's 'auto' kind: a photo (its lines found first) when the image is more than two network lines tall
+    (256 rows), or taller than one (128) and less than twice as wide as tall; else one text line. A 900x600 photo is
+    a photo; a 128x32 line, a 32x32 word and a 512x128 canvas are lines."""
+    return height > 2 * CANVAS_H or (height > CANVAS_H and width < 2 * height)
+
+
+def restore_upload(pipeline: TOLAPipeline, path: str, name: str = '', kind: str = 'auto',
+                   max_megapixels: float = UPLOAD_MAX_MEGAPIXELS, color_fix: Optional[str] = None) -> PageResult:
+    """Restore the image file ``path`` for the page (``name``: the uploaded file's name, for messages and the noise
+    seed, as tola-infer seeds by file name; ``kind``: 'line' (one text line), 'photo' (PP-OCRv4 finds the lines,
+    each restored in place) or 'auto' (``looks_like_a_photo``); ``color_fix``: the page's choice, set on the
+    pipeline, which serves one request at a time; None keeps the pipeline's). Raises ValueError with a message for
+    the page when the file is not an image, declares more than ``max_megapixels`` million pixels (read from its
+    header: refused before decoding), or exceeds the pipeline's bounds (windows, output pixels)."""
+    if kind not in KINDS:
+        raise ValueError(f'kind must be one of {KINDS}, got {kind!r}')
+    name = name or os.path.basename(path)
+    try:
+        rgb = read_image_file(path, pipeline.background, max_pixels=round(max_megapixels * 1e6), order='RGB')
+    except ImageTooLargeError as err:
+        size = f'{err.width}x{err.height} pixels = {err.width * err.height / 1e6:.1f} megapixels' if err.width else \
+            f'more than {err.max_pixels or 0:,} pixels'
+        raise ValueError(f'{name} is too large: {size}, the limit is {max_megapixels:g} (the --max-megapixels option '
+                         f'of tola-web); refused before decoding') from None
+    except (ValueError, OSError) as err:
+        detail = str(err).removeprefix(f'{path}: ').replace(path, name)
+        raise ValueError(f'{name} is not an image this demo can read: {detail}. Upload a PNG, JPEG, BMP, WebP, GIF or '
+                         f'TIFF image.') from None
+    if color_fix is not None:
+        pipeline.color_fix = check_color_fix(color_fix)
+    height, width = rgb.shape[:2]
+    detect = kind == 'photo' or (kind == 'auto' and looks_like_a_photo(height, width))
+    start = time.perf_counter()
+    # a bound of the work (windows, output pixels) is a ValueError naming the image, the limit and the option
+    restoration = pipeline([rgb], detect=detect, recognize=True, names=[name])[0]
+    seconds = time.perf_counter() - start
+    out_h, out_w = restoration.image.shape[:2]
+    pasted = sum(bool(line.pasted) for line in restoration.lines)
+    what = (f'as a photo: {len(restoration.lines)} line(s) found, {pasted} restored in place'
+            if detect else 'as one text line')
+    why = {'auto': ' (kind auto: ' + ('taller than two lines or not wide' if detect else 'line-shaped') + ')'}
+    summary = (f'Restored **{markdown_text(name)}** {what}{why.get(kind, "")} in **{seconds:.2f} s** on '
+               f'{_path(pipeline)}: {width}×{height} → {out_w}×{out_h} pixels.')
+    if detect and not restoration.lines:
+        summary += ' PP-OCRv4 found no text line, so the output is the input resized.'
+    elif detect and pasted < len(restoration.lines):
+        summary += (f' {len(restoration.lines) - pasted} line(s) read less well restored (PP-OCRv4) and were left as '
+                    'they were.')
+    return PageResult(rgb, restoration.image,
+                      draw_lines(rgb, restoration) if detect else None, _rows(restoration), summary, detect)
+
+
+def error_status(err: BaseException) -> str:
+    """The page's status line for a failed request: the message as text (``markdown_text``: an upload named
+    ``[link](x).png`` shows as written, never as a link)."""
+    return f'**Error:** {markdown_text(err)}'
+
+
+def warm_up(pipeline: TOLAPipeline, detect: bool = False) -> None:
+    """Restore a blank line once (with PP-OCRv4, and its detector with ``detect``), so that the models are loaded
+    before the first visitor and the time the page reports is the restoration's, not the loading's."""
+    pipeline(np.full((32, 128, 3), 255, np.uint8), detect=detect, recognize=True)
+
+
+def _payload_path(payload) -> Optional[Dict]:
+    """The uploaded file of an Image payload (dict from the page): (path, original name); None when empty."""
+    if not payload:
+        return None
+    if isinstance(payload, str):
+        return dict(path=payload, name=os.path.basename(payload))
+    path = payload.get('path')
+    if not path:
+        raise ValueError('the upload has no file; upload it again')
+    return dict(path=path, name=payload.get('orig_name') or os.path.basename(path))
+
+
+def _path(pipeline: TOLAPipeline) -> str:
+    """'cpu, openvino bf16': where the pipeline's network runs now."""
+    plan = pipeline.plan
+    return f'{pipeline.device}, ' + (f'{plan.backend} {plan.precision}' if plan is not None else 'torch')
+
+
+def build_app(pipeline: TOLAPipeline, detect: bool = False, demo_model: bool = False,
+              max_megapixels: float = UPLOAD_MAX_MEGAPIXELS, examples: Optional[Sequence[str]] = None,
+              model_name: str = '') -> gr.Blocks:
+    """The demo page around ``pipeline``: an input (upload, paste, or an example: ``examples`` paths, default
+    ``example_paths()``), a visible switch of what the image is (auto, one text line, a photo: ``restore_upload``;
+    ``detect`` starts it at photo, else at auto), the restored output beside it (and a photo's detected lines), the
+    text table and a status line that also shows errors. demo_model: show DEMO_NOTE. model_name: shown in the
+    header."""
+    examples = example_paths() if examples is None else list(examples)
+    folder, previous = _own_temp_folder()  # before any component: each keeps the folder it was built with
+
+    def run(payload, color_fix, kind):
+        empty = (None, None, None, [])
+        try:
+            upload = _payload_path(payload)
+            if upload is None:
+                return (*empty, 'Upload or paste an image, or pick an example, then press **Restore**.')
+            page = restore_upload(pipeline, upload['path'], upload['name'], kind, max_megapixels, color_fix)
+        except (ValueError, RuntimeError) as err:  # bad input; no path could restore it (never a non-finite image)
+            return (*empty, error_status(err))
+        return page.input, page.restored, page.overlay, page.rows, page.summary
+
+    with gr.Blocks(title='TOLA text restoration', analytics_enabled=False) as app:
+        gr.Markdown('# TOLA: one-step text image super-resolution\n'
+                    f'Model: `{model_name or "given TOLAPipeline"}`')
+        gr.Markdown(f'`{pipeline.describe_runtime()}`', elem_id='tola-runtime')
+        if demo_model:
+            gr.Markdown(DEMO_NOTE, elem_id='tola-demo-note')
+        with gr.Row():
+            upload = gr.Image(label='Low-resolution input (upload or paste)', type='filepath', image_mode=None,
+                              sources=['upload', 'clipboard'], elem_id='tola-upload')
+            with gr.Column():
+                button = gr.Button('Restore', variant='primary', elem_id='tola-restore')
+                color_fix = gr.Radio(
+                    list(COLOR_FIXES), value=pipeline.color_fix, elem_id='tola-color-fix',
+                    label="Colour fix (none: the network's own colours; wavelet / adain: the "
+                    "input's)")
+                kind = gr.Radio(
+                    list(KINDS), value='photo' if detect else 'auto', elem_id='tola-kind',
+                    label='The image is (auto: a photo when taller than two lines or not wide; a photo\'s lines are '
+                    'found by PP-OCRv4 and each restored in place)')
+                status = gr.Markdown('Upload or paste an image, or pick an example, then press **Restore**.',
+                                     elem_id='tola-status')
+        with gr.Row():
+            # the same display height: a 32-row input is scaled up beside its 128-row restoration
+            shown_input = gr.Image(label='Input', interactive=False, format='png', height=IMAGE_HEIGHT,
+                                   buttons=['fullscreen'], elem_id='tola-input')
+            restored = gr.Image(label='Restored', interactive=False, format='png', height=IMAGE_HEIGHT,
+                                buttons=['download', 'fullscreen'], elem_id='tola-restored')
+        overlay = gr.Image(label='Detected lines (photos)', interactive=False, format='png', buttons=['fullscreen'],
+                           elem_id='tola-overlay')
+        table = gr.Dataframe(headers=TABLE_HEADERS, label='Text of each line', interactive=False, wrap=True,
+                             column_widths=['6%', '40%', '12%', '21%', '21%'], elem_id='tola-lines')
+        if examples:
+            gr.Examples(examples=[[p] for p in examples], inputs=[upload], label='Examples (bundled samples)')
+        # preprocess=False: the handler reads the uploaded file itself (the package's reader), so a file that is
+        # not an image ends in a message on the page instead of an error inside Gradio's decoder.
+        button.click(run, inputs=[upload, color_fix, kind], outputs=[shown_input, restored, overlay, table, status],
+                     preprocess=False, concurrency_limit=1)
+    app.tola_upload_folder, app.tola_previous_temp = folder, previous
+    return app
+
+
+class BodyTooLarge(MultiPartException):
+    """A request body that grew past its bound while it was read. Raised from the middleware's ``receive``, a
+    ``MultiPartException`` so that Gradio's upload route (starlette's multipart parser) deletes the files it had begun
+    to write; the middleware answers 413 in place of whatever the route then sends."""
+
+
+class RequestGuard:
+    """ASGI middleware in front of the page (``launch``); every refusal is answered before the app sees the request:
+
+    - **Cross-origin writes** (403): a POST (any method but GET, HEAD, OPTIONS) whose ``Origin`` is not this page's
+      (``Host``), or that the browser marks ``Sec-Fetch-Site: cross-site``: a form on any other web page the user
+      visits could post uploads here (a multipart POST is a "simple" request, sent without asking).
+    - **Bodies over one file's worth** (413): ``Content-Length`` over one file of ``max_file_mb`` plus FORM_BYTES,
+      before any of it is read; a body that grows past that while it is read, whatever its headers said, is cut
+      there (the route's partial files removed); a chunked body without a length is refused (411), one with both a
+      length and ``Transfer-Encoding`` too (400: the server would follow the encoding and ignore the length).
+    - **Stored uploads** (``max_stored_mb`` in all): before an upload is let in, the oldest files of the upload
+      ``folder`` are removed until it and the new upload fit (the page's own, there before the first request, stay).
+    """
+
+    def __init__(self, app, max_file_mb: float, folder: Optional[str] = None,
+                 max_stored_mb: float = STORED_UPLOADS_MAX_MB):
+        self.app, self.max_file_mb, self.folder = app, max_file_mb, folder
+        self.max_bytes = int(max_file_mb * 2**20) + FORM_BYTES
+        self.max_stored = int(max_stored_mb * 2**20)
+        # the page's own files, there before any request (Gradio's copies of the examples): never counted or removed
+        self.page_files = frozenset(path for _, _, path in stored_files(folder)) if folder else frozenset()
+
+    async def __call__(self, scope, receive, send):
+        if scope['type'] not in ('http', 'websocket'):
+            return await self.app(scope, receive, send)
+        headers = dict(scope.get('headers') or ())
+        refusal = self._refusal(scope, headers)
+        if refusal:
+            if scope['type'] == 'websocket':
+                return await send({'type': 'websocket.close', 'code': 1008})
+            return await _answer(send, *refusal)
+        if scope['type'] == 'websocket' or scope.get('method') in SAFE_METHODS:
+            return await self.app(scope, receive, send)
+        if self.folder and scope.get('path', '').endswith('/upload'):
+            make_room(self.folder, self.max_stored, int(headers.get(b'content-length', b'0')), self.page_files)
+        return await self._bounded(scope, receive, send)
+
+    def _refusal(self, scope, headers):
+        """(status, message) of a request refused from its headers alone, else None."""
+        if scope.get('method') not in SAFE_METHODS or scope['type'] == 'websocket':
+            origin = headers.get(b'origin')
+            if origin is not None and _netloc(origin) != headers.get(b'host', b'').decode('latin-1').lower():
+                return 403, (f'refused: a request from another site ({origin.decode("latin-1")!r}); this page '
+                             'takes uploads from itself only')
+            if headers.get(b'sec-fetch-site') == b'cross-site':
+                return 403, 'refused: a request from another site; this page takes uploads from itself only'
+        if scope['type'] == 'websocket':
+            return None
+        length = headers.get(b'content-length')
+        chunked = b'chunked' in headers.get(b'transfer-encoding', b'').lower()
+        if chunked and length is not None:
+            return 400, 'upload refused: a request with both a Content-Length and a Transfer-Encoding'
+        if chunked:
+            return 411, 'upload refused: a request body needs a Content-Length'
+        if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
+            size = f'{int(length) / 1e6:.1f} MB' if length.isdigit() else f'a Content-Length of {length!r}'
+            return 413, self._too_large(size)
+        return None
+
+    def _too_large(self, size: str) -> str:
+        return (f'upload refused: the request carries {size}; one request may carry one image of at most '
+                f'{self.max_file_mb:g} MB (tola-web --max-file-mb)')
+
+    async def _bounded(self, scope, receive, send):
+        """The app with a body counted as it is read: past ``max_bytes`` the read fails (BodyTooLarge) and 413 is
+        sent instead of the app's answer."""
+        state = {'read': 0, 'over': False, 'started': False}
+
+        async def counted():
+            message = await receive()
+            if message['type'] == 'http.request':
+                state['read'] += len(message.get('body', b''))
+                if state['read'] > self.max_bytes:
+                    state['over'] = True
+                    raise BodyTooLarge(self._too_large(f'more than {self.max_bytes / 1e6:.1f} MB'))
+            return message
+
+        async def guarded_send(message):
+            if state['over']:
+                return  # the 413 below answers instead
+            state['started'] = state['started'] or message['type'] == 'http.response.start'
+            await send(message)
+
+        try:
+            await self.app(scope, counted, guarded_send)
+        except BodyTooLarge:
+            pass
+        if state['over'] and not state['started']:
+            await _answer(send, 413, self._too_large(f'more than {self.max_bytes / 1e6:.1f} MB'))
+
+
+#: a request that only reads (no upload, no restore) is never refused for its origin
+SAFE_METHODS = ('GET', 'HEAD', 'OPTIONS')
+
+
+def _netloc(origin: bytes) -> str:
+    """'host:port' of an Origin header ('null' and anything unparsable: '')."""
+    from urllib.parse import urlsplit
+    try:
+        parts = urlsplit(origin.decode('latin-1'))
+    except ValueError:
+        return ''
+    default = {'http': 80, 'https': 443}.get(parts.scheme)
+    netloc = (parts.netloc or '').lower()
+    return netloc[:-len(f':{default}')] if default and netloc.endswith(f':{default}') else netloc
+
+
+async def _answer(send, status: int, message: str):
+    body = message.encode()
+    await send({
+        'type': 'http.response.start', 'status': status, 'headers': [(b'content-type', b'text/plain; charset=utf-8'),
+                                                                     (b'content-length', str(len(body)).encode()),
+                                                                     (b'connection', b'close')]
+    })
+    await send({'type': 'http.response.body', 'body': body})
+
+
+def stored_files(folder: str) -> List[Tuple[float, int, str]]:
+    """(modification time, size, path) of every file under ``folder``, oldest first."""
+    found = []
+    for root, _, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(root, name)
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            found.append((st.st_mtime, st.st_size, path))
+    return sorted(found)
+
+
+def make_room(folder: str, max_bytes: int, incoming: int, keep=frozenset()) -> List[str]:
+    """Remove the oldest files under ``folder`` (uploads, Gradio's copies of shown images; not those in ``keep``)
+    until they and ``incoming`` more bytes fit in ``max_bytes``; returns the paths removed."""
+    files = [f for f in stored_files(folder) if f[2] not in keep]
+    total, removed = sum(size for _, size, _ in files), []
+    for _, size, path in files:
+        if total + incoming <= max_bytes:
+            break
+        with contextlib.suppress(OSError):
+            os.remove(path)
+            removed.append(path)
+            total -= size
+    for root, dirs, _ in os.walk(folder, topdown=False):  # the folders Gradio made per upload, now empty
+        for name in dirs:
+            with contextlib.suppress(OSError):
+                os.rmdir(os.path.join(root, name))
+    return removed
+
+
+def _remove_stale_upload_folders() -> None:
+    """Upload folders of tola-web servers whose process is gone (killed before it could clean up)."""
+    for folder in glob.glob(os.path.join(tempfile.gettempdir(), f'{UPLOADS_PREFIX}*-*')):
+        pid = os.path.basename(folder)[len(UPLOADS_PREFIX):].split('-')[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _own_temp_folder():
+    """A new folder for this page's uploads and Gradio's copies of its images, Gradio's temporary folder from now
+    on (``GRADIO_TEMP_DIR``: Gradio's app and each component read it when they are made); removed at exit at the
+    latest. -> (folder, the previous GRADIO_TEMP_DIR)."""
+    _remove_stale_upload_folders()
+    folder = tempfile.mkdtemp(prefix=f'{UPLOADS_PREFIX}{os.getpid()}-')
+    atexit.register(shutil.rmtree, folder, True)
+    previous = os.environ.get('GRADIO_TEMP_DIR')
+    os.environ['GRADIO_TEMP_DIR'] = folder
+    return folder, previous
+
+
+def upload_folder(app: gr.Blocks) -> Optional[str]:
+    """The folder the page of ``build_app`` stores its uploads in (removed when its server stops)."""
+    return getattr(app, 'tola_upload_folder', None)
+
+
+def launch(app: gr.Blocks, host: str = '127.0.0.1', port: Optional[int] = None, max_file_mb: float = UPLOAD_MAX_MB,
+           block: bool = True, max_stored_mb: float = STORED_UPLOADS_MAX_MB):
+    """Serve ``app`` on host:port (port None: 7860 or the next free one) with uploads limited to ``max_file_mb`` per
+    file and one file's worth per request, from the page itself only (``RequestGuard``), stored in a folder of its own
+    that holds at most ``max_stored_mb`` (the oldest files go first) and is removed when the server stops; no share
+    link, no server-side rendering (needs Node), API page off. block=False returns after start-up (call
+    ``app.close()``, which also removes the uploads). Returns (fastapi app, local url, share url) as
+    ``gr.Blocks.launch``."""
+    from starlette.middleware import Middleware
+    folder, previous = upload_folder(app), getattr(app, 'tola_previous_temp', None)
+    if folder is None:
+        raise ValueError('launch serves pages made by build_app (they hold their upload folder)')
+    if not max_stored_mb >= max_file_mb:
+        raise ValueError(f'max_stored_mb ({max_stored_mb:g}) must hold at least one upload (max_file_mb, '
+                         f'{max_file_mb:g})')
+    os.environ['GRADIO_TEMP_DIR'] = folder  # Gradio's app reads it when launch creates it
+    close = app.close
+
+    def close_and_clean(verbose: bool = True) -> None:
+        close(verbose)
+        shutil.rmtree(folder, ignore_errors=True)
+        if os.environ.get('GRADIO_TEMP_DIR') == folder:
+            os.environ.pop('GRADIO_TEMP_DIR')
+            if previous is not None:
+                os.environ['GRADIO_TEMP_DIR'] = previous
+
+    app.close = close_and_clean
+    max_bytes = int(max_file_mb * 2**20)
+    try:
+        started = app.launch(
+            server_name=host, server_port=port, share=False, ssr_mode=False, mcp_server=False, max_file_size=max_bytes,
+            show_error=True, quiet=True, inbrowser=False, footer_links=[], prevent_thread_lock=True,
+            enable_monitoring=False, css=PAGE_CSS, app_kwargs={
+                'middleware': [
+                    Middleware(RequestGuard, max_file_mb=max_file_mb, folder=folder, max_stored_mb=max_stored_mb)
+                ]
+            })
+    except BaseException:
+        close_and_clean(False)
+        raise
+    # our own line instead of Gradio's (quiet): its advice to "set share=True in launch()" is for Python users, and
+    # this page makes no share link
+    reach = 'this machine only' if host in ('127.0.0.1', 'localhost', '::1') else f'every address of {host}'
+    say(f'tola-web: serving {app.local_url} ({reach}); Ctrl-C stops it', sys.stdout)
+    if block:
+        if threading.current_thread() is threading.main_thread():  # SIGTERM stops the server as Ctrl-C does
+            signal.signal(signal.SIGTERM, _interrupt)
+        try:
+            app.block_thread()
+        finally:
+            app.close()
+    return started
+
+
+def free_port(host: str) -> int:
+    """A port free on ``host`` now."""
+    import socket
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def serve(model: Optional[str] = None, detect: bool = False, precision: Optional[str] = None, device=None,
+          backend: str = 'auto', color_fix: str = DEFAULT_COLOR_FIX, max_windows: int = DEFAULT_MAX_WINDOWS,
+          max_output_megapixels: float = DEFAULT_MAX_OUTPUT_PIXELS / 1e6, max_megapixels: float = UPLOAD_MAX_MEGAPIXELS,
+          max_file_mb: float = UPLOAD_MAX_MB, host: str = '127.0.0.1', port: Optional[int] = None, block: bool = True,
+          max_stored_mb: float = STORED_UPLOADS_MAX_MB) -> gr.Blocks:
+    """The body of tola-web: load the merged ``model`` (None: the demo model) as a ``TOLAPipeline`` (where and how it
+    runs: the runtime decision, printed and shown on the page), warm it up, build the page and serve it on
+    host:port (port None: a free one). Blocks until stopped unless ``block`` is False; returns the app (``.close()``
+    stops it)."""
+    path = model if model is not None else demo_model_path(say=lambda m: say(f'tola-web: {m}'))
+    pipeline = TOLAPipeline.from_merged(path, switches={'precision': precision} if precision else {}, device=device,
+                                        backend=backend, color_fix=color_fix, max_windows=max_windows,
+                                        max_output_pixels=max_output_megapixels * 1e6)
+    say(f'tola-web: {pipeline.describe_runtime()}')
+    warm_up(pipeline, detect=True)  # the page restores photos too (its switch): PP-OCRv4's detector loaded now
+    demo = is_demo_model(path)  # by what the model is, not by where it lies
+    app = build_app(pipeline, detect=detect, demo_model=demo, max_megapixels=max_megapixels, model_name=model
+                    or 'the demo model')
+    launch(app, host=host, port=port or free_port(host), max_file_mb=max_file_mb, block=block,
+           max_stored_mb=max_stored_mb)
+    return app
