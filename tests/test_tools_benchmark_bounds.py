@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from tola_plugin.archs.tola_arch import TOLANet
-from tola_plugin.lab.benchmarks import inference_report, machine_ceiling
+from tola_plugin.lab.benchmarks import inference_report, machine_ceiling, stage_timing
 from tola_plugin.lab.benchmarks.stage_bounds import KERNEL_SLACK, stage_bounds, stage_macs, stage_traffic
 from tola_plugin.lab.benchmarks.stage_timing import STAGES, uniform_precisions
 from tola_testing import one_thread, tiny_net_opt  # noqa: F401
@@ -109,3 +109,23 @@ def test_stage_traffic_counts_every_layer_call_of_each_stage():
         (c.in_channels + c.out_channels) * h * w + c.weight.numel() + c.bias.numel() for c in convs)
     # every weight of the IDM is read at least once per call
     assert elements['IDM'] > sum(p.numel() for p in net.idm.parameters())
+
+
+@pytest.mark.usefixtures('one_thread')
+def test_the_stage_timer_times_every_stage_through_the_runner_and_hooks_and_leaves_the_network_as_it_was():
+    """``StageTimer`` changes how the network runs only by ``use_stage_runner`` (issue 44: no network attribute is
+    swapped) and hooks: each of the six stages is timed, the stages fit in the forward, the output is the untimed
+    network's, and ``close`` gives the network its own runner back with no hook left."""
+    torch.manual_seed(0)
+    net = TOLANet(**tiny_net_opt()).eval()
+    own, lq = net.stage_runner, torch.rand(1, 3, 32, 128)
+    with torch.no_grad():
+        plain = net(lq, noise_seeds=[0])
+    attributes = dict(vars(net))
+    timer = stage_timing.StageTimer(net)
+    out, total, stages = stage_timing.restore(net, timer, lq)
+    assert set(stages) == set(STAGES) and all(s > 0 for s in stages.values()) and sum(stages.values()) <= total
+    assert torch.equal(out['image'], plain) and timer.current is None
+    timer.close()
+    assert net.stage_runner is own and dict(vars(net)) == attributes
+    assert not any(m._forward_hooks or m._forward_pre_hooks for m in net.modules())

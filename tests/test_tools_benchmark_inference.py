@@ -8,10 +8,9 @@ import torch
 import yaml
 
 import tola_plugin  # noqa: F401
-from tola_plugin.archs.precision import STAGE_NAMES, cpu_has_native_bf16, precision_dtype
+from tola_plugin.archs.precision import STAGE_NAMES, StageDtypes, cpu_has_native_bf16, precision_dtype
 from tola_plugin.lab.benchmarks import folder_throughput, inference_inputs, peak_memory, stage_timing
 from tola_plugin.lab.benchmarks.stage_timing import TIMED_STAGE
-from tola_plugin.runtime.plan import BackendPrecision
 from conftest import REPO, render_pairs
 from figure_testing import annotations, capture_figures, scatter_points
 from inference_testing import write_tiny_merged
@@ -80,8 +79,7 @@ def test_benchmark_reports_every_route_precision_and_target(result):
         else:  # what OpenVINO compiled: fp32 on a stage where it has no kernel in the precision asked (a CPU
             # without bf16 instructions, or oneDNN capped below them as make test-isa does), and the label says so
             assert set(computed.values()) <= {'fp32', precision}
-            assert row['dtype'] == BackendPrecision.of(backend, {s: precision_dtype(p)
-                                                                 for s, p in computed.items()}).precision
+            assert row['dtype'] == StageDtypes({s: precision_dtype(p) for s, p in computed.items()}).name
     for name in passed:  # refused by a bound of the qualification, the route's ẑ0 and image among them
         assert 'wrong results' in data['passed_over'][name] or 'failed' in data['passed_over'][name]
     plan = data['default_plan']

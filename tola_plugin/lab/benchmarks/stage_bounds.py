@@ -54,6 +54,7 @@ def stage_traffic(net, lq) -> Dict[str, int]:
     try:
         restore(net, timer, lq)
     finally:
+        timer.close()
         for hook in hooks:
             hook.remove()
     return elements

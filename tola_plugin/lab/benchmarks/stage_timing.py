@@ -8,6 +8,8 @@ from typing import Dict, List, Optional
 
 import torch
 
+from tola_plugin.archs.stage_runner import StageRunner
+
 STAGES = ('text prior', 'VAE encode', 'MoM text', 'IDM', 'LRC', 'VAE decode')
 #: the timed stage of each stage of a runtime plan (``archs/precision.STAGE_NAMES``); the text prior is fp32 always
 TIMED_STAGE = {'vae_encoder': 'VAE encode', 'mom': 'MoM text', 'idm': 'IDM', 'lrc': 'LRC', 'vae_decoder': 'VAE decode'}
@@ -27,35 +29,74 @@ def stage_precisions(plan) -> Dict[str, str]:
 
 
 class StageTimer:
-    """Wall-clock seconds of each stage of ``net``'s forward, by wrapping the six calls Algorithm 1 makes (the VAE's
-    and the IDM's on the network's stage runner, whichever runtime it is: make the timer after the runtime decided);
-    ``current``: the stage running now (None between stages)."""
+    """Wall-clock seconds of each stage of ``net``'s forward (``seconds``; ``current``: the stage running now, None
+    between stages), without touching the network's attributes: the stages a runner computes (the text prior's
+    reading, the VAE's encode and decode, the IDM) through a timing runner around the network's own, installed with
+    ``TOLANet.use_stage_runner`` (the one way to change how a network runs); the MoM text encoder and the LRC, always
+    the network's torch modules, through forward hooks. ``close`` puts the network back as it was."""
 
     def __init__(self, net):
         self.seconds: Dict[str, float] = defaultdict(float)
         self.current: Optional[str] = None
+        self.net = net
         self.sync = torch.cuda.synchronize if next(net.parameters()).is_cuda else (lambda: None)
-        runner = net.stage_runner
-        for stage, owner, name in (('text prior', net, 'predict_text_prior'), ('VAE encode', runner, 'encode'),
-                                   ('MoM text', net, 'text_context'), ('IDM', runner, 'denoise'),
-                                   ('VAE decode', runner, 'decode')) + ((
-                                       ('LRC', net.lrc, 'forward'), ) if net.lrc is not None else ()):
-            setattr(owner, name, self._timed(stage, getattr(owner, name)))
+        self.runner = _TimedRunner(net.stage_runner, self)
+        net.use_stage_runner(self.runner)
+        self.hooks = []
+        for stage, module in (('MoM text', getattr(net.mom, 'text_encoder', None)), ('LRC', net.lrc)):
+            if module is not None:
+                self.hooks += [
+                    module.register_forward_pre_hook(lambda *_, stage=stage: self.start(stage)),
+                    module.register_forward_hook(lambda *_, stage=stage: self.stop(stage))
+                ]
 
-    def _timed(self, stage, fn):
+    def start(self, stage: str) -> None:
+        self.sync()
+        self.current, self._started = stage, time.perf_counter()
 
-        def run(*args, **kwargs):
-            self.sync()
-            start, self.current = time.perf_counter(), stage
-            try:
-                out = fn(*args, **kwargs)
-                self.sync()
-            finally:
-                self.current = None
-            self.seconds[stage] += time.perf_counter() - start
-            return out
+    def stop(self, stage: str) -> None:
+        self.sync()
+        self.seconds[stage] += time.perf_counter() - self._started
+        self.current = None
 
-        return run
+    def timed(self, stage: str, fn, *args):
+        self.start(stage)
+        try:
+            return fn(*args)
+        finally:
+            self.stop(stage)
+
+    def close(self) -> None:
+        """The network's own runner back (unless a runtime has installed another since), the hooks removed."""
+        if self.net.stage_runner is self.runner:
+            self.net.use_stage_runner(self.runner.inner)
+        for hook in self.hooks:
+            hook.remove()
+
+
+class _TimedRunner(StageRunner):
+    """``inner``'s stages, each timed by ``timer``; everything else is ``inner``'s."""
+
+    def __init__(self, inner: StageRunner, timer: StageTimer):
+        self.inner, self.timer = inner, timer
+
+    dtypes = property(lambda self: self.inner.dtypes)
+    name = property(lambda self: self.inner.name)
+
+    def stage_dtypes(self, net, device):
+        return self.inner.stage_dtypes(net, device)
+
+    def encode(self, net, image):
+        return self.timer.timed('VAE encode', self.inner.encode, net, image)
+
+    def denoise(self, net, sample, timestep, context):
+        return self.timer.timed('IDM', self.inner.denoise, net, sample, timestep, context)
+
+    def decode(self, net, latent):
+        return self.timer.timed('VAE decode', self.inner.decode, net, latent)
+
+    def read_text(self, net, images, max_steps, incremental, stop_at_end):
+        return self.timer.timed('text prior', self.inner.read_text, net, images, max_steps, incremental, stop_at_end)
 
 
 def restore(net, timer: StageTimer, lq):
