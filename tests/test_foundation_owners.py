@@ -289,10 +289,10 @@ def test_copies_outside_the_owners_fail_the_lint(tmp_path):
 def test_speaking_precisions_and_proc_outside_their_owners_fail_the_lint(tmp_path):
     """lint/flake8_owners.py (make lint): one way to speak to the user (utils/user_text.say: OWN006), the precision
     choices written once (archs/precision.py, mirrored by tola_cli/defaults.py: OWN007), one reader of /proc and of
-    a PID's liveness (utils/procfs.py: OWN008). A copy anywhere else is flagged; the owners, the mirror and the files
-    still pending (lint PENDING: part A's runtime/ and inference/pipeline.py) are not; what only looks alike is not a
-    copy (a progress bar on stderr, a print to stdout, a library's logger set quiet, per-precision data, a default
-    pair of precisions)."""
+    a PID's liveness (utils/procfs.py: OWN008). A copy anywhere else is flagged, the runtime and the pipeline included
+    (nothing is pending since issue 44's two parts merged); the owners and the mirror are not; what only looks alike
+    is not a copy (a progress bar on stderr, a print to stdout, a library's logger set quiet, per-precision data, a
+    default pair of precisions)."""
     copies = [
         'import logging', 'import os', 'import sys', 'import traceback', '', 'import torch', '', '', 'def say(m):',
         "    print(m, file=sys.stderr, flush=True)", "    sys.stderr.write(m)", '    traceback.print_exc()',
@@ -306,9 +306,8 @@ def test_speaking_precisions_and_proc_outside_their_owners_fail_the_lint(tmp_pat
     files = {
         'tola_plugin/demo/copies.py': (), 'tola_plugin/utils/user_text.py': ('OWN006', ),
         'tola_plugin/archs/precision.py': ('OWN007', ), 'tola_plugin/utils/procfs.py': ('OWN008', ),
-        'tola_plugin/runtime/pending.py': ('OWN006', 'OWN007', 'OWN008'),
-        'tola_plugin/inference/pipeline.py': ('OWN006', ), 'tola_cli/defaults.py': ('OWN007', ),
-        'tola_cli/other.py': (), 'tools/tool.py': ()
+        'tola_plugin/runtime/serving.py': (), 'tola_plugin/inference/pipeline.py': (),
+        'tola_cli/defaults.py': ('OWN007', ), 'tola_cli/other.py': (), 'tools/tool.py': ()
     }
     for where in files:
         (tmp_path / where).parent.mkdir(parents=True, exist_ok=True)
