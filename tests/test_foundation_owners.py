@@ -8,13 +8,12 @@ differ where x * 255 lands on or next to a half level: an exhaustive run over al
 ulps of a half level (k + 0.5) / 255, so the inputs below hold every float32 within 128 ulps of each half level.
 """
 import os
-import subprocess
-import sys
 
 import cv2
 import numpy as np
 import pytest
 import torch
+from lint_testing import lint_flags
 from PIL import Image
 
 from basicsr.metrics import calculate_psnr
@@ -268,11 +267,7 @@ def test_copies_outside_the_owners_fail_the_lint(tmp_path):
     ]
     for where in ('demo/copies.py', 'data/image_io.py', 'metrics/psnr.py', 'ocr/reader.py'):
         (fake / where).write_text('\n'.join(copies), encoding='utf-8')
-    out = subprocess.run(
-        [sys.executable, '-m', 'flake8', '--select', 'OWN', 'tola_plugin', 'tola_cli', 'tools',
-         str(fake)], cwd=REPO, capture_output=True, text=True)
-    flagged = sorted((os.path.relpath(line.split(':', 1)[0], str(fake)), int(line.split(':')[1]),
-                      line.split(': ', 1)[1].split(' ')[0]) for line in out.stdout.splitlines())
+    out = lint_flags('OWN', fake, 'tola_plugin', 'tola_cli', 'tools', lines=True)
     demo = [(4, 'OWN001'), (9, 'OWN001'), (10, 'OWN001'), (11, 'OWN002'), (12, 'OWN002'), (13, 'OWN002'),
             (14, 'OWN003'), (15, 'OWN003'), (16, 'OWN003'), (17, 'OWN004'), (18, 'OWN005'), (19, 'OWN005')]
     own = {
@@ -282,7 +277,7 @@ def test_copies_outside_the_owners_fail_the_lint(tmp_path):
     expected = [('demo/copies.py', line, code) for line, code in demo]
     for where, exempt in own.items():
         expected += [(where, line, code) for line, code in demo if code not in exempt]
-    assert out.returncode == 1 and flagged == sorted(expected), out.stdout + out.stderr
+    assert out.returncode == 1 and out.places == sorted(expected), out.output
     assert 'use tola_plugin.data.image_io.to_uint8' in out.stdout
 
 
@@ -312,12 +307,8 @@ def test_speaking_precisions_and_proc_outside_their_owners_fail_the_lint(tmp_pat
     for where in files:
         (tmp_path / where).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / where).write_text('\n'.join(copies), encoding='utf-8')
-    out = subprocess.run(
-        [sys.executable, '-m', 'flake8', '--select', 'OWN', 'tola_plugin', 'tola_cli', 'tools',
-         str(tmp_path)], cwd=REPO, capture_output=True, text=True)
-    flagged = sorted((os.path.relpath(line.split(':', 1)[0], str(tmp_path)), int(line.split(':')[1]),
-                      line.split(': ', 1)[1].split(' ')[0]) for line in out.stdout.splitlines())
+    out = lint_flags('OWN', tmp_path, 'tola_plugin', 'tola_cli', 'tools', lines=True)
     expected = sorted((where, line, f'OWN00{code}') for where, exempt in files.items()
                       for code, lines in flagged_lines.items() if f'OWN00{code}' not in exempt for line in lines)
-    assert out.returncode == 1 and flagged == expected, out.stdout + out.stderr
+    assert out.returncode == 1 and out.places == expected, out.output
     assert 'use tola_plugin.utils.user_text.say' in out.stdout and 'use tola_plugin.utils.procfs' in out.stdout

@@ -9,6 +9,7 @@ import sys
 
 import numpy as np
 import pytest
+from lint_testing import lint_flags
 
 from basicsr.archs import build_network
 from basicsr.data import build_dataset
@@ -276,12 +277,9 @@ def test_imports_point_down_the_layers_as_a_lint_rule(tmp_path):
         'from tola_plugin import utils  # noqa: F401\nfrom tola_plugin.checkpoints import tola  # noqa: F401\n'
         'import tola_plugin.archs.lora  # noqa: F401\n', encoding='utf-8')
     (fake / 'newfolder' / 'x.py').write_text('import os  # noqa: F401\n', encoding='utf-8')
-    out = subprocess.run([sys.executable, '-m', 'flake8', '--select', 'LAY', 'tola_plugin',
-                          str(fake)], cwd=REPO, capture_output=True, text=True)
-    flagged = sorted((os.path.relpath(line.split(':', 1)[0], str(fake)), line.split(': ', 1)[1].split(' ')[0])
-                     for line in out.stdout.splitlines())
-    assert out.returncode == 1 and flagged == [('checkpoints/up.py', 'LAY001'), ('metrics/sideways.py', 'LAY001'),
-                                               ('newfolder/x.py', 'LAY002')], out.stdout + out.stderr
+    out = lint_flags('LAY', fake, 'tola_plugin')
+    assert out.returncode == 1 and out.places == [('checkpoints/up.py', 'LAY001'), ('metrics/sideways.py', 'LAY001'),
+                                                  ('newfolder/x.py', 'LAY002')], out.output
     assert 'tola_plugin.checkpoints (layer 1) imports tola_plugin.archs (layer 2)' in out.stdout
 
 
@@ -301,15 +299,11 @@ def test_the_layer_rule_covers_the_command_lines_the_tools_the_hook_and_the_shim
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text, encoding='utf-8')
-    repo = ['tola_cli', 'tools', 'tola_plugin_hook.py', 'tola_plugin_shim.py']
-    out = subprocess.run([sys.executable, '-m', 'flake8', '--select', 'LAY', *repo,
-                          str(tmp_path)], cwd=REPO, capture_output=True, text=True)
-    flagged = sorted((os.path.relpath(line.split(':', 1)[0], str(tmp_path)), line.split(': ', 1)[1].split(' ')[0])
-                     for line in out.stdout.splitlines())
-    assert out.returncode == 1 and flagged == [('tola_cli/up.py', 'LAY001'),
-                                               ('tola_plugin/lab/gpu_check/up.py', 'LAY001'),
-                                               ('tola_plugin_hook.py', 'LAY001'),
-                                               ('tola_plugin_shim.py', 'LAY001')], out.stdout + out.stderr
+    out = lint_flags('LAY', tmp_path, 'tola_cli', 'tools', 'tola_plugin_hook.py', 'tola_plugin_shim.py')
+    assert out.returncode == 1 and out.places == [('tola_cli/up.py', 'LAY001'),
+                                                  ('tola_plugin/lab/gpu_check/up.py', 'LAY001'),
+                                                  ('tola_plugin_hook.py', 'LAY001'),
+                                                  ('tola_plugin_shim.py', 'LAY001')], out.output
     assert 'tola_plugin.lab.gpu_check (layer 8) imports tola_cli/ (layer 9)' in out.stdout
     assert 'tola_plugin_shim.py (layer 0) imports tola_plugin.utils (layer 0)' in out.stdout
     assert 'tola_plugin_hook.py (layer 9) imports tola_cli/ (layer 9)' in out.stdout
@@ -332,15 +326,11 @@ def test_the_lab_is_imported_by_the_lab_and_the_tools_only(tmp_path):
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text, encoding='utf-8')
-    out = subprocess.run(
-        [sys.executable, '-m', 'flake8', '--select', 'LAY', 'tola_plugin', 'tola_cli', 'tools',
-         str(tmp_path)], cwd=REPO, capture_output=True, text=True)
-    flagged = sorted((os.path.relpath(line.split(':', 1)[0], str(tmp_path)), line.split(': ', 1)[1].split(' ')[0])
-                     for line in out.stdout.splitlines())
-    assert out.returncode == 1 and flagged == [('tola_cli/into_lab.py', 'LAY003'),
-                                               ('tola_plugin/inference/into_lab.py', 'LAY003'),
-                                               ('tola_plugin/lab/benchmarks/up.py', 'LAY001'),
-                                               ('tola_plugin/models/into_lab.py', 'LAY003')], out.stdout + out.stderr
+    out = lint_flags('LAY', tmp_path, 'tola_plugin', 'tola_cli', 'tools')
+    assert out.returncode == 1 and out.places == [('tola_cli/into_lab.py', 'LAY003'),
+                                                  ('tola_plugin/inference/into_lab.py', 'LAY003'),
+                                                  ('tola_plugin/lab/benchmarks/up.py', 'LAY001'),
+                                                  ('tola_plugin/models/into_lab.py', 'LAY003')], out.output
     assert 'tola_plugin.inference imports tola_plugin.lab.ablations: the lab is imported by the lab and tools/ only' \
         in out.stdout
     assert 'tola_plugin.lab.benchmarks (layer 7) imports tola_plugin.lab.gpu_check (layer 8)' in out.stdout
