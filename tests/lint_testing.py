@@ -3,7 +3,7 @@ repository's own folders and files a test wrote into a temporary folder."""
 import os
 import subprocess
 import sys
-from typing import List, NamedTuple, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -15,9 +15,14 @@ class Flagged(NamedTuple):
     output: str  # stdout and stderr, for an assertion's message
 
 
-def lint_flags(select: str, root, *repo_paths: str, lines: bool = False) -> Flagged:
-    """``flake8 --select SELECT`` from the repository's root over ``repo_paths`` (which must pass) and ``root`` (the
-    written files); ``lines``: each place with its line number."""
+def lint_flags(select: str, root, *repo_paths: str, files: Optional[Dict[str, str]] = None,
+               lines: bool = False) -> Flagged:
+    """``flake8 --select SELECT`` from the repository's root over ``repo_paths`` (which must pass) and the folder
+    ``root``, after writing ``files`` ({path inside root: text}) there; ``lines``: each place with its line number."""
+    for name, text in (files or {}).items():
+        os.makedirs(os.path.dirname(os.path.join(str(root), name)) or str(root), exist_ok=True)
+        with open(os.path.join(str(root), name), 'w', encoding='utf-8') as f:
+            f.write(text)
     out = subprocess.run([sys.executable, '-m', 'flake8', '--select', select, *repo_paths,
                           str(root)], cwd=REPO, capture_output=True, text=True)
     places = []

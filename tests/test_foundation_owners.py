@@ -304,10 +304,8 @@ def test_speaking_precisions_and_proc_outside_their_owners_fail_the_lint(tmp_pat
         'tola_plugin/runtime/serving.py': (), 'tola_plugin/inference/pipeline.py': (),
         'tola_cli/defaults.py': ('OWN007', ), 'tola_cli/other.py': (), 'tools/tool.py': ()
     }
-    for where in files:
-        (tmp_path / where).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / where).write_text('\n'.join(copies), encoding='utf-8')
-    out = lint_flags('OWN', tmp_path, 'tola_plugin', 'tola_cli', 'tools', lines=True)
+    out = lint_flags('OWN', tmp_path, 'tola_plugin', 'tola_cli', 'tools', files=dict.fromkeys(files, '\n'.join(copies)),
+                     lines=True)
     expected = sorted((where, line, f'OWN00{code}') for where, exempt in files.items()
                       for code, lines in flagged_lines.items() if f'OWN00{code}' not in exempt for line in lines)
     assert out.returncode == 1 and out.places == expected, out.output

@@ -296,10 +296,7 @@ def test_the_layer_rule_covers_the_command_lines_the_tools_the_hook_and_the_shim
         'tola_plugin_shim.py': 'from tola_plugin.utils import devices  # noqa: F401\n',
         'tola_plugin_hook.py': 'import tola_cli.infer  # noqa: F401\nimport tola_plugin  # noqa: F401\n',
     }
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text, encoding='utf-8')
-    out = lint_flags('LAY', tmp_path, 'tola_cli', 'tools', 'tola_plugin_hook.py', 'tola_plugin_shim.py')
+    out = lint_flags('LAY', tmp_path, 'tola_cli', 'tools', 'tola_plugin_hook.py', 'tola_plugin_shim.py', files=files)
     assert out.returncode == 1 and out.places == [('tola_cli/up.py', 'LAY001'),
                                                   ('tola_plugin/lab/gpu_check/up.py', 'LAY001'),
                                                   ('tola_plugin_hook.py', 'LAY001'),
@@ -323,10 +320,7 @@ def test_the_lab_is_imported_by_the_lab_and_the_tools_only(tmp_path):
         'tola_plugin/models/into_lab.py': 'def f():\n    import tola_plugin.lab.demo.report\n    return f\n',
         'tola_cli/into_lab.py': 'from tola_plugin.lab.benchmarks.complexity import route_macs  # noqa: F401\n',
     }
-    for name, text in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(text, encoding='utf-8')
-    out = lint_flags('LAY', tmp_path, 'tola_plugin', 'tola_cli', 'tools')
+    out = lint_flags('LAY', tmp_path, 'tola_plugin', 'tola_cli', 'tools', files=files)
     assert out.returncode == 1 and out.places == [('tola_cli/into_lab.py', 'LAY003'),
                                                   ('tola_plugin/inference/into_lab.py', 'LAY003'),
                                                   ('tola_plugin/lab/benchmarks/up.py', 'LAY001'),
