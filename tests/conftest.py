@@ -155,3 +155,15 @@ def run_launcher(args, cwd, timeout=600, env=None):
     if proc.returncode != 0:
         raise AssertionError(f'{args} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}')
     return proc
+
+
+@pytest.fixture
+def stand_in(monkeypatch):
+    """tola-infer (``TOLAPipeline.load``) with the identity stand-in restorer (``inference_testing.StandInRestorer``),
+    its options (e.g. --batch-size) as given; returns the net (``calls``: the batch sizes it saw)."""
+    from tola_plugin.inference.pipeline import TOLAPipeline
+    from inference_testing import StandInRestorer
+    net = StandInRestorer()
+    monkeypatch.setattr(TOLAPipeline, 'load',
+                        classmethod(lambda cls, *a, **options: TOLAPipeline(net, batch_size=options['batch_size'])))
+    return net

@@ -41,15 +41,6 @@ def folder_of(root, names, seed=0):
     return root
 
 
-@pytest.fixture
-def stand_in(monkeypatch):
-    """tola-infer with the identity stand-in restorer (its options, e.g. --batch-size, as given); returns the net."""
-    net = StandInRestorer()
-    monkeypatch.setattr(TOLAPipeline, 'load',
-                        classmethod(lambda cls, *a, **options: TOLAPipeline(net, batch_size=options['batch_size'])))
-    return net
-
-
 def outputs(folder):
     return sorted(n for n in os.listdir(folder) if not n.startswith('.'))
 

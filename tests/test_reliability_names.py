@@ -22,12 +22,10 @@ from reliability_testing import expect_error
 
 from tola_cli import infer
 from tola_plugin.inference import folder_run
-from tola_plugin.inference.pipeline import TOLAPipeline
 from tola_plugin.inference.prior_csv import read_prior_csv
 from tola_plugin.utils import atomic_files, user_paths
 from tola_plugin.utils.cli_errors import error_line
 from tola_plugin.utils.user_text import recorded, shown, unrecorded
-from inference_testing import StandInRestorer
 from tola_testing import REPO, load_yaml, one_thread  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures('one_thread')
@@ -43,15 +41,6 @@ def write_png(path, seed=0):
     assert ok
     with open(path, 'wb') as f:  # cv2.imwrite cannot take every name the file system can
         f.write(data.tobytes())
-
-
-@pytest.fixture
-def stand_in(monkeypatch):
-    """tola-infer with the identity stand-in restorer; returns the net."""
-    net = StandInRestorer()
-    monkeypatch.setattr(TOLAPipeline, 'load',
-                        classmethod(lambda cls, *a, **options: TOLAPipeline(net, batch_size=options['batch_size'])))
-    return net
 
 
 @pytest.fixture

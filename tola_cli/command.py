@@ -5,9 +5,20 @@ import nothing of the package; then the command runs under the tool convention (
 import sys
 
 
-def run_command(main, parse_args, argv=None) -> None:
-    """``parse_args(argv)`` (exits on --help or a usage error), then ``run_tool(lambda: main(argv))``."""
+def run_command(main, parse_args, argv=None, parses_debug: bool = False) -> None:
+    """``parse_args(argv)`` (exits on --help or a usage error), then ``run_tool(lambda: main(argv))``.
+    ``parses_debug``: the command's own parser takes ``--debug`` (BasicSR's launchers), so it stays in ``argv``."""
     argv = sys.argv[1:] if argv is None else list(argv)
     parse_args(argv)
     from tola_plugin.utils.cli_errors import run_tool  # the package, once the arguments are known to be good
-    run_tool(lambda: main(argv))
+    run_tool(lambda: main(argv), debug='--debug' in argv if parses_debug else None)
+
+
+def run_launcher(launcher: str, parse_args, argv=None) -> int:
+    """BasicSR's launcher with the plugin, ``tola_plugin.<launcher>`` ('train' or 'test'), on ``argv`` once
+    ``parse_args`` has checked them (BasicSR's pipelines read their arguments from sys.argv)."""
+    import importlib
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parse_args(argv)
+    sys.argv[1:] = argv
+    return importlib.import_module(f'tola_plugin.{launcher}').run()

@@ -4,9 +4,8 @@ basicsr.test`` are the same command); this command line answers --help and usage
 Example:
     tola-test -opt options/demo/test_TOLA_demo.yml
 """
-import sys
-
 from tola_cli.arguments import launcher_parser
+from tola_cli.command import run_command, run_launcher
 
 
 def build_parser():
@@ -19,18 +18,11 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     """Check the arguments, then run BasicSR's test pipeline (which reads them from sys.argv)."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    parse_args(argv)
-    sys.argv[1:] = argv
-    from tola_plugin.test import run
-    return run()
+    return run_launcher('test', parse_args, argv)
 
 
 def cli(argv=None):
-    argv = sys.argv[1:] if argv is None else list(argv)
-    parse_args(argv)
-    from tola_plugin.utils.cli_errors import run_tool
-    run_tool(lambda: main(argv), debug='--debug' in argv)  # --debug is BasicSR's flag too: it stays in argv
+    run_command(main, parse_args, argv, parses_debug=True)  # --debug is BasicSR's flag too: it stays in argv
 
 
 if __name__ == '__main__':

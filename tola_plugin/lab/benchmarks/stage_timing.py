@@ -38,6 +38,7 @@ class StageTimer:
     def __init__(self, net):
         self.seconds: Dict[str, float] = defaultdict(float)
         self.current: Optional[str] = None
+        self._started = 0.0  # perf_counter() when the current stage began
         self.net = net
         self.sync = torch.cuda.synchronize if next(net.parameters()).is_cuda else (lambda: None)
         self.runner = _TimedRunner(net.stage_runner, self)
