@@ -50,14 +50,15 @@ test-cuda: setup
 # The GPU check (docs/training_gpus.md, "The GPU check"). gpu-carry: what a lease that sends this checkout carries
 # beside it (build/gpu_carry); there: `bash tools/gpu_check.sh REPORT_DIR`. gpu-bundle: one folder to copy to any GPU
 # machine with a stock CUDA PyTorch image; there: `bash gpu_check.sh REPORT_DIR`. Wheels are fetched once into the
-# user cache (PyPI).
+# user cache (PyPI). GPU_PYTHONS=3.12 (a comma list): the wheels tied to CPython's ABI for those versions only
+# (default: 3.10,3.11,3.12).
 GPU_CARRY ?= build/gpu_carry
 gpu-carry: setup
-	$(PY) tools/gpu_bundle.py --checkout --out $(GPU_CARRY)
+	$(PY) tools/gpu_bundle.py --checkout --out $(GPU_CARRY)$(if $(GPU_PYTHONS), --pythons $(GPU_PYTHONS))
 
 GPU_BUNDLE ?= build/gpu_bundle
 gpu-bundle: setup
-	$(PY) tools/gpu_bundle.py --out $(GPU_BUNDLE)
+	$(PY) tools/gpu_bundle.py --out $(GPU_BUNDLE)$(if $(GPU_PYTHONS), --pythons $(GPU_PYTHONS))
 
 # The tests marked `numerics` again with other CPU kernels forced: AVX2 (MKL and oneDNN too) and torch's generic
 # kernels. CI runs it after `make test` (docs/testing.md).

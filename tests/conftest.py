@@ -160,10 +160,14 @@ def run_launcher(args, cwd, timeout=600, env=None):
 @pytest.fixture
 def stand_in(monkeypatch):
     """tola-infer (``TOLAPipeline.load``) with the identity stand-in restorer (``inference_testing.StandInRestorer``),
-    its options (e.g. --batch-size) as given; returns the net (``calls``: the batch sizes it saw)."""
+    its options --batch-size, --color-fix and --paste as given; returns the net (``calls``: the batch sizes it saw)."""
     from tola_plugin.inference.pipeline import TOLAPipeline
     from inference_testing import StandInRestorer
     net = StandInRestorer()
-    monkeypatch.setattr(TOLAPipeline, 'load',
-                        classmethod(lambda cls, *a, **options: TOLAPipeline(net, batch_size=options['batch_size'])))
+
+    def load(cls, *args, **options):
+        return TOLAPipeline(net, batch_size=options['batch_size'], color_fix=options['color_fix'],
+                            paste=options['paste'])
+
+    monkeypatch.setattr(TOLAPipeline, 'load', classmethod(load))
     return net

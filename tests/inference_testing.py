@@ -1,9 +1,11 @@
-"""Helpers of the inference tests: stand-in restorers with TOLANet's inference contract, a tiny merged model, and
-the rendered test photo."""
+"""Helpers of the inference tests: stand-in restorers with TOLANet's inference contract, stand-ins for PP-OCRv4
+(``InkDetector``, ``InkReader``), a tiny merged model and the rendered test photo."""
+import numpy as np
 import torch
 
 from tola_plugin.archs.tola_arch import TOLANet
 from tola_plugin.data_preparation.photo_render import PhotoLine
+from tola_plugin.ocr.recognition import Recognition
 from tola_testing import tiny_net_opt
 
 # Five lines at different angles (one upside down) and sizes on a 480x640 "photo" (data_preparation/photo_render.py).
@@ -49,3 +51,25 @@ def write_tiny_merged(path) -> str:
     """A merged model file of ``tiny_adapted_net``."""
     tiny_adapted_net().save_merged(str(path))
     return str(path)
+
+
+class InkDetector:
+    """PP-OCRv4's detector contract without its model: one "line", the bounding box of the ink (pixels with a channel
+    below 128), or none on an image without ink; none upside down."""
+
+    def __call__(self, image_rgb):
+        rows, cols = np.nonzero(image_rgb.min(-1) < 128)
+        if not len(rows):
+            return np.zeros((0, 4, 2), np.float32)
+        x0, y0, x1, y1 = cols.min(), rows.min(), cols.max() + 1, rows.max() + 1
+        return np.float32([[[x0, y0], [x1, y0], [x1, y1], [x0, y1]]])
+
+    def upside_down(self, strips_rgb):
+        return [False] * len(strips_rgb)
+
+
+class InkReader:
+    """PP-OCRv4's recognizer contract without its model: 'ink' (confidence 0.9) where there is ink, else nothing."""
+
+    def __call__(self, images_rgb):
+        return [Recognition('ink', 0.9) if (img.min(-1) < 128).any() else Recognition('', 0.0) for img in images_rgb]

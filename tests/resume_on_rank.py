@@ -25,7 +25,7 @@ def main():
                    os.path.join(paths['training_states'], f'{it}.state'))
         torch.save({'params': {'w': torch.ones(1)}}, os.path.join(paths['models'], f'net_g_{it}.pth'))
     dist.init_process_group('gloo', init_method=f'tcp://127.0.0.1:{port}', rank=int(rank), world_size=int(world),
-                            timeout=datetime.timedelta(seconds=60))
+                            timeout=datetime.timedelta(seconds=600))  # the other rank may import slowly
     opt = {
         'name': 'exp', 'num_gpu': 0, 'auto_resume': True, 'rank': int(rank), 'network_g': {'type': 'RRDBNet'},
         'path': dict(paths, experiments_root=root, resume_state=None)

@@ -159,6 +159,43 @@ def test_training_tool_tiny_run_resumes_and_loads_strictly(tmp_path, one_thread,
     assert net.transocr.arch_options['embed_dim'] == options['transocr']['config']['embed_dim']
 
 
+class StepClock:
+    """An injected clock that advances one second each time it is read: the deadline falls at a chosen check."""
+
+    def __init__(self):
+        self.now = -1.0
+
+    def __call__(self):
+        self.now += 1.0
+        return self.now
+
+
+def test_training_stops_at_its_deadline_keeps_the_stage_and_resumes_it(tmp_path, one_thread, capsys):  # noqa: F811
+    """The run's clock is read once at the start (0) and once before every iteration: VAE (2 iterations) at 1 and 2,
+    the IDM at 3 and 4 (a deadline of 4 s stops it after one iteration). The next run resumes the IDM at iteration 1
+    and finishes; a third run in a new folder warm-starts every stage from the first one's files."""
+    from tola_plugin.lab.demo.training import train_demo_backbone as train
+    options = load_yaml(os.path.join(REPO, 'tests', 'data', 'demo_backbone', 'tiny_backbone.yml'))
+    options['data']['fonts'] = [cjk_font()]
+    options['vae']['iterations'], options['idm']['iterations'] = 2, 3
+    opt = write_options(tmp_path / 'tiny.yml', options)
+    work, out = str(tmp_path / 'work'), str(tmp_path / 'out')
+    assert train(opt, work, out, deadline_seconds=4, clock=StepClock()) == 3
+    assert 'idm: stopped at the deadline after 1/3 iterations' in capsys.readouterr().out
+    assert os.path.isfile(os.path.join(work, 'idm.partial.safetensors')) and not os.path.exists(out)
+    records = json.loads((tmp_path / 'work' / 'stages.json').read_text(encoding='utf-8'))
+    assert records['vae']['iterations_done'] == 2 and records['idm_partial']['iterations_done'] == 1
+    assert train(opt, work, out) == 0
+    log = capsys.readouterr().out
+    assert 'vae: reusing' in log and 'idm: resuming' in log and 'at iteration 1' in log
+    assert not os.path.exists(os.path.join(work, 'idm.partial.safetensors'))
+    assert json.loads((tmp_path / 'work' / 'stages.json').read_text(encoding='utf-8'))['idm']['iterations_done'] == 3
+    assert os.path.isfile(os.path.join(out, DIFFTSR_FILE))
+    assert train(opt, str(tmp_path / 'work2'), str(tmp_path / 'out2'), init_dir=work) == 0
+    log = capsys.readouterr().out
+    assert all(f'{s}: starting from {os.path.join(work, s)}.safetensors' in log for s in ('vae', 'idm', 'transocr'))
+
+
 def test_demo_chinese_pool_is_what_the_renderer_draws(tmp_path):
     from tola_plugin.data.text_render import TextLineRenderer, chinese_pool, common_chinese, demo_chinese
     pool = demo_chinese()

@@ -13,9 +13,11 @@ import hashlib
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import sysconfig
+import threading
 import time
 import zipfile
 
@@ -36,6 +38,7 @@ import conftest
 from tola_testing import REPO
 
 sys.path.insert(0, os.path.join(REPO, 'tools'))
+import gpu_bundle  # noqa: E402  (tools/gpu_bundle.py)
 import gpu_check  # noqa: E402  (tools/gpu_check.py)
 
 EMPTY_FONTCONFIG = '<?xml version="1.0"?>\n<!DOCTYPE fontconfig SYSTEM "fonts.dtd">\n<fontconfig></fontconfig>\n'
@@ -133,6 +136,40 @@ def test_the_bundle_is_under_its_limit_and_its_wheels_install_for_this_python(bu
     assert all(path.startswith(str(target)) for path in files.values()), files
 
 
+def test_pythons_chooses_the_versions_whose_abi_wheels_travel(tmp_path, monkeypatch):
+    """``--pythons 3.12`` (``make gpu-carry GPU_PYTHONS=3.12``): lmdb's wheel for CPython 3.12 alone is fetched and
+    carried, though the cache holds those for 3.10 and 3.11 (pip replaced: no network)."""
+    assert gpu_bundle.parse_args([]).pythons == gpu_bundle.PYTHONS == B.PYTHON_VERSIONS
+    assert gpu_bundle.parse_args(['--pythons', '3.12, 3.10']).pythons == ('3.10', '3.12')
+    for bad in ('3.9', '3.12,3.13', ','):
+        with pytest.raises(SystemExit):
+            gpu_bundle.parse_args(['--pythons', bad])
+    cache, fetched = tmp_path / 'cache', []
+    cache.mkdir()
+    for tag in ('cp310', 'cp311'):
+        (cache / f'lmdb-1.7.5-{tag}-{tag}-manylinux_2_17_x86_64.whl').write_bytes(b'')
+    (cache / 'zhconv-1.4.3-py3-none-any.whl').write_bytes(b'')
+
+    def download(name, spec, python, folder):
+        fetched.append((name, spec, python))
+        tag = B.python_tag(python)
+        (cache / f'{name}-1.7.5-{tag}-{tag}-manylinux_2_17_x86_64.whl').write_bytes(b'')
+
+    monkeypatch.setattr(B, '_download', download)
+    monkeypatch.setattr(B, 'installed_version', {'lmdb': '1.7.5', 'zhconv': '1.4.3'}.get)
+    monkeypatch.setattr(B, 'WHEELS', {'lmdb': 'binary', 'zhconv': 'sdist'})
+    monkeypatch.setattr(B, 'write_data', lambda out: None)
+    monkeypatch.setattr(B, 'checkout_bytes', lambda root: 0)
+    monkeypatch.setattr(B, 'tested_versions', dict)
+    out = tmp_path / 'carry'
+    argv = ['--checkout', '--out', str(out), '--wheel-cache', str(cache), '--pythons', '3.12']
+    assert gpu_bundle.main(argv) == 0
+    assert fetched == [('lmdb', '==1.7.5', '3.12')]
+    assert sorted(os.listdir(
+        out / 'wheels')) == ['lmdb-1.7.5-cp312-cp312-manylinux_2_17_x86_64.whl', 'zhconv-1.4.3-py3-none-any.whl']
+    assert json.loads((out / 'MANIFEST.json').read_text(encoding='utf-8'))['pythons'] == ['3.12']
+
+
 def bare_environment(tmp_path, carry, **extra):
     """The environment of a run on a bare image: this environment's packages on PYTHONPATH (no .pth of theirs runs:
     no import hook, no editable finder), no CJK font, the carry and a private folder of the test's own."""
@@ -144,18 +181,20 @@ def bare_environment(tmp_path, carry, **extra):
 
 
 def test_gpu_check_dry_run_from_the_checkout_on_a_bare_interpreter_without_fonts(carry, tmp_path):
+    """Every step passes. The deadline and the timeout only guard against a hang: the dry run took 813 s on a 2-core
+    machine at load 6, and on a more loaded one the last steps would not fit a deadline near that."""
     report = tmp_path / 'report'
     proc = subprocess.run([
         'bash',
         os.path.join(REPO, 'tools', 'gpu_check.sh'),
         str(report), '--dry-run', '--work',
-        str(tmp_path / 'work'), '--deadline', '1500'
-    ], capture_output=True, text=True, timeout=1800, env=bare_environment(tmp_path, carry))
+        str(tmp_path / 'work'), '--deadline', '15000'
+    ], capture_output=True, text=True, timeout=18000, env=bare_environment(tmp_path, carry))
     result = json.loads((report / 'gpu_check.json').read_text(encoding='utf-8'))
     failed = {k: v.get('error') or v.get('skipped') or v for k, v in result['steps'].items() if not v.get('passed')}
     assert proc.returncode == 0 and not failed, (failed, proc.stderr[-3000:])
     steps = result['steps']
-    assert list(steps) == list(G.STEPS)
+    assert list(steps) == list(G.DEFAULT_STEPS)  # demo_model only when asked for (tests/test_gpu_demo_model.py)
     outcomes = steps['cuda_tests']['outcomes']  # the bodies ran, on the CPU, from the carried fixture
     assert len(outcomes) == C.EXPECTED and sum(o == 'passed' for o in outcomes.values()) == 7, outcomes
     assert steps['resume']['resumed_from_iteration'] == ['2'] and steps['resume']['weights']['differ'] == 0
@@ -186,43 +225,204 @@ def test_the_help_shows_the_deadline_and_the_steps():
     proc = subprocess.run([sys.executable, os.path.join(REPO, 'tools', 'gpu_check.py'), '--help'], capture_output=True,
                           text=True)
     assert proc.returncode == 0 and '--deadline' in proc.stdout and '--steps' in proc.stdout
-    assert gpu_check.STEPS == G.STEPS  # the tool parses before importing the package: the same steps
+    assert (gpu_check.STEPS, gpu_check.DEFAULT_STEPS) == (G.STEPS, G.DEFAULT_STEPS)  # the tool parses first: the same
     with pytest.raises(SystemExit):
         gpu_check.parse_args(['out', '--steps', 'smoke,nonsense'])
 
 
+class HandClock:
+    """A monotonic clock that moves only when the test moves it (``now``): a deadline test's outcome does not depend on
+    how fast the machine is."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
 def test_steps_whose_estimate_does_not_fit_are_skipped_saying_why(tmp_path, monkeypatch):
-    ran = []
-    monkeypatch.setattr(G, 'run_step', lambda name, *a, **k: ran.append(name) or {'passed': True})
+    """On the check's clock, which only the test moves, each step run takes 1 s and the rest (the environment check,
+    however slow the machine) none: the time left before the 60 s deadline, less the report's reserve, is 55 s at the
+    first step and 1 s less after each step run."""
+    clock, ran = HandClock(), []
+
+    def run_step(name, *args, timeout, **kwargs):
+        ran.append((name, timeout))
+        clock.now += 1.0
+        return {'passed': True}
+
+    monkeypatch.setattr(G, 'run_step', run_step)
     monkeypatch.setattr(G, 'DRY_RUN_ESTIMATES_S', dict(G.DRY_RUN_ESTIMATES_S, smoke=1, memory=10**6))
-    code = G.run_gpu_check(str(tmp_path / 'report'), REPO, dry_run=True, work=str(tmp_path / 'work'), deadline=60)
+    code = G.run_gpu_check(
+        str(tmp_path / 'report'), REPO, dry_run=True, work=str(tmp_path / 'work'), deadline=60, clock=clock)
     steps = json.loads((tmp_path / 'report' / 'gpu_check.json').read_text(encoding='utf-8'))['steps']
-    assert code == 1 and ran == ['smoke', 'precision', 'inference']
-    assert steps['memory']['skipped'].startswith('needs about 1000000 s') and '--deadline' in steps['memory']['skipped']
+    assert code == 1 and ran == [('smoke', 55), ('precision', 54), ('inference', 53)]  # each within the time left
+    assert steps['memory']['skipped'] == 'needs about 1000000 s, 54 s left before the deadline of 60 s (--deadline)'
+    assert steps['cuda_tests']['skipped'].startswith('needs about 120 s, 52 s left')
+    assert steps['resume']['skipped'].startswith('needs about 60 s, 52 s left')  # the steps' time was counted
 
 
 def test_a_failed_smoke_step_ends_the_check(tmp_path, monkeypatch):
     monkeypatch.setattr(G, 'run_step', lambda name, *a, **k: {'passed': name != 'smoke', 'error': 'broken'})
     assert G.run_gpu_check(str(tmp_path / 'r'), REPO, dry_run=True, work=str(tmp_path / 'w')) == 1
     steps = json.loads((tmp_path / 'r' / 'gpu_check.json').read_text(encoding='utf-8'))['steps']
-    assert all(steps[s]['skipped'].startswith('the smoke step failed') for s in G.STEPS[1:])
+    assert all(steps[s]['skipped'].startswith('the smoke step failed') for s in G.DEFAULT_STEPS[1:])
 
 
-def test_a_step_past_its_time_is_killed_with_the_processes_it_started(tmp_path):
-    """A grandchild in a session of its own (as torchrun starts its workers) is killed too."""
+def wait_until(condition, what, seconds=300.0):
+    """Poll ``condition`` until it holds; fail naming ``what`` after ``seconds`` (a guard against a hang, far above
+    what a loaded machine needs)."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f'no {what} after {seconds:.0f} s'
+        time.sleep(0.05)
+
+
+def test_a_step_past_its_time_is_killed_with_the_processes_it_started(tmp_path, monkeypatch):
+    """A grandchild in a session of its own (as torchrun starts its workers) is killed too. The timeout runs from the
+    moment the grandchild exists: a start slowed down by a loaded machine cannot use it up first."""
     pid_file = tmp_path / 'grandchild.pid'
     script = ('import subprocess, sys, time\n'
-              f'p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)\n'
+              'p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"], start_new_session=True)\n'
               f'open({str(pid_file)!r}, "w").write(str(p.pid))\n'
-              'time.sleep(600)\n')
+              'time.sleep(3600)\n')
+    communicate = subprocess.Popen.communicate
+
+    def communicate_once_started(self, input=None, timeout=None):
+        if timeout is not None:
+            wait_until(lambda: (pid_file.exists() and pid_file.read_text()) or self.poll() is not None,
+                       'grandchild PID')
+        return communicate(self, input, timeout)
+
+    monkeypatch.setattr(subprocess.Popen, 'communicate', communicate_once_started)
     start = time.monotonic()
     with pytest.raises(process_tree.TreeTimeout) as caught:
         process_tree.run_tree([sys.executable, '-c', script], timeout=3)
-    assert time.monotonic() - start < 30
+    assert time.monotonic() - start < 300  # killed, not waited for: the tree sleeps for an hour
     grandchild = int(pid_file.read_text())
     assert grandchild in caught.value.killed
-    time.sleep(0.5)
-    assert not process_tree._alive(grandchild)
+    wait_until(lambda: not process_tree._alive(grandchild), 'end of the killed grandchild')
+
+
+def test_a_killed_tree_whose_pipe_stays_open_is_not_waited_for(tmp_path, monkeypatch):
+    """A grandchild that left the tree (its parent ended; a session of its own) holds the command's output: after the
+    kill the wait is bounded, and TreeTimeout has what was read and says what was not waited for. The timeout runs
+    once the parent has ended: a slow start cannot let the kill find the grandchild still below it."""
+    pid_file = tmp_path / 'grandchild.pid'
+    # the grandchild sleeps 600 s: a wait without bound would end then, and fail, not hang the tests
+    script = ('import subprocess, sys\n'
+              'p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)\n'
+              'print("before the timeout", flush=True)\n'
+              f'open({str(pid_file)!r}, "w").write(str(p.pid))\n')
+    communicate = subprocess.Popen.communicate
+
+    def communicate_once_orphaned(self, input=None, timeout=None):
+        if timeout is not None:
+            wait_until(lambda: pid_file.exists() and pid_file.read_text() and not process_tree._alive(self.pid),
+                       'end of the parent')
+        return communicate(self, input, timeout)
+
+    monkeypatch.setattr(subprocess.Popen, 'communicate', communicate_once_orphaned)
+    try:
+        with pytest.raises(process_tree.TreeTimeout) as caught:
+            process_tree.run_tree([sys.executable, '-c', script], timeout=1)
+        grandchild = int(pid_file.read_text())
+        assert process_tree._alive(grandchild) and grandchild not in caught.value.killed  # out of reach: escaped
+        assert 'before the timeout' in caught.value.output
+        assert 'stayed open' in caught.value.unfinished and caught.value.unfinished in str(caught.value)
+    finally:
+        if pid_file.exists() and pid_file.read_text() and process_tree._alive(int(pid_file.read_text())):
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+
+def test_a_signal_during_a_step_marks_it_interrupted_and_the_handlers_are_restored(tmp_path, monkeypatch):
+    """The handler the check installs (called here as a signal would call it) ends the check: the step running is
+    reported interrupted with its seconds on the check's clock, the rest not run; a SIGHUP ignored before (nohup)
+    stays ignored."""
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip('signal handlers are installed from the main thread only')
+    clock, seen = HandClock(), {}
+
+    def run_step(name, *args, **kwargs):
+        seen.update(sigterm=signal.getsignal(signal.SIGTERM), sighup=signal.getsignal(signal.SIGHUP))
+        clock.now += 2.0
+        seen['sigterm'](signal.SIGTERM, None)
+
+    monkeypatch.setattr(G, 'run_step', run_step)
+    monkeypatch.setattr(G.environment, 'check_imports', lambda *args: {})
+    before = signal.getsignal(signal.SIGTERM), signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        code = G.run_gpu_check(str(tmp_path / 'r'), REPO, dry_run=True, work=str(tmp_path / 'w'), clock=clock)
+        assert (signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGHUP)) == (before[0], signal.SIG_IGN)
+    finally:
+        signal.signal(signal.SIGHUP, before[1])
+    assert code == 128 + signal.SIGTERM and seen['sigterm'] != before[0] and seen['sighup'] == signal.SIG_IGN
+    result = json.loads((tmp_path / 'r' / 'gpu_check.json').read_text(encoding='utf-8'))
+    steps = result['steps']
+    assert result['interrupted'] == 'SIGTERM' and list(steps) == list(G.DEFAULT_STEPS)
+    assert steps['smoke']['interrupted'] == 'SIGTERM' and steps['smoke']['step_seconds'] == 2.0
+    assert all(steps[s]['skipped'].startswith('the check was interrupted by SIGTERM') for s in G.DEFAULT_STEPS[1:])
+
+
+# A stand-in for step_child: starts a grandchild in a session of its own (as torchrun starts its workers), says so,
+# writes both PIDs, and sleeps.
+SLEEPING_STEP = """import os, subprocess, sys, time
+work = sys.argv[sys.argv.index('--work') + 1]
+grandchild = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(3600)'], start_new_session=True)
+print('stand-in step: started', flush=True)
+with open(os.path.join(work, 'pids.part'), 'w') as f:
+    f.write(f'{os.getpid()} {grandchild.pid}')
+os.replace(os.path.join(work, 'pids.part'), os.path.join(work, 'pids'))
+time.sleep(3600)
+"""
+CHECK_WITH_SLEEPING_STEP = """import sys
+from tola_plugin.lab.gpu_check import run as G
+G.STEP_CHILD = 'sleeping_step'
+G.environment.check_imports = lambda *args: {}
+G.environment.machine = lambda: dict(python='3', torch='', torch_cuda=None, cuda_available=False, driver=None, gpus=[],
+                                     cpu_count=1, cuda_unusable_reason=None)  # (no torch to import: a faster start)
+sys.exit(G.run_gpu_check(sys.argv[1], sys.argv[2], dry_run=True, work=sys.argv[3], steps=['smoke', 'memory'],
+                         deadline=3600))
+"""
+
+
+@pytest.mark.parametrize('signum', [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_to_the_check_kills_the_running_step_and_reports_it_interrupted(tmp_path, signum):
+    """SIGTERM or SIGHUP (a lease's command timeout) to the check while a step's tree (a grandchild in a session of its
+    own) runs: the tree is killed, the report says the step was interrupted, the exit status is 128 + the signal's
+    number. The signal goes once the step has written its PIDs."""
+    (tmp_path / 'sleeping_step.py').write_text(SLEEPING_STEP, encoding='utf-8')
+    report, work = tmp_path / 'report', tmp_path / 'work'
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(tmp_path), os.environ.get('PYTHONPATH')) if p))
+    check = subprocess.Popen(
+        [sys.executable, '-c', CHECK_WITH_SLEEPING_STEP,
+         str(report), REPO, str(work)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pid_file, pids = work / 'smoke' / 'pids', []
+    try:
+        wait_until(lambda: pid_file.exists() or check.poll() is not None, 'PIDs from the stand-in step')
+        assert check.poll() is None, check.communicate()
+        pids = [int(p) for p in pid_file.read_text().split()]
+        check.send_signal(signum)
+        _, err = check.communicate(timeout=300)
+        assert check.returncode == 128 + signum, err[-3000:]
+        for pid in pids:
+            wait_until(lambda: not process_tree._alive(pid), f'end of the step\'s process {pid}')
+    finally:
+        if check.poll() is None:
+            check.kill()
+            check.wait()
+        for pid in pids:
+            if process_tree._alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    name = signal.Signals(signum).name
+    result = json.loads((report / 'gpu_check.json').read_text(encoding='utf-8'))
+    smoke, memory = result['steps']['smoke'], result['steps']['memory']
+    assert result['interrupted'] == smoke['interrupted'] == name and not smoke['passed']
+    assert 'stand-in step: started' in smoke['output_tail']
+    assert memory['skipped'].startswith(f'the check was interrupted by {name}')
+    markdown = (report / 'gpu_check.md').read_text(encoding='utf-8')
+    assert f'| {R.STEP_TITLES["smoke"]} | INTERRUPTED by {name}' in markdown
 
 
 def test_the_private_folder_is_keyed_by_python_and_wheels(carry, tmp_path):
@@ -261,6 +461,14 @@ def test_versions_other_than_tested_lead_the_report(tmp_path):
     assert 'Versions other than the tests ran with' in head and '| numpy |' in head and '0.0.1' in head
 
 
+def test_the_image_s_distributions_are_listed_without_the_carry_s():
+    """The report's JSON lists every distribution of the image (what a dry run's allowlist would start from)."""
+    purelib = sysconfig.get_paths()['purelib']
+    listed = E.image_distributions('', REPO)
+    assert listed['torch'] == torch.__version__.split('+')[0] and 'pytest' in listed
+    assert 'torch' not in E.image_distributions(purelib, REPO)  # as if this environment were the carry's folder
+
+
 def test_rendered_sets_come_from_the_carry_where_no_font_can_render_them(tmp_path, monkeypatch):
     monkeypatch.setenv('FONTCONFIG_FILE', hidden_fonts(tmp_path))
     monkeypatch.delenv(conftest.PRERENDERED, raising=False)
@@ -290,6 +498,36 @@ def test_the_memory_verdict_needs_a_row_that_fits_and_no_other_failure():
     assert not M.memory_verdict([dict(required, losses_finite=False)])
     assert M.failure_kind(RuntimeError('cuDNN error: CUDNN_STATUS_ALLOC_FAILED')) == 'out of memory'
     assert M.failure_kind(RuntimeError('CUDA error: an illegal memory access was encountered')) is None
+
+
+def test_the_first_iteration_s_seconds_reach_the_report(monkeypatch):
+    """A row as the memory step writes it (``measure``, on the CPU, a model that does nothing) fills the report's
+    'first iteration s' column with the first iteration's seconds (cuDNN's trials on a GPU)."""
+
+    class Net:
+
+        def set_switches(self, precision):
+            pass
+
+        def set_gradient_checkpointing(self, parts):
+            pass
+
+    class Model:
+        bare_net, output, log_dict = Net(), None, {'l_pix': torch.tensor(0.5)}
+        optimizer_g = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
+
+        def feed_data(self, batch):
+            pass
+
+        def optimize_parameters(self, step):
+            pass
+
+    monkeypatch.setattr(M.cuda_math, 'set_tf32', lambda allow: None)  # (CUDA's flags: left as they are)
+    row = M.measure(Model(), {}, 'fp32', False, (), 3, torch.device('cpu'))
+    assert row['first_iteration_seconds'] == row['all_seconds'][0]
+    lines = R._memory({'device': 'cpu', 'estimate_seconds': 1.0, 'rows': [memory_row(**row)]})
+    assert lines[-3].endswith('| first iteration s (cuDNN trials) |')
+    assert lines[-1].split('|')[-2].strip() == str(row['first_iteration_seconds'])
 
 
 def test_the_cuda_tests_pass_only_when_every_one_ran_and_passed():

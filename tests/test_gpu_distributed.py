@@ -8,7 +8,6 @@ import signal
 import stat
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
@@ -198,12 +197,14 @@ def test_launchers_destroy_the_process_group_even_after_an_error(launcher):
     assert not dist.is_initialized()
 
 
-def test_a_failing_rank_ends_the_torchrun_job_within_a_minute(rendered_sets, tmp_path):
+def test_a_failing_rank_ends_the_torchrun_job_without_waiting_out_a_timeout(rendered_sets, tmp_path):
     """2 ranks on gloo, rank 1 raising mid-step while rank 0 waits in the gradient all-reduce, with a
     ``destroy_process_group`` that blocks as NCCL's can: the failing rank ends at once, torchrun stops rank 0, and its
-    summary names the error."""
+    summary names the error. Whatever else could end the job takes an hour (that blocked call, the process group's
+    timeout rank 0 waits in): a job that ends within the test's 10 minutes ended at the failure, and no load on the
+    machine can make it look as if it had not."""
     opt = tiny_demo_options(rendered_sets, 'tola_fail', total_iter=4, freq=4)
-    start = time.monotonic()
+    opt['dist_params']['timeout_minutes'] = 60  # the wait a launcher that missed the failure would end in
     proc = subprocess.Popen([
         sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node=2', f'--master_port={free_port()}',
         os.path.join(TESTS, 'train_then_raise.py'), '1', '2', '-opt',
@@ -211,12 +212,12 @@ def test_a_failing_rank_ends_the_torchrun_job_within_a_minute(rendered_sets, tmp
     ], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                             env=dict(os.environ, OMP_NUM_THREADS='1'))
     try:
-        _, stderr = proc.communicate(timeout=90)
+        _, stderr = proc.communicate(timeout=600)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)  # torchrun and both ranks
         _, stderr = proc.communicate()
-    seconds = time.monotonic() - start
-    assert proc.returncode != 0 and seconds < 60, f'{seconds:.0f} s, exit status {proc.returncode}'
+        pytest.fail(f'the job was still running after 600 s, waiting out a timeout:\n{stderr[-3000:]}')
+    assert proc.returncode != 0, f'exit status {proc.returncode}'
     error = 'planted failure of rank 1 at iteration 2'
     assert f'error: rank 1 of 2 failed: {error}' in stderr
     root_cause = stderr[stderr.index('Root Cause'):]
@@ -250,16 +251,10 @@ def test_a_driver_this_torch_cannot_use(tmp_path, monkeypatch):
     assert 'needs driver R580' in D.cuda_unusable_reason(False, '13.0', '535.104.05')
     assert 'CPU-only build' in D.cuda_unusable_reason(False, None, '535.104.05')
 
-    # through the launcher's check: num_gpu auto (resolved to 0) is refused, num_gpu 0 is a choice
+    # through the launcher's check (on the merged options: the file's or --force_yml's num_gpu): num_gpu auto is
+    # refused, num_gpu 0 is a choice
     monkeypatch.setattr(torch.cuda, 'is_available', lambda: False)
     monkeypatch.setattr(D, 'nvidia_driver_version', lambda: '535.104.05')
-    opt_file = tmp_path / 'opt.yml'
-    args = type('Args', (), {'opt': str(opt_file), 'force_yml': None})()
-    opt_file.write_text('num_gpu: auto\n')
     with pytest.raises(OptionError, match='num_gpu: auto found no usable GPU: an NVIDIA driver \\(535.104.05\\)'):
-        check_cuda_usable({'num_gpu': 0}, args)
-    args.force_yml = ['num_gpu=0']
-    check_cuda_usable({'num_gpu': 0}, args)
-    opt_file.write_text('num_gpu: 0\n')
-    args.force_yml = None
-    check_cuda_usable({'num_gpu': 0}, args)
+        check_cuda_usable({'num_gpu': 'auto'})
+    check_cuda_usable({'num_gpu': 0})

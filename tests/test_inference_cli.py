@@ -1,4 +1,5 @@
-"""tola-infer (tola_cli/infer.py): odd files, output safety, flags, whole photos, fast --help."""
+"""tola-infer (tola_cli/infer.py): odd files, output safety, flags, whole photos, a photo or a line decided per image,
+fast --help."""
 import json
 import os
 import subprocess
@@ -13,7 +14,7 @@ from PIL import Image
 from tola_cli import infer
 from tola_plugin.data_preparation.photo_render import render_photo
 from tola_plugin.inference.prior_csv import read_prior_csv
-from inference_testing import PHOTO_LINES, write_tiny_merged
+from inference_testing import PHOTO_LINES, InkDetector, InkReader, write_tiny_merged
 from tola_testing import one_thread  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures('one_thread')
@@ -184,3 +185,99 @@ def test_what_needs_no_network_is_decided_without_importing_torch(tmp_path):
         assert heavy == [] and (status == expected or str(status).startswith(str(expected))), (status, heavy)
         if not args:
             assert 'skipped 2 image(s) whose output already exists' in proc.stdout
+
+
+# ------------------------------------------------------- issue 49 item 1: a photo or a line, per image, and said so
+@pytest.fixture
+def ink_ocr(monkeypatch):
+    """PP-OCRv4 replaced by its ink stand-ins (tests/inference_testing.py): the lines a photo has are known exactly."""
+    from tola_plugin.inference import pipeline
+    monkeypatch.setattr(pipeline, 'PPOCRv4Detector', InkDetector)
+    monkeypatch.setattr(pipeline, 'PPOCRv4Recognizer', InkReader)
+
+
+def write_white(path, height, width, ink=None):
+    """A white image file, with a black box of "ink" at ``ink`` = ((first row, end row), (first column, end column))."""
+    rgb = np.full((height, width, 3), 255, np.uint8)
+    if ink is not None:
+        (r0, r1), (c0, c1) = ink
+        rgb[r0:r1, c0:c1] = 0
+    cv2.imwrite(str(path), rgb)
+
+
+def test_each_image_is_restored_as_what_it_looks_like_and_the_run_says_which(tmp_path, stand_in, ink_ocr, capsys):
+    """Without --detect a 1500x1000 photo was squashed into one 192x128 "line", silently. By default (--kind auto,
+    the web page's rule) a photo is restored as a photo and a line as a line, and each image's line says which;
+    --kind line and --kind photo (--detect) decide for every image."""
+    folder = tmp_path / 'in'
+    folder.mkdir()
+    write_white(folder / 'photo.png', 1000, 1500, ink=((480, 520), (300, 1200)))
+    cv2.imwrite(str(folder / 'line.png'), np.random.default_rng(0).integers(0, 256, (32, 128, 3), dtype=np.uint8))
+    out = tmp_path / 'auto'
+    assert infer.main(['-i', str(folder), '-o', str(out)]) == 0
+    printed = capsys.readouterr()
+    assert cv2.imread(str(out / 'photo.png')).shape == (1000, 1500, 3)
+    record = json.loads((out / 'photo.json').read_text(encoding='utf-8'))
+    assert record['detected'] and len(record['lines']) == 1 and record['lines'][0]['pasted']
+    assert cv2.imread(str(out / 'line.png')).shape == (128, 512, 3) and not (out / 'line.json').exists()
+    assert set(read_prior_csv(str(out / 'prior.csv'))) == {'line.png'}
+    assert (f'{folder / "photo.png"}: a photo (auto: taller than two lines or not wide): 1 line(s) found, 1 restored '
+            'in place; 1500x1000 -> 1500x1000') in printed.err
+    assert f'{folder / "line.png"}: one text line (auto: line-shaped); 128x32 -> 512x128' in printed.err
+    assert 'restored 2 of 2 image(s)' in printed.out
+    # asked for: every image one line ...
+    assert infer.main(['-i', str(folder), '-o', str(tmp_path / 'lines'), '--kind', 'line']) == 0
+    assert cv2.imread(str(tmp_path / 'lines' / 'photo.png')).shape == (128, 192, 3)
+    assert f'{folder / "photo.png"}: one text line (as asked); 1500x1000 -> 192x128' in capsys.readouterr().err
+    # ... or every image a photo
+    for flags in (['--detect'], ['--kind', 'photo']):
+        photos = tmp_path / 'photos'
+        assert infer.main(['-i', str(folder), '-o', str(photos), '--overwrite'] + flags) == 0
+        assert cv2.imread(str(photos / 'line.png')).shape == (32, 128, 3) and not (photos / 'prior.csv').exists()
+        assert json.loads((photos / 'line.json').read_text(encoding='utf-8'))['detected']
+        assert f'{folder / "line.png"}: a photo (as asked): 1 line(s) found' in capsys.readouterr().err
+    for flags in (['--detect', '--kind', 'line'], ['--kind', 'both']):
+        with pytest.raises(SystemExit) as usage:
+            infer.parse_args(['-i', str(folder)] + flags)
+        assert usage.value.code == 2, flags
+
+
+def test_the_summary_counts_only_the_images_really_restored(tmp_path, stand_in, ink_ocr, capsys):
+    """--detect on single-line images found no line in most and still said "restored 6 of 6": an image with no line
+    found, or whose restored lines were all left out, is written as it was and said to be, not counted restored."""
+    folder = tmp_path / 'in'
+    folder.mkdir()
+    for name in ('blank_a.png', 'blank_b.png'):
+        write_white(folder / name, 32, 128)
+    write_white(folder / 'word.png', 32, 128, ink=((8, 24), (16, 112)))
+    out = tmp_path / 'out'
+    assert infer.main(['-i', str(folder), '-o', str(out), '--detect']) == 0
+    printed = capsys.readouterr()
+    assert 'restored 1 of 3 image(s)' in printed.out
+    assert (f'not restored: 2 photo(s) with no text line found, written as they were: {folder / "blank_a.png"}, '
+            f'{folder / "blank_b.png"}') in printed.out
+    assert f'{folder / "blank_a.png"}: a photo (as asked): no text line found, written as it was' in printed.err
+    assert f'{folder / "word.png"}: a photo (as asked): 1 line(s) found, 1 restored in place' in printed.err
+    for name in ('blank_a', 'blank_b'):
+        assert json.loads((out / f'{name}.json').read_text(encoding='utf-8'))['lines'] == []
+    # a line found and restored, but read less well restored (here: into nothing), is left out: nothing restored
+    stand_in.blank = True
+    left = ['-i', str(folder / 'word.png'), '-o', str(tmp_path / 'left'), '--detect', '--color-fix', 'none']
+    assert infer.main(left) == 0
+    printed = capsys.readouterr()
+    assert 'restored 0 of 1 image(s)' in printed.out
+    assert (f'not restored: 1 photo(s) whose restored lines PP-OCRv4 read less well, written as they were (--paste '
+            f'all puts them in): {folder / "word.png"}') in printed.out
+    assert f'{folder / "word.png"}: a photo (as asked): 1 line(s) found, 0 restored in place' in printed.err
+
+
+def test_a_photo_keeps_its_size_times_the_asked_scale(tmp_path, stand_in, ink_ocr):
+    """--detect enlarged photos by factors nobody asked for (x1.45, x3.82: the median line to 128 rows, up to 4): a
+    photo's output is its size times --outscale (1 without it); only its restored lines are resized, to their place."""
+    write_white(tmp_path / 'photo.png', 200, 300, ink=((95, 105), (40, 260)))  # a line 10 rows high: x4 before
+    for scale, size in (([], [200, 300]), (['-s', '2'], [400, 600]), (['-s', '0.5'], [100, 150])):
+        out = tmp_path / ('out' + ''.join(scale))
+        assert infer.main(['-i', str(tmp_path / 'photo.png'), '-o', str(out), '--detect'] + scale) == 0
+        assert list(cv2.imread(str(out / 'photo.png')).shape[:2]) == size, scale
+        record = json.loads((out / 'photo.json').read_text(encoding='utf-8'))
+        assert record['output_size'] == size and record['outscale'] == size[0] / 200 and record['lines'][0]['pasted']

@@ -176,8 +176,9 @@ def test_stale_or_corrupt_entries_are_found(tmp_path, monkeypatch):
         data[len(data) // 2] ^= 0xFF
         with open(path, 'wb') as f:
             f.write(data)
-        if keep_mtime:
-            os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+        # the mtime set, kept or moved by a second: on a fast machine a rewrite within one tick of the filesystem's
+        # clock (coarse on many kernels) would keep it by chance
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + (0 if keep_mtime else 10**9)))
         return data
 
     blob, xml = cache.path('vae_decoder')[:-len('xml')] + 'bin', cache.path('vae_encoder')

@@ -119,11 +119,10 @@ def test_photo_lines_are_found_restored_and_pasted_back_in_place():
     summary = json.loads(json.dumps(result.to_dict()))
     assert summary['detected'] and len(summary['lines']) == len(PHOTO_LINES)
     assert len(summary['lines'][0]['polygon']) == 4
-    # default scale: the median line to the canvas height, within [1, 4]
-    auto = pipe(photo, detect=True, recognize=False)
-    assert 1.0 < auto.outscale <= 4.0 and auto.image.shape[:2] == (round(480 * auto.outscale), round(
-        640 * auto.outscale))
-    assert auto.lines[0].text_before is None
+    # default scale: 1, the photo's own size (not one its lines suggest; issue 49)
+    own = pipe(photo, detect=True, recognize=False)
+    assert own.outscale == 1.0 and own.image.shape == photo.shape
+    assert own.lines[0].text_before is None
 
 
 def test_photo_without_text_is_returned_resized():

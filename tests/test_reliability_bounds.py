@@ -172,17 +172,22 @@ class FixedDetector:
         return [False] * len(strips)
 
 
-def test_photo_bounds_windows_of_all_lines_and_the_automatic_scale():
+def test_photo_bounds_windows_of_all_lines_and_the_output_size():
     pipe = TOLAPipeline(StandInRestorer(), max_windows=12, max_output_pixels=300_000)
     photo = np.full((200, 400, 3), 255, np.uint8)
-    # two lines 16 rows high: the automatic scale would be 4 (128 / 16, within 1-4): 1280x800, over 300,000 pixels
+    # two lines 16 rows high: the photo keeps its size (no scale of its own, issue 49), whatever its lines' height
     two_lines = [[[20, 20], [180, 20], [180, 36], [20, 36]], [[20, 60], [380, 60], [380, 76], [20, 76]]]
     pipe.detector = FixedDetector(two_lines)
-    auto = pipe(photo, detect=True)
-    assert 1.0 < auto.outscale < 4.0 and auto.image.shape[0] * auto.image.shape[1] <= 300_000
-    with pytest.raises(BoundError, match='outscale 4 makes a 1600x800 output'):  # an explicit scale is refused
+    own = pipe(photo, detect=True)
+    assert own.outscale == 1.0 and own.image.shape == photo.shape
+    with pytest.raises(BoundError, match='outscale 4 makes a 1600x800 output'):  # over the output bound: refused
         pipe(photo, detect=True, outscale=4)
     assert pipe.detector.calls == 1  # ... before the detector ran
+    small = TOLAPipeline(StandInRestorer(), max_output_pixels=50_000)
+    small.detector = FixedDetector(two_lines)
+    with pytest.raises(BoundError, match='outscale 1 makes a 400x200 output'):  # the photo's own size: never shrunk
+        small(photo, detect=True)
+    assert small.detector.calls == 0
     pipe.detector = FixedDetector([[[0, 0], [399, 0], [399, 4], [0, 4]]])  # a line 5 rows high, 400 long
     with pytest.raises(BoundError, match=r'needed for its 1 detected line\(s\), over the limit of 12'):
         pipe(photo, detect=True, outscale=1)

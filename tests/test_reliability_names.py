@@ -205,7 +205,7 @@ def test_paths_from_user_text_stay_in_their_folder_and_are_compared_normalised(t
         write_png(folder / name)
     inputs = [str(folder / 'a.png'), str(folder / 'a.jpg')]
     with pytest.raises(ValueError, match='would both be written to'):
-        folder_run.plan_outputs(inputs, str(folder), str(tmp_path / 'out') + '/./', '', 'png', False)
+        folder_run.plan_outputs(inputs, str(folder), str(tmp_path / 'out') + '/./', '', 'png', 'line')
 
 
 def test_output_names_fit_the_file_system(tmp_path, stand_in, capsys):

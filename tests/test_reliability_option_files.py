@@ -9,7 +9,7 @@ import glob
 import os
 import subprocess
 import sys
-import time
+import tracemalloc
 
 import pytest
 import yaml
@@ -20,6 +20,7 @@ from basicsr.models.sr_model import SRModel
 from basicsr.utils.registry import MODEL_REGISTRY
 
 import tola_plugin  # noqa: F401
+from tola_plugin.options import reader as option_reader
 from tola_plugin.options import schema as option_schema
 from tola_plugin.options.checks import check_options, check_required
 from tola_plugin.options.reader import MAX_VALUES, OptionError, read_option_file
@@ -101,14 +102,19 @@ def test_the_package_reads_yaml_in_one_place_only():
 
 
 # --------------------------------------------------------------------------------------- item 5: bounded reading
-def test_a_billion_laughs_file_is_refused_in_milliseconds(rendered_sets, tmp_path, monkeypatch, capsys):
+def test_a_billion_laughs_file_is_refused_before_anything_is_built(rendered_sets, tmp_path, monkeypatch, capsys):
+    """Refused on yaml's node graph, before a value is built (checked by what ran, not by how long it took)."""
     text = billion_laughs()
     assert len(text) < 1200
-    start = time.perf_counter()
-    with pytest.raises(OptionError, match=f'expand to more than {MAX_VALUES:,} values'):
-        (tmp_path / 'lol.yml').write_text(text, encoding='utf-8')
-        read_option_file(str(tmp_path / 'lol.yml'))
-    assert time.perf_counter() - start < 1.0
+
+    def build(self, node):
+        raise AssertionError('values built before the expansion was bounded')
+
+    with monkeypatch.context() as patch:
+        patch.setattr(option_reader.OptionLoader, 'construct_document', build)
+        with pytest.raises(OptionError, match=f'expand to more than {MAX_VALUES:,} values'):
+            (tmp_path / 'lol.yml').write_text(text, encoding='utf-8')
+            read_option_file(str(tmp_path / 'lol.yml'))
     opt_text = yaml.safe_dump(demo_options(rendered_sets), sort_keys=False) + text.replace('name: lol\n', '')
     expect_error(tmp_path, monkeypatch, capsys, opt_text, 'options.yml: line', 'anchors and aliases expand')
 
@@ -372,8 +378,9 @@ def test_the_schema_covers_every_key_basicsr_reads():
 @pytest.mark.parametrize('path', sorted(glob.glob(os.path.join(REPO, 'options', '*', '*.yml'))))
 def test_every_shipped_option_file_passes_the_strict_check(path):
     opt = read_option_file(path)
-    if 'model_type' not in opt:
-        assert os.path.basename(path) == 'train_demo_backbone.yml'  # tools/train_demo_backbone.py's own format
+    if 'model_type' not in opt:  # tools/train_demo_backbone.py's own format, held to that tool's strict check
+        from tola_plugin.lab.demo.training import read_options
+        assert os.path.basename(path).startswith('train_demo_backbone') and read_options(path)['vae']
         return
     is_train = os.path.basename(path).startswith('train')
     check_required(opt, is_train)
@@ -420,7 +427,11 @@ def test_text_inputs_are_bounded_before_they_are_read(tmp_path):
         path = tmp_path / name
         with open(path, 'wb') as f:
             f.truncate(300 << 20)
-        start = time.perf_counter()
-        with pytest.raises(ValueError, match=f'{name}: 314,572,800 bytes, more than a {what} may have'):
-            read(str(path))
-        assert time.perf_counter() - start < 0.5
+        tracemalloc.start()
+        try:
+            with pytest.raises(ValueError, match=f'{name}: 314,572,800 bytes, more than a {what} may have'):
+                read(str(path))
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < 1 << 20, peak  # unread: no buffer for its 300 MB (measured by memory, not by time)

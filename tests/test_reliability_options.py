@@ -65,7 +65,7 @@ def test_an_experiment_in_use_is_refused_and_a_stale_lock_is_replaced(rendered_s
     from tola_plugin.utils import run_lock
     opt = demo_options(rendered_sets)
     folder = str(tmp_path / 'experiments' / 'strict')
-    other = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])
+    other = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(3600)'])  # alive until killed below
     try:
         os.makedirs(os.path.dirname(folder), exist_ok=True)
         with open(run_lock.lock_path(folder), 'w', encoding='utf-8') as f:

@@ -83,7 +83,7 @@ def test_short_run_shrinks_the_schedule_in_proportion():
     }
     assert apply_short_run({'short_run': None}) == ''
     for bad in (0, -2, 2.5, True, 'ten'):
-        with pytest.raises(OptionError, match='short_run: expected a positive number of iterations'):
+        with pytest.raises(OptionError, match='short_run: must be a positive integer'):
             apply_short_run({'short_run': bad, 'is_train': True, 'train': {}})
     with pytest.raises(OptionError, match='short_run: is for training option files'):
         apply_short_run({'short_run': 3, 'is_train': False})

@@ -22,7 +22,8 @@ def rgb_triple(text: str):
 
 
 LAUNCHER_EPILOG = """\
---force_yml takes BasicSR's KEY:SUBKEY=VALUE (train:ema_decay=0.999; ~ is null; a list is read as YAML) and:
+--force_yml takes BasicSR's KEY:SUBKEY=VALUE (train:ema_decay=0.999; the value is all after the first '='; ~ is
+null; a list is read as YAML), checked as the option file's values are, and:
   short_run=N                      N iterations, at most 2 lines per batch, no loader workers, a loss line every
                                    iteration, the schedule shrunk to fit: a first look on a CPU (training files)
   val:metrics:NAME=~               remove the validation metric NAME (e.g. val:metrics:lpips=~, without its file)
@@ -36,7 +37,8 @@ runs without it. docs/own_data.md walks through a project of one's own; README "
 
 def launcher_parser(prog: str, training: bool) -> argparse.ArgumentParser:
     """The command line of BasicSR's launchers with the plugin (tola-train, tola-test), for --help and usage errors:
-    BasicSR's own parser reads the same arguments again when the run starts (its flags, ours in the epilog)."""
+    the launchers' parser (``basicsr_glue.option_parsing.command_line``, BasicSR's arguments) reads them again when the
+    run starts (its flags, ours in the epilog)."""
     what = 'train with BasicSR\'s training pipeline' if training else 'test with BasicSR\'s test pipeline'
     parser = argparse.ArgumentParser(
         prog=prog, formatter_class=argparse.RawDescriptionHelpFormatter, epilog=LAUNCHER_EPILOG,

@@ -24,6 +24,7 @@ RT50_DIFFICULTIES = ('mild', 'medium', 'hard')
 COLOR_FIXES = ('none', 'wavelet', 'adain')
 DEFAULT_COLOR_FIX = 'wavelet'
 PASTE_POLICIES = ('checked', 'all')
+IMAGE_KINDS = ('auto', 'line', 'photo')
 PRECISIONS = ('fp32', 'bf16', 'fp16', 'auto')
 BACKENDS = ('auto', 'openvino', 'torch')
 MAX_WINDOWS = 256
@@ -57,6 +58,7 @@ SOURCES = {
     'COLOR_FIXES': ('tola_plugin.inference.color_fix', 'COLOR_FIXES'),
     'DEFAULT_COLOR_FIX': ('tola_plugin.inference.pipeline', 'DEFAULT_COLOR_FIX'),
     'PASTE_POLICIES': ('tola_plugin.inference.pipeline', 'PASTE_POLICIES'),
+    'IMAGE_KINDS': ('tola_plugin.inference.image_kind', 'KINDS'),
     'PRECISIONS': ('tola_plugin.archs.precision', 'PRECISIONS'),
     'BACKENDS': ('tola_plugin.runtime.plan', 'BACKENDS'),
     'MAX_WINDOWS': ('tola_plugin.inference.work_bounds', 'DEFAULT_MAX_WINDOWS'),

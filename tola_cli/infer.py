@@ -1,14 +1,19 @@
 """tola-infer: restore text images (a file or a folder) with a TOLA model; any size and aspect, whole photos.
 
   tola-infer -i LR_DIR -o results/tola                                  # the demo model (shipped; from any folder)
-  tola-infer -i photo.jpg -o results/photo --detect --model MERGED.safetensors
+  tola-infer -i photo.jpg -o results/photo --model MERGED.safetensors   # a photo: its lines found and restored
   tola-infer -i LR_DIR -o results/tola -opt options/test/test_TOLA.yml [--checkpoint net_g.pth]
 
-Each image is resized to height 128 with its aspect kept; a line narrower than 512 is padded and the pad cropped
-off afterwards, a wider one is restored in overlapping 128x512 windows blended over --overlap columns. The output
-is 128 high (aspect kept), or --outscale times the input. With --detect, PP-OCRv4 finds the text lines of a photo;
-each is rectified, restored and pasted back, and a JSON lists the lines (polygon, PP-OCRv4 text before and after,
-text prior and its mean confidence). Line mode writes prior.csv (the text prior of each output).
+Each image is one text line or a photo (--kind): by default (auto, as the web page decides) a photo when it is more
+than 256 rows high, or more than 128 and less than twice as wide as high, else a line; --kind line or --kind photo
+(--detect) decides for every image. Each image's progress line says what it was restored as and why.
+
+A line is resized to height 128 with its aspect kept; narrower than 512 it is padded and the pad cropped off
+afterwards, wider it is restored in overlapping 128x512 windows blended over --overlap columns. Its output is 128
+high (aspect kept), or --outscale times the input; prior.csv holds the text prior of each line's output. In a
+photo, PP-OCRv4 finds the text lines; each is rectified, restored and pasted back (the restored lines resized to
+their place), and a JSON lists the lines (polygon, PP-OCRv4 text before and after, text prior and its mean
+confidence). A photo's output is its own size, or --outscale times it.
 
 Outputs: OUT/<name><suffix>.<ext> (subfolders kept with --recursive), written atomically. An image whose output
 exists is skipped (a rerun continues an interrupted run) unless --overwrite; an output may never replace an input
@@ -16,15 +21,16 @@ exists is skipped (a rerun continues an interrupted run) unless --overwrite; an 
 output folder (a second is refused with the first's PID). Bounds checked before any work, each an error naming the
 image, the limit and the option: --max-megapixels (read from the header, before decoding), --max-windows,
 --max-output-megapixels. A file that cannot be read or restored is reported and skipped, the others go on; the
-run ends with a summary (also of the files left out), exit status 1 if any file failed, 130 after Ctrl-C.
+run ends with a summary: the images restored, the photos written as they were (no line found, or no restored line
+read as well as the original), the files left out; exit status 1 if any file failed, 130 after Ctrl-C.
 docs/restore.md and docs/reliability.md have the details.
 """
 import argparse
 import math
 
 from tola_cli.arguments import rgb_triple
-from tola_cli.defaults import (BACKENDS, COLOR_FIXES, DEFAULT_COLOR_FIX, INFER_OUTPUT, MAX_OUTPUT_PIXELS, MAX_PIXELS,
-                               MAX_WINDOWS, OVERLAP, PAD_MODES, PASTE_POLICIES, PRECISIONS, SEED, WHITE)
+from tola_cli.defaults import (BACKENDS, COLOR_FIXES, DEFAULT_COLOR_FIX, IMAGE_KINDS, INFER_OUTPUT, MAX_OUTPUT_PIXELS,
+                               MAX_PIXELS, MAX_WINDOWS, OVERLAP, PAD_MODES, PASTE_POLICIES, PRECISIONS, SEED, WHITE)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,10 +52,14 @@ def build_parser() -> argparse.ArgumentParser:
                         help='output format; auto: jpg for .jpg/.jpeg inputs, png otherwise')
     parser.add_argument(
         '-s', '--outscale', type=float,
-        help='output size relative to the input (default: height 128, or with --detect the scale '
-        'that brings the median line to 128 rows, within 1-4)')
-    parser.add_argument('--detect', action='store_true',
-                        help='whole photos: find the text lines (PP-OCRv4), restore each in place, write a JSON')
+        help="output size relative to the input (default: a line's output is 128 high, a photo's its own size)")
+    kind = parser.add_mutually_exclusive_group()
+    kind.add_argument(
+        '--kind', choices=IMAGE_KINDS,
+        help='what each image is: auto (default, as the web page decides: a photo when more than 256 rows high, or '
+        'more than 128 and less than twice as wide as high, else one line), line (one text line, restored whole; '
+        'prior.csv) or photo (PP-OCRv4 finds its text lines, each restored in place; a JSON per photo)')
+    kind.add_argument('--detect', action='store_true', help='every image a photo: the same as --kind photo')
     parser.add_argument('--overlap', type=int, default=OVERLAP,
                         help=f'columns shared by neighbouring 128x512 windows of a wide line ({OVERLAP}; 0-511)')
     parser.add_argument('--pad-mode', choices=PAD_MODES, default=PAD_MODES[0],
@@ -78,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
         'outputs; docs/restore.md)')
     parser.add_argument(
         '--paste', choices=PASTE_POLICIES, default=PASTE_POLICIES[0],
-        help='with --detect, the restored lines put into the photo: checked (those PP-OCRv4 reads as well as the '
+        help='in a photo, the restored lines put into it: checked (those PP-OCRv4 reads as well as the '
         'original; the others stay as they were, the JSON says which) or all')
     parser.add_argument('--seed', type=int, default=SEED,
                         help=f'base of the per-image noise seeds ({SEED}; the same file name gets the same noise)')
@@ -108,6 +118,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if not args.input and not args.show_runtime:
         parser.error('the following arguments are required: -i/--input')
+    args.kind = 'photo' if args.detect else args.kind or IMAGE_KINDS[0]  # --detect: kept for existing scripts
     if args.checkpoint and not args.opt:
         parser.error('--checkpoint goes with -opt (a merged --model already holds its adaptation)')
     if args.batch_size is not None and args.batch_size < 1:
@@ -158,7 +169,7 @@ def main(argv=None) -> int:
     if args.show_runtime:
         return show_runtime(pipeline)
     return restore_folder(input=args.input, output=args.output, pipeline=pipeline, suffix=args.suffix, ext=args.ext,
-                          detect=args.detect, outscale=args.outscale, seed=args.seed, recursive=args.recursive,
+                          kind=args.kind, outscale=args.outscale, seed=args.seed, recursive=args.recursive,
                           overwrite=args.overwrite)
 
 

@@ -5,11 +5,24 @@ tools/gpu_check.sh REPORT_DIR``), or one folder to copy anywhere (``make gpu-bun
 REPORT_DIR`` in it).
 
     python tools/gpu_bundle.py --checkout --out build/gpu_carry
+    python tools/gpu_bundle.py --checkout --pythons 3.12      # the ABI-tied wheels for CPython 3.12 only
     python tools/gpu_bundle.py --out build/gpu_bundle
 """
 import argparse
 
 from tola_cli.command import run_command
+
+PYTHONS = ('3.10', '3.11', '3.12')  # tola_plugin.lab.gpu_check.bundle.PYTHON_VERSIONS (parsed before it is imported)
+
+
+def parse_pythons(value: str):
+    """'3.12,3.10' -> ('3.10', '3.12'): CPython versions of ``PYTHONS``, oldest first."""
+    names = [v.strip() for v in value.split(',') if v.strip()]
+    unknown = [v for v in names if v not in PYTHONS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f'--pythons: {", ".join(unknown) or "nothing"} is not a CPython version of '
+                                         f'{", ".join(PYTHONS)}')
+    return tuple(v for v in PYTHONS if v in names)
 
 
 def parse_args(argv=None):
@@ -20,6 +33,10 @@ def parse_args(argv=None):
                         'build/gpu_bundle)')
     parser.add_argument('--wheel-cache',
                         help='folder of fetched and built wheels (default: the user cache, tola-plugin/gpu-wheels)')
+    parser.add_argument(
+        '--pythons', type=parse_pythons, default=PYTHONS,
+        help=f'comma-separated CPython versions whose wheels tied to CPython\'s ABI (lmdb, rapidfuzz) travel '
+        f'(default: {",".join(PYTHONS)}; the image\'s alone makes the carry smaller)')
     return parser.parse_args(argv)
 
 
@@ -27,9 +44,9 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     from tola_plugin.lab.gpu_check.bundle import build_bundle, build_carry
     if args.checkout:
-        build_carry(args.out or 'build/gpu_carry', args.wheel_cache)
+        build_carry(args.out or 'build/gpu_carry', args.wheel_cache, pythons=args.pythons)
     else:
-        build_bundle(args.out or 'build/gpu_bundle', args.wheel_cache)
+        build_bundle(args.out or 'build/gpu_bundle', args.wheel_cache, pythons=args.pythons)
     return 0
 
 

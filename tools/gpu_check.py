@@ -7,6 +7,7 @@ under torchrun with exact resume; one report (markdown + JSON) in REPORT_DIR, re
     bash tools/gpu_check.sh REPORT_DIR                 # from a checkout, with build/gpu_carry (make gpu-carry)
     bash gpu_check.sh REPORT_DIR                       # from the bundle's folder (make gpu-bundle)
     bash tools/gpu_check.sh REPORT_DIR --dry-run       # on a CPU: the same steps, tiny network, a few iterations
+    bash tools/gpu_check.sh REPORT_DIR --steps smoke,demo_model   # train the demo model (docs/demo_backbone.md)
 """
 import argparse
 import os
@@ -14,7 +15,8 @@ import sys
 
 from tola_cli.command import run_command
 
-STEPS = ('smoke', 'memory', 'precision', 'inference', 'cuda_tests', 'resume')  # tola_plugin.lab.gpu_check.run's
+STEPS = ('smoke', 'demo_model', 'memory', 'precision', 'inference', 'cuda_tests', 'resume')  # ...gpu_check.run's
+DEFAULT_STEPS = tuple(s for s in STEPS if s != 'demo_model')  # demo_model takes all the time it is given
 
 
 def parse_steps(value: str):
@@ -41,8 +43,10 @@ def parse_args(argv=None):
         '--deadline', type=float, default=540,
         help='seconds the whole check may take (default 540): a step whose estimate does not fit '
         'the time left is skipped, one that runs past it is killed')
-    parser.add_argument('--steps', type=parse_steps, default=list(STEPS),
-                        help=f'comma-separated steps to run, in their fixed order (default: all: {",".join(STEPS)})')
+    parser.add_argument(
+        '--steps', type=parse_steps, default=list(DEFAULT_STEPS),
+        help=f'comma-separated steps to run, in their fixed order (of {",".join(STEPS)}; default: all '
+        f'but demo_model, which trains the demo model with all the time left)')
     args = parser.parse_args(argv)
     if args.deadline <= 0:
         parser.error(f'--deadline must be positive, got {args.deadline:g}')

@@ -9,7 +9,9 @@ resumes at the stage it was in (delete a stage file to retrain it; a new VAE or 
 IDM stage, which reads their latents and text priors). The result goes to ``output_dir`` (default: the package's
 ``tola_plugin/demo/backbone``): ``difftsr_demo.safetensors``, ``transocr_demo.safetensors`` and ``manifest.json``
 (how they were made).
-Deterministic given ``seed`` and ``num_threads``.
+Deterministic given ``seed`` and ``num_threads`` on a CPU. ``device: cuda`` in the option file trains on a GPU;
+``--deadline`` stops a run in time (the stage in progress resumes next time), ``--init-dir`` continues from an
+earlier run's stage files (docs/demo_backbone.md, "Training it on a GPU").
 """
 import argparse
 import sys
@@ -26,6 +28,13 @@ def parse_args(argv=None):
         '--only', choices=('vae', 'transocr'),
         help='train just this stage (and the line pool), e.g. in a second process while the main '
         'run trains the other; the main run then reuses it')
+    parser.add_argument(
+        '--deadline', type=float, metavar='SECONDS',
+        help='stop after SECONDS, keeping the current stage\'s partial file (exit status 3); the next run resumes it')
+    parser.add_argument(
+        '--init-dir', metavar='DIR',
+        help='start each stage from DIR/<stage>.safetensors (an earlier run\'s work_dir, e.g. carried back from a '
+        'GPU) instead of random weights')
     return parser.parse_args(argv)
 
 
@@ -33,7 +42,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     from tola_plugin.lab.demo.training import train_demo_backbone
     command = 'python tools/train_demo_backbone.py ' + ' '.join(sys.argv[1:] if argv is None else argv)
-    return train_demo_backbone(args.opt, args.work_dir, args.output_dir, args.only, command)
+    return train_demo_backbone(args.opt, args.work_dir, args.output_dir, args.only, command, args.deadline,
+                               args.init_dir)
 
 
 if __name__ == '__main__':

@@ -2,13 +2,11 @@
 of a torchrun or srun run before the option file is read: ``rank % torch.cuda.device_count()`` (ZeroDivisionError on the
 CPU, two ranks on one GPU when there are more ranks than GPUs), nccl always, no timeout.
 
-Here the group starts once ``num_gpu`` and ``dist_params`` are known (``option_parsing`` defers upstream's call with
-``launch_deferred`` and calls ``start_distributed`` after the checks): nccl for a CUDA model, gloo for a CPU one, one
-GPU per process (checked), bound to it, with ``dist_params.timeout_minutes`` (decisions: ``distributed.py``).
+Here the group starts once ``num_gpu`` and ``dist_params`` are known (the launchers' ``option_parsing`` reads the
+options itself and calls ``start_distributed`` after the checks): nccl for a CUDA model, gloo for a CPU one, one GPU
+per process (checked), bound to it, with ``dist_params.timeout_minutes`` (decisions: ``distributed.py``).
 """
-import contextlib
 import os
-from typing import Dict, Iterator
 
 import torch
 import torch.distributed as dist
@@ -19,30 +17,13 @@ from tola_plugin.basicsr_glue import distributed
 from tola_plugin.options.dist_params import process_group_timeout
 from tola_plugin.utils.devices import cuda_device_count
 
-_LAUNCH = {}  # inside launch_deferred: the launcher upstream's parse_options asked init_dist for
-
-
-@contextlib.contextmanager
-def launch_deferred() -> Iterator[Dict]:
-    """Inside: a call of ``init_dist`` is recorded, not run; yields the record (``'launcher'`` once asked)."""
-    _LAUNCH.clear()
-    _LAUNCH['deferring'] = True
-    try:
-        yield _LAUNCH
-    finally:
-        _LAUNCH['deferring'] = False
-
 
 def init_dist(launcher, backend=None, **kwargs):
-    """Called by upstream's parse_options inside ``launch_deferred`` (every launcher, BasicSR's own too: ``launchers``),
-    the request is recorded and the group started once the options are known; called by upstream's parse_options
-    outside it (a script that imported it before the plugin), it starts the group now for the devices present
+    """Called by upstream's own parse_options (a script that imported it before the plugin; every launcher gets the
+    plugin's, ``launchers``), before the options are read: the group starts now, for the devices present
     (``kwargs``: slurm's ``dist_params``)."""
     if launcher not in ('pytorch', 'slurm'):
         raise ValueError(f'Invalid launcher type: {launcher}')
-    if _LAUNCH.get('deferring'):
-        _LAUNCH['launcher'] = launcher
-        return
     start_distributed({'num_gpu': cuda_device_count(), 'dist_params': kwargs}, launcher)
 
 

@@ -145,6 +145,30 @@ def _exif_orientation(data: bytes) -> int:
         return 1
 
 
+def upright_size(path: str) -> Tuple[int, int]:
+    """(height, width) of the image ``read_image_file`` reads from ``path``, from its header without decoding: the
+    declared size, turned by the EXIF orientation. A PNG's EXIF is taken from before its pixels only (Pillow would
+    decode them to look behind): a PNG whose EXIF follows its pixels counts as upright here. Raises as
+    ``read_image_file`` does for a file it cannot read."""
+    check_regular_file(path, 'image file', 'an image file')
+    with open(path, 'rb') as f:
+        size = os.fstat(f.fileno()).st_size
+        if size == 0:
+            raise not_decodable(path, 0)
+        width, height = declared_size(f, path, size)
+        orientation = 1
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter('ignore')
+                f.seek(0)
+                with Image.open(f) as im:
+                    if im.format != 'PNG' or 'exif' in im.info:
+                        orientation = int(im.getexif().get(_EXIF_ORIENTATION, 1))
+        except Exception:  # noqa: BLE001  no EXIF block, or one Pillow does not parse: nothing to turn
+            pass
+    return (width, height) if orientation in (5, 6, 7, 8) else (height, width)
+
+
 def _orient(img: np.ndarray, orientation: int) -> np.ndarray:
     """Apply an EXIF orientation (1-8), as PIL's ``ImageOps.exif_transpose``."""
     ops = {

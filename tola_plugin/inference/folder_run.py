@@ -1,6 +1,7 @@
-"""The body of ``tola-infer`` (``tola_cli/infer.py`` parses the arguments): list the inputs, lock the output folder,
-plan the outputs, restore with ``TOLAPipeline``, write images, ``prior.csv`` (line mode) or one JSON per photo
-(--detect), and end with a summary (docs/reliability.md, "Folder runs").
+"""The body of ``tola-infer`` (``tola_cli/infer.py`` parses the arguments): list the inputs, decide what each is
+(one text line or a photo: ``--kind``, by default by its shape, ``image_kind``), lock the output folder, plan the
+outputs, restore with ``TOLAPipeline``, write images, ``prior.csv`` (lines) and one JSON per photo, say what each image
+was restored as, and end with a summary that counts what was really restored (docs/reliability.md, "Folder runs").
 
 - A file that cannot be read or restored (not decodable, over a bound, out of memory) is reported with its path
   and skipped; the others go on, each as if restored alone, and the run returns 1.
@@ -22,7 +23,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Dict, List, Optional, Tuple, Union
 
-from tola_plugin.data.image_io import IMAGE_EXTENSIONS, FolderScan, scan_image_folder, write_image
+from tola_plugin.data.image_io import IMAGE_EXTENSIONS, FolderScan, scan_image_folder, upright_size, write_image
+from tola_plugin.inference.image_kind import check_kind, describe_kind, is_photo
 from tola_plugin.inference.prior_csv import read_prior_rows, write_prior_csv
 from tola_plugin.utils import run_lock
 from tola_plugin.utils.atomic_files import read_json_dict, write_json
@@ -42,18 +44,23 @@ INTERRUPTED_STATUS = 130  # the shell's status for a run ended by Ctrl-C (128 + 
 
 @dataclass
 class Job:
-    """One input file and where its outputs go (``name``: the output image path relative to the output folder)."""
+    """One input file and where its outputs go (``name``: the output image path relative to the output folder;
+    ``json``: the path of its record when it is restored as a ``photo``; a line's record is its ``prior.csv`` row)."""
     input: str
     output: str
     name: str
     json: str
+    photo: bool = False
 
 
 @dataclass
 class Summary:
-    """What a run did, for the summary lines."""
+    """What a run did, for the summary lines: ``done`` images restored; photos written as they were, with no line
+    found (``no_lines``) or none of their restored lines pasted (``none_pasted``)."""
     total: int
     done: int = 0
+    no_lines: List[str] = field(default_factory=list)
+    none_pasted: List[str] = field(default_factory=list)
     skipped: List[str] = field(default_factory=list)
     failures: List[str] = field(default_factory=list)
     interrupted: bool = False
@@ -104,12 +111,25 @@ class OutputPlan:
     own_outputs: List[str] = field(default_factory=list)
 
 
-def plan_outputs(inputs: List[str], source: str, out_dir: str, suffix: str, ext: str, detect: bool,
+def restored_as_photo(path: str, kind: str) -> bool:
+    """Whether the image file ``path`` is restored as a photo under ``kind`` (``image_kind.KINDS``); 'auto' decides by
+    the upright size its header declares (``image_io.upright_size``: what the pipeline will read, not decoded here)."""
+    if kind != 'auto':
+        return check_kind(kind) == 'photo'
+    try:
+        height, width = upright_size(path)
+    except (ValueError, OSError):
+        return False  # unreadable: restored as a line, it fails with the reader's own message
+    return is_photo(kind, height, width)
+
+
+def plan_outputs(inputs: List[str], source: str, out_dir: str, suffix: str, ext: str, kind: str,
                  overwrite: bool = False) -> OutputPlan:
-    """Output paths of ``inputs`` under one rule for every file the run writes (images, ``prior.csv``, photo JSONs):
-    a ValueError, before anything is written, when two inputs would write one file, an output would replace an input
-    (the same file: compared by device and inode, not by name), or a photo's JSON exists that is not this input's
-    record from an earlier run (without ``overwrite``). Inputs that are the planned outputs of other inputs are left
+    """Output paths of ``inputs`` under one rule for every file the run writes (images, ``prior.csv``, photo JSONs),
+    each input restored as a line or a photo as ``kind`` decides (``restored_as_photo``): a ValueError, before
+    anything is written, when two inputs would write one file, an output would replace an input (the same file:
+    compared by device and inode, not by name), or a photo's JSON exists that is not this input's record from an
+    earlier run (without ``overwrite``). Inputs that are the planned outputs of other inputs are left
     out (``OutputPlan.own_outputs``). Every output path is built by ``user_paths.path_inside``: ``suffix`` may not
     hold a path separator, and a name that does not fit the file system is refused before anything is written; paths
     are compared normalised."""
@@ -121,31 +141,32 @@ def plan_outputs(inputs: List[str], source: str, out_dir: str, suffix: str, ext:
         stem, in_ext = os.path.splitext(rel)
         out_ext = ext if ext != 'auto' else ('jpg' if in_ext.lower() in ('.jpg', '.jpeg') else 'png')
         name = f'{stem}{suffix}.{out_ext}'
-        what, record = f'the output of {path}', f'{stem}{suffix}.json'  # the record is written with --detect only
-        record = path_inside(out_dir, record, what) if detect else os.path.join(out_dir, record)
-        jobs.append(Job(path, path_inside(out_dir, name, what), name.replace(os.sep, '/'), record))
+        what, record = f'the output of {path}', f'{stem}{suffix}.json'  # the record is written for photos only
+        photo = restored_as_photo(path, kind)
+        record = path_inside(out_dir, record, what) if photo else os.path.join(out_dir, record)
+        jobs.append(Job(path, path_inside(out_dir, name, what), name.replace(os.sep, '/'), record, photo))
     planned = {os.path.abspath(job.output): job for job in jobs}  # by name: a link to an input is refused below
     own = [job for job in jobs if planned.get(os.path.abspath(job.input), job) is not job]
     jobs = [job for job in jobs if job not in own]
     for job in jobs:
-        for written, kind in ((job.output, 'image'), (job.json, 'record')) if detect else ((job.output, 'image'), ):
+        for written, what in ((job.output, 'image'), (job.json, 'record')) if job.photo else ((job.output, 'image'), ):
             if written in seen:
-                advice = ('choose --ext/--suffix, or rename one' if kind == 'image' else
+                advice = ('choose --ext/--suffix, or rename one' if what == 'image' else
                           "a photo's JSON is named after the input without its extension: rename one")
                 raise ValueError(f'{seen[written]} and {job.input} would both be written to {written}; {advice}')
             seen[written] = job.input
     written = list(seen)
-    if not detect:
+    if not all(job.photo for job in jobs):
         written.append(os.path.join(out_dir, PRIOR_CSV))
     sources = {file_identity(job.input) for job in jobs} - {None}
     on_inputs = [p for p in written if file_identity(p) in sources]
     if on_inputs:
         raise ValueError(f'outputs would replace inputs ({_listing(on_inputs)}: the same files, by device and inode); '
                          f'choose another -o or a --suffix')
-    if detect and not overwrite:
+    if not overwrite:
         foreign = [
             job.json for job in jobs
-            if not os.path.exists(job.output) and os.path.exists(job.json) and not is_record_of(job)
+            if job.photo and not os.path.exists(job.output) and os.path.exists(job.json) and not is_record_of(job)
         ]
         if foreign:
             raise ValueError(f'{_listing(foreign)} exist(s) and would be replaced: not the record tola-infer wrote for '
@@ -230,7 +251,7 @@ class RunSettings:
     output: str
     suffix: str = ''
     ext: str = 'auto'
-    detect: bool = False
+    kind: str = 'auto'
     outscale: Optional[float] = None
     seed: int = 0
     recursive: bool = False
@@ -249,7 +270,7 @@ def _builds(pipeline: PipelineSource) -> bool:
 
 
 def restore_folder(input: str, output: str, pipeline: PipelineSource, suffix: str = '', ext: str = 'auto',
-                   detect: bool = False, outscale: Optional[float] = None, seed: int = 0, recursive: bool = False,
+                   kind: str = 'auto', outscale: Optional[float] = None, seed: int = 0, recursive: bool = False,
                    overwrite: bool = False) -> int:
     """Restore the image file or folder ``input`` into the folder ``output`` (the body of tola-infer; the module
     docstring says what it guarantees).
@@ -258,15 +279,16 @@ def restore_folder(input: str, output: str, pipeline: PipelineSource, suffix: st
         called only when there is something to restore, once the output folder is locked: a missing model is then
         the run's error, before anything is written; a pipeline built here is closed at the end.
     suffix, ext ('auto': jpg for .jpg/.jpeg inputs, else png; 'png', 'jpg'): the output names
-        (``<name><suffix>.<ext>``). detect: whole photos (PP-OCRv4 finds the lines; one JSON per photo), else each
-        image is one line (``prior.csv``). outscale, seed: as ``TOLAPipeline.__call__``. recursive: also subfolders.
-        overwrite: restore again images whose output exists (else they are skipped: a rerun continues).
-    Returns 0 when every image was restored, 1 when some failed (or a subfolder could not be read), 130 when
-    interrupted (what was done is kept)."""
-    settings = RunSettings(input, output, suffix, ext, detect, outscale, seed, recursive, overwrite)
+        (``<name><suffix>.<ext>``). kind: what each image is (``image_kind.KINDS``): 'photo' (PP-OCRv4 finds its
+        lines, each restored in place; one JSON per photo), 'line' (one text line; ``prior.csv``), or 'auto' (default:
+        each by its shape, as the web page decides). outscale, seed: as ``TOLAPipeline.__call__``. recursive: also
+        subfolders. overwrite: restore again images whose output exists (else they are skipped: a rerun continues).
+    Returns 0 when every image was written (a photo with no line found too: the summary says so), 1 when some
+    failed (or a subfolder could not be read), 130 when interrupted (what was done is kept)."""
+    settings = RunSettings(input, output, suffix, ext, check_kind(kind), outscale, seed, recursive, overwrite)
     check_folder_target(output, 'output folder')  # -o naming a file: said now, not as makedirs' "File exists"
     inputs, scan = list_inputs(input, recursive, skip_dir=output)
-    plan = plan_outputs(inputs, input, output, suffix, ext, detect, overwrite)
+    plan = plan_outputs(inputs, input, output, suffix, ext, kind, overwrite)
     _leave_out_own_files(scan, plan, settings)
     created = not os.path.isdir(output)
     os.makedirs(output, exist_ok=True)
@@ -304,7 +326,8 @@ def _run_locked(settings: RunSettings, pipeline: PipelineSource, plan: OutputPla
     jobs = plan.jobs
     for tmp in remove_stale_temporaries(jobs, settings.output):
         say(f'note: removed {tmp}, the temporary file of an interrupted write')
-    prior = None if settings.detect else PriorFile(os.path.join(settings.output, PRIOR_CSV), settings.overwrite, say)
+    lines = not all(job.photo for job in jobs)
+    prior = PriorFile(os.path.join(settings.output, PRIOR_CSV), settings.overwrite, say) if lines else None
     summary = Summary(total=len(jobs), own_outputs=plan.own_outputs)
     todo = []
     for job in jobs:
@@ -334,7 +357,7 @@ def _run_locked(settings: RunSettings, pipeline: PipelineSource, plan: OutputPla
 
 def _restore_jobs(settings: RunSettings, pipe, todo: List[Job], prior: Optional[PriorFile], summary: Summary) -> None:
     # every image counted with the time left: a bar on a terminal, a line every few seconds in a log
-    bar = Progress('tola-infer', total=len(todo), unit='photos' if settings.detect else 'images')
+    bar = Progress('tola-infer', total=len(todo), unit='photos' if settings.kind == 'photo' else 'images')
 
     def fail(job: Optional[Job], err: BaseException) -> None:
         message = describe(err)
@@ -342,29 +365,69 @@ def _restore_jobs(settings: RunSettings, pipe, todo: List[Job], prior: Optional[
         summary.failures.append(message)
         bar.write(f'failed: {message}')
 
-    chunk = 1 if settings.detect else pipe.batch_size  # photos batch their own lines
     with bar:
-        for first in range(0, len(todo), chunk):
-            batch = todo[first:first + chunk]
-            outcomes = pipe.restore_each([job.input for job in batch], detect=settings.detect,
-                                         outscale=settings.outscale, seed=settings.seed)
+        for batch in _batches(todo, pipe.batch_size):
+            photo = batch[0].photo
+            outcomes = pipe.restore_each([job.input for job in batch], detect=photo, outscale=settings.outscale,
+                                         seed=settings.seed)
             restored = []
             for job, outcome in zip(batch, outcomes):
                 if isinstance(outcome, BaseException):
                     fail(job, outcome)
                 else:
                     restored.append((job, outcome))
-            summary.done += _write_outputs(settings, restored, prior, fail)
+            for job, result in _write_outputs(restored, prior, fail):
+                bar.write(_count(settings.kind, job, result, summary))
             bar.update(len(batch), note=os.path.basename(batch[-1].input))
 
 
-def _write_outputs(settings: RunSettings, restored, prior: Optional[PriorFile], fail) -> int:
-    """Write each restored image after its record (its prior.csv row, or its JSON); returns how many were
-    written, reporting the others through ``fail``."""
+def _batches(todo: List[Job], size: int):
+    """The jobs in order, in the steps they are restored in: consecutive lines up to ``size`` together (their windows
+    batched across images), each photo alone (it batches its own lines)."""
+    lines: List[Job] = []
+    for job in todo:
+        if not job.photo:
+            lines.append(job)
+            if len(lines) < size:
+                continue
+        if lines:
+            yield lines
+            lines = []
+        if job.photo:
+            yield [job]
+    if lines:
+        yield lines
+
+
+def _count(kind: str, job: Job, result, summary: Summary) -> str:
+    """Count a written image in the summary (restored, or a photo written as it was) and say what it was restored as:
+    its progress line."""
+    (height, width), (out_h, out_w) = result.input_size, result.image.shape[:2]
+    sizes = f'{width}x{height} -> {out_w}x{out_h}'
+    what = f'{job.input}: {describe_kind(kind, job.photo)}'
+    if not job.photo:
+        summary.done += 1
+        return f'{what}; {sizes}'
+    if not result.lines:
+        summary.no_lines.append(job.input)
+        return f'{what}: no text line found{f" ({result.note})" if result.note else ""}, written as it was; {sizes}'
+    pasted = sum(bool(line.pasted) for line in result.lines)
+    if pasted:
+        summary.done += 1
+    else:
+        summary.none_pasted.append(job.input)
+    left = '' if pasted else ' (PP-OCRv4 read them less well restored), written as it was'
+    return f'{what}: {len(result.lines)} line(s) found, {pasted} restored in place{left}; {sizes}'
+
+
+def _write_outputs(restored, prior: Optional[PriorFile], fail) -> List[tuple]:
+    """Write each restored image after its record (its JSON for a photo, else its prior.csv row); returns the
+    (job, result) written, reporting the others through ``fail``."""
     if not restored:
-        return 0
-    if prior is not None:
-        for job, result in restored:
+        return []
+    lines = [(job, result) for job, result in restored if not job.photo]
+    if lines:
+        for job, result in lines:
             line = result.lines[0]
             prior.rows[job.name] = dict(filename=job.name, prior_text=line.prior_text,
                                         prior_confidence=line.prior_confidence,
@@ -372,31 +435,30 @@ def _write_outputs(settings: RunSettings, restored, prior: Optional[PriorFile], 
         try:
             prior.save()
         except OSError as err:
-            for job, _ in restored:
+            for job, _ in lines:
                 prior.rows.pop(job.name, None)
                 fail(job, err)
-            return 0
-    written, unwritten = 0, []
+            restored = [(job, result) for job, result in restored if job.photo]
+    written, unwritten = [], []
     for job, result in restored:
         try:
-            if settings.detect:
+            if job.photo:
                 _write_or_name(
                     job.json,
                     lambda: write_json(job.json, dict(input=job.input, output=job.output, **result.to_dict())))
             try:
                 _write_or_name(job.output, lambda: write_image(job.output, result.image, order='RGB'))
             except (ValueError, OSError):
-                if settings.detect:
+                if job.photo:
                     _remove(job.json)
                 raise
         except (ValueError, OSError) as err:
             unwritten.append(job)
             fail(job, err)
             continue
-        written += 1
-        if settings.detect and not result.lines:
-            say(f'note: no text lines found in {job.input}' + (f' ({result.note})' if result.note else ''))
-    if prior is not None and unwritten:  # their rows were written first: take them out again
+        written.append((job, result))
+    unwritten = [job for job in unwritten if not job.photo]
+    if unwritten:  # their rows were written first: take them out again
         for job in unwritten:
             prior.rows.pop(job.name, None)
         try:
@@ -422,10 +484,19 @@ def _remove(path: str) -> None:
 
 def _print_summary(settings: RunSettings, summary: Summary, scan: FolderScan, load_seconds: float,
                    seconds: float) -> None:
-    per_image = f', {seconds / summary.done:.2f} s per image' if summary.done else ''
+    written = summary.done + len(summary.no_lines) + len(summary.none_pasted)
+    per_image = f', {seconds / written:.2f} s per image' if written else ''
     timing = f' (model loaded in {load_seconds:.1f} s, restored in {seconds:.1f} s{per_image})' if summary.total > len(
         summary.skipped) else ''
     say(f'restored {summary.done} of {summary.total} image(s) into {settings.output}{timing}', sys.stdout)
+    if summary.no_lines:
+        say(
+            f'not restored: {len(summary.no_lines)} photo(s) with no text line found, written as they were: '
+            f'{_listing(summary.no_lines)}', sys.stdout)
+    if summary.none_pasted:
+        say(
+            f'not restored: {len(summary.none_pasted)} photo(s) whose restored lines PP-OCRv4 read less well, written '
+            f'as they were (--paste all puts them in): {_listing(summary.none_pasted)}', sys.stdout)
     if summary.skipped:
         say(
             f'skipped {len(summary.skipped)} image(s) whose output already exists ({_listing(summary.skipped)}); '
@@ -448,6 +519,6 @@ def _print_summary(settings: RunSettings, summary: Summary, scan: FolderScan, lo
         for failure in summary.failures:
             say(f'  {failure}')
     if summary.interrupted:
-        left = summary.total - summary.done - len(summary.skipped) - len(summary.failures)
+        left = summary.total - written - len(summary.skipped) - len(summary.failures)
         say(f'interrupted: {left} image(s) not restored; run the same command again to continue (the images '
             f'restored so far are kept and skipped)')

@@ -31,13 +31,11 @@ from tola_plugin.inference.line_geometry import (PAD_MODES, blend_tiles, cut_til
 from tola_plugin.inference.loaders import PipelineLoading
 from tola_plugin.inference.photo_geometry import expand_quad, paste_strip, reading_quad, rectify, scale_quad
 from tola_plugin.inference.restoration import ImageWork, LineResult, LineWork, Restoration, reads_as_well
-from tola_plugin.inference.work_bounds import (DEFAULT_MAX_OUTPUT_PIXELS, DEFAULT_MAX_WINDOWS, capped_scale,
-                                               check_outscale, check_positive, check_positive_int, check_windows,
-                                               output_size)
+from tola_plugin.inference.work_bounds import (DEFAULT_MAX_OUTPUT_PIXELS, DEFAULT_MAX_WINDOWS, check_outscale,
+                                               check_positive, check_positive_int, check_windows, output_size)
 from tola_plugin.ocr.ppocr import PPOCRv4Detector, PPOCRv4Recognizer, UndetectableShape
 from tola_plugin.runtime.serving import NonFiniteOutput, Runtime
 
-AUTO_OUTSCALE_RANGE = (1.0, 4.0)  # detect mode without outscale: lines to the canvas height, within this range
 DEFAULT_COLOR_FIX = 'wavelet'  # of the user's tools (TOLAPipeline, tola-infer, tola-web); the paper's is 'none'
 PASTE_POLICIES = ('checked', 'all')
 
@@ -78,8 +76,8 @@ class TOLAPipeline(PipelineLoading):
         64 megapixels; ``tola_plugin.data.image_io``).
     max_windows: 128x512 windows (network calls) one image may need: a line's windows, or all detected lines' of a
         photo (DEFAULT_MAX_WINDOWS, 256; ``work_bounds``).
-    max_output_pixels: pixels of one output image: an explicit ``outscale`` over it is refused, a photo's automatic
-        scale is lowered to fit (DEFAULT_MAX_OUTPUT_PIXELS, 100 megapixels).
+    max_output_pixels: pixels of one output image: an output over it is refused (DEFAULT_MAX_OUTPUT_PIXELS, 100
+        megapixels).
     Bounds are checked before any work on the image; an image over one is an error naming it, the limit and the
     option that raises it.
     """
@@ -133,8 +131,7 @@ class TOLAPipeline(PipelineLoading):
             images, or numpy arrays (H, W, 3) uint8 RGB (also gray, RGBA, 16-bit or float in [0, 1]).
         detect: find the text lines with PP-OCRv4 and restore each in place (a photo); else the image is one line.
         outscale: output size relative to the input (a finite number > 0). Default: one line -> height 128 (the
-            canvas), aspect kept; detect -> the scale that brings the median line to 128 rows, within
-            AUTO_OUTSCALE_RANGE (lowered if the output would exceed ``max_output_pixels``).
+            canvas), aspect kept; detect -> 1, the photo's own size (its restored lines are resized to their place).
         seed: base of the noise seeds; image i draws from ``image_noise_seed(name_i, seed)`` (name: the file's
             base name, ``names[i]`` or ''), its k-th canvas from that seed + k: results do not depend on batching.
         recognize: also read every line with PP-OCRv4 before and after (default: with detect).
@@ -224,17 +221,13 @@ class TOLAPipeline(PipelineLoading):
             scale = CANVAS_H / height if outscale is None else outscale  # default: the canvas height
             size = output_size(what, height, width, scale, self.max_output_pixels)
             return ImageWork(rgb, name, self._cut([(rgb, None, None)], base_seed), scale, size)
-        if outscale is not None:
-            output_size(what, height, width, outscale, self.max_output_pixels)  # before the detector runs
+        # a photo is the user's picture: its size times the scale asked for, never one the lines would suggest (the
+        # restored lines are resized into it instead)
+        scale = 1.0 if outscale is None else outscale
+        size = output_size(what, height, width, scale, self.max_output_pixels)  # before the detector runs
         strips, note = self._detect(rgb)
         windows = sum(plan_line(line_width(*strip.shape[:2]), self.overlap).num_tiles for strip, _, _ in strips)
         check_windows(what, windows, self.max_windows, f'its {len(strips)} detected line(s)')
-        scale = outscale
-        if scale is None:  # the median line to the canvas height, within AUTO_OUTSCALE_RANGE and the output bound
-            median = float(np.median([strip.shape[0] for strip, _, _ in strips])) if strips else CANVAS_H
-            scale = capped_scale(height, width, float(np.clip(CANVAS_H / median, *AUTO_OUTSCALE_RANGE)),
-                                 self.max_output_pixels)
-        size = output_size(what, height, width, scale, self.max_output_pixels)
         return ImageWork(rgb, name, self._cut(strips, base_seed), scale, size, note)
 
     def _detect(self, rgb: np.ndarray) -> Tuple[List[Tuple[np.ndarray, np.ndarray, np.ndarray]], str]:

@@ -65,14 +65,3 @@ def output_size(what: str, height: int, width: int, scale: float, limit: float) 
                          f'over the limit of {_megapixels(limit)} per image (lower --outscale, or raise the limit '
                          f'with --max-output-megapixels, or max_output_pixels= in Python)')
     return max(1, round(rows)), max(1, round(cols))
-
-
-def capped_scale(height: int, width: int, scale: float, limit: float) -> float:
-    """``scale`` lowered, when needed, so that the scaled image has at most ``limit`` pixels (the automatic scale
-    of a photo is ours to choose; an explicit one is checked by ``output_size`` instead)."""
-    if max(1, round(height * scale)) * max(1, round(width * scale)) <= limit:
-        return scale
-    scale = math.sqrt(limit / (height * width))
-    while max(1, round(height * scale)) * max(1, round(width * scale)) > limit and scale > 0:
-        scale *= 1.0 - 0.5 / max(height * scale, width * scale, 1.0)  # half a pixel less on the longer side
-    return scale

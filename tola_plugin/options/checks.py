@@ -1,4 +1,6 @@
-"""Strict option files: checks run once when a launcher (or a tool) reads an option file, before anything runs.
+"""Strict option files: checks run once, in ``check_options``, on a run's options as finally merged (the option file,
+its ``--force_yml`` entries, the command line's presets such as ``short_run``), before anything runs or is made: a
+value is checked the same whichever way it was set.
 
 - A key that no one reads is an error naming it and the closest known key (``chain_prob`` -> did you mean
   ``chain_probs``?), in every block: the top level, ``path`` and ``logger`` (BasicSR's pipeline keys), ``train`` and
@@ -7,11 +9,14 @@
   loss block of ``train`` (``*_opt`` with a ``type``), every optimizer (``optim_*``), every metric of ``val.metrics``
   and our datasets. Network, loss, optimizer and metric keys are read from the constructor's or function's
   signature (networks and losses taking ``**kwargs`` are left open); datasets declare theirs (``option_keys``).
-- Keys every run needs are present (``check_required``, on the file as written, before BasicSR's parser reads it):
-  ``name``, ``model_type``, ``num_gpu``, ``datasets``, ``path``; for training ``train`` with ``total_iter``,
-  ``optim_g`` and ``scheduler``, and ``logger`` with ``print_freq`` and ``save_checkpoint_freq``; for testing
-  ``val.save_img``.
-- Values: ``train.total_iter`` a positive integer; ``num_gpu`` no more than the CUDA devices present; the
+- Keys every run needs are present (``check_required``): ``name``, ``model_type``, ``num_gpu``, ``datasets``,
+  ``path``; for training ``train`` with ``total_iter``, ``optim_g`` and ``scheduler``, and ``logger`` with
+  ``print_freq`` and ``save_checkpoint_freq``; for testing ``val.save_img``.
+- Names that become folder and file names (``check_names``): ``name``, each dataset's ``name``, ``val.suffix`` are
+  one path component that fits (``utils/user_paths.check_name``); the run's folders (``path.experiments_root``, ...)
+  are the launcher's to set.
+- Values: ``train.total_iter``, the logger's and validation's frequencies, batch sizes are positive integers (workers
+  and ``manual_seed`` integers >= 0: ``check_numbers``); ``num_gpu`` no more than the CUDA devices present; the
   optimizers' numbers are numbers (``lr: abc``, or ``lr: 1e-4``, which YAML reads as text, is an error).
 - ``train.scheduler``: one of BasicSR's schedulers, with the keys its constructor takes and consistent lengths;
   a schedule with an end (``CosineAnnealingRestartLR``: ``sum(periods)`` iterations) must cover ``total_iter``
@@ -23,6 +28,7 @@ Every error is an ``OptionError`` (a ValueError) whose message starts with the o
 """
 import difflib
 import inspect
+import math
 import os
 from typing import Iterable, List, Mapping, Optional
 
@@ -60,7 +66,9 @@ REQUIRED_TRAIN_KEYS = {
     'optim_g': "the generator's optimizer, e.g. {type: Adam, lr: !!float 2e-4}",
     'scheduler': 'the learning-rate schedule, e.g. {type: MultiStepLR, milestones: [100000], gamma: 0.5}',
 }
-REQUIRED_LOGGER_KEYS = ('print_freq', 'save_checkpoint_freq')
+REQUIRED_LOGGER_KEYS = {
+    'print_freq': 'iterations between loss lines', 'save_checkpoint_freq': 'iterations between checkpoints'
+}
 
 
 def suggest(key: str, known: Iterable[str]) -> str:
@@ -91,8 +99,9 @@ def _shown(value) -> str:
 
 
 def check_required(opt: Mapping, is_train: bool) -> None:
-    """The keys every run needs (REQUIRED, and for training REQUIRED_TRAINING with their own required keys), on the
-    file as written: each missing one is an error saying what it holds."""
+    """The keys every run needs (REQUIRED, and for training REQUIRED_TRAINING with their own required keys) and the
+    blocks the launcher reads (``name`` text, ``datasets`` and ``path`` mappings): each missing one is an error saying
+    what it holds."""
     for key, what in {**REQUIRED, **(REQUIRED_TRAINING if is_train else {})}.items():
         if key not in opt:
             close = difflib.get_close_matches(key, [str(k) for k in opt], n=1, cutoff=0.6)
@@ -100,18 +109,9 @@ def check_required(opt: Mapping, is_train: bool) -> None:
             raise OptionError(f'{key}: missing; an option file needs {key}: {what}{typo}')
     if not isinstance(opt['name'], str) or not opt['name']:
         raise OptionError(f'name: expected the experiment\'s name (text), got {_shown(opt["name"])}')
-    try:  # experiments/<name>/, <name>.lock, <name>_archived_<time>, train_<name>_<time>.log, debug_<name>
-        check_name(opt['name'], 'name', reserve=EXPERIMENT_NAME_RESERVE)
-    except ValueError as err:
-        raise OptionError(f'{err}; the experiment\'s name becomes a folder name (experiments/<name>/)') from None
     datasets = check_mapping(opt['datasets'], 'datasets', REQUIRED['datasets'])
     for phase, dataset in datasets.items():
         check_mapping(dataset, f'datasets.{phase}', 'a dataset block with a type')
-        if dataset.get('name') is not None:  # BasicSR saves a test set's images in visualization/<name>/
-            try:
-                check_name(dataset['name'], f'datasets.{phase}.name')
-            except ValueError as err:
-                raise OptionError(f'{err}; a dataset\'s name becomes a folder name') from None
     check_logger_and_path(opt)  # BasicSR's parser edits path values: known keys only, before it does
     for key, value in opt['path'].items():
         if ('pretrain_network' in key or 'resume_state' in key) and not isinstance(value, (str, type(None))):
@@ -134,20 +134,85 @@ def check_required(opt: Mapping, is_train: bool) -> None:
         raise OptionError('val.val_freq: missing; validate every how many iterations (or leave val out)')
 
 
-def check_positive_number(value, where: str) -> None:
-    """``value`` is a number > 0 (not a boolean); else an OptionError (with a hint for YAML's 1e-4 text)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise OptionError(f'{where}: expected a number > 0, got {_shown(value)}{_number_hint(value)}')
-
-
-def _number_hint(value) -> str:
-    if isinstance(value, str):
+def check_names(opt: Mapping) -> None:
+    """The options that become names of folders and files the run writes: each one path component that fits
+    (``user_paths.check_name``): ``name`` (experiments/<name>/, results/<name>/, <name>.lock, <name>_archived_<time>,
+    train_<name>_<time>.log, debug_<name>), each dataset's ``name`` (visualization/<name>/), ``val.suffix``
+    (<image>_<suffix>.png); and none of the run's folders, which the launcher sets from ``name``
+    (``path.experiments_root``, ``path.models``, ...: BasicSR makes every folder ``path`` names)."""
+    names = [('name', opt['name'], EXPERIMENT_NAME_RESERVE, "the experiment's name becomes a folder name "
+              '(experiments/<name>/, results/<name>/)')]
+    names += [(f'datasets.{phase}.name', dataset['name'], 0, "a dataset's name becomes a folder name")
+              for phase, dataset in opt['datasets'].items() if dataset.get('name') is not None]
+    val = opt.get('val')
+    if isinstance(val, Mapping) and val.get('suffix') not in (None, ''):
+        names.append(('val.suffix', str(val['suffix']), EXPERIMENT_NAME_RESERVE,
+                      "it becomes part of each saved image's name (<image>_<suffix>.png)"))
+    for where, name, reserve, why in names:
         try:
-            float(value)
-        except ValueError:
-            return ''
-        return f'; YAML reads {value} as text (no decimal point): write !!float {value}'
-    return ''
+            check_name(name, where, reserve=reserve)
+        except ValueError as err:
+            raise OptionError(f'{err}; {why}') from None
+    computed = sorted(schema.COMPUTED_PATH_KEYS & set(opt['path']))
+    if computed:
+        raise OptionError(f'path.{computed[0]}: the launcher sets it from name (experiments/<name>/..., '
+                          f'results/<name>/...); an option file or --force_yml may not')
+
+
+def check_positive_number(value, where: str) -> None:
+    """``value`` is a finite number > 0 (not a boolean); else an OptionError (with a hint for YAML's 1e-4 text)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+        hint = _number_hint(value, lambda number: 0 < number < math.inf)
+        raise OptionError(f'{where}: expected a number > 0, got {_shown(value)}{hint}')
+
+
+def check_whole_number(value, where: str, what: str, minimum: int = 1, floats: bool = True) -> None:
+    """``value`` is a whole number >= ``minimum``: an int, or with ``floats`` a float without a fraction (``!!float
+    5e3``, as BasicSR's files write iteration counts); else an OptionError saying so and what the option is."""
+    whole = isinstance(value, int) or floats and isinstance(value, float) and value.is_integer()
+    if isinstance(value, bool) or not whole or value < minimum:
+        kind = 'a positive integer' if minimum == 1 else f'an integer >= {minimum}'
+        hint = _number_hint(value, lambda number: number.is_integer() and number >= minimum, whole=True)
+        raise OptionError(f'{where}: must be {kind} ({what}), got {_shown(value)}{hint}')
+
+
+def _number_hint(value, acceptable=lambda number: True, whole: bool = False) -> str:
+    """How to write ``value`` as a number (``whole``: in digits), when it is text YAML did not read as one (``1e-4``,
+    ``"5"``) and the number would be ``acceptable``; else ''."""
+    if not isinstance(value, str):
+        return ''
+    try:
+        number = float(value)
+    except ValueError:
+        return ''
+    if not acceptable(number):
+        return ''
+    if whole:
+        return f'; YAML reads {value} as text: write {int(number)}'
+    return f'; YAML reads {value} as text (no decimal point): write !!float {value}'
+
+
+#: the numbers of BasicSR's pipeline that a dataset block may hold: (key, what it is, minimum, floats allowed)
+DATASET_COUNTS = (('batch_size_per_gpu', 'images per batch on each GPU', 1, False),
+                  ('num_worker_per_gpu', 'data-loader worker processes per GPU; 0 loads in the training process', 0,
+                   False), ('num_prefetch_queue', 'batches prefetched', 1, False))
+
+
+def check_numbers(opt: Mapping) -> None:
+    """The numbers BasicSR's pipeline reads outside the model's blocks: ``scale``, ``manual_seed`` (numpy takes 0 to
+    2**32 - 1), each dataset's batch size, workers, prefetch queue and ``dataset_enlarge_ratio``."""
+    if 'scale' in opt:
+        check_whole_number(opt['scale'], 'scale', 'the upscaling factor', floats=False)
+    if opt.get('manual_seed') is not None:
+        check_whole_number(opt['manual_seed'], 'manual_seed', 'the random seed; ~ for a random one', 0, floats=False)
+        if opt['manual_seed'] >= 2**32:
+            raise OptionError(f'manual_seed: must be below 2**32 (numpy\'s seeds), got {opt["manual_seed"]}')
+    for phase, dataset in opt['datasets'].items():
+        for key, what, minimum, floats in DATASET_COUNTS:
+            if dataset.get(key) is not None:
+                check_whole_number(dataset[key], f'datasets.{phase}.{key}', what, minimum, floats)
+        if dataset.get('dataset_enlarge_ratio') is not None:
+            check_positive_number(dataset['dataset_enlarge_ratio'], f'datasets.{phase}.dataset_enlarge_ratio')
 
 
 def registered(registry, type_name, where: str):
@@ -264,10 +329,9 @@ def check_model_block(block: Mapping, model_cls, kind: str, where: str) -> None:
 def check_train(opt: Mapping) -> None:
     """``train`` of a training run: total_iter, the model's keys, every loss and optimizer, the scheduler."""
     train = check_mapping(opt.get('train'), 'train', REQUIRED_TRAINING['train'])
-    total = train.get('total_iter')
-    if isinstance(total, bool) or not isinstance(total, (int, float)) or int(total) != total or total <= 0:
-        raise OptionError(f'train.total_iter: expected a positive number of iterations, got {total!r}'
-                          f'{_number_hint(total)}')
+    check_whole_number(train.get('total_iter'), 'train.total_iter', 'the number of iterations')
+    if train.get('warmup_iter') is not None:
+        check_whole_number(train['warmup_iter'], 'train.warmup_iter', 'iterations of warm-up; -1 for none', -1)
     model_cls = registered(MODEL_REGISTRY, opt.get('model_type'), 'model_type')
     check_model_block(train, model_cls, 'train', 'train')
     for key, value in train.items():
@@ -333,7 +397,7 @@ def check_val(opt: Mapping, model_cls) -> None:
     val = check_mapping(val, 'val', 'the validation block (val_freq, save_img, metrics)')
     check_model_block(val, model_cls, 'val', 'val')
     if opt.get('is_train') and 'val_freq' in val:
-        check_positive_number(val['val_freq'], 'val.val_freq')
+        check_whole_number(val['val_freq'], 'val.val_freq', 'iterations between validations')
     metrics = val.get('metrics')
     if metrics is not None:
         for name, metric in check_mapping(metrics, 'val.metrics', 'a mapping of metric names to blocks').items():
@@ -348,9 +412,9 @@ def check_logger_and_path(opt: Mapping) -> None:
     if logger is not None:
         logger = check_mapping(logger, 'logger', REQUIRED_TRAINING['logger'])
         check_keys(logger, schema.LOGGER_KEYS, 'logger', "BasicSR's logger")
-        for key in REQUIRED_LOGGER_KEYS:
+        for key, what in REQUIRED_LOGGER_KEYS.items():
             if key in logger:
-                check_positive_number(logger[key], f'logger.{key}')
+                check_whole_number(logger[key], f'logger.{key}', what)
         if logger.get('wandb') is not None:
             check_keys(
                 check_mapping(logger['wandb'], 'logger.wandb', 'a mapping (project, resume_id)'), schema.WANDB_KEYS,
@@ -415,8 +479,11 @@ def check_scheduler(train: Mapping) -> None:
 
 
 def check_num_gpu(opt: Mapping) -> None:
-    """``num_gpu`` (after BasicSR resolved 'auto') may not exceed the CUDA devices of this machine."""
+    """``num_gpu``: 'auto' (every CUDA device present, or the CPU), or a number no more than the CUDA devices of this
+    machine."""
     num_gpu = opt.get('num_gpu')
+    if num_gpu == 'auto':
+        return
     present = cuda_device_count()
     if isinstance(num_gpu, bool) or not isinstance(num_gpu, int) or num_gpu < 0:
         raise OptionError(f'num_gpu: expected "auto" or a number of GPUs >= 0, got {num_gpu!r}')
@@ -449,10 +516,15 @@ def check_run_options(opt: Mapping) -> None:
 
 
 def check_options(opt: Mapping) -> None:
-    """Every start-up check of a parsed BasicSR option dict (train or test)."""
+    """Every start-up check of a run's options as finally merged (the option file, its ``--force_yml`` entries, the
+    command line's presets; ``opt['is_train']``: the training launcher), before BasicSR adds its computed keys: one
+    place, so a value is checked the same whichever way it was set (``basicsr_glue.option_parsing``)."""
+    check_required(opt, bool(opt.get('is_train')))
+    check_names(opt)
     model_cls = registered(MODEL_REGISTRY, opt.get('model_type'), 'model_type')
     check_model_block(opt, model_cls, 'top', '')
     check_num_gpu(opt)
+    check_numbers(opt)
     check_run_options(opt)
     check_logger_and_path(opt)
     check_val(opt, model_cls)

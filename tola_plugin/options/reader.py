@@ -9,6 +9,10 @@ hands this loader to ``basicsr.utils.options``), tool and library function that 
   alias is an error. Checked on yaml's node graph, before anything is built; then every alias becomes its own copy,
   so that BasicSR's in-place edits of one block (``datasets.val.phase``) never reach another.
 - **Strict YAML.** A key given twice in one mapping is an error (yaml would keep the last one silently).
+- **``--force_yml`` entries** (``apply_force_yml``, the launchers' and the tools'): ``KEY:SUBKEY=VALUE``, the value
+  everything after the first '=', read by BasicSR's rules (``force_yml_value``); a malformed entry is an error naming
+  it and the form. The entries are applied before any check (options/checks.py), so an override is checked as the
+  file's own value is.
 
 Every error is an ``OptionError`` (a ValueError) naming the file, the line and what was expected.
 """
@@ -161,35 +165,54 @@ def read_option_value(text: str, source: str):
 def force_yml_value(text: str):
     """A ``--force_yml KEY=VALUE`` value as BasicSR's launchers read it (``basicsr.utils.options``'s rules: ``~`` or
     ``none`` -> None, ``true``/``false``, ``!!float x``, digits -> int, a decimal -> float, else the text), except that
-    a list (``[...]``) is read as YAML (upstream ``eval``-s it)."""
+    a number may have a sign (upstream reads ``-5`` as the text '-5') and a list (``[...]``) is read as YAML
+    (upstream ``eval``-s it)."""
     if text == '~' or text.lower() == 'none':
         return None
     if text.lower() in ('true', 'false'):
         return text.lower() == 'true'
     if text.startswith('!!float'):
-        return float(text.replace('!!float', ''))
-    if text.isdigit():
+        try:
+            return float(text.replace('!!float', ''))
+        except ValueError:
+            raise OptionError(f'--force_yml value {text!r}: !!float takes a number, e.g. !!float 1e-4') from None
+    digits = text[1:] if text.startswith(('+', '-')) else text
+    if digits.isdecimal():
         return int(text)
-    if text.replace('.', '', 1).isdigit() and text.count('.') < 2:
+    if digits.replace('.', '', 1).isdecimal() and digits.count('.') < 2:
         return float(text)
     if text.startswith('['):
         return read_option_value(text, f'--force_yml value {text!r}')
     return text
 
 
+#: the form of a --force_yml entry, as its errors say it
+FORCE_YML_FORM = 'KEY:SUBKEY=VALUE (the option\'s path, keys joined by ":", then "=" and its value), e.g. ' \
+    'train:total_iter=1000'
+
+
+def force_yml_entry(entry: str, where: str = '--force_yml'):
+    """(keys, value) of one ``--force_yml`` entry ``a:b:c=value``: the keys before the first '=', the value after it
+    (``force_yml_value``; it may hold '=': ``name=a=b`` sets name to 'a=b'). An entry without '=' or with an empty key
+    is an OptionError naming it and the form."""
+    keys, sep, value = entry.partition('=')
+    path = [key.strip() for key in keys.split(':')]
+    if not sep or not all(path):
+        what = 'has no "="' if not sep else 'has an empty key'
+        raise OptionError(f'{where} {entry!r}: {what}; expected {FORCE_YML_FORM}')
+    return path, force_yml_value(value.strip())
+
+
 def apply_force_yml(opt: Dict, entries, where: str = '--force_yml') -> Dict:
-    """``opt`` with each ``a:b:c=value`` of ``entries`` set, as BasicSR's launchers set them (``force_yml_value``;
-    the parents ``a:b`` must exist, the last key may be new) — for the tools that read an option file outside the
-    launchers (tola-export-merged). A malformed entry or a missing parent is an OptionError naming it."""
+    """``opt`` with each ``a:b:c=value`` of ``entries`` set (``force_yml_entry``; the parents ``a:b`` must be blocks
+    of ``opt``, the last key may be new), as every launcher and tool applies them, before any check of the options.
+    A malformed entry or a missing parent is an OptionError naming the entry."""
     for entry in entries or ():
-        keys, sep, value = entry.partition('=')
-        path = [key.strip() for key in keys.split(':')]
-        if not sep or not all(path):
-            raise OptionError(f'{where} {entry!r}: expected KEY:SUBKEY=VALUE, e.g. network_g:backbone_init=demo')
+        path, value = force_yml_entry(entry, where)
         target = opt
         for depth, key in enumerate(path[:-1]):
-            if not isinstance(target, dict) or not isinstance(target.get(key), dict):
+            if not isinstance(target.get(key), dict):
                 raise OptionError(f'{where} {entry!r}: the option file has no block {":".join(path[:depth + 1])}')
             target = target[key]
-        target[path[-1]] = force_yml_value(value.strip())
+        target[path[-1]] = value
     return opt

@@ -10,11 +10,12 @@ or a laptop before the real run (docs/own_data.md, "A short run first"). What it
 - ``logger.print_freq: 1`` (a loss line every iteration).
 
 Validation and checkpoints keep their frequencies; BasicSR validates and saves ``net_g_latest.pth`` after the last
-iteration anyway. Applied by the launchers' option parser (``basicsr_glue.option_parsing``) after ``--force_yml``.
+iteration anyway. Applied by the launchers' option parser (``basicsr_glue.option_parsing``) after ``--force_yml`` and
+before the checks (``checks.check_options``), which see what it made.
 """
 from typing import Mapping, MutableMapping
 
-from tola_plugin.options.checks import OptionError
+from tola_plugin.options.checks import OptionError, check_whole_number
 
 SHORT_RUN_KEY = 'short_run'
 SHORT_RUN_BATCH = 2
@@ -48,8 +49,7 @@ def apply_short_run(opt: MutableMapping) -> str:
     n = opt.pop(SHORT_RUN_KEY, None)
     if n is None:
         return ''
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise OptionError(f'{SHORT_RUN_KEY}: expected a positive number of iterations, got {n!r}')
+    check_whole_number(n, SHORT_RUN_KEY, 'the iterations of the short run', floats=False)
     train = opt.get('train')
     if not opt.get('is_train') or not isinstance(train, MutableMapping):
         raise OptionError(f'{SHORT_RUN_KEY}: is for training option files (this one has no train block, or runs the '
@@ -66,8 +66,9 @@ def apply_short_run(opt: MutableMapping) -> str:
         train['accumulate_grad_batches'] = 1
     for phase, dataset in (opt.get('datasets') or {}).items():
         if phase.split('_')[0] == 'train' and isinstance(dataset, MutableMapping):
-            dataset['batch_size_per_gpu'] = min(
-                int(dataset.get('batch_size_per_gpu', SHORT_RUN_BATCH)), SHORT_RUN_BATCH)
+            batch = dataset.get('batch_size_per_gpu', SHORT_RUN_BATCH)
+            if isinstance(batch, int):  # anything else is the checks' to refuse, after the preset
+                dataset['batch_size_per_gpu'] = min(batch, SHORT_RUN_BATCH)
             dataset['num_worker_per_gpu'] = 0
     if isinstance(opt.get('logger'), MutableMapping):
         opt['logger']['print_freq'] = 1

@@ -40,9 +40,9 @@ import numpy as np  # noqa: E402
 from starlette.formparsers import MultiPartException  # noqa: E402
 
 from tola_plugin.data.image_io import ImageTooLargeError, read_image_file  # noqa: E402
-from tola_plugin.data.text_line_source import CANVAS_H  # noqa: E402
 from tola_plugin.inference.color_fix import COLOR_FIXES, check_color_fix  # noqa: E402
 from tola_plugin.inference.demo_model import demo_model_path, is_demo_model  # noqa: E402
+from tola_plugin.inference.image_kind import AUTO_REASONS, KINDS, check_kind, is_photo  # noqa: E402
 from tola_plugin.inference.pipeline import DEFAULT_COLOR_FIX, Restoration, TOLAPipeline  # noqa: E402
 from tola_plugin.inference.work_bounds import DEFAULT_MAX_OUTPUT_PIXELS, DEFAULT_MAX_WINDOWS  # noqa: E402
 from tola_plugin.utils.procfs import pid_alive  # noqa: E402
@@ -53,7 +53,6 @@ from tola_plugin.web.examples import example_paths  # noqa: E402
 UPLOAD_MAX_MEGAPIXELS = 4.0  # an uploaded image with more pixels is refused (CPU time grows with the pixels)
 UPLOAD_MAX_MB = 20.0  # larger uploads are refused by the server before they are stored
 STORED_UPLOADS_MAX_MB = 200.0  # all uploads (and Gradio's copies of shown images) kept at once: the oldest go first
-KINDS = ('auto', 'line', 'photo')  # what an uploaded image is, the page's switch (restore_upload)
 FORM_BYTES = 64 * 1024  # a request may carry one file of max_file_mb plus this much multipart form around it
 UPLOADS_PREFIX = 'tola-web-'
 TABLE_HEADERS = ['line', 'text prior (TransOCR)', 'prior confidence', 'PP-OCRv4 before', 'PP-OCRv4 after']
@@ -106,23 +105,16 @@ def _rows(restoration: Restoration) -> List[List]:
              text(line.text_after)] for number, line in enumerate(restoration.lines, start=1)]
 
 
-def looks_like_a_photo(height: int, width: int) -> bool:
-    """The page's 'auto' kind: a photo (its lines found first) when the image is more than two network lines tall
-    (256 rows), or taller than one (128) and less than twice as wide as tall; else one text line. A 900x600 photo is
-    a photo; a 128x32 line, a 32x32 word and a 512x128 canvas are lines."""
-    return height > 2 * CANVAS_H or (height > CANVAS_H and width < 2 * height)
-
-
 def restore_upload(pipeline: TOLAPipeline, path: str, name: str = '', kind: str = 'auto',
                    max_megapixels: float = UPLOAD_MAX_MEGAPIXELS, color_fix: Optional[str] = None) -> PageResult:
     """Restore the image file ``path`` for the page (``name``: the uploaded file's name, for messages and the noise
     seed, as tola-infer seeds by file name; ``kind``: 'line' (one text line), 'photo' (PP-OCRv4 finds the lines,
-    each restored in place) or 'auto' (``looks_like_a_photo``); ``color_fix``: the page's choice, set on the
-    pipeline, which serves one request at a time; None keeps the pipeline's). Raises ValueError with a message for
+    each restored in place) or 'auto' (by its shape, as tola-infer decides: ``inference.image_kind``);
+    ``color_fix``: the page's choice, set on the pipeline, which serves one request at a time; None keeps the
+    pipeline's). Raises ValueError with a message for
     the page when the file is not an image, declares more than ``max_megapixels`` million pixels (read from its
     header: refused before decoding), or exceeds the pipeline's bounds (windows, output pixels)."""
-    if kind not in KINDS:
-        raise ValueError(f'kind must be one of {KINDS}, got {kind!r}')
+    check_kind(kind)
     name = name or os.path.basename(path)
     try:
         rgb = read_image_file(path, pipeline.background, max_pixels=round(max_megapixels * 1e6), order='RGB')
@@ -138,7 +130,7 @@ def restore_upload(pipeline: TOLAPipeline, path: str, name: str = '', kind: str 
     if color_fix is not None:
         pipeline.color_fix = check_color_fix(color_fix)
     height, width = rgb.shape[:2]
-    detect = kind == 'photo' or (kind == 'auto' and looks_like_a_photo(height, width))
+    detect = is_photo(kind, height, width)
     start = time.perf_counter()
     # a bound of the work (windows, output pixels) is a ValueError naming the image, the limit and the option
     restoration = pipeline([rgb], detect=detect, recognize=True, names=[name])[0]
@@ -147,7 +139,7 @@ def restore_upload(pipeline: TOLAPipeline, path: str, name: str = '', kind: str 
     pasted = sum(bool(line.pasted) for line in restoration.lines)
     what = (f'as a photo: {len(restoration.lines)} line(s) found, {pasted} restored in place'
             if detect else 'as one text line')
-    why = {'auto': ' (kind auto: ' + ('taller than two lines or not wide' if detect else 'line-shaped') + ')'}
+    why = {'auto': f' (kind auto: {AUTO_REASONS[detect]})'}
     summary = (f'Restored **{markdown_text(name)}** {what}{why.get(kind, "")} in **{seconds:.2f} s** on '
                f'{_path(pipeline)}: {width}×{height} → {out_w}×{out_h} pixels.')
     if detect and not restoration.lines:

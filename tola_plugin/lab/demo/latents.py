@@ -29,8 +29,8 @@ class LatentCache:
     prior_confidences: Optional[np.ndarray] = None
 
 
-def _as_batch(array: np.ndarray, start: int, stop: int) -> torch.Tensor:
-    return torch.from_numpy(np.array(array[start:stop])).permute(0, 3, 1, 2).float().div_(255.0)
+def _as_batch(array: np.ndarray, start: int, stop: int, device='cpu') -> torch.Tensor:
+    return torch.from_numpy(np.array(array[start:stop])).to(device).permute(0, 3, 1, 2).float().div_(255.0)
 
 
 @torch.no_grad()
@@ -49,8 +49,11 @@ def build_latent_cache(folder: str, vae, ocr, pool: LinePool, inputs=None, batch
         shutil.rmtree(folder)  # ours: stale or unfinished
     os.makedirs(folder)
     vae.eval()
+    device = next(vae.parameters()).device  # encoded where the VAE is (a GPU's batches are larger)
+    if device.type != 'cpu':
+        batch_size *= 8
     n, n_lr = pool.num_lines, pool.lr.shape[0]
-    probe = vae.encode(_as_batch(pool.hr, 0, 1)).latent_dist.mode()
+    probe = vae.encode(_as_batch(pool.hr, 0, 1, device)).latent_dist.mode()
     shape = tuple(probe.shape[1:])
     out = {
         'z_hr': np.lib.format.open_memmap(os.path.join(folder, 'z_hr.npy'), 'w+', np.float32, (n, ) + shape),
@@ -60,17 +63,17 @@ def build_latent_cache(folder: str, vae, ocr, pool: LinePool, inputs=None, batch
         ocr.eval()
         out.update(prior_tokens=np.zeros((n_lr, 24), np.int64), prior_confidences=np.zeros((n_lr, 24), np.float32))
     for start in range(0, n, batch_size):
-        out['z_hr'][start:start + batch_size] = vae.encode(_as_batch(pool.hr, start,
-                                                                     start + batch_size)).latent_dist.mode().numpy()
+        out['z_hr'][start:start + batch_size] = vae.encode(_as_batch(pool.hr, start, start + batch_size,
+                                                                     device)).latent_dist.mode().cpu().numpy()
     log(f'latents: {n} HR lines encoded')
     for start in range(0, n_lr, batch_size):
-        x = _as_batch(pool.lr, start, start + batch_size)
-        out['z_lr'][start:start + batch_size] = vae.encode(x).latent_dist.mode().numpy()
+        x = _as_batch(pool.lr, start, start + batch_size, device)
+        out['z_lr'][start:start + batch_size] = vae.encode(x).latent_dist.mode().cpu().numpy()
         if ocr is not None:
             ids, probs = ocr.greedy_decode(x, max_steps=TEXT_STEPS, incremental=True)
             tokens, confidences = transocr_to_idm(ids, probs)
-            out['prior_tokens'][start:start + batch_size] = tokens.numpy()
-            out['prior_confidences'][start:start + batch_size] = confidences.numpy()
+            out['prior_tokens'][start:start + batch_size] = tokens.cpu().numpy()
+            out['prior_confidences'][start:start + batch_size] = confidences.cpu().numpy()
         if (start // batch_size) % 50 == 0:
             log(f'latents: LR {start + x.shape[0]}/{n_lr}')
     out['z_hr'].flush()

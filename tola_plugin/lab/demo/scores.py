@@ -22,8 +22,9 @@ from tola_plugin.ocr.transocr_recognizer import read_text
 def vae_psnr(vae, pool: LinePool, batch_size: int = 8) -> float:
     """Mean PSNR of decode(mode(encode(HR))) against HR over the pool's lines."""
     out, ref = [], []
+    device = next(vae.parameters()).device
     for start in range(0, pool.num_lines, batch_size):
-        x = images(pool.hr, range(start, min(start + batch_size, pool.num_lines)))
+        x = images(pool.hr, range(start, min(start + batch_size, pool.num_lines)), device=device)
         out.extend(tensor_to_uint8(vae.decode(vae.encode(x).latent_dist.mode()).sample))
         ref.extend(tensor_to_uint8(x))
     return mean_psnr_y8(out, ref)
@@ -34,8 +35,9 @@ def transocr_accuracy(ocr, array: np.ndarray, labels: Sequence[str], batch_size:
     """Exact-match accuracy (lower-cased, normalized) of greedy TransOCR (``read_text``) on the uint8 lines of
     ``array``."""
     hits = 0
+    device = next(ocr.parameters()).device
     for start in range(0, len(labels), batch_size):
-        x = images(array, range(start, min(start + batch_size, len(labels))))
+        x = images(array, range(start, min(start + batch_size, len(labels))), device=device)
         for read, label in zip(read_text(ocr, x), labels[start:start + batch_size]):
             hits += normalize(read.text, lower=True) == normalize(label, lower=True)
     return hits / len(labels)

@@ -12,10 +12,13 @@
    ẑ0 = (z_t - √(1-ᾱ)ε̂)/√ᾱ multiplies ε errors by ~102, so an ε loss alone leaves that step unusable
    (docs/demo_backbone.md). The text is the TransOCR prior with its confidences, the ground truth, or the
    empty text (all pads), drawn per sample.
-Every stage is deterministic given its seed and the thread count (the caller fixes both).
+Every stage is deterministic given its seed and the thread count (the caller fixes both). A ``StageRun`` says where a
+stage computes (CPU or CUDA), where its loop starts (a stage resumed from its partial file) and when it must stop (a
+deadline, read from an injectable clock); a stage stopped early returns ``iterations_done`` below its total.
 """
 import math
 import time
+from dataclasses import dataclass
 from typing import Callable, Dict, Optional, Sequence
 
 import numpy as np
@@ -32,18 +35,31 @@ from tola_plugin.text.alphabets import IDM_MAX_LEN, IDM_PAD
 Log = Callable[[str], None]
 
 
-def images(array: np.ndarray, rows: Sequence[int], stride=(1, 1)) -> torch.Tensor:
-    """uint8 (N,H,W,3) rows -> float (B,3,H/sy,W/sx) in [0,1] (``stride`` = nearest subsampling)."""
+@dataclass
+class StageRun:
+    """How one stage's loop runs: on ``device``, from iteration ``start`` (its earlier iterations done by a run that
+    stopped), until its total or until ``clock()`` reaches ``deadline`` (None: no deadline)."""
+    device: str = 'cpu'
+    start: int = 0
+    deadline: Optional[float] = None
+    clock: Callable[[], float] = time.monotonic
+
+    def stop(self) -> bool:
+        return self.deadline is not None and self.clock() >= self.deadline
+
+
+def images(array: np.ndarray, rows: Sequence[int], stride=(1, 1), device='cpu') -> torch.Tensor:
+    """uint8 (N,H,W,3) rows -> float (B,3,H/sy,W/sx) in [0,1] on ``device`` (``stride`` = nearest subsampling)."""
     sy, sx = stride
     batch = np.stack([array[int(r), ::sy, ::sx] for r in rows])
-    return torch.from_numpy(batch).permute(0, 3, 1, 2).float().div_(255.0)
+    return torch.from_numpy(batch).to(device).permute(0, 3, 1, 2).float().div_(255.0)
 
 
 class Progress:
     """Running means of the losses and a line every ``every`` iterations with speed and ETA."""
 
-    def __init__(self, stage: str, total: int, every: int, log: Log):
-        self.stage, self.total, self.every, self.log = stage, total, every, log
+    def __init__(self, stage: str, total: int, every: int, log: Log, start: int = 0):
+        self.stage, self.total, self.every, self.log, self.first = stage, total, every, log, start
         self.start = time.time()
         self.sums: Dict[str, float] = {}
         self.count = 0
@@ -56,7 +72,7 @@ class Progress:
         if (it + 1) % self.every == 0 or it + 1 == self.total:
             self.last = {k: v / self.count for k, v in self.sums.items()}
             elapsed = time.time() - self.start
-            per_it = elapsed / (it + 1)
+            per_it = elapsed / (it + 1 - self.first)
             text = ' '.join(f'{k} {v:.4f}' for k, v in self.last.items())
             self.log(f'{self.stage} {it + 1}/{self.total} {text} lr {lr:.2e} {per_it:.2f} s/it '
                      f'eta {per_it * (self.total - it - 1) / 60:.1f} min')
@@ -67,31 +83,43 @@ class Progress:
         return time.time() - self.start
 
 
-def _optimizer(params, lr: float, iterations: int, warmup: int, weight_decay: float = 0.0):
+def _optimizer(params, lr: float, iterations: int, warmup: int, weight_decay: float = 0.0, start: int = 0):
+    """AdamW with warm-up and cosine decay over ``iterations``, its schedule at iteration ``start`` (a resumed stage
+    continues its schedule; its moments start afresh, as they are not kept)."""
     optimizer = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.99), weight_decay=weight_decay)
-    return optimizer, get_cosine_schedule_with_warmup(optimizer, min(warmup, iterations // 2), iterations)
+    for group in optimizer.param_groups:
+        group.setdefault('initial_lr', lr)
+    return optimizer, get_cosine_schedule_with_warmup(optimizer, min(warmup, iterations // 2), iterations,
+                                                      last_epoch=start - 1)
+
+
+def _finish(progress: 'Progress', it: int) -> Dict[str, float]:
+    return {**{f'final_{k}': v for k, v in progress.last.items()}, 'seconds': progress.seconds, 'iterations_done': it}
 
 
 # --------------------------------------------------------------------------------------------------- VAE
 def train_vae(vae, pool: LinePool, iterations: int, batch_size: int, crop: Sequence[int], lr: float,
               kl_weight: float = 1e-6, lr_fraction: float = 0.5, warmup: int = 100, seed: int = 0, log: Log = print,
-              log_every: int = 50) -> Dict[str, float]:
+              log_every: int = 50, run: Optional[StageRun] = None) -> Dict[str, float]:
     """Reconstruction of random ``crop`` (h, w) windows of HR (and, with probability ``lr_fraction``, LR)
     lines. The VAE is convolutional (no mid-block attention in the demo config), so crops train the same
-    function as whole lines at a fraction of the cost. Returns the last logged losses and the seconds."""
-    rng = np.random.default_rng(seed)
-    generator = torch.Generator().manual_seed(seed)
-    optimizer, scheduler = _optimizer(vae.parameters(), lr, iterations, warmup)
+    function as whole lines at a fraction of the cost. Returns the last logged losses, the seconds and the
+    iterations done (``run``: device, start, deadline)."""
+    run = run or StageRun()
+    rng = np.random.default_rng(seed + run.start)
+    generator = torch.Generator(run.device).manual_seed(seed + run.start)
+    optimizer, scheduler = _optimizer(vae.parameters(), lr, iterations, warmup, start=run.start)
     ch, cw = int(crop[0]), int(crop[1])
-    progress = Progress('vae', iterations, log_every, log)
+    progress = Progress('vae', iterations, log_every, log, run.start)
     vae.train()
-    for it in range(iterations):
+    it = run.start
+    while it < iterations and not run.stop():
         batch = []
         for _ in range(batch_size):
             source = pool.lr if rng.random() < lr_fraction else pool.hr
             row, y, x = rng.integers(source.shape[0]), rng.integers(128 - ch + 1), rng.integers(512 - cw + 1)
             batch.append(source[row, y:y + ch, x:x + cw])
-        x = torch.from_numpy(np.stack(batch)).permute(0, 3, 1, 2).float().div_(255.0)
+        x = torch.from_numpy(np.stack(batch)).to(run.device).permute(0, 3, 1, 2).float().div_(255.0)
         posterior = vae.encode(x).latent_dist
         recon = vae.decode(posterior.sample(generator=generator)).sample
         l1 = (recon - x).abs().mean()
@@ -102,8 +130,9 @@ def train_vae(vae, pool: LinePool, iterations: int, batch_size: int, crop: Seque
         optimizer.step()
         scheduler.step()
         progress.update(it, scheduler.get_last_lr()[0], l1=l1.item(), kl=kl.item())
+        it += 1
     vae.eval()
-    return {**{f'final_{k}': v for k, v in progress.last.items()}, 'seconds': progress.seconds}
+    return _finish(progress, it)
 
 
 @torch.no_grad()
@@ -123,27 +152,30 @@ def normalise_latent_scale(vae, hr: torch.Tensor) -> float:
 
 # ---------------------------------------------------------------------------------------------- TransOCR
 def train_transocr(ocr, pool: LinePool, iterations: int, batch_size: int, lr: float, hr_fraction: float = 0.3,
-                   warmup: int = 200, seed: int = 0, log: Log = print, log_every: int = 50) -> Dict[str, float]:
+                   warmup: int = 200, seed: int = 0, log: Log = print, log_every: int = 50,
+                   run: Optional[StageRun] = None) -> Dict[str, float]:
     """Teacher-forced CE on HR lines (probability ``hr_fraction``) and LR lines. Images are subsampled to
     32x256 exactly as TransOCR's 'difftsr' preprocessing does (x[:, :, ::4, ::2]) before they are made
     float, so the loop never touches the full 128x512 arrays."""
     if ocr.preprocess_mode != 'difftsr':
         raise ValueError("train_transocr: the demo TransOCR uses preprocess 'difftsr'")
-    rng = np.random.default_rng(seed)
-    torch.manual_seed(seed)  # dropout
-    optimizer, scheduler = _optimizer(ocr.parameters(), lr, iterations, warmup, weight_decay=0.01)
-    progress = Progress('transocr', iterations, log_every, log)
+    run = run or StageRun()
+    rng = np.random.default_rng(seed + run.start)
+    torch.manual_seed(seed + run.start)  # dropout
+    optimizer, scheduler = _optimizer(ocr.parameters(), lr, iterations, warmup, weight_decay=0.01, start=run.start)
+    progress = Progress('transocr', iterations, log_every, log, run.start)
     n, stride = pool.num_lines, (4, 2)
     ocr.train()
-    for it in range(iterations):
+    it = run.start
+    while it < iterations and not run.stop():
         lines = rng.integers(n, size=batch_size)
         use_hr = rng.random(batch_size) < hr_fraction
         rows_lr = rng.integers(pool.degradations, size=batch_size) * n + lines
         x = torch.cat([
-            images(pool.hr if h else pool.lr, [line if h else row], stride)
+            images(pool.hr if h else pool.lr, [line if h else row], stride, run.device)
             for h, line, row in zip(use_hr, lines, rows_lr)
         ])
-        targets = torch.from_numpy(pool.ocr_target[lines])
+        targets = torch.from_numpy(pool.ocr_target[lines]).to(run.device)
         logits = ocr(x, targets)
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100)
         optimizer.zero_grad(set_to_none=True)
@@ -152,8 +184,9 @@ def train_transocr(ocr, pool: LinePool, iterations: int, batch_size: int, lr: fl
         optimizer.step()
         scheduler.step()
         progress.update(it, scheduler.get_last_lr()[0], ce=loss.item())
+        it += 1
     ocr.eval()
-    return {**{f'final_{k}': v for k, v in progress.last.items()}, 'seconds': progress.seconds}
+    return _finish(progress, it)
 
 
 # -------------------------------------------------------------------------------------------- IDM + MoM
@@ -174,7 +207,8 @@ def text_condition(kind: str, cache: LatentCache, pool: LinePool, row: int, line
 
 def train_idm(idm, mom, cache: LatentCache, pool: LinePool, iterations: int, batch_size: int, lr: float,
               one_step_fraction: float = 0.5, x0_weight: float = 1.0, text_probs: Optional[Dict] = None,
-              warmup: int = 200, seed: int = 0, log: Log = print, log_every: int = 50) -> Dict[str, float]:
+              warmup: int = 200, seed: int = 0, log: Log = print, log_every: int = 50,
+              run: Optional[StageRun] = None) -> Dict[str, float]:
     """DiffTSR's objective for the IDM and the MoM text encoder (see the module docstring).
 
     The first round(batch_size · one_step_fraction) samples of a batch are at t = 999 with
@@ -189,32 +223,35 @@ def train_idm(idm, mom, cache: LatentCache, pool: LinePool, iterations: int, bat
     if probs.get('predicted', 0) > 0 and cache.prior_tokens is None:
         raise ValueError("train_idm: text_probs uses 'predicted' priors but the latent cache has none "
                          '(build it with a TransOCR)')
-    rng = np.random.default_rng(seed)
-    generator = torch.Generator().manual_seed(seed)
+    run = run or StageRun()
+    device = run.device
+    rng = np.random.default_rng(seed + run.start)
+    generator = torch.Generator(device).manual_seed(seed + run.start)
     scheduler_ddpm = make_ldm_scheduler('ddpm')
     alpha_bar = scheduler_ddpm.alphas_cumprod
     last_t = NUM_TRAIN_TIMESTEPS - 1
     s0, s1 = float(alpha_bar[last_t].double().sqrt()), float((1 - alpha_bar[last_t].double()).sqrt())
     params = list(idm.parameters()) + list(mom.text_encoder.parameters())
-    optimizer, scheduler = _optimizer(params, lr, iterations, warmup, weight_decay=0.01)
-    progress = Progress('idm', iterations, log_every, log)
+    optimizer, scheduler = _optimizer(params, lr, iterations, warmup, weight_decay=0.01, start=run.start)
+    progress = Progress('idm', iterations, log_every, log, run.start)
     n_one = int(round(batch_size * one_step_fraction))
     kinds, weights = list(probs), np.array(list(probs.values()))
     n, k_deg = pool.num_lines, pool.degradations
     idm.train()
     mom.train()
-    for it in range(iterations):
+    it = run.start
+    while it < iterations and not run.stop():
         lines = rng.integers(n, size=batch_size)
         rows = rng.integers(k_deg, size=batch_size) * n + lines
-        z0 = LATENT_SCALE * torch.from_numpy(np.stack([cache.z_hr[i] for i in lines]))
-        z_lr = torch.from_numpy(np.stack([cache.z_lr[r] for r in rows]))
+        z0 = LATENT_SCALE * torch.from_numpy(np.stack([cache.z_hr[i] for i in lines])).to(device)
+        z_lr = torch.from_numpy(np.stack([cache.z_lr[r] for r in rows])).to(device)
         texts = [
             text_condition(kinds[rng.choice(len(kinds), p=weights)], cache, pool, r, i) for r, i in zip(rows, lines)
         ]
-        tokens = torch.stack([t for t, _ in texts])
-        token_weights = torch.stack([w for _, w in texts])
-        eps = torch.randn(z0.shape, generator=generator)
-        t = torch.from_numpy(rng.integers(NUM_TRAIN_TIMESTEPS, size=batch_size))
+        tokens = torch.stack([t for t, _ in texts]).to(device)
+        token_weights = torch.stack([w for _, w in texts]).to(device)
+        eps = torch.randn(z0.shape, generator=generator, device=device)
+        t = torch.from_numpy(rng.integers(NUM_TRAIN_TIMESTEPS, size=batch_size)).to(device)
         t[:n_one] = last_t
         z_t = scheduler_ddpm.add_noise(z0, eps, t)
         z_t[:n_one] = s0 * z_lr[:n_one] + s1 * eps[:n_one]
@@ -235,6 +272,7 @@ def train_idm(idm, mom, cache: LatentCache, pool: LinePool, iterations: int, bat
         optimizer.step()
         scheduler.step()
         progress.update(it, scheduler.get_last_lr()[0], **{k: v.item() for k, v in losses.items()})
+        it += 1
     idm.eval()
     mom.eval()
-    return {**{f'final_{k}': v for k, v in progress.last.items()}, 'seconds': progress.seconds}
+    return _finish(progress, it)

@@ -5,7 +5,8 @@ no internet): docs/training_gpus.md, "The GPU check". Two forms, each under 60 M
   working tree, 31 MiB, plus what it carries): only what the checkout lacks, in ``build/gpu_carry/``. The checkout's
   own package runs from ``PYTHONPATH``; ``bash tools/gpu_check.sh REPORT_DIR`` there::
 
-      wheels/        every dependency the image lacks (``WHEELS``; the ABI-tied ones for CPython 3.10-3.12)
+      wheels/        every dependency the image lacks (``WHEELS``; the ABI-tied ones for CPython 3.10-3.12, or
+                     those of ``--pythons``)
       data/          rendered lines for training and validation;  fixtures/rendered_sets: the tests' fixture
       MANIFEST.json  every wheel (version, origin, sha256), the versions the tests ran with here, the commit
 
@@ -24,19 +25,20 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
 from tola_plugin.data_preparation.image_checks import sha256_file
 from tola_plugin.data_preparation.rendered_lines import write_rendered_lines, write_rendered_pairs
-from tola_plugin.lab.gpu_check.environment import BUNDLED_MODULES, IMAGE_MODULES, tested_versions
+from tola_plugin.lab.gpu_check.environment import IMAGE_MODULES, tested_versions
 from tola_plugin.utils.atomic_files import write_json
 from tola_plugin.utils.cli_errors import UsageError
 from tola_plugin.utils.user_cache import cache_path
 
 LIMIT_BYTES = 60 * 2**20  # what a short GPU lease carries (64 MiB), less room for the report's way back
-PYTHON_VERSIONS = ('3.10', '3.11', '3.12')  # of CUDA PyTorch images (torch 2.11 images: 3.12)
+# of CUDA PyTorch images (torch 2.11 images: 3.12); the default of ``--pythons`` (tools/gpu_bundle.py)
+PYTHON_VERSIONS = ('3.10', '3.11', '3.12')
 PLATFORMS = ('manylinux2014_x86_64', 'manylinux_2_17_x86_64', 'manylinux_2_27_x86_64', 'manylinux_2_28_x86_64')
 # What travels besides this package: the distributions the check imports that a stock CUDA PyTorch image lacks
 # ('binary': pip downloads the manylinux wheel, or the pure-Python one; 'sdist': PyPI has only the source, built here
@@ -132,19 +134,25 @@ def _download(name: str, spec: str, python: str, cache: str) -> None:
     ], f'downloading the CPython {python} wheel of {name}{spec}')
 
 
-def dependency_wheels(name: str, how: str, cache: str) -> List[Tuple[str, str]]:
+def ordered_pythons(pythons: Sequence[str]) -> Tuple[str, ...]:
+    """CPython versions ('3.12', '3.10') without repeats, oldest first."""
+    return tuple(sorted(set(pythons), key=lambda v: tuple(int(part) for part in v.split('.'))))
+
+
+def dependency_wheels(name: str, how: str, cache: str,
+                      pythons: Sequence[str] = PYTHON_VERSIONS) -> List[Tuple[str, str]]:
     """[(path, origin)] of the cached wheels of ``name``, fetched or built on first use: the version installed here;
-    for a binary wheel tied to CPython's ABI, one per ``PYTHON_VERSIONS`` (the tested version, or where PyPI has no
-    wheel of it for that Python, the newest older one that has: the origin says so)."""
+    for a binary wheel tied to CPython's ABI, one per version of ``pythons`` (oldest first; the tested version, or
+    where PyPI has no wheel of it for that Python, the newest older one that has: the origin says so)."""
     version = installed_version(name)
     if how == 'sdist':  # a source release: built without isolation (basicsr's setup.py imports torch), pure Python
-        found = _find_wheel(cache, name, version, PYTHON_VERSIONS[-1])
+        found = _find_wheel(cache, name, version, pythons[-1])
         if found is None:
             _pip(['wheel', '-q', '--no-deps', '--no-build-isolation', '-w', cache, f'{name}=={version}'],
                  f'building a wheel of {name}=={version} from its source release')
-        return [(_require(cache, name, version, PYTHON_VERSIONS[-1]), 'built from its source release')]
+        return [(_require(cache, name, version, pythons[-1]), 'built from its source release')]
     wheels = []
-    for python in reversed(PYTHON_VERSIONS):  # newest first: a pure wheel found for it serves them all
+    for python in reversed(pythons):  # newest first: a pure wheel found for it serves them all
         found = _find_wheel(cache, name, version, python)
         if found is None:
             try:
@@ -220,12 +228,13 @@ def git_commit(root: str) -> str:
     return (proc.stdout.strip() or 'unknown') + (' (with uncommitted changes)' if dirty else '')
 
 
-def write_wheels(folder: str, cache: str, log) -> List[Dict]:
-    """Copy every dependency wheel (``WHEELS``) into ``folder``; -> their manifest entries."""
+def write_wheels(folder: str, cache: str, log, pythons: Sequence[str] = PYTHON_VERSIONS) -> List[Dict]:
+    """Copy every dependency wheel (``WHEELS``; those tied to CPython's ABI for ``pythons``) into ``folder``; -> their
+    manifest entries."""
     os.makedirs(folder, exist_ok=True)
     entries = []
     for name, how in WHEELS.items():
-        for path, origin in dependency_wheels(name, how, cache):
+        for path, origin in dependency_wheels(name, how, cache, pythons):
             shutil.copy2(path, folder)
             entries.append(wheel_entry(path, name, origin))
             log(f'wheel {entries[-1]["file"]} ({origin})')
@@ -233,8 +242,16 @@ def write_wheels(folder: str, cache: str, log) -> List[Dict]:
 
 
 def write_data(out: str) -> None:
-    """The rendered lines of the training runs (``data/train``, ``data/val``: HR + labels.tsv) and the tests'
-    ``rendered_sets`` fixture (``fixtures/rendered_sets/{train,val}``: hr/, lr_x4/, labels.tsv)."""
+    """The rendered lines of the training runs (``data/train``, ``data/val``: HR + labels.tsv), the tests'
+    ``rendered_sets`` fixture (``fixtures/rendered_sets/{train,val}``: hr/, lr_x4/, labels.tsv), the font subsets the
+    demo_model step renders with (``fonts/``) and, when ``build/demo_model_state`` holds an earlier lease's files, that
+    state (``demo_model_state/``: the step resumes from it)."""
+    from tola_plugin.lab.demo.fonts import write_font_subsets
+    from tola_plugin.lab.gpu_check.demo_model_step import FONTS, STATE
+    write_font_subsets(os.path.join(out, FONTS))
+    state = os.path.join(repository_root(), 'build', STATE)
+    if os.path.isfile(os.path.join(state, 'stages.json')):
+        shutil.copytree(state, os.path.join(out, STATE))
     for phase, num, seed in (('train', TRAIN_LINES, 0), ('val', VAL_LINES, 1)):
         write_rendered_lines(num, seed=seed, out=os.path.join(out, 'data', phase), chinese_chars='demo')
     for phase, (num, seed) in FIXTURE_LINES.items():
@@ -264,29 +281,35 @@ def _start(out: str, wheel_cache: Optional[str]) -> Tuple[str, str]:
     return repository_root(), cache
 
 
-def _manifest(root: str, mode: str, entries: List[Dict]) -> Dict:
+def _manifest(root: str, mode: str, entries: List[Dict], pythons: Sequence[str]) -> Dict:
     return {
         'built': datetime.datetime.now().astimezone().isoformat(timespec='seconds'), 'commit': git_commit(root),
-        'mode': mode, 'pythons': list(PYTHON_VERSIONS), 'platforms': list(PLATFORMS), 'wheels': entries,
+        'mode': mode, 'pythons': list(pythons), 'platforms': list(PLATFORMS), 'wheels': entries,
         'image_modules': list(IMAGE_MODULES), 'tested_versions': tested_versions()
     }
 
 
-def build_carry(out: str, wheel_cache: Optional[str] = None, log=print) -> Dict:
-    """Write what a lease carries beside this checkout into ``out`` (replaced). -> the manifest. ValueError when the
-    checkout and ``out`` together exceed ``LIMIT_BYTES``; OSError when pip cannot fetch or build a wheel."""
+def build_carry(out: str, wheel_cache: Optional[str] = None, log=print,
+                pythons: Sequence[str] = PYTHON_VERSIONS) -> Dict:
+    """Write what a lease carries beside this checkout into ``out`` (replaced), with the wheels tied to CPython's ABI
+    for the versions ``pythons``. -> the manifest. ValueError when the checkout and ``out`` together exceed
+    ``LIMIT_BYTES``; OSError when pip cannot fetch or build a wheel."""
     root, cache = _start(out, wheel_cache)
-    entries = write_wheels(os.path.join(out, 'wheels'), cache, log)
+    pythons = ordered_pythons(pythons)
+    entries = write_wheels(os.path.join(out, 'wheels'), cache, log, pythons)
     write_data(out)
-    manifest = dict(_manifest(root, 'checkout', entries), checkout_bytes=checkout_bytes(root))
+    manifest = dict(_manifest(root, 'checkout', entries, pythons), checkout_bytes=checkout_bytes(root))
     return finish(out, manifest, LIMIT_BYTES, 'the checkout with its GPU carry', log)
 
 
-def build_bundle(out: str, wheel_cache: Optional[str] = None, log=print) -> Dict:
-    """Write the GPU bundle into the folder ``out`` (replaced). -> the manifest (also MANIFEST.json).
-    OSError when pip cannot fetch or build a wheel; ValueError when the folder exceeds ``LIMIT_BYTES``."""
+def build_bundle(out: str, wheel_cache: Optional[str] = None, log=print,
+                 pythons: Sequence[str] = PYTHON_VERSIONS) -> Dict:
+    """Write the GPU bundle into the folder ``out`` (replaced), with the wheels tied to CPython's ABI for the versions
+    ``pythons``. -> the manifest (also MANIFEST.json). OSError when pip cannot fetch or build a wheel; ValueError
+    when the folder exceeds ``LIMIT_BYTES``."""
     root, cache = _start(out, wheel_cache)
-    entries = write_wheels(os.path.join(out, 'wheels'), cache, log)
+    pythons = ordered_pythons(pythons)
+    entries = write_wheels(os.path.join(out, 'wheels'), cache, log, pythons)
     entries.append(
         wheel_entry(package_wheel(root, os.path.join(out, 'wheels')), 'tola-plugin', 'built from this checkout'))
     log(f'wheel {entries[-1]["file"]} ({entries[-1]["origin"]})')
@@ -297,9 +320,4 @@ def build_bundle(out: str, wheel_cache: Optional[str] = None, log=print) -> Dict
     for name in ('options', 'tests'):
         shutil.copytree(os.path.join(root, name), os.path.join(out, name), ignore=IGNORED)
     write_data(out)
-    return finish(out, _manifest(root, 'bundle', entries), LIMIT_BYTES, 'the GPU bundle', log)
-
-
-def bundled_distributions() -> List[str]:
-    """The canonical names of the distributions the carry or the bundle brings (the package itself included)."""
-    return sorted(canonicalize_name(n) for n in BUNDLED_MODULES)
+    return finish(out, _manifest(root, 'bundle', entries, pythons), LIMIT_BYTES, 'the GPU bundle', log)

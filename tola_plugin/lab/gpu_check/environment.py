@@ -5,6 +5,7 @@ import importlib
 import importlib.metadata
 import os
 import platform
+import re
 import sys
 from typing import Dict, List, Mapping, Optional
 
@@ -67,15 +68,38 @@ def tested_versions() -> Dict[str, str]:
     return found
 
 
+def image_distributions(site: str, root: str = '') -> Dict[str, str]:
+    """{distribution: version} of every distribution this Python sees but the carry's private folder ``site`` and the
+    checkout ``root``: on a GPU, the image's whole list (what an allowlist of the dry run's stand-in would start
+    from: docs/training_gpus.md, "How it runs")."""
+    found = {}
+    for dist in importlib.metadata.distributions():
+        name = dist.metadata['Name']
+        if name and path_origin(str(dist.locate_file('')), site, root) == 'image':
+            found.setdefault(re.sub(r'[-_.]+', '-', name).lower(), dist.version)  # PEP 503's name
+    return dict(sorted(found.items()))
+
+
+def path_origin(path: str, site: str, root: str = '') -> str:
+    """'carry' (in the private folder ``site``), 'checkout' (in the checkout ``root``, not in a site-packages) or
+    'image'."""
+    path = os.path.realpath(path)
+
+    def within(folder):
+        return path == folder or path.startswith(folder + os.sep)
+
+    if site and within(os.path.realpath(site)):
+        return 'carry'
+    if root and within(os.path.realpath(root)) and 'site-packages' not in path.split(os.sep):
+        return 'checkout'  # (a virtualenv inside the checkout is the image's stand-in, not the checkout)
+    return 'image'
+
+
 def module_origin(module, site: str, root: str = '') -> str:
     """'carry' (the private folder ``site`` the wheels were installed into), 'checkout' (the checkout ``root``) or
     'image'."""
-    path = os.path.realpath(getattr(module, '__file__', '') or '')
-    if site and path.startswith(os.path.realpath(site) + os.sep):
-        return 'carry'
-    if root and path.startswith(os.path.realpath(root) + os.sep) and 'site-packages' not in path.split(os.sep):
-        return 'checkout'  # (a virtualenv inside the checkout is the image's stand-in, not the checkout)
-    return 'image'
+    path = getattr(module, '__file__', None)
+    return path_origin(path, site, root) if path else 'image'  # (no file: a namespace package, built in)
 
 
 def check_imports(image_modules: List[str], site: str, root: str = '',

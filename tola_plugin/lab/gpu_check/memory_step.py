@@ -60,7 +60,7 @@ def failure_kind(err: RuntimeError) -> Optional[str]:
 
 def measure(model, batch: Dict, precision: str, tf32: bool, parts, iterations: int, device: torch.device) -> Dict:
     """Peak memory and seconds of ``iterations`` optimizer steps of ``model`` in one configuration; the peak is
-    reset after the first (warm-up) iteration."""
+    reset after the first (warm-up) iteration, whose seconds (cuDNN's trials) are reported apart."""
     net = model.bare_net
     net.set_switches(precision=precision)
     net.set_gradient_checkpointing(parts)
@@ -90,8 +90,9 @@ def measure(model, batch: Dict, precision: str, tf32: bool, parts, iterations: i
         if cuda:
             torch.cuda.empty_cache()
     row = {
-        'seconds_per_iteration': round(statistics.median(seconds[1:] or seconds),
-                                       3), 'all_seconds': [round(s, 3) for s in seconds],
+        'seconds_per_iteration': round(statistics.median(seconds[1:] or seconds), 3),
+        'first_iteration_seconds': round(seconds[0], 3),  # with cuDNN's trials (report.py's column of that name)
+        'all_seconds': [round(s, 3) for s in seconds],
         'losses_finite': all(bool(torch.isfinite(torch.as_tensor(v))) for v in model.log_dict.values())
     }
     if peak is not None:

@@ -11,6 +11,7 @@ from tola_plugin.utils.atomic_files import write_json, write_text
 JSON_FILE, MARKDOWN_FILE = 'gpu_check.json', 'gpu_check.md'
 STEP_TITLES = {
     'smoke': '1. Smoke: one training step and one restore of the tiny network',
+    'demo_model': 'The demo model trained for the package (backbone, then TOLA; files in demo_model/)',
     'memory': '2. Peak GPU memory and seconds per training iteration (batch 16, full size)',
     'precision': '3. Each precision where TOLA amplifies its error (demo backbone, frozen route)',
     'inference': '4. Inference in each precision (full size)', 'cuda_tests': '5. Tests marked cuda',
@@ -19,6 +20,8 @@ STEP_TITLES = {
 
 
 def verdict(step: Dict) -> str:
+    if step.get('interrupted'):
+        return f'INTERRUPTED by {step["interrupted"]}: killed with its processes'
     if step.get('skipped'):
         return 'skipped: ' + step['skipped']
     if 'error' in step:
@@ -149,9 +152,28 @@ def _resume(s: Dict) -> List[str]:
     ] + table(['run', 'seconds'], runs)
 
 
+def _demo_model(s: Dict) -> List[str]:
+    adaptation = s.get('adaptation') or {}
+    lines = [
+        f'Backbone: {s["backbone"]}. Adaptation: {adaptation.get("total_iter", "not run")} iterations planned, '
+        f'{adaptation.get("exit_status", "")} ({adaptation.get("seconds", 0)} s), from '
+        f'{adaptation.get("started_from", "-")}.', ''
+    ]
+    if s.get('held_out'):
+        lines += table(['held-out pool', 'PSNR (dB)', 'TransOCR ACC'],
+                       [['LR', _g(s['held_out']['psnr_lr'], 4),
+                         _g(s['held_out']['transocr_acc_lr'])],
+                        ['TOLA', _g(s['held_out']['psnr_tola'], 4),
+                         _g(s['held_out']['transocr_acc_tola'])]]) + ['']
+    return lines + [
+        'Files to bring back (demo_model/): ' + ', '.join(f'{k} ({v / 2**20:.1f} MiB)'
+                                                          for k, v in sorted(s['files'].items()))
+    ]
+
+
 SECTIONS = {
-    'smoke': _smoke, 'memory': _memory, 'precision': _precision, 'inference': _inference, 'cuda_tests': _cuda_tests,
-    'resume': _resume
+    'smoke': _smoke, 'demo_model': _demo_model, 'memory': _memory, 'precision': _precision, 'inference': _inference,
+    'cuda_tests': _cuda_tests, 'resume': _resume
 }
 
 
@@ -160,7 +182,8 @@ def markdown(result: Dict) -> str:
     lines = [
         f'# TOLA GPU check{" (dry run: CPU, tiny network)" if result["dry_run"] else ""}', '',
         f'{result["started"]}, {bundle.get("mode", "bundle")} of commit {bundle.get("commit", "unknown")}, '
-        f'`{result["command"]}`; {result["seconds"]:.0f} s in all (deadline {result.get("deadline_s", "none")} s).', ''
+        f'`{result["command"]}`; {result["seconds"]:.0f} s in all (deadline {result.get("deadline_s", "none")} s)' +
+        (f'; INTERRUPTED by {result["interrupted"]}.' if result.get('interrupted') else '.'), ''
     ] + _machine(result['machine']) + [''] + _skew(result.get(
         'distributions', {})) + ['', '| step | result | seconds |', '|---|---|---|']
     for key, title in STEP_TITLES.items():

@@ -1,0 +1,70 @@
+"""The GPU check's demo_model step (tola_plugin/lab/gpu_check/demo_model_step.py) in a dry run on the CPU: the tests'
+tiny backbone and a few adaptation iterations, rendered with the carried font subsets only; what it packs fits what a
+lease brings back, and a second lease that carries the packed files in resumes from them instead of starting over."""
+import json
+import os
+
+import pytest
+from safetensors import safe_open
+
+from tola_plugin.data_preparation.image_checks import sha256_file
+from tola_plugin.lab.demo.fonts import demo_characters, write_font_subsets
+from tola_plugin.lab.gpu_check.demo_model_step import (ADAPTATION_FILE, MAX_FILE_BYTES, MAX_FILES, RECORD_FILE, STATE,
+                                                       carried_fonts, demo_model_step)
+from tola_testing import REPO, one_thread  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.usefixtures('one_thread')
+
+
+@pytest.fixture(scope='module')
+def carry(tmp_path_factory):
+    """A carry folder holding only the font subsets (what `make gpu-carry` writes as fonts/)."""
+    data = tmp_path_factory.mktemp('carry')
+    written = write_font_subsets(str(data / 'fonts'))
+    assert written and all(os.path.getsize(p) < 200_000 for p in written)  # subsets, not whole CJK fonts
+    return data
+
+
+def test_font_subsets_cover_the_demo_characters(carry):
+    from fontTools.ttLib import TTFont
+    for path in carried_fonts(str(carry)):
+        cmap = TTFont(path).getBestCmap()
+        assert all(ord(c) in cmap for c in demo_characters()), path
+
+
+def test_missing_fonts_name_the_folder_and_the_command(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r'fonts.*make gpu-carry'):
+        carried_fonts(str(tmp_path))
+
+
+def test_dry_run_packs_what_a_lease_brings_back_and_the_next_lease_resumes(carry, tmp_path, monkeypatch):
+    monkeypatch.setenv('FONTCONFIG_FILE', os.devnull)  # like the GPU image: no system font to fall back on
+    out = tmp_path / 'out'
+    result = demo_model_step(REPO, str(carry), str(tmp_path / 'lease1'), True, str(out), seconds=600)
+    assert result['passed'], result
+    assert result['backbone'] == 'finished' and result['adaptation']['exit_status'] == 0
+    files = sorted(os.listdir(out))
+    assert files == sorted(
+        ['vae.safetensors', 'idm.safetensors', 'transocr.safetensors', 'stages.json', ADAPTATION_FILE, RECORD_FILE])
+    assert len(files) <= MAX_FILES and all(os.path.getsize(out / f) <= MAX_FILE_BYTES for f in files)
+    for name in ('vae', 'idm', 'transocr'):
+        with safe_open(str(out / f'{name}.safetensors'), 'pt') as f:
+            assert {str(f.get_tensor(k).dtype) for k in f.keys()} <= {'torch.float16', 'torch.int64'}
+    stages = json.loads((out / 'stages.json').read_text(encoding='utf-8'))
+    assert stages['idm']['inputs']['vae'] == sha256_file(str(out / 'vae.safetensors'))  # the packed file's digest
+    record = json.loads((out / RECORD_FILE).read_text(encoding='utf-8'))
+    assert set(record['held_out']) == {'psnr_lr', 'psnr_tola', 'transocr_acc_lr', 'transocr_acc_tola'}
+    assert any('idm' in line for line in record['backbone_log_tail'])
+
+    # The next lease carries the packed files in: every stage is reused, the adaptation starts from the carried one.
+    os.rename(out, carry / STATE)
+    try:
+        again = demo_model_step(REPO, str(carry), str(tmp_path / 'lease2'), True, str(tmp_path / 'out2'), seconds=600)
+    finally:
+        os.rename(carry / STATE, tmp_path / 'state1')
+    assert again['passed'], again
+    record = json.loads((tmp_path / 'out2' / RECORD_FILE).read_text(encoding='utf-8'))
+    assert record['unpacked_state'] is True
+    log = '\n'.join(record['backbone_log_tail'])
+    assert all(f'{s}: reusing' in log for s in ('vae', 'idm', 'transocr')), log
+    assert record['adaptation']['started_from'].endswith(os.path.join(STATE, ADAPTATION_FILE))
