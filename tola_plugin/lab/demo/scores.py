@@ -48,9 +48,10 @@ def one_step_scores(net, pool: LinePool, batch_size: int = 8) -> Dict[str, float
     """Frozen one-step route (``net``: a TOLANet, eval mode) on the first LR version of every pool line:
     mean PSNR of the LR input and of the restored line against HR, and TransOCR accuracy of both."""
     lr_imgs, out_imgs, hr_imgs = [], [], []
+    device = next(net.parameters()).device  # where the network is (the GPU check's demo_model step: CUDA)
     for start in range(0, pool.num_lines, batch_size):
         rows = range(start, min(start + batch_size, pool.num_lines))
-        lq, gt = images(pool.lr, rows), images(pool.hr, rows)
+        lq, gt = images(pool.lr, rows, device=device), images(pool.hr, rows)
         restored = net(lq, noise_seeds=list(rows))
         lr_imgs.extend(tensor_to_uint8(lq))
         out_imgs.extend(tensor_to_uint8(restored))
