@@ -145,6 +145,14 @@ def _exif_orientation(data: bytes) -> int:
         return 1
 
 
+def _header_size(f, path: str) -> Tuple[int, int]:
+    """(width, height) an open image file declares in its header; an empty file is not decodable."""
+    size = os.fstat(f.fileno()).st_size
+    if size == 0:
+        raise not_decodable(path, 0)
+    return declared_size(f, path, size)
+
+
 def upright_size(path: str) -> Tuple[int, int]:
     """(height, width) of the image ``read_image_file`` reads from ``path``, from its header without decoding: the
     declared size, turned by the EXIF orientation. A PNG's EXIF is taken from before its pixels only (Pillow would
@@ -152,10 +160,7 @@ def upright_size(path: str) -> Tuple[int, int]:
     ``read_image_file`` does for a file it cannot read."""
     check_regular_file(path, 'image file', 'an image file')
     with open(path, 'rb') as f:
-        size = os.fstat(f.fileno()).st_size
-        if size == 0:
-            raise not_decodable(path, 0)
-        width, height = declared_size(f, path, size)
+        width, height = _header_size(f, path)
         orientation = 1
         try:
             with warnings.catch_warnings():
@@ -377,10 +382,7 @@ def read_image_file(path: str, background: Sequence[int] = WHITE, max_pixels: Op
     max_pixels = check_max_pixels(max_pixels)
     check_regular_file(path, 'image file', 'an image file')
     with open(path, 'rb') as f:
-        size = os.fstat(f.fileno()).st_size
-        if size == 0:
-            raise not_decodable(path, 0)
-        width, height = declared_size(f, path, size)
+        width, height = _header_size(f, path)
         if max_pixels is not None and width * height > max_pixels:
             raise budget_error(path, width, height, max_pixels)
         f.seek(0)
