@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup demo demo-baseline restore-demo web lint test test-cuda test-isa margins gpu-carry gpu-bundle clean
+.PHONY: setup demo demo-baseline restore-demo web lint test test-gpu-dry-run test-cuda test-isa margins gpu-carry gpu-bundle clean
 
 setup: $(VENV)/.installed
 
@@ -38,8 +38,13 @@ lint: setup
 
 # Two worker processes (pytest-xdist): the suite is CPU-bound and CI has 2 cores. OpenVINO runs in worker processes
 # of its own (tola_plugin/runtime), never in a test process, so one session holds every test (docs/testing.md).
+# The GPU check's end-to-end dry runs (marked gpu_dry_run: minutes each, one process apiece) run apart, in
+# test-gpu-dry-run, so that make test stays under 10 minutes on 2 cores; CI runs both.
 test: setup
-	$(PY) -m pytest -q -n 2 tests
+	$(PY) -m pytest -q -n 2 -m "not gpu_dry_run" tests
+
+test-gpu-dry-run: setup
+	$(PY) -m pytest -q -n 2 -m gpu_dry_run tests
 
 # The tests that need a GPU (marked `cuda`): training, 2-rank NCCL DDP (with two GPUs), tola-infer and TOLAPipeline in
 # each precision, exact resume, the 200-step route (docs/testing.md). They fail, naming why, where no GPU is usable

@@ -30,6 +30,8 @@ ENV_VAR = 'TOLA_PLUGIN_HOOK'
 HOOK_PTH = 'tola_plugin_hook.pth'
 HOOK_LINE = 'import tola_plugin_hook; tola_plugin_hook.install()\n'
 LAUNCHERS = ('basicsr.train', 'basicsr.test')
+# launchers whose command line is checked before their package is imported (``LauncherCheck``)
+CHECKED_LAUNCHERS = LAUNCHERS + ('tola_plugin.train', 'tola_plugin.test')
 _OFF, _ON = ('0', 'off', 'false', 'no'), ('', '1', 'on', 'true', 'yes')
 
 
@@ -80,6 +82,28 @@ def forget_launcher_run_as_main():
         sys.modules.pop(name, None)
 
 
+class LauncherCheck:
+    """``sys.meta_path`` finder of a process started as ``python -m LAUNCHER`` (``CHECKED_LAUNCHERS``): before runpy
+    imports what would import torch (``basicsr``, or ``tola_plugin.train`` once its light package is imported), it
+    runs ``tola_cli.command.check_launcher_start``: --help, usage errors, a wrong option file or data path answer at
+    once, not after tens of seconds of imports. Finds nothing itself."""
+
+    def __init__(self, launcher: str):
+        self.launcher = launcher
+        self.first = 'basicsr' if launcher.startswith('basicsr.') else launcher
+        self.done = False
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.first or self.done:
+            return None
+        # one shot; it stays in sys.meta_path: removing it while the import system walks that list would skip the
+        # finder after it (the shim's, which basicsr needs)
+        self.done = True
+        from tola_cli.command import check_launcher_start
+        check_launcher_start(self.launcher)
+        return None
+
+
 def installed() -> bool:
     """Whether the hook waits for basicsr's first import in this process."""
     finder = tola_plugin_shim.waiting_finder()
@@ -88,10 +112,14 @@ def installed() -> bool:
 
 def install():
     """Called by tola_plugin_hook.pth at interpreter start: wait for basicsr's first import (unless basicsr is
-    already imported or the hook is turned off). Imports nothing but the standard library and the shim's module."""
+    already imported or the hook is turned off), and, in ``python -m`` of a launcher, check its command line first
+    (``LauncherCheck``). Imports nothing but the standard library and the shim's module."""
     if 'basicsr' in sys.modules or installed() or not hook_enabled():
         return
     tola_plugin_shim.after_basicsr_import(register_plugin)
+    launcher = module_run_as_main()
+    if launcher in CHECKED_LAUNCHERS:
+        sys.meta_path.insert(0, LauncherCheck(launcher))
 
 
 def write_pth(folder: str) -> str:

@@ -28,8 +28,8 @@ LAYERS = {
     'train': 6, 'test': 6, '__init__': 6,
     'lab/__init__': 7, 'lab/ablations': 7, 'lab/benchmarks': 7, 'lab/demo': 7,
     'lab/gpu_check': 8,
-    'tola_cli/': 9, 'tola_plugin_hook.py': 9,
-    'tools/': 10,
+    'tola_cli/': 9,
+    'tools/': 10, 'tola_plugin_hook.py': 10,
 }  # yapf: disable
 LAB = 'lab'  # the folder of tola_plugin whose folders and modules are units of their own
 #: the units outside the package: the top-level module or package a file of the unit is imported as

@@ -21,7 +21,7 @@ from tola_plugin.options import reader as option_files
 
 #: modules of the glue that patch nothing themselves: the helpers only the patches use, and ``resume_state``, whose
 #: ``load_resume_state`` the ``launchers`` patch hands to BasicSR's launchers
-NOT_APPLIED = {'distributed', 'training_resume', 'resume_state', 'failed_start'}
+NOT_APPLIED = {'distributed', 'training_resume', 'resume_state', 'failed_start', 'resource_bounds'}
 
 
 def glue_modules():
@@ -36,6 +36,32 @@ def test_one_module_per_patch_each_applied_and_listed():
         assert (name in applied) == hasattr(module, 'apply') == (name not in NOT_APPLIED), name
         assert f'``{name}``' in basicsr_glue.__doc__ or f'``{name}.py``' in basicsr_glue.__doc__, \
             f'{name} is missing from the table of basicsr_glue/__init__.py'
+
+
+def test_a_validation_is_numbered_with_the_last_iteration_trained(monkeypatch):
+    """BasicSR validates once more after its training loop with the counter it stopped at: "Best: ... @ 6 iter" was
+    logged after a 4-iteration run. A model built by the launchers numbers a validation at most with the last
+    iteration it trained (as given when it trained none: a test run)."""
+
+    class Model:
+
+        def __init__(self):
+            self.validated = []
+
+        def optimize_parameters(self, current_iter):
+            pass
+
+        def validation(self, dataloader, current_iter, tb_logger, save_img):
+            self.validated.append(current_iter)
+
+    monkeypatch.setattr(basicsr.models, 'build_model', lambda opt: Model())
+    model = launchers.build_model({})
+    model.validation(None, 3, None, False)
+    for current_iter in range(1, 5):
+        model.optimize_parameters(current_iter)
+    model.validation(None, 4, None, False)  # in the loop, at val_freq
+    model.validation(None, 6, None, False)  # after it
+    assert model.validated == [3, 4, 4]
 
 
 def test_basicsr_points_at_the_glue():

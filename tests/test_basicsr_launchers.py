@@ -280,7 +280,11 @@ def test_own_data_doc_commands(tmp_path, monkeypatch, capsys, caplog, one_thread
             re.search(rf'\[{prefix}..\]\[epoch:\s+0, iter:\s+{i}, lr.*l_pix: ', caplog.text)
             for i in (1, 2, 3, 4)), prefix
         assert not re.search(rf'\[{prefix}..\]\[epoch:\s+\d+, iter:\s+5,', caplog.text)
-    assert len(re.findall(r'Validation CTR_TSR_val\n', caplog.text)) == 2  # once per run, after its last iteration
+    # once per run, after its last iteration, under the user's data's name (not the option file's CTR_TSR_val), its
+    # best numbered with the last iteration trained
+    assert len(re.findall(r'Validation lines_val\n', caplog.text)) == 2
+    best = re.findall(r'Best: .* @ (\d+) iter', caplog.text)
+    assert best and set(best) == {'4'}
     test_set = work / 'datasets' / 'own' / 'test'
     names = [line.split('\t')[0] for line in (test_set / 'labels.tsv').read_text(encoding='utf-8').splitlines()]
     held_out = [int(v) for v in (work / 'datasets/own/holdout/val_index.txt').read_text().split()]
@@ -406,3 +410,35 @@ def test_baseline_files_are_stock_basicsr_with_our_data(name):
         assert ds['type'] in ('TextDegradationDataset', 'PairedTextDataset') and ds['lq_size'] == 'native'
     datasets = {k: dict(v, phase=k.split('_')[0], scale=4) for k, v in opt['datasets'].items()}
     check_options(dict(opt, num_gpu=0, is_train='train' in opt, datasets=datasets))  # as parse_options would
+
+
+def test_the_demo_s_plain_cnn_row_trains_tests_and_is_scored(rendered_sets, tmp_path):
+    """docs/demo_backbone.md's RRDBNet row, on 8 + 2 rendered lines laid out as demo_data/: its training file (two
+    iterations), its test file (the held-out lines at native size, restored x4 to the HR's size) and tola-evaluate on
+    the test launcher's folder as it is (BasicSR's <stem>_RRDBNet.png names matched to the references)."""
+    import shutil
+    work = tmp_path / 'work'
+    for name, split in (('long_train', 'train'), ('tola_val', 'val')):
+        folder = shutil.copytree(os.path.join(rendered_sets[split], 'hr'), work / 'demo_data' / name)
+        shutil.copy(os.path.join(rendered_sets[split], 'labels.tsv'), folder / 'labels.tsv')
+    env = {'OMP_NUM_THREADS': '1'}
+    run_launcher([
+        '-m', 'tola_plugin.train', '-opt',
+        os.path.join(REPO, 'options', 'demo', 'train_RRDB_demo_same_data.yml'), '--force_yml', 'short_run=2'
+    ], cwd=work, env=env)
+    assert (work / 'experiments' / 'demo_RRDB_same_data' / 'models' / 'net_g_latest.pth').is_file()
+    run_launcher(
+        ['-m', 'tola_plugin.test', '-opt',
+         os.path.join(REPO, 'options', 'demo', 'test_RRDB_demo_same_data.yml')], cwd=work, env=env)
+    restored = work / 'results' / 'demo_RRDB_same_data_test' / 'visualization' / 'rendered_val'
+    assert sorted(os.listdir(restored)) == ['000001_RRDBNet.png', '000002_RRDBNet.png']
+    assert cv2.imread(str(restored / '000001_RRDBNet.png')).shape == (128, 512, 3)
+    run_launcher([
+        '-m', 'tola_cli.evaluate', '--reference',
+        str(work / 'demo_data' / 'tola_val'), '--labels',
+        str(work / 'demo_data' / 'tola_val' / 'labels.tsv'), '--method', f'RRDBNet={restored}', '--metrics',
+        'psnr,ssim', '--out',
+        str(work / 'eval'), '--no-progress'
+    ], cwd=work, env=env)
+    summary = json.loads((work / 'eval' / 'summary.json').read_text(encoding='utf-8'))
+    assert summary['summary']['RRDBNet']['psnr'] > 5  # scored against the references, not an empty match

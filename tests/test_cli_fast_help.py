@@ -102,6 +102,62 @@ def test_the_launchers_help_names_the_plugins_overrides(capsys):
     assert usage.value.code == 2 and 'the following arguments are required: -opt' in capsys.readouterr().err
 
 
+def heavy_imports(stderr: str) -> set:
+    """The heavy modules a process imported (torch, yaml, basicsr's modules), from its ``PYTHONPROFILEIMPORTTIME``
+    lines on stderr (``basicsr`` itself is listed when its import began: the launcher's check runs there)."""
+    names = {line.rsplit('|', 1)[1].strip() for line in stderr.splitlines() if line.startswith('import time:')}
+    return {
+        name.split('.')[0]
+        for name in names if name.split('.')[0] in ('torch', 'yaml') or '.' in name and name.startswith('basicsr.')
+    }
+
+
+LAUNCHERS = ('basicsr.train', 'basicsr.test', 'tola_plugin.train', 'tola_plugin.test')
+
+
+def test_python_m_launchers_answer_help_with_the_plugins_overrides_at_once(tmp_path):
+    """``python -m basicsr.train --help`` (the launcher docs/own_data.md uses) showed BasicSR's bare help after 6-13 s
+    of imports, without the plugin's --force_yml additions; ``python -m tola_plugin.train --help`` took as long. Now
+    the four answer as tola-train does (the import hook checks their command line first): no torch, no basicsr."""
+    for launcher in LAUNCHERS:
+        proc = subprocess.run([sys.executable, '-m', launcher, '--help'], cwd=tmp_path, capture_output=True, text=True,
+                              timeout=120, env=dict(os.environ, PYTHONPROFILEIMPORTTIME='1'))
+        assert proc.returncode == 0 and proc.stdout.startswith(f'usage: python -m {launcher} '), proc.stdout[:300]
+        for needle in ('--force_yml', 'short_run=N', 'val:metrics:NAME=~', 'network_g:backbone_init=demo'):
+            assert needle in proc.stdout, (launcher, needle)
+        assert ('--auto_resume' in proc.stdout) == launcher.endswith('train'), launcher
+        assert not heavy_imports(proc.stderr), launcher
+    usage = subprocess.run([sys.executable, '-m', 'basicsr.train', '-opt', 'x.yml', '--auto_rezume'], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=120)
+    assert usage.returncode == 2 and 'unrecognized arguments: --auto_rezume' in usage.stderr
+
+
+def test_a_wrong_path_is_said_before_torch_is_imported(tmp_path):
+    """A start-time error of the launchers came after 54-94 s of imports under load. The option file, its --force_yml
+    entries and the paths the run reads are now checked first: own_data.md's command with a mistyped LMDB ends in one
+    line naming the option and the path, torch never imported, by each way of starting the run."""
+    option = os.path.join(REPO, 'options', 'train', 'train_TOLA.yml')
+    overrides = ['--force_yml', 'name=TOLA_own', 'short_run=4', 'datasets:train:dataroot_gt=datasets/own/line.lmdb']
+    (tmp_path / 'datasets' / 'own' / 'lines.lmdb').mkdir(parents=True)
+    script = os.path.join(os.path.dirname(sys.executable), 'tola-train')
+    starts = [[sys.executable, '-m', launcher] for launcher in LAUNCHERS if launcher.endswith('train')] + [[script]]
+    for start in starts:
+        proc = subprocess.run(start + ['-opt', option] + overrides, cwd=tmp_path, capture_output=True, text=True,
+                              timeout=120, env=dict(os.environ, PYTHONPROFILEIMPORTTIME='1'))
+        said = [line for line in proc.stderr.splitlines() if not line.startswith('import time:')]
+        assert proc.returncode == 2 and len(said) == 1, (start, said)
+        assert said[0].startswith(f'error: {option} with --force_yml') and 'datasets.train.dataroot_gt: ' \
+            "datasets/own/line.lmdb not found; expected a folder" in said[0] and "has 'lines.lmdb': a typo?" in said[0]
+        assert heavy_imports(proc.stderr) == {'yaml'}, start
+    test_option = os.path.join(REPO, 'options', 'test', 'test_TOLA.yml')
+    proc = subprocess.run([sys.executable, '-m', 'basicsr.test', '-opt', test_option, '--force_yml', 'x'], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120, env=dict(os.environ,
+                                                                                PYTHONPROFILEIMPORTTIME='1'))
+    assert proc.returncode == 2 and "error: --force_yml 'x': has no \"=\"" in proc.stderr
+    assert heavy_imports(proc.stderr) == {'yaml'}
+    assert os.listdir(tmp_path) == ['datasets']  # nothing made
+
+
 def test_the_command_lines_call_the_package_with_keywords():
     """tola-infer and tola-web hand every argument of ``restore_folder`` and ``serve`` (ten and fourteen) over by name,
     so a parameter added, removed or moved there cannot silently take another's value."""

@@ -411,7 +411,13 @@ def test_transocr_checkpoint_demo_is_accepted_and_a_missing_file_refused_before_
         str(tmp_path / 'eval'), '--no-progress'
     ]) == 0
     summary = json.loads((tmp_path / 'eval' / 'summary.json').read_text(encoding='utf-8'))
-    assert set(summary['summary']['same']) == {'t_acc', 't_ned'}
+    assert set(summary['summary']['same']) == {'t_acc', 't_ned'} and summary['protocol']['transocr'] == 'demo'
+    # its columns say which TransOCR read them (the demo's reads 100 Chinese characters: not the paper's T-ACC)
+    head = (tmp_path / 'eval' / 'summary.md').read_text(encoding='utf-8').splitlines()[2]
+    assert head == '| Method | T-ACC (demo TransOCR)↑ | T-NED (demo TransOCR)↑ |'
+    report = {'held_out_lines': 2, 'TOLA_minus_LR': {'t_acc': 0.5}, 'LR': {'t_acc': 0.0}, 'TOLA': {'t_acc': 0.5}}
+    from tola_plugin.lab.demo.report import report_table
+    assert report_table(report).splitlines()[0] == '| 2 held-out lines | demo TransOCR ACC |'
 
     def no_work(*args, **kwargs):
         raise AssertionError('work started before the missing checkpoint was named')

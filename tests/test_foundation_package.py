@@ -284,9 +284,10 @@ def test_imports_point_down_the_layers_as_a_lint_rule(tmp_path):
 
 
 def test_the_layer_rule_covers_the_command_lines_the_tools_the_hook_and_the_shim(tmp_path):
-    """Outside the package too (lint/flake8_layers.py): tools/ may import tola_cli/ and the package, tola_cli/ and the
-    hook the package and the shim; the package imports no command line, the shim nothing, the hook no command line.
-    The repository's own files pass; each arrow up or sideways is flagged."""
+    """Outside the package too (lint/flake8_layers.py): tools/ and the hook may import tola_cli/ (the hook: the
+    launchers' command line, checked before their package is imported) and the package, tola_cli/ the package and the
+    shim; the package imports no command line, the shim nothing, tola_cli/ not the hook. The repository's own files
+    pass; each arrow up or sideways is flagged."""
     files = {
         'tools/fine.py': 'from tola_cli.command import run_command  # noqa: F401\nimport tola_plugin  # noqa: F401\n',
         'tola_cli/fine.py': 'import tola_plugin_shim  # noqa: F401\nfrom tola_plugin.inference import pipeline  '
@@ -295,15 +296,17 @@ def test_the_layer_rule_covers_the_command_lines_the_tools_the_hook_and_the_shim
         'tola_plugin/lab/gpu_check/up.py': 'def f():\n    from tola_cli import command\n    return command\n',
         'tola_plugin_shim.py': 'from tola_plugin.utils import devices  # noqa: F401\n',
         'tola_plugin_hook.py': 'import tola_cli.infer  # noqa: F401\nimport tola_plugin  # noqa: F401\n',
+        'tools/up.py': 'import tola_plugin_hook  # noqa: F401\n',
     }
     out = lint_flags('LAY', tmp_path, 'tola_cli', 'tools', 'tola_plugin_hook.py', 'tola_plugin_shim.py', files=files)
     assert out.returncode == 1 and out.places == [('tola_cli/up.py', 'LAY001'),
                                                   ('tola_plugin/lab/gpu_check/up.py', 'LAY001'),
-                                                  ('tola_plugin_hook.py', 'LAY001'),
-                                                  ('tola_plugin_shim.py', 'LAY001')], out.output
+                                                  ('tola_plugin_shim.py', 'LAY001'),
+                                                  ('tools/up.py', 'LAY001')], out.output
     assert 'tola_plugin.lab.gpu_check (layer 8) imports tola_cli/ (layer 9)' in out.stdout
     assert 'tola_plugin_shim.py (layer 0) imports tola_plugin.utils (layer 0)' in out.stdout
-    assert 'tola_plugin_hook.py (layer 9) imports tola_cli/ (layer 9)' in out.stdout
+    assert 'tola_cli/ (layer 9) imports tola_plugin_hook.py (layer 10)' in out.stdout
+    assert 'tools/ (layer 10) imports tola_plugin_hook.py (layer 10)' in out.stdout
 
 
 def test_the_lab_is_imported_by_the_lab_and_the_tools_only(tmp_path):

@@ -28,6 +28,7 @@ from packaging.utils import parse_wheel_filename
 from tola_plugin.lab.gpu_check import bundle as B
 from tola_plugin.lab.gpu_check import cuda_tests_step as C
 from tola_plugin.lab.gpu_check import environment as E
+from tola_plugin.lab.gpu_check import inference_step as infer_step
 from tola_plugin.lab.gpu_check import memory_step as M
 from tola_plugin.lab.gpu_check import precision_step as P
 from tola_plugin.lab.gpu_check import report as R
@@ -180,6 +181,7 @@ def bare_environment(tmp_path, carry, **extra):
     return env
 
 
+@pytest.mark.gpu_dry_run
 def test_gpu_check_dry_run_from_the_checkout_on_a_bare_interpreter_without_fonts(carry, tmp_path):
     """Every step passes. The deadline and the timeout only guard against a hang: the dry run took 813 s on a 2-core
     machine at load 6, and on a more loaded one the last steps would not fit a deadline near that."""
@@ -204,8 +206,11 @@ def test_gpu_check_dry_run_from_the_checkout_on_a_bare_interpreter_without_fonts
     assert {r['stage'] for r in steps['precision']['rows']} == {'idm', 'vae_encoder', 'vae_decoder', 'route'}
     assert 'l_lpips' in steps['smoke']['losses']  # LPIPS-VGG (random trunk) in the smoke step, even on the CPU
     rows = {r['precision']: r for r in steps['inference']['rows']}
-    assert list(rows) == ['fp32', 'auto'] and all(r['finite'] for r in rows.values())
-    assert rows['auto']['plan'].startswith('torch ') and rows['auto']['within_bound']
+    assert list(rows) == ['fp32', 'auto'] and rows['auto']['plan'].startswith('torch ') and rows['auto']['within_bound']
+    speed = steps['inference']['speed']  # every row ran, batches 1 and 2, finite
+    assert [r['row'] for r in speed][-3:] == [f'auto + {v}' for v in infer_step.VARIANTS]
+    assert all(r['finite'] and [b['batch'] for b in r['batches']] == [1, 2] for r in speed), speed
+    assert [r['model'] for r in steps['inference']['first_result']] == ['merged.safetensors', 'demo_frozen.safetensors']
     origins = result['distributions']
     assert origins['tola_plugin']['origin'] == 'checkout' and origins['diffusers']['origin'] == 'carry'
     assert origins['torch']['origin'] == 'image' and origins['torch']['tested'] == origins['torch']['version']
@@ -253,7 +258,8 @@ def test_steps_whose_estimate_does_not_fit_are_skipped_saying_why(tmp_path, monk
         return {'passed': True}
 
     monkeypatch.setattr(G, 'run_step', run_step)
-    monkeypatch.setattr(G, 'DRY_RUN_ESTIMATES_S', dict(G.DRY_RUN_ESTIMATES_S, smoke=1, memory=10**6))
+    estimates = dict(G.DRY_RUN_ESTIMATES_S, smoke=1, memory=10**6, precision=1, inference=1)
+    monkeypatch.setattr(G, 'DRY_RUN_ESTIMATES_S', estimates)
     code = G.run_gpu_check(
         str(tmp_path / 'report'), REPO, dry_run=True, work=str(tmp_path / 'work'), deadline=60, clock=clock)
     steps = json.loads((tmp_path / 'report' / 'gpu_check.json').read_text(encoding='utf-8'))['steps']
@@ -467,6 +473,25 @@ def test_the_image_s_distributions_are_listed_without_the_carry_s():
     listed = E.image_distributions('', REPO)
     assert listed['torch'] == torch.__version__.split('+')[0] and 'pytest' in listed
     assert 'torch' not in E.image_distributions(purelib, REPO)  # as if this environment were the carry's folder
+
+
+def test_the_dry_run_hides_every_installed_module_but_the_image_s(tmp_path):
+    """An allowlist: the image's modules and what they require; the standard library, the carry and the checkout
+    stay importable, an installed module the image lacks is absent (``find_spec`` gives None, as on the image)."""
+    names = E.image_module_names()
+    assert {'torch', 'numpy', 'yaml', 'requests', 'filelock'} <= set(names)  # requests: IMAGE_ALSO; filelock: torch's
+    assert not {'openvino', 'gradio', 'pyiqa', 'onnxruntime'} & set(names)
+    installed, carry, checkout = tmp_path / 'env/site-packages', tmp_path / 'carry/site-packages', tmp_path / 'repo'
+    modules = {'on_image': installed, 'not_on_image': installed, 'carried': carry, 'mine': checkout}
+    for module, folder in modules.items():
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f'{module}.py').write_text('')
+    code = ('import importlib.util, json, on_image, carried, mine\n'
+            'print(importlib.util.find_spec("not_on_image"))\nimport not_on_image')
+    proc = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, cwd=str(checkout),
+                          env=dict(os.environ, PYTHONPATH=os.pathsep.join(map(str, (G.STAND_IN, carry, installed))),
+                                   TOLA_GPU_CHECK_IMAGE_MODULES='on_image', TOLA_GPU_CHECK_SITE=str(carry)))
+    assert proc.stdout == 'None\n' and "No module named 'not_on_image'" in proc.stderr, proc.stderr
 
 
 def test_rendered_sets_come_from_the_carry_where_no_font_can_render_them(tmp_path, monkeypatch):

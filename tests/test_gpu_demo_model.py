@@ -37,6 +37,7 @@ def test_missing_fonts_name_the_folder_and_the_command(tmp_path):
         carried_fonts(str(tmp_path))
 
 
+@pytest.mark.gpu_dry_run
 def test_dry_run_packs_what_a_lease_brings_back_and_the_next_lease_resumes(carry, tmp_path, monkeypatch):
     monkeypatch.setenv('FONTCONFIG_FILE', os.devnull)  # like the GPU image: no system font to fall back on
     out = tmp_path / 'out'

@@ -1,10 +1,15 @@
 """Inference on GPU machines, tested on a CPU with CUDA simulated: the 200-step route drawing its noise from a CPU
-generator for tensors on another device (the entry points' device, backend and TF32: test_inference_openvino.py)."""
+generator for tensors on another device (the entry points' device, backend and TF32: test_inference_openvino.py);
+the GPU check's speed table (``lab/gpu_check/inference_step.py``): its batch sweep, TF32 on the image stages, its
+rows."""
 import torch
 
 from tola_plugin.archs.difftsr_arch import difftsr_sample
 from tola_plugin.archs.diffusion_schedule import make_ldm_scheduler
+from tola_plugin.archs.stage_runner import StageRunner
 from tola_plugin.archs.tola_arch import TOLANet
+from tola_plugin.lab.gpu_check import inference_step as infer_step
+from tola_plugin.runtime.plan import BackendPrecision
 from tola_testing import tiny_net_opt
 
 
@@ -28,3 +33,71 @@ def test_200_step_route_draws_from_a_cpu_generator_on_another_device(monkeypatch
     out = difftsr_sample(net.idm, net.vae, net.mom, lq, c_t, make_ldm_scheduler('ddim', 3), 0.2,
                          generator=torch.Generator().manual_seed(0))
     assert out.shape == (1, 3, 32, 128) and out.device.type == 'meta'
+
+
+def simulated_cuda(monkeypatch, peak_bytes):
+    """CUDA's calls the speed table makes, on a CPU: synchronizing does nothing, the peak is ``peak_bytes[0]``."""
+    for name in ('synchronize', 'reset_peak_memory_stats', 'empty_cache'):
+        monkeypatch.setattr(torch.cuda, name, lambda *a: None)
+    monkeypatch.setattr(torch.cuda, 'max_memory_allocated', lambda *a: peak_bytes[0])
+
+
+def test_the_batch_sweep_stops_where_memory_runs_out_or_the_throughput_saturates(monkeypatch):
+    peak, now = [0], [0.0]
+    simulated_cuda(monkeypatch, peak)
+
+    def fits_8(batch):  # 0.1 s a call + 0.01 s a line; batch 16 runs out of memory
+        if len(batch) > 8:
+            raise torch.cuda.OutOfMemoryError('CUDA out of memory')
+        peak[0], now[0] = len(batch) * 2**30, now[0] + 0.1 + 0.01 * len(batch)
+
+    lines = torch.zeros(3, 3, 4, 4)
+    swept = infer_step.batch_sweep(fits_8, lines, 'cuda', 64, clock=lambda: now[0])
+    assert [r['batch'] for r in swept['batches']] == [1, 2, 4, 8] and swept['out_of_memory_at'] == 16
+    assert swept['best_batch'] == 8 and swept['lines_per_s'] == round(8 / 0.18, 2) and swept['best_batch_peak_gib'] == 8
+
+    def saturates_at_4(batch):  # a call costs what 4 lines cost up to 4
+        now[0] += 0.1 * max(len(batch), 4)
+
+    swept = infer_step.batch_sweep(saturates_at_4, lines, 'cuda', 64, clock=lambda: now[0])
+    assert [r['batch'] for r in swept['batches']] == [1, 2, 4, 8] and swept['best_batch'] == 4
+    assert swept['out_of_memory_at'] is None
+    assert [r['batch']
+            for r in infer_step.batch_sweep(fits_8, lines, 'cuda', 2, clock=lambda: now[0])['batches']] == [1, 2]
+
+
+def test_tf32_on_the_image_stages_leaves_the_text_prior_ieee_and_every_switch_is_put_back(monkeypatch):
+    net = TOLANet(**tiny_net_opt(idm_lora=False, vae_lora=False)).eval()
+    seen = {}
+    for method in ('encode', 'denoise', 'decode', 'read_text'):
+        original = getattr(StageRunner, method)
+
+        def record(self, *args, _method=method, _original=original):
+            seen[_method] = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+            return _original(self, *args)
+
+        monkeypatch.setattr(StageRunner, method, record)
+    monkeypatch.setattr(torch.backends.cudnn, 'benchmark', False)  # BasicSR's training pipeline sets it process-wide
+    runner, benchmark = net.stage_runner, torch.backends.cudnn.benchmark
+    variants = ('TF32 on the image stages', 'channels_last', 'cudnn.benchmark')
+    with infer_step.running(net, BackendPrecision.uniform('torch', torch.float32), 'cpu', variants=variants) as place:
+        lq = place(torch.rand(1, 3, 32, 128))
+        assert lq.is_contiguous(memory_format=torch.channels_last) and torch.backends.cudnn.benchmark != benchmark
+        net(lq, noise_seeds=[0])
+    assert seen == {
+        'encode': (True, True), 'denoise': (True, True), 'decode': (True, True), 'read_text': (False, False)
+    }
+    assert net.stage_runner is runner and torch.backends.cudnn.benchmark == benchmark
+    assert all(p.is_contiguous() for p in net.parameters())
+
+
+def test_each_speed_row_is_named_for_what_it_runs_and_past_the_deadline_is_not_run():
+    fp32 = BackendPrecision.uniform('torch', torch.float32)
+    auto = fp32.replace(idm=torch.float16)
+    rows = infer_step.speed_rows(None, None, 'cuda', {'fp32': fp32, 'auto': auto, 'fp16': auto}, 64, deadline=0.0,
+                                 clock=lambda: 1.0)
+    assert [r['row'] for r in rows] == [
+        'auto: torch fp32 (fp16: idm)', 'fp32 (IEEE)', 'fp32 + TF32 (every stage, the text prior too)',
+        'fp32 + TF32 on the image stages', 'fp16: torch fp32 (fp16: idm)', 'auto + cudnn.benchmark',
+        'auto + channels_last', 'auto + TF32 on the image stages'
+    ] and all(r['not_run'] for r in rows)

@@ -140,6 +140,9 @@ def test_help_answers_without_importing_torch():
     proc = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert '--detect' in proc.stdout and '--outscale' in proc.stdout
+    # the docs/ pages it names are not installed with pip: the help says where they are
+    assert "the docs/ pages named here are in the source repository (tola-plugin's docs/ folder), not in a pip " \
+        'install' in ' '.join(proc.stdout.split())
 
 
 def test_detect_writes_the_restored_photo_and_a_json_of_lines(tiny_model, tmp_path):
@@ -281,3 +284,37 @@ def test_a_photo_keeps_its_size_times_the_asked_scale(tmp_path, stand_in, ink_oc
         assert list(cv2.imread(str(out / 'photo.png')).shape[:2]) == size, scale
         record = json.loads((out / 'photo.json').read_text(encoding='utf-8'))
         assert record['output_size'] == size and record['outscale'] == size[0] / 200 and record['lines'][0]['pasted']
+
+
+# ------------------------------------------------------- issue 49 item 3: a photo's restoration says what it does
+class ComponentDetector(InkDetector):
+    """PP-OCRv4's detector contract without its model: one "line" per blob of ink (its bounding box), top to bottom."""
+
+    def __call__(self, image_rgb):
+        count, _, stats, _ = cv2.connectedComponentsWithStats((image_rgb.min(-1) < 128).astype(np.uint8))
+        boxes = sorted(stats[1:count, :4].tolist(), key=lambda box: box[1])
+        return np.float32([[[x, y], [x + w, y], [x + w, y + h], [x, y + h]] for x, y, w, h in boxes]).reshape(-1, 4, 2)
+
+
+def test_a_photo_says_its_lines_found_and_restored_with_the_time_left(tmp_path, stand_in, ink_ocr, monkeypatch, capsys):
+    """One photo restored for 30-39 s with nothing printed (the folder's progress counts images only). Now its lines
+    found, each step of lines restored with the time so far and left (each window here takes 4 s of a clock the test
+    holds), and the reading before and after are printed as they happen."""
+    from tola_plugin.inference import pipeline
+    monkeypatch.setattr(pipeline, 'PPOCRv4Detector', ComponentDetector)
+    clock = [1000.0]
+    monkeypatch.setattr('tola_plugin.inference.folder_run.time.perf_counter', lambda: clock[0])
+    stand_in.register_forward_hook(lambda *_: clock.__setitem__(0, clock[0] + 4.0))
+    write_white(tmp_path / 'photo.png', 600, 400, ink=((100, 130), (40, 140)))  # short lines: one window each
+    rgb = cv2.imread(str(tmp_path / 'photo.png'))
+    rgb[400:430, 40:130] = 0  # a second line
+    cv2.imwrite(str(tmp_path / 'photo.png'), rgb)
+    assert infer.main(['-i', str(tmp_path / 'photo.png'), '-o', str(tmp_path / 'out'), '--batch-size', '1']) == 0
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith(str(tmp_path / 'photo.png'))]
+    photo = str(tmp_path / 'photo.png')
+    assert said[:5] == [
+        f'{photo}: finding the text lines (PP-OCRv4)', f'{photo}: 2 text line(s) found (2 windows of 128x512)',
+        f'{photo}: 1 of 2 line(s) restored, 4 s, about 4 s left', f'{photo}: 2 of 2 line(s) restored, 8 s',
+        f'{photo}: reading the lines with PP-OCRv4, before and after, 8 s'
+    ]
+    assert said[5].startswith(f'{photo}: a photo (auto: taller than two lines or not wide): 2 line(s) found, 2 ')

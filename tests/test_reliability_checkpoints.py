@@ -89,7 +89,7 @@ def test_training_states_and_checkpoints_are_written_atomically(tmp_path, monkey
     real_save = torch.save
 
     def recording_save(obj, f, *args, **kwargs):
-        written.append(str(f))
+        written.append(f.name)  # a Python file (atomic_torch_save): its errno survives a failed write
         return real_save(obj, f, *args, **kwargs)
 
     monkeypatch.setattr(torch, 'save', recording_save)
@@ -106,8 +106,7 @@ def test_training_states_and_checkpoints_are_written_atomically(tmp_path, monkey
     before = open(final[0], 'rb').read()
 
     def dying_save(obj, f, *args, **kwargs):
-        with open(f, 'wb') as out:
-            out.write(b'half')
+        f.write(b'half')
         raise OSError('disk full')
 
     monkeypatch.setattr(torch, 'save', dying_save)
@@ -116,6 +115,62 @@ def test_training_states_and_checkpoints_are_written_atomically(tmp_path, monkey
         model.save_training_state(epoch=0, current_iter=3)
     assert open(final[0], 'rb').read() == before
     assert sorted(os.listdir(opt['path']['training_states'])) == ['3.state']
+
+
+def test_a_full_disk_while_saving_a_state_is_one_line_naming_the_file(tmp_path, monkeypatch):
+    """Issue 48 item 5: a disk that fills up while ``N.state`` is written ended in two tracebacks (torch's ``unexpected
+    pos 1061120 vs 1061008``) naming neither the file nor the cause. Now: one OSError line naming the file and "No
+    space left on device"; the previous state intact, no temporary file left."""
+    import builtins
+
+    from reliability_testing import SmallDisk
+
+    from tola_plugin.utils.cli_errors import error_line
+    opt = experiment(tmp_path)
+    model = BaseModel.__new__(BaseModel)
+    model.opt = dict(opt, rank=0, dist=False, datasets={'train': {'batch_size_per_gpu': 2}})
+    model.optimizers, model.schedulers = [], []
+    model.save_training_state(epoch=0, current_iter=3)
+    states = opt['path']['training_states']
+    before = open(os.path.join(states, '3.state'), 'rb').read()
+    disk = SmallDisk(tmp_path / 'exp', capacity=2 * len(before) + 4096, real_open=builtins.open)
+    monkeypatch.setattr(builtins, 'open', disk.open)
+    monkeypatch.setattr('time.sleep', lambda s: None)  # upstream retries with a 1 s pause
+    model.optimizers = [torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))])]  # a state of 64 KB: no room for it
+    model.optimizers[0].state_dict = lambda: {'big': torch.ones(16_384)}
+    with pytest.raises(OSError) as caught:
+        model.save_training_state(epoch=0, current_iter=3)
+    line = error_line(caught.value)
+    assert line == f'error: could not save the training state {os.path.join(states, "3.state")}: No space left on ' \
+        'device', line
+    monkeypatch.undo()
+    assert open(os.path.join(states, '3.state'), 'rb').read() == before and os.listdir(states) == ['3.state']
+
+
+@pytest.mark.parametrize('library', ['torch', 'safetensors'])
+def test_a_write_error_a_library_hides_is_named_with_its_cause(tmp_path, library):
+    """torch's zip writer turns the OSError of the file it writes into ``unexpected pos ...`` (the OSError its
+    context), safetensors into ``... (os error 28)``: ``atomic_write`` raises one OSError naming the file and the
+    cause, and leaves nothing behind."""
+    import errno
+
+    from tola_plugin.utils.atomic_files import atomic_write
+
+    def torch_writer(tmp):
+        try:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        except OSError:
+            raise RuntimeError('[enforce fail at inline_container.cc:672] . unexpected pos 1061120 vs 1061008')
+
+    def safetensors_writer(tmp):
+        raise RuntimeError('Error while serializing: I/O error: No space left on device (os error 28)')
+
+    target = tmp_path / 'model.bin'
+    with pytest.raises(OSError) as caught:
+        atomic_write(str(target), torch_writer if library == 'torch' else safetensors_writer)
+    assert caught.value.errno == errno.ENOSPC and str(caught.value) == \
+        f"[Errno 28] No space left on device: '{target}'"
+    assert os.listdir(tmp_path) == []
 
 
 # ------------------------------------------------------------------ issue 43 item 7: a resume never starts over

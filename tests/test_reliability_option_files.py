@@ -286,6 +286,34 @@ def test_ocr_opt_under_a_stock_model_names_its_text_aware_version(model):
                for name in {'TOLAModel', 'TextSRModel', 'TextSwinIRModel', 'TextESRGANModel'} - {f'Text{model}'})
 
 
+def test_the_ocr_loss_route_says_every_change_in_the_first_error(tmp_path, monkeypatch):
+    """Adding train.ocr_opt to a stock file took three failed starts (the text-aware model, then no gt_size, then the
+    recognizer's file), each after the imports; a dataset without labels failed a fourth time at the first step. The
+    first error now names every change; with them made the options pass."""
+    monkeypatch.chdir(tmp_path)  # no checkpoints/transocr.pth here
+    opt = dict(rrdb_options(), is_train=True)
+    opt['train'] = dict(opt['train'], ocr_opt={'type': 'OCRCELoss', 'loss_weight': 0.02})
+    with pytest.raises(OptionError) as err:
+        check_options(opt)
+    message = str(err.value)
+    assert 'set model_type: TextSRModel; with it this run also needs no datasets.train.gt_size' in message
+    assert ("a datasets.train.type that gives the labels the loss reads ('ocr_target': TextDegradationDataset or "
+            'PairedTextDataset; PairedImageDataset gives none)') in message
+    assert 'train.ocr_recognizer, the frozen TransOCR: checkpoints/transocr.pth is not a file' in message
+    assert 'train:ocr_recognizer=demo' in message
+    opt['model_type'] = 'TextSRModel'  # the first change only: the rest, again in one error
+    with pytest.raises(
+            OptionError, match=r'model_type: TextSRModel \(as set\) needs no datasets.train.gt_size .*; a '
+            r'datasets.train.type .*; train.ocr_recognizer'):
+        check_options(opt)
+    kept = ('name', 'dataroot_gt', 'dataroot_lq', 'io_backend', 'batch_size_per_gpu', 'num_worker_per_gpu')
+    train_set = {key: value for key, value in opt['datasets']['train'].items() if key in kept}  # no gt_size
+    train_set.update(type='PairedTextDataset', labels='labels.tsv')
+    opt['datasets'] = dict(opt['datasets'], train=train_set)
+    opt['train']['ocr_recognizer'] = 'demo'
+    check_options(opt)
+
+
 # A registered model declares what it reads beyond its base classes (options/schema.py).
 @MODEL_REGISTRY.register()
 class SchemaProbeTextSRModel(SRModel):

@@ -105,6 +105,25 @@ def test_short_run_and_metric_removal_from_the_command_line(tmp_path, monkeypatc
         parse(test, tmp_path, monkeypatch, 'short_run=5', is_train=False)
 
 
+TOLA_OPTION = '$TOLA_PLUGIN/options/train/train_TOLA.yml'
+
+
+def test_own_data_is_named_after_its_data_not_the_option_files(tmp_path, monkeypatch, capsys):
+    """docs/own_data.md's training command logged the user's lines as CTR_TSR_train / CTR_TSR_val, the names of the
+    option file it starts from. A dataset whose data --force_yml replaced, and not its name, is named after its data
+    (and the launcher says so); a name given stays."""
+    from launcher_testing import doc_commands
+    (command, ) = [c for c in doc_commands('docs/own_data.md') if c[1:4:2] == ['basicsr.train', TOLA_OPTION]]
+    force_yml = command[command.index('--force_yml') + 1:]
+    path = os.path.join(REPO, 'options', 'train', 'train_TOLA.yml')
+    opt = parse(path, tmp_path, monkeypatch, *force_yml)
+    assert [opt['datasets'][phase]['name'] for phase in ('train', 'val')] == ['lines_train', 'lines_val']
+    assert ("note: datasets.train.name: lines_train (after its data, datasets/own/lines.lmdb; the option file's was "
+            'CTR_TSR_train; --force_yml datasets:train:name=... chooses another)') in capsys.readouterr().err
+    opt = parse(path, tmp_path, monkeypatch, *force_yml, 'datasets:val:name=mine')
+    assert [opt['datasets'][phase]['name'] for phase in ('train', 'val')] == ['lines_train', 'mine']
+
+
 def test_weight_files_of_a_run_are_checked_at_start(tmp_path, monkeypatch):
     """Every part of a run that reads a weight file, ours and BasicSR's PerceptualLoss (ESRGAN's VGG19), is checked
     before anything is built; the error names each file, its folder, where it comes from, and the override."""

@@ -457,3 +457,32 @@ def test_a_worker_killed_while_loading_is_passed_over_for_this_run_only(model, v
     pipe = TOLAPipeline.from_merged(model, batch_size=1)
     assert 'killed from outside while qualifying; not remembered' in pipe.plan.passed_over[0][1]
     assert not verdicts.exists() or not [k for k in entries(verdicts) if 'openvino' in k]
+
+
+def test_a_worker_killed_again_while_it_restarts_fails_each_image_by_name(model, serving, verdicts, monkeypatch,
+                                                                          capsys):
+    """Issue 48 item 5: under --backend openvino the worker killed, then killed again while it restarts, crashed the
+    run (``AttributeError: 'NoneType' object has no attribute 'run'``: the later images ran on the dead worker). Each
+    image now ends restored or named as failed, with the reason; no verdict is remembered."""
+    TOLAPipeline.from_merged(model, batch_size=1).close()  # qualified (the verdict cached) before the kills
+    pipe = TOLAPipeline.from_merged(model, backend='openvino', batch_size=1)
+    assert pipe.plan.path.name == 'openvino fp32'
+
+    def killed_while_loading(self, *args, **kwargs):  # every start from now on: killed from outside while loading
+        raise ChildFailure('the OpenVINO worker (f32)', 'died by SIGKILL (signal 9)', -signal.SIGKILL)
+
+    monkeypatch.setattr(openvino_client.OpenVINOWorker, 'run', kill_worker_at('idm', {0}))
+    monkeypatch.setattr(openvino_client.OpenVINOWorker, '__init__', killed_while_loading)
+    lines = [np.random.default_rng(i).integers(0, 256, (32, 96, 3), dtype=np.uint8) for i in range(3)]
+    try:
+        results = pipe.restore_each(lines, names=['a.png', 'b.png', 'c.png'])
+        again = pipe.restore_each(lines[:1], names=['d.png'])  # a later call fails the same way, never on a dead worker
+    finally:
+        pipe.close()
+    for result in results + again:
+        assert isinstance(result, RuntimeError) and str(result).startswith('no output written: backend openvino'), \
+            repr(result)
+        assert 'died by SIGKILL' in str(result) and 'not remembered' in str(result), str(result)
+    assert 'the worker could not start again: its worker was killed from outside while loading' in \
+        capsys.readouterr().err
+    assert [v['qualified'] for v in entries(verdicts).values()] == [True]

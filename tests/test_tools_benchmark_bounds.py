@@ -52,8 +52,8 @@ def result_with(default_s, ref_s=8.0):
     timings = {
         'reference batch 1': dict(route='reference', dtype='fp32', batch=1, per_image_s=ref_s,
                                   stage_precisions=uniform_precisions('fp32'), stages_s=dict(stages, IDM=ref_s / 2)),
-        'default batch 1': dict(route='default', dtype='bf16', batch=1, per_image_s=default_s,
-                                stage_precisions=uniform_precisions('bf16'), stages_s=dict(stages, IDM=default_s / 2))
+        'auto batch 1': dict(route='auto', dtype='bf16', batch=1, per_image_s=default_s,
+                             stage_precisions=uniform_precisions('bf16'), stages_s=dict(stages, IDM=default_s / 2))
     }
     result = {
         'timings': timings, 'route_gmac': 100.0, 'macs': {'IDM': 100e9}, 'ceiling_gflops': CEILING, 'copy_gbps': COPY,
@@ -75,16 +75,16 @@ def test_the_report_shows_each_routes_ideal_time_and_each_stages_bound():
     assert '| route | precision (as computed) | ẑ0 error |' in table
     # IDM: reference 4 s over max(2 s compute, 0.4 s traffic) = 2.0x: kernels; default 0.3 s over 0.5 s: compute
     assert result['bounds']['reference batch 1']['IDM']['bound'] == 'kernels'
-    assert result['bounds']['default batch 1']['IDM']['bound'] == 'compute'
+    assert result['bounds']['auto batch 1']['IDM']['bound'] == 'compute'
     assert '| reference | fp32 |' in table and 'kernels 2.0x' in table and 'compute 0.6x' in table
     assert 'copy bandwidth 10.0 GB/s' in table
     checks = inference_report.check_targets(result)
-    assert checks['default_vs_bf16_ceiling']['value'] == pytest.approx(1.2) and checks['default_vs_bf16_ceiling']['met']
+    assert checks['auto_vs_bf16_ceiling']['value'] == pytest.approx(1.2) and checks['auto_vs_bf16_ceiling']['met']
     slow = inference_report.check_targets(result_with(default_s=0.8))  # 1.6x the ideal: over the 1.5x
-    assert not slow['default_vs_bf16_ceiling']['met']
+    assert not slow['auto_vs_bf16_ceiling']['met']
     emulated = result_with(default_s=0.6)
     emulated['machine']['native_bf16'] = False  # no bf16 instructions: the bf16 ceiling is no target here
-    assert 'default_vs_bf16_ceiling' not in inference_report.check_targets(emulated)
+    assert 'auto_vs_bf16_ceiling' not in inference_report.check_targets(emulated)
 
 
 def test_copy_bandwidth_is_bytes_read_and_written_per_second(monkeypatch):

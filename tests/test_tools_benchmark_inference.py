@@ -62,8 +62,8 @@ def test_benchmark_reports_every_route_precision_and_target(result):
     passed = set(data['passed_over'])
     assert passed <= routes - {'torch fp32'}  # the plain route always runs
     assert all('qualif' in why or 'failed' in why for why in data['passed_over'].values())
-    timed = {'reference', 'default'} | (routes - passed)
-    assert set(data['timings']) == {f'{n} batch 1' for n in timed} | {'default batch 2'}
+    timed = {'reference', 'auto'} | (routes - passed)
+    assert set(data['timings']) == {f'{n} batch 1' for n in timed} | {'auto batch 2'}
     for row in data['timings'].values():
         assert set(row['stages_s']) == set(stage_timing.STAGES)
         assert row['per_image_s'] == pytest.approx(row['total_s'] / row['batch'])
@@ -82,9 +82,9 @@ def test_benchmark_reports_every_route_precision_and_target(result):
             assert row['dtype'] == StageDtypes({s: precision_dtype(p) for s, p in computed.items()}).name
     for name in passed:  # refused by a bound of the qualification, the route's ẑ0 and image among them
         assert 'wrong results' in data['passed_over'][name] or 'failed' in data['passed_over'][name]
-    plan = data['default_plan']
+    plan = data['auto_plan']
     assert plan['asked'] == {'backend': 'auto', 'precision': 'auto'} and plan['reason']
-    assert data['timings']['default batch 1']['dtype'] == plan['precision'] == data['default_dtype']
+    assert data['timings']['auto batch 1']['dtype'] == plan['precision'] == data['auto_dtype']
     assert f"{plan['backend']} {plan['precision']}" not in passed
     assert plan['stages'] == {s: p
                               for s, p in plan['stages'].items() if p in ('fp32', 'bf16', 'fp16')
@@ -103,8 +103,8 @@ def test_benchmark_reports_every_route_precision_and_target(result):
             for stages in data['bounds'].values()
             for b in stages.values()} <= {'compute', 'memory bandwidth', 'kernels'}
     assert data['photo']['lines'] == 2 and data['photo']['speedup'] > 0
-    assert set(data['targets']) >= {'default_vs_reference', 'openvino_fp32_vs_reference', 'photo_batch_speedup'}
-    assert ('default_vs_bf16_ceiling' in data['targets']) == data['machine']['native_bf16']
+    assert set(data['targets']) >= {'auto_vs_reference', 'openvino_fp32_vs_reference', 'photo_batch_speedup'}
+    assert ('auto_vs_bf16_ceiling' in data['targets']) == data['machine']['native_bf16']
     run = data['folder']  # every setting ran (OpenVINO fp32 qualified: the parity above) on the same 3 lines
     assert run['lines'] == 3 and set(run['rows']) == {name for name, _ in folder_throughput.SETTINGS}
     for name, batch in folder_throughput.SETTINGS:
@@ -133,7 +133,7 @@ def test_peak_rss_child_measures_one_restore(result):
     lq = inference_inputs.rendered_lines(1)
     assert lq.shape == (1, 3, 128, 512) and 0 <= float(lq.min()) and float(lq.max()) <= 1
     merged = str(folder / 'work' / 'TOLA_merged_benchmark.safetensors')
-    memory = peak_memory.peak_rss_child('default', None, None, True, merged, lq[:, :, :32, :128])
+    memory = peak_memory.peak_rss_child('auto', None, None, True, merged, lq[:, :, :32, :128])
     assert memory['peak_rss_bytes'] >= memory['import_rss_bytes'] > 0
     # the user's process and the OpenVINO worker's (where OpenVINO serves), each its own peak
     assert memory['peak_rss_bytes'] == memory['user_peak_rss_bytes'] + memory['worker_peak_rss_bytes']
@@ -156,7 +156,7 @@ def test_latency_figure_from_the_benchmark_json(result, tmp_path, monkeypatch):
     ]) == 0
     (fig, _), = figures  # one PSNR panel (no ACC in the summary): TOLA at the benchmark's default seconds
     (ax, ) = fig.axes
-    default_s = json.loads((folder / 'inference.json').read_text(encoding='utf-8'))['timings']['default batch 1']
+    default_s = json.loads((folder / 'inference.json').read_text(encoding='utf-8'))['timings']['auto batch 1']
     default_s = float(default_s['per_image_s'])
     assert dict(zip(annotations(ax), scatter_points(ax))) == {'ESRGAN': (0.5, 22.1), 'TOLA': (default_s, 24.8)}
     with pytest.raises(ValueError, match='no timing'):
@@ -227,3 +227,14 @@ def test_the_precision_table_times_the_plans_auto_tries():
         'openvino fp32', 'openvino fp32 (bf16: vae_encoder, vae_decoder)', 'openvino fp32 (bf16: vae_decoder)',
         'openvino bf16', 'openvino fp32 (fp16: idm)', 'openvino fp16 (fp32: vae_decoder)'
     ]
+
+
+def test_the_latency_figure_reads_the_auto_row_of_files_that_named_it_default():
+    """The row "default" ran auto's plan while the entry points default to fp32: it is "auto" now; older files
+    (docs/benchmarks/) still plot."""
+    from tola_plugin.evaluation.plots import read_benchmark_json
+    path = os.path.join(REPO, 'docs', 'benchmarks', 'inference_cpu_2core_xeon.json')
+    seconds = json.loads(open(path, encoding='utf-8').read())['timings']['default batch 1']['per_image_s']
+    assert read_benchmark_json(path, 'TOLA') == ({'TOLA': seconds}, {})
+    with pytest.raises(ValueError, match="no timing 'reference batch 2'"):
+        read_benchmark_json(path, 'TOLA', 'reference', 2)

@@ -77,6 +77,25 @@ def test_a_photo_is_restored_as_a_photo_and_the_switch_says_so():
         web_app.restore_upload(pipe, LINE, kind='both')
 
 
+def test_the_page_says_what_it_is_doing_and_the_time_left():
+    """While a photo restored the page showed only an elapsed counter: Gradio's progress now gets what is being done
+    (the detector, the lines found, each step of lines restored with the time left, the reading) and the fraction."""
+    seen = []
+    pipe = TOLAPipeline(StandInRestorer(), batch_size=1)
+    page = web_app.restore_upload(pipe, os.path.join(samples_dir(), 'photo.png'), 'photo.png',
+                                  progress=lambda fraction, desc: seen.append((fraction, desc)))
+    lines, windows = len(page.rows), len(pipe.net.calls)
+    assert seen[:2] == [(None, 'finding the text lines (PP-OCRv4)'),
+                        (0.0, f'{lines} text line(s) found ({windows} windows of 128x512)')]
+    steps = seen[2:-1]
+    assert [fraction for fraction, _ in steps] == [(k + 1) / windows for k in range(windows)]
+    for fraction, desc in steps:
+        left = r', about \d+ s left' if fraction < 1 else ''
+        assert re.fullmatch(rf'\d+ of {lines} line\(s\) restored, \d+ s{left}', desc), desc
+    assert steps[-1][1].startswith(f'{lines} of {lines} line(s) restored')
+    assert re.fullmatch(r'reading the lines with PP-OCRv4, before and after, \d+ s', seen[-1][1])
+
+
 def test_restore_upload_refuses_non_image_and_too_large(not_an_image):
     pipe = TOLAPipeline(StandInRestorer())
     with pytest.raises(ValueError, match=r'notes\.png is not an image this demo can read: not a decodable image'):
@@ -250,16 +269,20 @@ def _stored(folder):
     return sorted(p for p in glob.glob(os.path.join(folder, '**', '*'), recursive=True) if os.path.isfile(p))
 
 
+STORED_MB = 0.9  # the page's own files (the examples' copies, 0.61 MB) and 5 uploads of 60 KB
+
+
 @pytest.fixture
 def upload_server(tmp_path):
-    """tola-web with the tiny model, 0.1 MB per file and 0.2 MB stored in all; yields (upload url, folder)."""
+    """tola-web with the tiny model, 0.1 MB per file and STORED_MB stored in all; yields (upload url, folder, app)."""
     model = write_tiny_merged(tmp_path / 'tiny.safetensors')
     app = web_cli.main([
         '--model', model, '--port', '0', '--device', 'cpu', '--max-file-mb',
-        str(MAX_FILE_MB), '--max-stored-mb', '0.2'
+        str(MAX_FILE_MB), '--max-stored-mb',
+        str(STORED_MB)
     ], block=False)
     try:
-        yield app.local_url.rstrip('/') + '/gradio_api/upload', web_app.upload_folder(app)
+        yield app.local_url.rstrip('/') + '/gradio_api/upload', web_app.upload_folder(app), app
     finally:
         app.close()
 
@@ -267,7 +290,7 @@ def upload_server(tmp_path):
 def test_a_chunked_body_with_a_small_length_is_refused(upload_server):
     """Content-Length: 10 with Transfer-Encoding: chunked stored 60 MB under --max-file-mb 2 (the server follows the
     encoding): refused before the body is read."""
-    url, folder = upload_server
+    url, folder, _ = upload_server
     boundary = 'tolawebboundary'
     part = b''.join(b'--%s\r\nContent-Disposition: form-data; name="files"; filename="%d.png"\r\nContent-Type: '
                     b'image/png\r\n\r\n%s\r\n' % (boundary.encode(), i, os.urandom(60_000))
@@ -316,7 +339,7 @@ def test_a_body_that_grows_past_the_bound_while_read_is_cut():
 
 
 def test_uploads_from_another_site_are_refused(upload_server):
-    url, folder = upload_server
+    url, folder, _ = upload_server
     part, before = [('a.png', os.urandom(20_000))], _stored(folder)
     for headers in ({'Origin': 'http://evil.example'}, {'Origin': 'null'}, {'Sec-Fetch-Site': 'cross-site'}):
         status, body = _post_files(url, part, headers)
@@ -327,22 +350,168 @@ def test_uploads_from_another_site_are_refused(upload_server):
     assert status == 200 and body.count(folder) == 1, body
 
 
-def test_stored_uploads_are_bounded_in_all_the_oldest_go_first(upload_server):
-    url, folder = upload_server
-    kept, page = [], set(_stored(folder))  # the page's own files (the examples) stay, outside the bound
-    for i in range(6):  # 6 x 60 KB under a 0.2 MB bound
+def test_stored_bytes_are_bounded_in_all_and_no_waiting_upload_is_removed(upload_server):
+    """Issue 48 item 4: making room removed the oldest files, another visitor's upload not yet restored among them.
+    Now everything in the folder counts (the page's own files too), an upload waiting for its restoration is kept, a new
+    upload that does not fit is refused (507, saying why), and only once the waiting ones are older than
+    PENDING_MAX_AGE_S (the store's clock, injected) do they go, the oldest first."""
+    url, folder, app = upload_server
+    store, bound, kept = app.tola_store, STORED_MB * 2**20, []
+    page = set(_stored(folder))
+    for i in range(6):  # 6 x 60 KB: the 6th does not fit beside 5 waiting uploads and the page's files
         status, body = _post_files(url, [(f'{i}.png', os.urandom(60_000))])
-        assert status == 200, body
-        kept.append(json.loads(body)[0])
-        # each upload a second younger than the one before, set: uploads within one tick of the filesystem's clock
-        # (coarse on many kernels; a fast machine) would have the same age, and which went first would be chance
-        if i == 0:
-            first = os.stat(kept[0]).st_mtime_ns
-        os.utime(kept[-1], ns=(first + i * 10**9, ) * 2)
-        total = sum(os.path.getsize(p) for p in _stored(folder) if p not in page)
-        assert total <= 0.2 * 2**20, total
-        assert os.path.exists(kept[-1])  # the new upload is there
-    assert not os.path.exists(kept[0]) and page <= set(_stored(folder))  # the oldest upload went first
+        assert sum(os.path.getsize(p) for p in _stored(folder)) <= bound
+        if i < 5:
+            assert status == 200, body
+            kept.append(json.loads(body)[0])
+            # each upload a second younger than the one before, set: uploads within one tick of the filesystem's
+            # clock (coarse on many kernels; a fast machine) would have the same age
+            os.utime(kept[-1], ns=(os.stat(kept[0]).st_mtime_ns + i * 10**9, ) * 2)
+    assert status == 507 and 'do not fit' in body and 'uploads not yet restored' in body and '--max-stored-mb' in body
+    assert all(os.path.exists(p) for p in kept) and page <= set(_stored(folder))  # nobody's upload was removed
+    now = os.stat(kept[0]).st_mtime
+    store.clock = lambda: now + web_app.PENDING_MAX_AGE_S + 0.5  # the first has waited too long, the others not
+    status, body = _post_files(url, [('6.png', os.urandom(60_000))])
+    assert status == 200, body
+    assert not os.path.exists(kept[0]) and all(os.path.exists(p) for p in kept[1:]) and page <= set(_stored(folder))
+    assert sum(os.path.getsize(p) for p in _stored(folder)) <= bound
+    status = web_app.restore_request(None, store, {'path': kept[0], 'orig_name': '0.png'}, 'wavelet', 'auto')[-1]
+    assert status.startswith('**Error:** 0.png is no longer on the server') and 'removed to make room' in status \
+        and '--max-stored-mb' in status, status  # not "image file not found"
+
+
+def _upload_into(folder, name, rgb):
+    """An upload as Gradio stores it: ``<folder>/<hash>/<name>`` -> its payload."""
+    path = os.path.join(folder, f'{abs(hash(name)):x}', name)
+    os.makedirs(os.path.dirname(path))
+    import cv2
+    cv2.imwrite(path, rgb[..., ::-1])
+    return {'path': path, 'orig_name': name}
+
+
+def test_restores_count_in_the_bound_and_only_finished_files_make_room(tmp_path):
+    """Issue 48 item 4: each restore stored Gradio's copies of the input and output uncounted (40 restores of one
+    upload: 5.3 MB under a 2 MB bound). The page writes the images it shows into the store itself, counted; to make
+    room it removes finished files (shown images, restored uploads), never an upload still waiting."""
+    pipe = TOLAPipeline(StandInRestorer())
+    folder = str(tmp_path / 'store')
+    os.makedirs(folder)
+    store = web_app.Store(folder, max_mb=0.25)
+    rng = np.random.default_rng(0)
+    waiting = _upload_into(folder, 'waiting.png', rng.integers(0, 256, (32, 128, 3), dtype=np.uint8))
+    for user in range(20):  # 20 visitors, each one upload restored twice (another colour fix): noise, large PNGs
+        payload = _upload_into(folder, f'{user}.png', rng.integers(0, 256, (32, 128, 3), dtype=np.uint8))
+        for color_fix in ('wavelet', 'none'):
+            shown_input, restored, _, _, status = web_app.restore_request(pipe, store, payload, color_fix, 'line')
+            assert status.startswith('Restored'), status
+            assert os.path.exists(restored) and os.path.dirname(os.path.dirname(restored)) == os.path.realpath(folder)
+            assert read_image_file(restored).shape[:2] == (128, 512)
+            assert store.used() <= 0.25 * 2**20, store.used()
+    assert os.path.exists(waiting['path'])  # the upload nobody restored yet stays
+    status = web_app.restore_request(pipe, store, waiting, 'wavelet', 'line')[-1]
+    assert status.startswith('Restored **waiting.png**'), status
+    huge = _upload_into(folder, 'huge.png', rng.integers(0, 256, (128, 1024, 3), dtype=np.uint8))
+    status = web_app.restore_request(pipe, web_app.Store(folder, max_mb=0.05), huge, 'wavelet', 'line')[-1]
+    assert status.startswith('**Error:** ') and 'do not fit' in status, status  # said, never over the bound
+
+
+def test_requests_under_another_name_are_refused(upload_server):
+    """Issue 48 item 4: the origin guard compared Origin with Host only, so a DNS-rebinding page (Host and Origin
+    evil.example:PORT) was served. Host must be a name the server was started for, localhost or an IP address."""
+    url, folder, app = upload_server
+    port = url.split('/')[2].rsplit(':', 1)[1]
+    before = _stored(folder)
+    for host in (f'evil.example:{port}', 'evil.example', f'127.0.0.1.evil.example:{port}', ''):
+        status, body = _raw_request(url, f'GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close')
+        assert status == 403 and 'DNS rebinding' in body, (host, status, body)
+        status, body = _post_files(url, [('a.png', b'x' * 100)], {'Host': host, 'Origin': f'http://{host}'})
+        assert status == 403 and 'DNS rebinding' in body, (host, status, body)
+    assert _stored(folder) == before
+    for host in (f'127.0.0.1:{port}', f'localhost:{port}', f'LOCALHOST.:{port}', f'[::1]:{port}', f'10.1.2.3:{port}'):
+        status, body = _raw_request(url, f'GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close')
+        assert status == 200, (host, status, body[:200])
+    assert app.server.config.http is web_app.BoundedHTTP  # the bounded connections below serve the page
+
+
+class _FakeLoop:
+    """The clock of a connection: ``call_later`` records the timers, the test fires them."""
+
+    def __init__(self):
+        self.timers = []
+
+    def call_later(self, delay, callback):
+        self.timers.append(_Timer(delay, callback))
+        return self.timers[-1]
+
+    def create_task(self, coro):  # the request's answer: not run here
+        coro.close()
+        return _Task()
+
+
+class _Task:
+
+    def add_done_callback(self, done):
+        pass
+
+
+class _Timer:
+
+    def __init__(self, delay, callback):
+        self.delay, self.fire, self.cancelled = delay, callback, False
+
+    def cancel(self):
+        self.cancelled = True
+
+
+class _FakeTransport:
+
+    def __init__(self):
+        self.written, self.closed = b'', False
+
+    def write(self, data):
+        self.written += data
+
+    def close(self):
+        self.closed = True
+
+    def is_closing(self):
+        return self.closed
+
+    def get_extra_info(self, name, default=None):
+        return {'peername': ('10.0.0.1', 5555), 'sockname': ('127.0.0.1', 7860)}.get(name, default)
+
+    def set_protocol(self, protocol):
+        pass
+
+
+def test_half_open_requests_are_closed_and_connections_bounded(monkeypatch):
+    """Issue 48 item 4: a request whose headers never end held its connection for ever (1,500 descriptors). Headers
+    must arrive within HEADER_TIMEOUT_S (a timer armed once, not by each byte: the loop's clock is the test's), and at
+    most MAX_CONNECTIONS are open."""
+    import uvicorn
+    from uvicorn.server import ServerState
+
+    async def app(scope, receive, send):
+        await send({'type': 'http.response.start', 'status': 200, 'headers': []})
+        await send({'type': 'http.response.body', 'body': b'ok'})
+
+    config, state, loop = uvicorn.Config(app, http=web_app.BoundedHTTP, lifespan='off'), ServerState(), _FakeLoop()
+    slow = web_app.BoundedHTTP(config, state, {}, _loop=loop)
+    slow.connection_made(_FakeTransport())
+    for byte in b'GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n':  # a byte at a time: the timer stays the first one
+        slow.data_received(bytes([byte]))
+    assert len(loop.timers) == 1 and loop.timers[0].delay == web_app.HEADER_TIMEOUT_S
+    loop.timers[0].fire()  # the time is up
+    assert slow.transport.closed and slow.transport.written.startswith(b'HTTP/1.1 408 ')
+    assert b'request headers not received within 10 s' in slow.transport.written
+    whole = web_app.BoundedHTTP(config, state, {}, _loop=loop)
+    whole.connection_made(_FakeTransport())
+    whole.data_received(b'GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n')
+    assert loop.timers[1].cancelled and not whole.transport.closed  # the headers came: no timeout while it answers
+    monkeypatch.setattr(web_app, 'MAX_CONNECTIONS', len(state.connections))
+    extra = web_app.BoundedHTTP(config, state, {}, _loop=loop)
+    extra.connection_made(_FakeTransport())
+    assert extra.transport.closed and len(loop.timers) == 2  # one over the bound: closed when accepted
 
 
 def test_names_on_the_page_are_text_not_markdown():

@@ -1,5 +1,6 @@
 """Argument types shared by the command lines (light: importing it loads nothing of the package, so --help is fast)."""
 import argparse
+import socket
 
 
 def safetensors_path(text: str) -> str:
@@ -56,3 +57,22 @@ def launcher_parser(prog: str, training: bool) -> argparse.ArgumentParser:
     parser.add_argument('--force_yml', nargs='+', metavar='KEY:SUBKEY=VALUE',
                         help='change values of the option file (below)')
     return parser
+
+
+def listen_host(text: str) -> str:
+    """A name or address of this machine to listen on, else an argparse error saying why: resolved and bound (port
+    0) now, so a name that does not resolve or another machine's address is said at once, not as a library's
+    ``[Errno -2]`` after the model has loaded."""
+    expected = 'expected a name or address of this machine: 127.0.0.1 (this machine only) or 0.0.0.0 (every interface)'
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(text, 0, type=socket.SOCK_STREAM)[0]
+    except (socket.gaierror, UnicodeError) as err:
+        raise argparse.ArgumentTypeError(f'{text!r} does not resolve ({getattr(err, "strerror", None) or err}); '
+                                         f'{expected}') from None
+    with socket.socket(family, kind, proto) as probe:
+        try:
+            probe.bind(address)
+        except OSError as err:
+            raise argparse.ArgumentTypeError(f'{text!r} ({address[0]}) cannot be listened on here ({err.strerror}); '
+                                             f'{expected}') from None
+    return text

@@ -20,5 +20,20 @@ def run_launcher(launcher: str, parse_args, argv=None) -> int:
     import importlib
     argv = sys.argv[1:] if argv is None else list(argv)
     parse_args(argv)
+    from tola_plugin.options.start_checks import check_start
+    check_start(argv)  # the option file and its paths, said before the imports of torch and BasicSR
     sys.argv[1:] = argv
     return importlib.import_module(f'tola_plugin.{launcher}').run()
+
+
+def check_launcher_start(module: str, argv=None) -> None:
+    """``python -m MODULE`` for BasicSR's launchers and ours (``basicsr.train``, ``tola_plugin.test``, ...), called by
+    the import hook (``tola_plugin_hook.py``) before torch and BasicSR are imported: the command line of tola-train
+    (tola-test) answers --help and usage errors, named as run, then the option file and the paths it reads are checked
+    (``options.start_checks``), an error one line and exit status 2 (with ``--debug`` its traceback)."""
+    from tola_cli.arguments import launcher_parser
+    argv = sys.argv[1:] if argv is None else list(argv)
+    launcher_parser(f'python -m {module}', training=module.endswith('.train')).parse_args(argv)
+    from tola_plugin.options.start_checks import check_start
+    from tola_plugin.utils.cli_errors import run_checked
+    run_checked(lambda: check_start(argv), debug='--debug' in argv)

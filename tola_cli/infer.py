@@ -23,7 +23,8 @@ image, the limit and the option: --max-megapixels (read from the header, before 
 --max-output-megapixels. A file that cannot be read or restored is reported and skipped, the others go on; the
 run ends with a summary: the images restored, the photos written as they were (no line found, or no restored line
 read as well as the original), the files left out; exit status 1 if any file failed, 130 after Ctrl-C.
-docs/restore.md and docs/reliability.md have the details.
+docs/restore.md and docs/reliability.md have the details: the docs/ pages named here are in the source repository
+(tola-plugin's docs/ folder), not in a pip install.
 """
 import argparse
 import math
@@ -119,6 +120,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     if not args.input and not args.show_runtime:
         parser.error('the following arguments are required: -i/--input')
     args.kind = 'photo' if args.detect else args.kind or IMAGE_KINDS[0]  # --detect: kept for existing scripts
+    if not args.output:
+        parser.error("-o/--output '': expected the output folder (made when missing)")
     if args.checkpoint and not args.opt:
         parser.error('--checkpoint goes with -opt (a merged --model already holds its adaptation)')
     if args.batch_size is not None and args.batch_size < 1:

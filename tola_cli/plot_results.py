@@ -39,9 +39,9 @@ def build_parser():
     lat.add_argument('--benchmark', help='JSON of tools/benchmark_inference.py: its batch-1 seconds per image')
     lat.add_argument('--benchmark-method', default='TOLA', help='method name of the --benchmark point (TOLA)')
     lat.add_argument(
-        '--benchmark-route', default='default',
-        help='route of the --benchmark JSON: default, reference, "torch fp32", "openvino bf16", ... '
-        '(default: default)')
+        '--benchmark-route', default='auto',
+        help='route of the --benchmark JSON: auto (called default in files before issue 50), reference, "torch fp32", '
+        '"openvino bf16", ... (default: auto)')
     lat.add_argument('--summary', action='append', default=[], help='summary.json of tools/evaluate.py (repeatable)')
     lat.add_argument('--highlight', help='method drawn as a star (e.g. TOLA)')
     lat.add_argument('--out', required=True, help='output path without extension')

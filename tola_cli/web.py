@@ -14,6 +14,7 @@ nothing is fetched from the internet (docs/web.md). Needs the [web] extra (gradi
 import argparse
 import math
 
+from tola_cli.arguments import listen_host
 from tola_cli.defaults import (BACKENDS, COLOR_FIXES, DEFAULT_COLOR_FIX, MAX_OUTPUT_PIXELS, MAX_WINDOWS, PRECISIONS,
                                STORED_UPLOADS_MAX_MB, UPLOAD_MAX_MB, UPLOAD_MAX_MEGAPIXELS, WEB_HOST, WEB_PORT)
 
@@ -38,8 +39,12 @@ def build_parser() -> argparse.ArgumentParser:
         help='runtime of the IDM and VAE (auto: OpenVINO on the CPU when installed, else torch; on a GPU torch)')
     parser.add_argument('--color-fix', choices=COLOR_FIXES, default=DEFAULT_COLOR_FIX,
                         help=f"the page's initial colour fix ({DEFAULT_COLOR_FIX}; none: the network's own colours)")
-    parser.add_argument('--host', default=WEB_HOST,
+    parser.add_argument('--host', default=WEB_HOST, type=listen_host,
                         help=f'address to listen on ({WEB_HOST}: this machine only; 0.0.0.0 for the network)')
+    parser.add_argument(
+        '--allowed-host', action='append', default=[], metavar='NAME',
+        help='a name the page is visited by (a DNS name of this machine, a reverse proxy\'s), besides localhost, its '
+        'IP addresses and --host; requests under other names are refused (DNS rebinding). Repeatable')
     parser.add_argument('--port', type=int, default=WEB_PORT, help=f'port ({WEB_PORT}); 0: any free port')
     parser.add_argument('--max-megapixels', type=float, default=UPLOAD_MAX_MEGAPIXELS,
                         help=f'larger images are refused with a message ({UPLOAD_MAX_MEGAPIXELS} million pixels)')
@@ -47,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f'larger uploads are refused by the server ({UPLOAD_MAX_MB:g} MB)')
     parser.add_argument(
         '--max-stored-mb', type=float, default=STORED_UPLOADS_MAX_MB,
-        help=f'uploads kept at once, all together; the oldest are removed first ({STORED_UPLOADS_MAX_MB:g} MB)')
+        help='everything the server stores at once (uploads, the images shown, the examples); finished files are '
+        f'removed first, an upload not yet restored after 10 minutes ({STORED_UPLOADS_MAX_MB:g} MB)')
     parser.add_argument('--max-windows', type=int, default=MAX_WINDOWS,
                         help=f'128x512 windows (network calls) one image may need ({MAX_WINDOWS})')
     parser.add_argument('--max-output-megapixels', type=float, default=MAX_OUTPUT_PIXELS / 1e6,
@@ -70,6 +76,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.max_stored_mb < args.max_file_mb:
         parser.error(f'--max-stored-mb ({args.max_stored_mb:g}) must hold at least one upload (--max-file-mb, '
                      f'{args.max_file_mb:g})')
+    for name in args.allowed_host:
+        if not name or any(c in name for c in '/:@ ') or not name.isprintable():
+            parser.error(f'--allowed-host {name!r}: expected a host name without port or scheme (tola.example.org)')
     return args
 
 
@@ -88,7 +97,7 @@ def main(argv=None, block: bool = True):
                 backend=args.backend, color_fix=args.color_fix, max_windows=args.max_windows,
                 max_output_megapixels=args.max_output_megapixels, max_megapixels=args.max_megapixels,
                 max_file_mb=args.max_file_mb, host=args.host, port=args.port, block=block,
-                max_stored_mb=args.max_stored_mb)
+                max_stored_mb=args.max_stored_mb, allowed_hosts=args.allowed_host)
     return 0 if block else app
 
 

@@ -1,6 +1,8 @@
 """BasicSR's test pipeline with the plugin registered; ``results/`` goes under the CWD.
 
-The console script ``tola-test`` (``tola_cli/test.py``) answers --help before basicsr is imported.
+``python -m tola_plugin.test`` and the console script ``tola-test`` (``tola_cli/test.py``) answer --help before
+basicsr is imported, and check the option file, its ``--force_yml`` entries and the paths it reads before torch and
+BasicSR are imported (``options/start_checks.py``; ``python -m`` through the import hook, ``tola_plugin_hook.py``).
 Usage: ``python -m tola_plugin.test -opt FILE.yml``.
 Every ``torch.load`` of the run is weights-only; bad options or input end in one ``error: ...`` line and exit
 status 2 (``utils/cli_errors.py``; ``--debug`` shows the traceback); a distributed run destroys its process group

@@ -1,6 +1,8 @@
 """BasicSR's training pipeline with the plugin registered; ``experiments/`` goes under the CWD.
 
-The console script ``tola-train`` (``tola_cli/train.py``) answers --help before basicsr is imported.
+``python -m tola_plugin.train`` and the console script ``tola-train`` (``tola_cli/train.py``) answer --help before
+basicsr is imported, and check the option file, its ``--force_yml`` entries and the paths it reads before torch and
+BasicSR are imported (``options/start_checks.py``; ``python -m`` through the import hook, ``tola_plugin_hook.py``).
 Usage: ``python -m tola_plugin.train -opt FILE.yml [--auto_resume] [--launcher pytorch|slurm]``.
 Every ``torch.load`` of the run is weights-only; bad options or input end in one ``error: ...`` line and exit
 status 2 (``utils/cli_errors.py``; ``--debug`` shows the traceback); a distributed run destroys its process group

@@ -18,6 +18,7 @@ import torch
 from tola_plugin.archs.backbone_builder import load_difftsr, save_converted
 from tola_plugin.archs.tola_arch import TOLANet
 from tola_plugin.checkpoints.difftsr import COMPONENTS
+from tola_plugin.utils.user_paths import BROKEN_LINK, MISSING, path_kind
 from tola_plugin.utils.user_text import say
 
 #: Largest relative difference between the merged and the unmerged model's outputs that ``export_merged`` accepts.
@@ -30,7 +31,12 @@ def export_merged(opt_path: str, out: str, checkpoint: Optional[str] = None, ver
     ``overrides`` applied) with the adaptation checkpoint (``checkpoint`` or path.pretrain_network_g), fold LoRA in
     and write the merged .safetensors file ``out`` (mode as the umask says); prints its size. ``verify``: compare the
     unmerged and merged outputs on a random (1, 3, 128, 512) input (full size: minutes) and print the difference.
-    -> 0, or 1 (with an ``error:`` line) when they differ by more than ``MERGED_TOLERANCE``."""
+    -> 0, or 1 (with an ``error:`` line) when they differ by more than ``MERGED_TOLERANCE``. ``out`` naming anything
+    but a file (a folder, a FIFO, a path under a file) is a ValueError before the network is built."""
+    kind = path_kind(out)
+    if kind not in ('a file', MISSING, BROKEN_LINK):
+        raise ValueError(f'--out {out} is {kind}; expected the .safetensors file to write (a new name, or a file to '
+                         'replace)')
     net = TOLANet.from_options(opt_path, checkpoint, overrides)
     if verify:
         lq = torch.rand(1, 3, 128, 512, generator=torch.Generator().manual_seed(0))

@@ -31,7 +31,8 @@ module                 what changes in BasicSR
 
 Helpers of these patches only: ``distributed.py`` (the launch decisions of GPU/DDP runs, as functions of their
 inputs), ``training_resume.py`` (the exact-resume bookkeeping, the choice of the state to resume from) and
-``failed_start.py`` (the folders a start that fails made, removed by the launchers).
+``failed_start.py`` (the folders a start that fails made, removed by the launchers) and ``resource_bounds.py`` (what a
+run's options ask of the machine, checked by ``option_parsing`` before anything is made).
 """
 from tola_plugin_shim import install_torchvision_shim
 

@@ -18,7 +18,7 @@ def save_with_retries(obj, path, what):
             return atomic_torch_save(obj, path)
         except OSError as err:
             if attempt == 2:
-                raise OSError(f'could not save the {what} {path}: {err}') from err
+                raise OSError(f'could not save the {what} {path}: {err.strerror or err}') from err
             get_root_logger().warning(f'Save {what} error: {err}, remaining retry times: {2 - attempt}')
             time.sleep(1)
 

@@ -6,9 +6,18 @@ import torch
 
 from basicsr.data.data_sampler import EnlargedSampler
 
+from tola_plugin.basicsr_glue.resource_bounds import sampler_indices_fit
 from tola_plugin.basicsr_glue.training_resume import LOOP
 
-_original_set_epoch, _original_iter = EnlargedSampler.set_epoch, EnlargedSampler.__iter__
+_original_init, _original_set_epoch, _original_iter = (EnlargedSampler.__init__, EnlargedSampler.set_epoch,
+                                                       EnlargedSampler.__iter__)
+
+
+def sampler_init(self, dataset, num_replicas, rank, ratio=1):
+    """Upstream's, once the epoch's index list is known to fit in memory (``resource_bounds``): a huge
+    ``dataset_enlarge_ratio`` ended in a traceback of ``torch.randperm``."""
+    sampler_indices_fit(len(dataset), ratio, num_replicas)
+    _original_init(self, dataset, num_replicas, rank, ratio)
 
 
 def sampler_set_epoch(self, epoch):
@@ -43,5 +52,6 @@ def sampler_iter(self):
 
 
 def apply():
+    EnlargedSampler.__init__ = sampler_init
     EnlargedSampler.set_epoch = sampler_set_epoch
     EnlargedSampler.__iter__ = sampler_iter

@@ -22,7 +22,7 @@ from basicsr.utils import make_exp_dirs as _original_make_exp_dirs
 from tola_plugin.basicsr_glue import distributed, failed_start
 from tola_plugin.basicsr_glue.option_parsing import read_options
 from tola_plugin.basicsr_glue.resume_state import load_resume_state
-from tola_plugin.options.checks import check_data_paths
+from tola_plugin.options.start_checks import check_data_paths
 from tola_plugin.utils import run_lock
 from tola_plugin.utils.checkpoint_io import weights_only_loads
 from tola_plugin.utils.cli_errors import install_excepthook
@@ -32,15 +32,21 @@ from tola_plugin.utils.user_text import say
 def parse_options(root_path, is_train=True):
     """BasicSR's ``parse_options`` as every launcher calls it: the plugin's ``read_options``; called first by
     BasicSR's pipelines, it also fits the calling launcher script to the plugin."""
-    root_path = _adopt_launcher_script(sys._getframe(1).f_globals, root_path)
-    return read_options(root_path, is_train)
+    namespace = sys._getframe(1).f_globals
+    root_path = _adopt_launcher_script(namespace, root_path)
+    return read_options(root_path, is_train, bound=_is_launcher(namespace))
+
+
+def _is_launcher(namespace: dict) -> bool:
+    """Whether ``namespace`` is a BasicSR launcher's (module or script), not a test calling ``parse_options``."""
+    return 'train_pipeline' in namespace or 'test_pipeline' in namespace
 
 
 def make_exp_dirs(opt):
     """BasicSR's ``make_exp_dirs`` (a fresh start: an existing experiment or results folder is renamed to
-    ``*_archived_<time>``), once every path the run reads is there (``option_checks.check_data_paths``): a start that
-    would fail on a mistyped dataroot fails before anything is moved, and the next ``--auto_resume`` finds the
-    experiment where it was."""
+    ``*_archived_<time>``), once every path the run reads is there (``options.start_checks.check_data_paths``): a
+    start that would fail on a mistyped dataroot fails before anything is moved, and the next ``--auto_resume`` finds
+    the experiment where it was."""
     check_data_paths(opt)
     _original_make_exp_dirs(opt)
 
@@ -76,10 +82,28 @@ def _installed_package_root(root_path: str) -> bool:
 
 def build_model(opt):
     """BasicSR's ``build_model``, as the launchers call it: once it returns, the run has started
-    (``failed_start``: an error before this removes the folders the run made)."""
+    (``failed_start``: an error before this removes the folders the run made). A validation is numbered with the
+    last iteration trained (``_validate_at_last_iteration``)."""
     model = basicsr.models.build_model(opt)
     failed_start.started()
+    _validate_at_last_iteration(model)
     return model
+
+
+def _validate_at_last_iteration(model) -> None:
+    """BasicSR's training pipeline validates once more after its loop with the counter it stopped at, past the last
+    iteration ("Best: ... @ 6 iter" after a 4-iteration run, also in TensorBoard and the saved images' names): each
+    validation is numbered at most with the last iteration ``optimize_parameters`` ran (as given when none ran)."""
+    optimize, validation, last = model.optimize_parameters, model.validation, []
+
+    def optimize_parameters(current_iter, *args, **kwargs):
+        last[:] = [current_iter]
+        return optimize(current_iter, *args, **kwargs)
+
+    def validated(dataloader, current_iter, *args, **kwargs):
+        return validation(dataloader, min([current_iter] + last), *args, **kwargs)
+
+    model.optimize_parameters, model.validation = optimize_parameters, validated
 
 
 def _end_after_error() -> None:
@@ -103,7 +127,7 @@ def _give_launcher_our_functions(namespace: dict) -> None:
 def _adopt_launcher_script(namespace: dict, root_path: str) -> str:
     """Give a BasicSR launcher run as a script (``namespace``: its globals) the plugin's ``load_resume_state``
     and, when it runs from an installed package, the current directory as root; returns the root to use."""
-    if 'train_pipeline' not in namespace and 'test_pipeline' not in namespace:
+    if not _is_launcher(namespace):
         return root_path  # not a launcher (e.g. a test calling parse_options)
     _give_launcher_our_functions(namespace)
     if namespace.get('__name__') == '__main__':  # BasicSR's own script: no run_tool around it

@@ -32,11 +32,14 @@ from basicsr.utils import set_random_seed
 from basicsr.utils.dist_util import get_dist_info
 
 from tola_plugin.basicsr_glue import distributed, failed_start, process_group
+from tola_plugin.basicsr_glue.resource_bounds import bound_resources
 from tola_plugin.basicsr_glue.training_resume import LOOP, warn_early
 from tola_plugin.metric_weights import require_run_weights
 from tola_plugin.options.checks import check_options
-from tola_plugin.options.reader import OptionError, OptionLoader, apply_force_yml, force_yml_value, read_option_file
+from tola_plugin.options.reader import (OptionError, OptionLoader, apply_force_yml, force_yml_value,
+                                        name_datasets_after_their_data, read_option_file)
 from tola_plugin.options.short_run import apply_short_run
+from tola_plugin.options.start_checks import command_line, expand_user_paths
 from tola_plugin.utils import cuda_math, run_lock
 from tola_plugin.utils.devices import cuda_device_count
 from tola_plugin.utils.user_paths import shorten
@@ -49,19 +52,6 @@ def ordered_yaml():
     """Upstream's (Loader, Dumper) pair with the package's safe, bounded loader (options/reader.py): upstream's is
     yaml's full Loader, which builds any Python object a file names (``!!python/object/apply:os.system``)."""
     return OptionLoader, _original_ordered_yaml()[1]
-
-
-def command_line() -> argparse.Namespace:
-    """The launchers' command line: upstream's ``parse_options`` arguments, as BasicSR 1.4.2 defines them."""
-    parser = argparse.ArgumentParser()
-    parser.add_argument('-opt', type=str, required=True, help='Path to option YAML file.')
-    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm'], default='none', help='job launcher')
-    parser.add_argument('--auto_resume', action='store_true')
-    parser.add_argument('--debug', action='store_true')
-    parser.add_argument('--local_rank', type=int, default=0)
-    parser.add_argument('--force_yml', nargs='+', default=None,
-                        help='Force to update yml files. Examples: train:ema_decay=0.999')
-    return parser.parse_args()
 
 
 def check_cuda_usable(opt) -> None:
@@ -91,6 +81,8 @@ def merged_options(args: argparse.Namespace, is_train: bool) -> Tuple[dict, str]
     entries, the removed metrics and the short-run preset, then every check. -> (options, the preset's note or '')."""
     opt = read_option_file(args.opt)  # errors name the file and line
     apply_force_yml(opt, args.force_yml)  # errors name the entry
+    for line in name_datasets_after_their_data(opt, args.force_yml):
+        say(f'note: {line}')
     opt['is_train'] = is_train
     try:
         drop_removed_metrics(opt)
@@ -98,9 +90,13 @@ def merged_options(args: argparse.Namespace, is_train: bool) -> Tuple[dict, str]
         check_options(opt)
         check_cuda_usable(opt)
     except OptionError as err:
-        overrides = f' with --force_yml {" ".join(shorten(e) for e in args.force_yml)}' if args.force_yml else ''
-        raise OptionError(f'{args.opt}{overrides}: {err}') from None
+        raise OptionError(f'{options_named(args)}: {err}') from None
     return opt, note
+
+
+def options_named(args: argparse.Namespace) -> str:
+    """The option file and its ``--force_yml`` entries, as an error names them."""
+    return args.opt + (f' with --force_yml {" ".join(shorten(e) for e in args.force_yml)}' if args.force_yml else '')
 
 
 def add_basicsr_settings(opt: dict, args: argparse.Namespace, root_path: str, is_train: bool) -> None:
@@ -119,12 +115,7 @@ def add_basicsr_settings(opt: dict, args: argparse.Namespace, root_path: str, is
         dataset['phase'] = phase.split('_')[0]
         if 'scale' in opt:
             dataset['scale'] = opt['scale']
-        for key in ('dataroot_gt', 'dataroot_lq'):
-            if isinstance(dataset.get(key), str):
-                dataset[key] = os.path.expanduser(dataset[key])
-    for key, value in opt['path'].items():
-        if isinstance(value, str) and ('resume_state' in key or 'pretrain_network' in key):
-            opt['path'][key] = os.path.expanduser(value)
+    expand_user_paths(opt)
     root = os.path.join(root_path, 'experiments' if is_train else 'results', opt['name'])
     opt['path'].update(log=root, visualization=os.path.join(root, 'visualization'))
     if not is_train:
@@ -138,17 +129,23 @@ def add_basicsr_settings(opt: dict, args: argparse.Namespace, root_path: str, is
         opt['logger'].update(print_freq=1, save_checkpoint_freq=8)
 
 
-def read_options(root_path, is_train=True):
+def read_options(root_path, is_train=True, bound=False):
     """The launchers' ``parse_options``: the options merged and checked (``merged_options``), upstream's settings
-    added (``add_basicsr_settings``), the weight files checked, the process group of a distributed run started, the
-    seed (per rank), the CUDA math options (utils/cuda_math.py) and the experiment lock (rank 0). -> (opt, args) as
-    upstream's."""
+    added (``add_basicsr_settings``), for a run (``bound``; not for a test that only reads options: the estimate takes
+    seconds) what it asks of this machine bounded (``resource_bounds``), the weight files checked, the process group
+    of a distributed run started, the seed (per rank), the CUDA math options (utils/cuda_math.py) and the experiment
+    lock (rank 0). -> (opt, args) as upstream's."""
     args = command_line()
     opt, note = merged_options(args, is_train)
     add_basicsr_settings(opt, args, root_path, is_train)
     LOOP.reset()
     if note:
         say(f'note: {note}')
+    try:
+        if bound:
+            bound_resources(opt)  # memory, workers, epoch length: before any folder is made
+    except OptionError as err:
+        raise OptionError(f'{options_named(args)}: {err}') from None
     try:
         require_run_weights(opt)
     except FileNotFoundError as err:

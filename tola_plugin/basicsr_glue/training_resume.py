@@ -369,7 +369,10 @@ def agreed_resume_state(opt: Dict, warn: Callable[[str], None]) -> Tuple[Optiona
             state = read_training_state(path, opt)
         except (ValueError, OSError) as err:
             problem = f'rank {rank}: {err}'
-    problems = [p for p in _gather(problem) if p]
+    gathered = _gather(problem)
+    if len(gathered) == 1 and problem:  # one process: the error itself, no ranks to speak of
+        raise ValueError(problem.split(': ', 1)[1])
+    problems = [p for p in gathered if p]
     if problems:
         raise ValueError(f'rank 0 resumes from {osp.basename(path)}, but not every rank can read it '
                          f'({"; ".join(problems)}): every rank must see the same training states (one filesystem '

@@ -71,8 +71,20 @@ def check_max_pixels(max_pixels, what: str = 'max_pixels') -> Optional[int]:
             or not 0 < max_pixels <= pixel_ceiling():
         raise ValueError(f'{what} (the image budget; --max-megapixels x 1e6) must be a number of pixels in (0, '
                          f'{pixel_ceiling():,}] (the ceiling is Pillow\'s own decompression-bomb limit), got '
-                         f'{max_pixels!r}')
+                         f'{short_number(max_pixels)}')
     return int(max_pixels)
+
+
+def short_number(value) -> str:
+    """``value`` as an error shows it: a number in at most 6 significant digits (``1e+306``, not 307 digits)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        return repr(value)
+    if isinstance(value, (int, np.integer)) and abs(value) < 10**15:
+        return f'{value:,}'
+    try:
+        return f'{float(value):.6g}'
+    except OverflowError:  # an int beyond float's range
+        return f'an integer of {len(str(abs(int(value))))} digits'
 
 
 def megapixels(pixels: float) -> str:

@@ -227,19 +227,19 @@ def read_latency_csv(path: str) -> Tuple[Dict[str, float], Dict[str, Dict[str, f
     return latency, metrics
 
 
-def read_benchmark_json(path: str, method: str, route: str = 'default',
-                        batch: int = 1) -> Tuple[Dict[str, float], Dict]:
+def read_benchmark_json(path: str, method: str, route: str = 'auto', batch: int = 1) -> Tuple[Dict[str, float], Dict]:
     """tools/benchmark_inference.py's JSON -> ({method: seconds per image of ``route`` at ``batch``}, {}).
-    ValueError when it has no such timing."""
+    ValueError when it has no such timing ('auto' was 'default' in files before issue 50)."""
     timings = read_json(path, 'benchmark_inference.py JSON').get('timings', {})
     key = f'{route} batch {batch}'
+    key = f'default batch {batch}' if route == 'auto' and key not in timings else key
     if key not in timings:
         raise ValueError(f'{path}: no timing {key!r} (have {sorted(timings)}); is it a benchmark_inference.py JSON?')
     return {method: float(timings[key]['per_image_s'])}, {}
 
 
 def plot_quality_latency(out_stem: str, latency_csv: Optional[str] = None, benchmark_json: Optional[str] = None,
-                         benchmark_method: str = 'TOLA', benchmark_route: str = 'default',
+                         benchmark_method: str = 'TOLA', benchmark_route: str = 'auto',
                          summary_paths: Sequence[str] = (), highlight: Optional[str] = None) -> Tuple[str, str]:
     """``quality_latency_figure`` from files: seconds per image from ``latency_csv`` and/or ``benchmark_json``
     (its batch-1 ``benchmark_route`` as ``benchmark_method``), PSNR/ACC from tools/evaluate.py's summary.json files

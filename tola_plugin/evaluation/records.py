@@ -133,9 +133,11 @@ def _fmt(value: Optional[float], key: str) -> str:
     return f'{value:.4f}'
 
 
-def summary_markdown(summary: Mapping[str, Mapping[str, float]], title: str = '') -> str:
-    """Methods x metrics table (paper order, 4 decimals, arrows for direction); absent metrics omitted."""
-    keys = [(k, name, up) for k, name, up in SUMMARY_METRICS if any(k in m for m in summary.values())]
+def summary_markdown(summary: Mapping[str, Mapping[str, float]], title: str = '', transocr: str = '') -> str:
+    """Methods x metrics table (paper order, 4 decimals, arrows for direction); absent metrics omitted. ``transocr``:
+    which TransOCR read the T- columns when not the official one ('demo': T-ACC (demo TransOCR), ...)."""
+    keys = [(k, f'{name} ({transocr} TransOCR)' if transocr and k.startswith('t_') else name, up)
+            for k, name, up in SUMMARY_METRICS if any(k in m for m in summary.values())]
     head = '| Method | ' + ' | '.join(f'{name}{"↑" if up else "↓"}' for _, name, up in keys) + ' |'
     sep = '| --- | ' + ' | '.join('---:' for _ in keys) + ' |'
     lines = ([f'## {title}', ''] if title else []) + [head, sep]

@@ -13,7 +13,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 import numpy as np
 
 from tola_plugin import metric_weights as W
-from tola_plugin.checkpoints.demo_backbone import transocr_file
+from tola_plugin.checkpoints.demo_backbone import DEMO, transocr_file
 from tola_plugin.data.image_io import DEFAULT_MAX_PIXELS, WHITE, check_max_pixels, read_image_file, write_image
 from tola_plugin.data.text_line_source import canvas_rgb8
 from tola_plugin.evaluation import records as R
@@ -94,6 +94,7 @@ def evaluate_methods(methods: Mapping[str, str], out_dir: str, reference_dir: Op
     if not methods:
         raise ValueError('no method folders given')
     max_pixels = check_max_pixels(max_pixels)
+    demo_transocr = transocr_checkpoint == DEMO and transocr_model is None  # its T- columns say so
     if transocr_checkpoint is not None and transocr_model is None:  # before any work: a missing file is said at once
         transocr_checkpoint = require_file(
             transocr_file(transocr_checkpoint), 'TransOCR checkpoint (--transocr-checkpoint)',
@@ -179,11 +180,12 @@ def evaluate_methods(methods: Mapping[str, str], out_dir: str, reference_dir: Op
         'n_images': len(names), 'metrics': chosen, 'luma_color_space': color_space, 'border_crop': 0,
         'background': list(background), 'lpips_net': 'alex', 'lower_case': lower, 'ppocr_lower_case': lower
         or ppocr_lower, 'skipped': skipped, 'transocr_preprocess': transocr_preprocess, 'reference_dir': reference_dir,
-        'labels': labels_path, 'methods': dict(methods), 'name_suffixes': suffixes, 'upscaled': upscaled
+        'labels': labels_path, 'methods': dict(methods), 'name_suffixes': suffixes, 'upscaled': upscaled,
+        'transocr': 'demo' if demo_transocr else transocr_checkpoint
     }
     write_json(
         os.path.join(out_dir, 'summary.json'), {'protocol': protocol, 'summary': summary, 'per_image': per_image_files})
-    markdown = R.summary_markdown(summary, f'Evaluation on {len(names)} images')
+    markdown = R.summary_markdown(summary, f'Evaluation on {len(names)} images', 'demo' if demo_transocr else '')
     if skipped:
         markdown += (f'\nNot computed (weight files absent, see summary.json protocol.skipped): '
                      f'{", ".join(skipped)}\n')

@@ -13,7 +13,7 @@ converted by ``tola_plugin.data.image_io`` (order 'RGB'), PP-OCRv4 takes RGB (``
 its own boundary). docs/restore.md describes the behaviour.
 """
 import os
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import cv2
 import numpy as np
@@ -45,6 +45,12 @@ IMAGE_ERRORS = (ValueError, OSError, RuntimeError, MemoryError, cv2.error)
 
 ImageInput = Union[str, os.PathLike, np.ndarray, Image.Image]
 ImageInputs = Union[ImageInput, Sequence[ImageInput]]
+# what a restoration is doing, as it does it: (what, 128x512 windows done, windows in all; 0 of 0 while unknown)
+ProgressReport = Callable[[str, int, int], None]
+
+
+def _silent(*_) -> None:
+    pass
 
 
 class TOLAPipeline(PipelineLoading):
@@ -124,7 +130,8 @@ class TOLAPipeline(PipelineLoading):
     # ------------------------------------------------------------------------------------------ running
     def __call__(self, images: ImageInputs, detect: bool = False, outscale: Optional[float] = None, seed: int = 0,
                  recognize: Optional[bool] = None, names: Optional[Sequence[str]] = None,
-                 value_range: Optional[Tuple[float, float]] = None) -> Union[Restoration, List[Restoration]]:
+                 value_range: Optional[Tuple[float, float]] = None,
+                 progress: Optional[ProgressReport] = None) -> Union[Restoration, List[Restoration]]:
         """Restore one image (-> Restoration) or a list (-> list); the first image that fails raises its error.
 
         images: file paths (read with the package's reader: 8/16-bit, gray, alpha, CMYK, EXIF orientation), PIL
@@ -137,10 +144,13 @@ class TOLAPipeline(PipelineLoading):
         recognize: also read every line with PP-OCRv4 before and after (default: with detect).
         value_range: (low, high) of float arrays and PIL 'F' images, mapped to [0, 1] (default: they must already be
             in [0, 1]; a float image in [0, 255] is an error that says so). NaN and inf are refused.
+        progress: called with (what, windows done, windows in all) as the work goes: the detector started (0 of 0),
+            the lines it found, each window restored ('3 of 12 line(s) restored'), the lines read before and after
+            (tola-infer prints them for a photo, the web page shows them).
         """
         single = isinstance(images, (str, os.PathLike, np.ndarray, Image.Image))
         outcomes = self.restore_each([images] if single else list(images), detect, outscale, seed, recognize, names,
-                                     value_range)
+                                     value_range, progress)
         for outcome in outcomes:
             if isinstance(outcome, BaseException):
                 raise outcome
@@ -148,7 +158,8 @@ class TOLAPipeline(PipelineLoading):
 
     def restore_each(self, images: Sequence[ImageInput], detect: bool = False, outscale: Optional[float] = None,
                      seed: int = 0, recognize: Optional[bool] = None, names: Optional[Sequence[str]] = None,
-                     value_range: Optional[Tuple[float, float]] = None) -> List[Union[Restoration, Exception]]:
+                     value_range: Optional[Tuple[float, float]] = None,
+                     progress: Optional[ProgressReport] = None) -> List[Union[Restoration, Exception]]:
         """``__call__`` for a list, each image on its own: one Restoration per image, or in its place the error
         (one of IMAGE_ERRORS) that image raised. A failing image never fails its neighbours: the images that had
         windows in a batch that failed are run again, each alone (results do not depend on batching). Arguments
@@ -162,19 +173,27 @@ class TOLAPipeline(PipelineLoading):
         if detect and self.paste == 'checked' and not recognize:
             raise ValueError("paste 'checked' pastes the lines PP-OCRv4 reads as well restored: it needs recognize; "
                              "set recognize=True, or paste='all' to paste every restored line")
+        progress = progress or _silent
         # 2. Read each image (RGB), check its bounds, find its lines (detect) and cut them into 128x512 canvases
         prepared: List[Union[ImageWork, Exception]] = []
         for index, item in enumerate(items):
             try:
                 prepared.append(
                     self._prepare(item, index, None if names is None else names[index], seed, detect, outscale,
-                                  value_range))
+                                  value_range, progress))
             except IMAGE_ERRORS as err:
                 prepared.append(err)
         # 3. Restore every canvas, batched across lines and images, on the runtime's path (a path that fails is left
         #    for the next; no non-finite output is kept); blend each line's windows back together
-        self._restore_isolated([p for p in prepared if isinstance(p, ImageWork)])
+        work = [p for p in prepared if isinstance(p, ImageWork)]
+        lines = sum(len(p.lines) for p in work)
+        windows = sum(line.layout.num_tiles for p in work for line in p.lines)
+        if detect:
+            progress(f'{lines} text line(s) found ({windows} windows of 128x512)', 0, windows)
+        self._restore_isolated(work, progress)
         # 4. Read the lines before and after (recognize), paste the lines into the output image (detect) or resize
+        if recognize and lines:
+            progress('reading the lines with PP-OCRv4, before and after', windows, windows)
         return [(p.error or self._finish(p, detect, recognize)) if isinstance(p, ImageWork) else p for p in prepared]
 
     def _finish(self, image: ImageWork, detect: bool, recognize: bool) -> Union[Restoration, Exception]:
@@ -206,7 +225,7 @@ class TOLAPipeline(PipelineLoading):
             raise budget_error(what, width, height, self.max_pixels)
 
     def _prepare(self, item: ImageInput, index: int, name: Optional[str], seed: int, detect: bool,
-                 outscale: Optional[float], value_range) -> ImageWork:
+                 outscale: Optional[float], value_range, progress: ProgressReport = _silent) -> ImageWork:
         """Read one image, check its bounds, find its lines and cut them into canvases: everything before the
         network, so that an image over a bound costs nothing but its reading."""
         rgb, own_name = self._read(item, index, value_range)
@@ -225,6 +244,7 @@ class TOLAPipeline(PipelineLoading):
         # restored lines are resized into it instead)
         scale = 1.0 if outscale is None else outscale
         size = output_size(what, height, width, scale, self.max_output_pixels)  # before the detector runs
+        progress('finding the text lines (PP-OCRv4)', 0, 0)
         strips, note = self._detect(rgb)
         windows = sum(plan_line(line_width(*strip.shape[:2]), self.overlap).num_tiles for strip, _, _ in strips)
         check_windows(what, windows, self.max_windows, f'its {len(strips)} detected line(s)')
@@ -256,25 +276,30 @@ class TOLAPipeline(PipelineLoading):
             lines.append(LineWork(strip, layout, tiles, seeds, quad, polygon))
         return lines
 
-    def _restore_isolated(self, images: List[ImageWork]) -> None:
-        """Restore the lines of all ``images`` together (batched across images); the images that had a canvas in a
-        batch that failed are restored again, each alone, so that only an image that fails on its own is marked
-        failed (``error``); the others keep their result (the same: noise seeds are per image)."""
-        failed = self._restore_lines([line for image in images for line in image.lines])
+    def _restore_isolated(self, images: List[ImageWork], progress: ProgressReport = _silent) -> None:
+        """Restore the lines of all ``images`` together (batched across images; ``progress``: the lines done after
+        each window); the images that had a canvas in a batch that failed are restored again, each alone, so that only
+        an image that fails on its own is marked failed (``error``); the others keep their result (the same: noise
+        seeds are per image)."""
+        failed = self._restore_lines([line for image in images for line in image.lines], progress)
         suspects = [image for image in images if any(id(line) in failed for line in image.lines)]
         for image in suspects:  # one suspect: every failed batch held only its canvases, the failure is its own
             errors = self._restore_lines(image.lines) if len(suspects) > 1 else failed
             if errors:
                 image.error = next(iter(errors.values()))
 
-    def _run_windows(self, lq: np.ndarray, seeds: List[int]) -> Tuple[np.ndarray, List[str], List[List[float]]]:
+    def _run_windows(self, lq: np.ndarray, seeds: List[int],
+                     window_done: Callable[[int], None] = _silent) -> Tuple[np.ndarray, List[str], List[List[float]]]:
         """The one place the network runs: canvases (B, 128, 512, 3) float32 RGB in [0, 1] with their noise seeds
         -> (restored (B, 128, 512, 3) float32, B text priors, B lists of per-character confidences). Each canvas goes
         through the network alone (batch 1): a batch's arithmetic depends on its size (oneDNN, cuDNN and OpenVINO
         choose other kernels and reduction orders for another batch: up to 1 grey level and other confidences), so a
         window computed alone depends on nothing but itself, and an image's result never on how it was batched
-        (docs/reliability.md)."""
-        results = [self._run_window(lq[i:i + 1], seeds[i]) for i in range(len(seeds))]
+        (docs/reliability.md). ``window_done(i)`` after window i (the progress)."""
+        results = []
+        for i in range(len(seeds)):
+            results.append(self._run_window(lq[i:i + 1], seeds[i]))
+            window_done(i)
         return (np.concatenate([r[0] for r in results]) if results else lq[:0], [r[1] for r in results],
                 [r[2] for r in results])
 
@@ -299,14 +324,14 @@ class TOLAPipeline(PipelineLoading):
         confidences = conf[0, :len(text)].float().tolist() if conf is not None else [1.0] * len(text)
         return image, text, confidences
 
-    def _run_batch(self, lq: np.ndarray, seeds: List[int]):
+    def _run_batch(self, lq: np.ndarray, seeds: List[int], window_done: Callable[[int], None] = _silent):
         """``_run_windows`` on the runtime's current path (``Runtime.serve``: a path that fails is left for the next
         and the batch runs again there); on the network as given without a runtime."""
         if self.runtime is None:
-            return self._run_windows(lq, seeds)
-        return self.runtime.serve(lambda: self._run_windows(lq, seeds))
+            return self._run_windows(lq, seeds, window_done)
+        return self.runtime.serve(lambda: self._run_windows(lq, seeds, window_done))
 
-    def _restore_lines(self, lines: List[LineWork]) -> Dict[int, BaseException]:
+    def _restore_lines(self, lines: List[LineWork], progress: ProgressReport = _silent) -> Dict[int, BaseException]:
         """Run the network on every canvas of ``lines`` in steps of ``batch_size``; fill each line's restored
         strip (uint8, canvas height) and its windows' text priors. Returns {id(line): error} for the lines with a
         canvas in a batch that failed (those are left unrestored)."""
@@ -316,11 +341,17 @@ class TOLAPipeline(PipelineLoading):
         confidences: List[List[float]] = [[] for _ in owners]
         failed: Dict[int, BaseException] = {}
         size = self.batch_size  # decided once per run of windows
+        ends = np.cumsum([k == line.layout.num_tiles - 1 for line, k in owners])  # lines ended by each window
+
+        def window_done(i: int) -> None:
+            progress(f'{ends[i]} of {len(lines)} line(s) restored', i + 1, len(owners))
+
         for start in range(0, len(owners), size):
             batch = owners[start:start + size]
             try:
                 images, batch_texts, batch_conf = self._run_batch(
-                    np.stack([line.tiles[k] for line, k in batch]), [line.seeds[k] for line, k in batch])
+                    np.stack([line.tiles[k] for line, k in batch]), [line.seeds[k] for line, k in batch],
+                    lambda i, start=start: window_done(start + i))
             except IMAGE_ERRORS as err:
                 failed.update((id(line), err) for line, _ in batch)
                 continue

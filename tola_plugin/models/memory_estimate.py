@@ -248,6 +248,24 @@ def peak_inference(net: TOLANet, size: Sequence[int], batch: int) -> int:
     return mode.peak
 
 
+def network_demand(net_opt: Mapping, train_opt: Optional[Mapping] = None,
+                   size: Optional[Sequence[int]] = None) -> Optional[tuple]:
+    """(weight bytes, trainable bytes, LoRA bytes, bytes autograd keeps per training sample: batches 2 - 1, 0 without
+    ``train_opt`` and ``size``) of a TOLANet block, for the launchers' start-up bound (basicsr_glue/resource_bounds.py,
+    through ``TOLAModel.network_memory``); None for another network."""
+    if net_opt.get('type') != 'TOLANet':
+        return None
+    net = meta_network(net_opt).to('meta')  # the demo backbone's files are read onto the CPU
+    lora = sum(p.numel() * p.element_size() for name, p in net.named_parameters() if '.lora_' in name)
+    per_sample = 0
+    if train_opt is not None and size is not None:
+        losses = meta_losses(train_opt)
+        net.set_gradient_checkpointing(net.config.gradient_checkpointing, checkpoint_fn=_checkpoint)
+        one, two = (sum(saved_activations(net, losses, size, b).values()) for b in (1, 2))
+        per_sample = two - one
+    return weight_bytes(net), trainable_bytes(net), lora, per_sample
+
+
 def largest_batch(fixed: float, per_sample: float, capacity_gib: float, reserve: float = RESERVE) -> int:
     """Largest batch b with fixed + b * per_sample <= (1 - reserve) * capacity (0 when not even one fits)."""
     room = (1 - reserve) * capacity_gib * GIB - fixed

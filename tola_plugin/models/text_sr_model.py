@@ -14,7 +14,9 @@ is wrapped, ``PixelWithOCR``), so each base model's own training step (ESRGAN's 
 included) runs unchanged; the log shows it as ``l_ocr`` beside the pixel term. The recognizer needs whole lines:
 ``ocr_opt`` with ``datasets.train.gt_size`` (square patches of a line) is an error.
 """
+import os
 from collections import OrderedDict
+from typing import List
 
 import torch
 from torch import nn
@@ -27,11 +29,12 @@ from basicsr.utils import get_root_logger
 from basicsr.utils.registry import MODEL_REGISTRY
 
 from tola_plugin.archs.backbone_builder import load_transocr
-from tola_plugin.checkpoints.demo_backbone import transocr_file
+from tola_plugin.checkpoints.demo_backbone import DEMO, transocr_file
 
 DEFAULT_RECOGNIZER = 'checkpoints/transocr.pth'  # TOLANet's default transocr_checkpoint
 # ``train`` keys of BasicSR 1.4.2's models (what their init_training_settings and the pipeline read)
 TEXT_TRAIN_KEYS = frozenset({'ocr_opt', 'ocr_recognizer'})  # beyond the base model's (options/schema.py)
+OCR_DATASETS = ('TextDegradationDataset', 'PairedTextDataset')  # the training sets that give 'ocr_target'
 
 
 class PixelWithOCR(nn.Module):
@@ -62,6 +65,31 @@ class TextAwareMixin:
     ocr_target = None
     ocr_recognizer = None
     pixel_log_key = 'l_pix'  # the name the base model logs its pixel loss under
+
+    @classmethod
+    def option_problems(cls, opt, files: bool = False) -> List[str]:
+        """What the OCR loss (``train.ocr_opt``) needs that the options ``opt`` lack, every one (``checks``
+        says them in one error, before anything runs): whole lines, a training set that gives ``ocr_target``; with
+        ``files`` also the recognizer's file (named with the others, so that one start says every change; alone, it
+        is the error of the model's start)."""
+        train = opt.get('train') if isinstance(opt.get('train'), dict) else {}
+        ocr_opt = train.get('ocr_opt')
+        if not isinstance(ocr_opt, dict) or ocr_opt.get('loss_weight', 1.0) == 0:
+            return []
+        datasets = opt.get('datasets') if isinstance(opt.get('datasets'), dict) else {}
+        dataset = datasets.get('train') if isinstance(datasets.get('train'), dict) else {}
+        problems = []
+        if dataset.get('gt_size') is not None:
+            problems.append('no datasets.train.gt_size (the recognizer reads whole text lines: remove gt_size, which '
+                            'crops square patches of them; the LR line is then 128/s x 512/s)')
+        if dataset.get('type') not in OCR_DATASETS:
+            problems.append(f"a datasets.train.type that gives the labels the loss reads ('ocr_target': "
+                            f"{' or '.join(OCR_DATASETS)}; {dataset.get('type')} gives none)")
+        value = train.get('ocr_recognizer', DEFAULT_RECOGNIZER)
+        if files and value != DEMO and not os.path.isfile(str(value)):
+            problems.append(f'train.ocr_recognizer, the frozen TransOCR: {value} is not a file (the official '
+                            'transocr.pth; or train:ocr_recognizer=demo, the demo backbone\'s TransOCR)')
+        return problems
 
     def init_training_settings(self):
         super().init_training_settings()

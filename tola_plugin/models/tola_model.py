@@ -53,6 +53,13 @@ class TOLAModel(SRModel):
     train_option_keys = frozenset({'ocr_opt', 'grad_clip_norm', 'accumulate_grad_batches'})
     val_option_keys = frozenset({'noise_seed', 'ocr_metrics', 'ocr_lower'})
 
+    @staticmethod
+    def network_memory(net_opt, train_opt=None, size=None):
+        """What a network block asks of memory, measured on the meta device (``memory_estimate.network_demand``),
+        for the launchers' start-up bound (basicsr_glue/resource_bounds.py reaches it through the model registry)."""
+        from tola_plugin.models.memory_estimate import network_demand
+        return network_demand(net_opt, train_opt, size)
+
     # ------------------------------------------------------------------------------ training setup
     def init_training_settings(self):
         train_opt = self.opt['train']

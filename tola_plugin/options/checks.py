@@ -29,7 +29,6 @@ Every error is an ``OptionError`` (a ValueError) whose message starts with the o
 import difflib
 import inspect
 import math
-import os
 from typing import Iterable, List, Mapping, Optional
 
 from basicsr.models.base_model import BaseModel
@@ -39,7 +38,7 @@ from tola_plugin.options import schema
 from tola_plugin.options.dist_params import BACKENDS, DIST_PARAMS_KEYS, process_group_timeout
 from tola_plugin.options.reader import OptionError
 from tola_plugin.utils.devices import cuda_device_count
-from tola_plugin.utils.user_paths import MISSING, NOTHING_THERE, check_name, path_kind
+from tola_plugin.utils.user_paths import check_name
 
 # Dataset keys that BasicSR's pipelines and ``build_dataloader`` read (basicsr 1.4.2), valid for every dataset.
 #: bytes BasicSR and the plugin add to an experiment's name in a file name: 'debug_' (--debug), 'train_' ... '_'
@@ -293,9 +292,10 @@ def models_taking(key: str, kind: str) -> List[type]:
     return takers
 
 
-def _taker_advice(key: str, model_cls, kind: str) -> str:
+def _taker_advice(key: str, model_cls, kind: str, opt: Optional[Mapping] = None) -> str:
     """Which model to choose for ``key`` that ``model_cls`` does not take: first the one that is ``model_cls`` with a
-    mixin added (TextSRModel for SRModel), then the others that take it; '' when none does."""
+    mixin added (TextSRModel for SRModel), with what else it needs of ``opt`` (``model_needs``), then the others that
+    take it; '' when none does."""
     takers = [cls for cls in models_taking(key, kind) if cls is not model_cls]
     if not takers:
         return ''
@@ -306,14 +306,26 @@ def _taker_advice(key: str, model_cls, kind: str) -> str:
     others = ', '.join(cls.__name__ for cls in takers if cls not in variants)
     if variants:
         name = variants[0].__name__
+        needs = model_needs(variants[0], opt, files=True) if opt is not None else []
         return (f'. {name} is {model_cls.__name__} with {key}: set model_type: {name}' +
+                (f'; with it this run also needs {"; ".join(needs)}' if needs else '') +
                 (f' (also taking it: {others})' if others else ''))
     return f'. Models that take {key}: {others}'
 
 
-def check_model_block(block: Mapping, model_cls, kind: str, where: str) -> None:
+def model_needs(model_cls, opt: Mapping, files: bool = False) -> List[str]:
+    """What ``model_cls`` needs of the rest of the options that ``opt`` lacks (its ``option_problems``: e.g. the
+    text-aware models' OCR loss needs whole lines and a dataset with its labels), and when anything, or with
+    ``files``, the files it reads (the recognizer's): one error says every change."""
+    problems = getattr(model_cls, 'option_problems', None)
+    if problems is None or not (files or problems(opt)):
+        return []
+    return problems(opt, files=True)
+
+
+def check_model_block(block: Mapping, model_cls, kind: str, where: str, opt: Optional[Mapping] = None) -> None:
     """The keys of ``block`` (the top level, ``train`` or ``val``: ``kind``) against the model's; a key that another
-    model takes names that model (``_taker_advice``)."""
+    model takes names that model, and what else it needs of ``opt`` (``_taker_advice``)."""
     known = schema.model_keys(model_cls, kind)
     if kind == 'top':
         known = known | schema.COMPUTED_TOP_KEYS | {k for k in block if k.startswith('network_')}
@@ -321,7 +333,7 @@ def check_model_block(block: Mapping, model_cls, kind: str, where: str) -> None:
         if key not in known:
             home = [b for b in ('train', 'val') if key in schema.model_keys(model_cls, b)]
             belongs = f'; {key} belongs under {home[0]}:' if kind == 'top' and home else ''
-            advice = ('' if belongs else _taker_advice(key, model_cls, kind)) + _declare_advice(model_cls)
+            advice = ('' if belongs else _taker_advice(key, model_cls, kind, opt)) + _declare_advice(model_cls)
             check_keys({key: None}, known, where, f'{model_cls.__name__}{belongs}' if belongs else model_cls.__name__,
                        advice)
 
@@ -333,7 +345,7 @@ def check_train(opt: Mapping) -> None:
     if train.get('warmup_iter') is not None:
         check_whole_number(train['warmup_iter'], 'train.warmup_iter', 'iterations of warm-up; -1 for none', -1)
     model_cls = registered(MODEL_REGISTRY, opt.get('model_type'), 'model_type')
-    check_model_block(train, model_cls, 'train', 'train')
+    check_model_block(train, model_cls, 'train', 'train', opt)
     for key, value in train.items():
         if key.endswith('_opt') and isinstance(value, Mapping) and 'type' in value:
             check_typed_block(value, LOSS_REGISTRY, f'train.{key}')
@@ -535,45 +547,6 @@ def check_options(opt: Mapping) -> None:
         check_dataset(dataset, f'datasets.{phase}')
     if opt.get('is_train'):
         check_train(opt)
-
-
-#: dataset options that name a file (the rest named ``dataroot*`` are folders: image folders or LMDBs)
-DATASET_FILE_KEYS = ('labels', 'index_list', 'meta_info_file', 'meta_info')
-
-
-def check_data_paths(opt: Mapping) -> None:
-    """Every path a run reads, checked on disk before anything is made or moved (BasicSR renames an existing
-    ``experiments/<name>`` to ``<name>_archived_<time>`` before it builds the datasets, so a mistyped dataroot found
-    there has already moved the experiment away): each dataset's ``dataroot*`` (a folder), ``labels``,
-    ``index_list`` and ``meta_info_file`` (files); for a run that does not resume (no ``--auto_resume``) the
-    ``path.pretrain_network_*`` files (but ``demo``). An OptionError names the option, the path, what is there and,
-    for a typo, the closest name in its folder."""
-    for phase, dataset in (opt.get('datasets') or {}).items():
-        for key, value in (dataset or {}).items():
-            if not isinstance(value, str) or not (key.startswith('dataroot') or key in DATASET_FILE_KEYS):
-                continue
-            _check_path(value, f'datasets.{phase}.{key}', 'a folder' if key.startswith('dataroot') else 'a file')
-    if not opt.get('auto_resume'):
-        for key, value in (opt.get('path') or {}).items():
-            # 'demo': the shipped demo adaptation, a package file resolved and checked where it is loaded
-            # (checkpoints/demo_backbone.adaptation_file)
-            if key.startswith('pretrain_network') and isinstance(value, str) and value != 'demo':
-                _check_path(value, f'path.{key}', 'a file')
-
-
-def _check_path(path: str, where: str, expected: str) -> None:
-    kind = path_kind(path)
-    if kind == expected:
-        return
-    hint = ''
-    if kind in NOTHING_THERE:
-        parent = os.path.dirname(os.path.abspath(path))
-        try:
-            close = difflib.get_close_matches(os.path.basename(path), os.listdir(parent), n=1, cutoff=0.6)
-        except OSError:
-            close = []
-        hint = f"; {parent} has {close[0]!r}: a typo?" if close else ''
-        kind = 'not found' + ('' if kind == MISSING else f' ({kind})')
-    else:
-        kind = f'is {kind}'
-    raise OptionError(f'{where}: {path} {kind}; expected {expected}{hint} (checked before anything was made or moved)')
+        needs = model_needs(model_cls, opt)
+        if needs:
+            raise OptionError(f'model_type: {model_cls.__name__} (as set) needs {"; ".join(needs)}')

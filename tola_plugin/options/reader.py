@@ -17,8 +17,9 @@ hands this loader to ``basicsr.utils.options``), tool and library function that 
 Every error is an ``OptionError`` (a ValueError) naming the file, the line and what was expected.
 """
 import io
+import os
 import re
-from typing import Dict
+from typing import Dict, List
 
 import yaml
 
@@ -201,6 +202,30 @@ def force_yml_entry(entry: str, where: str = '--force_yml'):
         what = 'has no "="' if not sep else 'has an empty key'
         raise OptionError(f'{where} {entry!r}: {what}; expected {FORCE_YML_FORM}')
     return path, force_yml_value(value.strip())
+
+
+def name_datasets_after_their_data(opt: Dict, entries) -> List[str]:
+    """A dataset whose data the ``--force_yml`` ``entries`` replaced (``dataroot_gt`` or ``dataroot_lq``) but not its
+    ``name`` is named after its new data, ``<folder or LMDB without extension>_<phase>`` (``lines_train``), not after
+    the option file's (``CTR_TSR_train`` on the user's own lines, in the log and the visualization folders). ->
+    notes saying each change (``datasets:<phase>:name=...`` chooses another)."""
+    changed: Dict[str, Dict[str, str]] = {}
+    for entry in entries or ():
+        path, value = force_yml_entry(entry)
+        if len(path) == 3 and path[0] == 'datasets' and path[2] in ('name', 'dataroot_gt', 'dataroot_lq'):
+            changed.setdefault(path[1], {})[path[2]] = value
+    notes = []
+    for phase, keys in changed.items():
+        root = keys.get('dataroot_gt', keys.get('dataroot_lq'))
+        dataset = (opt.get('datasets') or {}).get(phase)
+        if 'name' in keys or not isinstance(root, str) or not isinstance(dataset, dict):
+            continue
+        name = f'{os.path.splitext(os.path.basename(os.path.normpath(root)))[0]}_{phase}'
+        if name != dataset.get('name'):
+            notes.append(f'datasets.{phase}.name: {name} (after its data, {root}; the option file\'s was '
+                         f'{dataset.get("name")}; --force_yml datasets:{phase}:name=... chooses another)')
+            dataset['name'] = name
+    return notes
 
 
 def apply_force_yml(opt: Dict, entries, where: str = '--force_yml') -> Dict:

@@ -48,8 +48,9 @@ MAX_RESTARTS = 3
 Batch = TypeVar('Batch')
 
 
-class NoPathLeft(RuntimeError):
-    """Every path of the request failed to qualify or failed while serving."""
+class NoPathLeft(RuntimeError, ValueError):
+    """Every path of the request failed to qualify or failed while serving. A ValueError too: the request is the
+    user's to change, so a command says it in one ``error:`` line (utils/cli_errors.py), not a traceback."""
 
 
 class NonFiniteOutput(RuntimeError):
@@ -97,6 +98,7 @@ class Runtime:
         self.source = StageSource(net.idm, net.vae, net.transocr, source)
         self.worker: Optional[OpenVINOWorker] = None
         self.restarts = 0  # of the worker, after deaths from outside (restart_after)
+        self.no_path = ''  # why no path is left, once serving has used them all (serve fails every batch saying so)
         self._reference = None
         self._qualified_reason = ''
         if self.device.type == 'cuda':
@@ -300,7 +302,9 @@ class Runtime:
         route's result kept); non-finite there too, the input is (the batch fails, the path stays). A worker killed
         from outside (SIGKILL of the OOM killer or a user, SIGTERM) is started again and the batch run again
         (``restart_after``, bounded); only a second death on the same batch counts against the path. Without a path
-        left the batch fails with the reasons (RuntimeError)."""
+        left the batch fails with the reasons (RuntimeError), and so does every later one."""
+        if self.no_path:  # the plan's worker may be gone (killed again while it restarted): never run it
+            raise RuntimeError(self.no_path)
         restarted = False
         while True:
             try:
@@ -323,7 +327,8 @@ class Runtime:
                 except NoPathLeft as none_left:
                     if judged is not None:
                         return judged
-                    raise RuntimeError(f'no output written: {none_left}') from None
+                    self.no_path = f'no output written: {none_left}'
+                    raise RuntimeError(self.no_path) from None
                 if judged is not None:
                     return judged
 
@@ -377,7 +382,7 @@ class Runtime:
         """Decide again (for the request ``precision``; None: the same request)."""
         if precision is not None:
             self.precision = check_precision(precision)
-        self.plan = self._decide()
+        self.plan, self.no_path = self._decide(), ''
         return self.plan
 
     def _close_worker(self) -> None:

@@ -15,6 +15,7 @@ import csv
 import io
 import json
 import os
+import re
 import tempfile
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
@@ -33,8 +34,9 @@ def atomic_write(path: str, write: Callable[[str], None]) -> str:
     and renamed over ``path`` (then the folder is fsynced). On any failure the temporary file is removed and
     ``path`` is untouched. The file gets a new file's mode (0666 less the umask), whatever ``write`` did: mkstemp
     makes the temporary file private, and some writers (safetensors) replace it with a file of their own. The
-    temporary name (``user_paths.temporary_name``) fits the file system whatever the final name's length. Returns
-    ``path``."""
+    temporary name (``user_paths.temporary_name``) fits the file system whatever the final name's length. A write
+    that fails for the file system (a full disk: ENOSPC) is one OSError naming ``path`` and the cause, whatever the
+    writer raised (``write_failure``). Returns ``path``."""
     folder = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(prefix=temporary_name(path), suffix=TEMPORARY_SUFFIX, dir=folder)
     os.close(fd)
@@ -47,10 +49,13 @@ def atomic_write(path: str, write: Callable[[str], None]) -> str:
             os.fsync(f.fileno())
             os.fchmod(f.fileno(), 0o666 & ~_umask())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         with contextlib.suppress(OSError):
             os.remove(tmp)
-        raise
+        failure = write_failure(err)
+        if failure is None:
+            raise
+        raise OSError(failure, os.strerror(failure), path) from err  # one line: the file and the cause
     with contextlib.suppress(OSError):  # not every file system lets a directory be opened for fsync
         dir_fd = os.open(folder, os.O_RDONLY)
         try:
@@ -58,6 +63,22 @@ def atomic_write(path: str, write: Callable[[str], None]) -> str:
         finally:
             os.close(dir_fd)
     return path
+
+
+def write_failure(err: BaseException) -> Optional[int]:
+    """The errno of the file system's refusal behind ``err`` (ENOSPC, EDQUOT, EFBIG, EIO, ...), else None. Writers
+    hide it: torch's zip writer raises ``unexpected pos 1061120 vs 1061008`` with the OSError of the Python file it
+    wrote to as its context; safetensors' message ends in ``(os error 28)``."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, OSError) and err.errno is not None:
+            return err.errno
+        found = re.search(r'\(os error (\d+)\)', str(err))
+        if found:
+            return int(found.group(1))
+        err = err.__cause__ or err.__context__
+    return None
 
 
 def _atomic(path: str, fill) -> None:

@@ -146,5 +146,11 @@ def weights_only_loads() -> Iterator[None]:
 
 
 def atomic_torch_save(obj, path: str) -> str:
-    """``torch.save(obj, path)`` through ``atomic_write``."""
-    return atomic_write(path, lambda tmp: torch.save(obj, tmp))
+    """``torch.save(obj, path)`` through ``atomic_write``, into a Python file: torch's own file writer drops the
+    errno of a failed write (a full disk is ``unexpected pos ...``), a Python file's OSError keeps it."""
+
+    def write(tmp):
+        with open(tmp, 'wb') as f:
+            torch.save(obj, f)
+
+    return atomic_write(path, write)

@@ -54,14 +54,19 @@ def run_tool(main: Callable[[], Optional[int]], debug: Optional[bool] = None):
     if debug is None:
         debug = debug_requested()
         sys.argv[1:] = [arg for arg in sys.argv[1:] if arg != DEBUG_FLAG]
+    sys.exit(run_checked(main, debug))
+
+
+def run_checked(main: Callable[[], Optional[int]], debug: bool):
+    """``main()``, its bad input / configuration ending the process as ``run_tool`` says (one line, exit status 2;
+    raised with ``debug``). -> what ``main`` returned."""
     try:
-        status = main()
+        return main()
     except INPUT_ERRORS as err:
         if debug:
             raise
         say(error_line(err))
         sys.exit(USAGE_EXIT_STATUS)
-    sys.exit(status)
 
 
 def install_excepthook(cleanup: Callable[[], None]) -> None:

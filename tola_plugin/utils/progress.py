@@ -6,7 +6,7 @@ and line goes out through ``user_text`` (``say``; a file name's control characte
 """
 import sys
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 from tola_plugin.utils.user_text import say, shown
 
@@ -16,6 +16,30 @@ LINE_SECONDS = 10.0  # a log line at most this often (the first and the last ste
 def _seconds(value: float) -> str:
     value = max(0.0, value)
     return f'{value:.0f} s' if value < 120 else f'{value / 60:.1f} min'
+
+
+def timing(elapsed: float, done: float, total: float) -> str:
+    """'12 s, about 30 s left': the time so far, and the time left at its rate (none before the first step, nor after
+    the last)."""
+    left = f', about {_seconds(elapsed * (total - done) / done)} left' if 0 < done < total else ''
+    return _seconds(elapsed) + left
+
+
+def step_notes(show: Callable[[str, Optional[float]], None]) -> Callable[[str, int, int], None]:
+    """A ``progress`` of ``TOLAPipeline`` (what, windows done, windows in all) that hands ``show`` its text and the
+    fraction done (None while unknown): 'finding the text lines (PP-OCRv4)', '12 text line(s) found (18 windows of
+    128x512)', then '3 of 12 line(s) restored, 9 s, about 27 s left' (timed from the last note with nothing done)."""
+    start = time.perf_counter()
+
+    def report(what: str, done: int, total: int) -> None:
+        nonlocal start
+        if not done:
+            start = time.perf_counter()
+            show(what, 0.0 if total else None)
+        else:
+            show(f'{what}, {timing(time.perf_counter() - start, done, total)}', done / total)
+
+    return report
 
 
 class Progress:
@@ -48,13 +72,6 @@ class Progress:
         self.close()
         return False
 
-    def remaining(self) -> Optional[float]:
-        """Seconds left, from the rate so far (None before the first step)."""
-        if self.done <= 0:
-            return None
-        elapsed = time.perf_counter() - self.start
-        return elapsed * (self.total - self.done) / self.done
-
     def update(self, amount: float = 1, note: str = '') -> None:
         self.done = min(self.total, self.done + amount)
         note = shown(note)
@@ -68,11 +85,10 @@ class Progress:
         if self._last_line is not None and not last and now - self._last_line < self.line_seconds:
             return
         self._last_line = now
-        left = self.remaining()
         count = (f'{100 * self.done / self.total:.0f} %'
                  if self.unit == '%' else f'{self.done:g}/{self.total:g} {self.unit}')
-        timing = _seconds(now - self.start) + ('' if last or left is None else f', about {_seconds(left)} left')
-        say(f'{self.what}: {count}{" (" + note + ")" if note else ""}, {timing}', self.stream)
+        note = f' ({note})' if note else ''
+        say(f'{self.what}: {count}{note}, {timing(now - self.start, self.done, self.total)}', self.stream)
 
     def write(self, message: str) -> None:
         """A line of its own that does not break the bar (``say`` writes above it)."""

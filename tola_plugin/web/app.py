@@ -9,13 +9,16 @@ plain Python, so it is tested without a browser; ``build_app`` lays it out with 
 Gradio's analytics and version check are off (GRADIO_ANALYTICS_ENABLED=False, set before gradio is imported), its
 default theme's fonts are served by the app itself, the Hugging Face hub is put offline, and no share link is made.
 
-Uploads are bounded and cleaned up (``launch``, ``RequestGuard``): Gradio refuses a file over ``max_file_mb``, and a
-request body over one file's worth (``max_file_mb`` plus the form around it; many files in one request) is refused
-with 413 before it is read, or cut when it grows past that while read (whatever its headers say); a write from another
-site (its ``Origin``) is refused with 403; the stored uploads are bounded in all (``max_stored_mb``, the oldest removed
-first). Names shown on the page are text, never Markdown (``user_text.markdown_text``). Uploads go to a folder of
-this server's own (``tola-web-<pid>-*`` in the temporary folder), removed when the server stops (Ctrl-C, SIGTERM,
-``app.close()``, the process's exit) and, if the process was killed, by the next server's start.
+Uploads are bounded and cleaned up (``launch``, ``RequestGuard``, ``Store``): Gradio refuses a file over
+``max_file_mb``, and a request body over one file's worth (``max_file_mb`` plus the form around it; many files in one
+request) is refused with 413 before it is read, or cut when it grows past that while read (whatever its headers say); a
+request under a name the server was not started for (``Host``: DNS rebinding) or a write from another site (its
+``Origin``) is refused with 403; everything the server stores is bounded in all (``max_stored_mb``: uploads, the images
+the page shows, the page's own files), and only what is finished is removed to make room. Connections are bounded
+(``BoundedHTTP``: headers within HEADER_TIMEOUT_S, at most MAX_CONNECTIONS open). Names shown on the page are text,
+never Markdown (``user_text.markdown_text``). Uploads go to a folder of this server's own (``tola-web-<pid>-*`` in the
+temporary folder), removed when the server stops (Ctrl-C, SIGTERM, ``app.close()``, the process's exit) and, if the
+process was killed, by the next server's start.
 """
 import os
 
@@ -25,6 +28,8 @@ os.environ.setdefault('HF_HUB_OFFLINE', '1')
 import atexit  # noqa: E402
 import contextlib  # noqa: E402
 import glob  # noqa: E402
+import hashlib  # noqa: E402
+import ipaddress  # noqa: E402
 import shutil  # noqa: E402
 import signal  # noqa: E402
 import sys  # noqa: E402
@@ -32,27 +37,36 @@ import tempfile  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
-from typing import Dict, List, Optional, Sequence, Tuple  # noqa: E402
+from typing import Dict, Iterable, List, Optional, Sequence, Set, Tuple  # noqa: E402
 
 import cv2  # noqa: E402
 import gradio as gr  # noqa: E402
+import h11  # noqa: E402
 import numpy as np  # noqa: E402
 from starlette.formparsers import MultiPartException  # noqa: E402
+from uvicorn.protocols.http.h11_impl import H11Protocol  # noqa: E402
 
-from tola_plugin.data.image_io import ImageTooLargeError, read_image_file  # noqa: E402
+from tola_plugin.data.image_io import ImageTooLargeError, encode_image, read_image_file, write_file_bytes  # noqa: E402
 from tola_plugin.inference.color_fix import COLOR_FIXES, check_color_fix  # noqa: E402
 from tola_plugin.inference.demo_model import demo_model_path, is_demo_model  # noqa: E402
 from tola_plugin.inference.image_kind import AUTO_REASONS, KINDS, check_kind, is_photo  # noqa: E402
 from tola_plugin.inference.pipeline import DEFAULT_COLOR_FIX, Restoration, TOLAPipeline  # noqa: E402
 from tola_plugin.inference.work_bounds import DEFAULT_MAX_OUTPUT_PIXELS, DEFAULT_MAX_WINDOWS  # noqa: E402
 from tola_plugin.utils.procfs import pid_alive  # noqa: E402
+from tola_plugin.utils.progress import step_notes  # noqa: E402
 from tola_plugin.utils.user_text import markdown_text, say  # noqa: E402
 from tola_plugin.web.examples import example_paths  # noqa: E402
 
 # The page's own bounds, below the tools' (tola-infer's image budget is data.image_io.DEFAULT_MAX_PIXELS, 64 MP)
 UPLOAD_MAX_MEGAPIXELS = 4.0  # an uploaded image with more pixels is refused (CPU time grows with the pixels)
 UPLOAD_MAX_MB = 20.0  # larger uploads are refused by the server before they are stored
-STORED_UPLOADS_MAX_MB = 200.0  # all uploads (and Gradio's copies of shown images) kept at once: the oldest go first
+STORED_UPLOADS_MAX_MB = 200.0  # everything the server stores at once (uploads, shown images, the page's own files)
+#: an upload not yet restored is removed to make room only after waiting this long (seconds); younger ones are kept and
+#: what does not fit is refused
+PENDING_MAX_AGE_S = 600.0
+HEADER_TIMEOUT_S = 10.0  # a request's line and headers must arrive within this; half-open requests held 1,500 fds
+MAX_CONNECTIONS = 256  # connections open at once; one more is closed when accepted
+LOCAL_NAMES = ('localhost', '127.0.0.1', '::1')  # names of this machine, served whatever --host is
 FORM_BYTES = 64 * 1024  # a request may carry one file of max_file_mb plus this much multipart form around it
 UPLOADS_PREFIX = 'tola-web-'
 TABLE_HEADERS = ['line', 'text prior (TransOCR)', 'prior confidence', 'PP-OCRv4 before', 'PP-OCRv4 after']
@@ -106,12 +120,14 @@ def _rows(restoration: Restoration) -> List[List]:
 
 
 def restore_upload(pipeline: TOLAPipeline, path: str, name: str = '', kind: str = 'auto',
-                   max_megapixels: float = UPLOAD_MAX_MEGAPIXELS, color_fix: Optional[str] = None) -> PageResult:
+                   max_megapixels: float = UPLOAD_MAX_MEGAPIXELS, color_fix: Optional[str] = None,
+                   progress=None) -> PageResult:
     """Restore the image file ``path`` for the page (``name``: the uploaded file's name, for messages and the noise
     seed, as tola-infer seeds by file name; ``kind``: 'line' (one text line), 'photo' (PP-OCRv4 finds the lines,
     each restored in place) or 'auto' (by its shape, as tola-infer decides: ``inference.image_kind``);
     ``color_fix``: the page's choice, set on the pipeline, which serves one request at a time; None keeps the
-    pipeline's). Raises ValueError with a message for
+    pipeline's; ``progress``: Gradio's, shown over the outputs: what the restoration is doing and the time left,
+    ``utils.progress.step_notes``). Raises ValueError with a message for
     the page when the file is not an image, declares more than ``max_megapixels`` million pixels (read from its
     header: refused before decoding), or exceeds the pipeline's bounds (windows, output pixels)."""
     check_kind(kind)
@@ -133,7 +149,8 @@ def restore_upload(pipeline: TOLAPipeline, path: str, name: str = '', kind: str 
     detect = is_photo(kind, height, width)
     start = time.perf_counter()
     # a bound of the work (windows, output pixels) is a ValueError naming the image, the limit and the option
-    restoration = pipeline([rgb], detect=detect, recognize=True, names=[name])[0]
+    notes = step_notes(lambda text, fraction: progress(fraction, desc=text)) if progress is not None else None
+    restoration = pipeline([rgb], detect=detect, recognize=True, names=[name], progress=notes)[0]
     seconds = time.perf_counter() - start
     out_h, out_w = restoration.image.shape[:2]
     pasted = sum(bool(line.pasted) for line in restoration.lines)
@@ -192,16 +209,8 @@ def build_app(pipeline: TOLAPipeline, detect: bool = False, demo_model: bool = F
     examples = example_paths() if examples is None else list(examples)
     folder, previous = _own_temp_folder()  # before any component: each keeps the folder it was built with
 
-    def run(payload, color_fix, kind):
-        empty = (None, None, None, [])
-        try:
-            upload = _payload_path(payload)
-            if upload is None:
-                return (*empty, 'Upload or paste an image, or pick an example, then press **Restore**.')
-            page = restore_upload(pipeline, upload['path'], upload['name'], kind, max_megapixels, color_fix)
-        except (ValueError, RuntimeError) as err:  # bad input; no path could restore it (never a non-finite image)
-            return (*empty, error_status(err))
-        return page.input, page.restored, page.overlay, page.rows, page.summary
+    def run(payload, color_fix, kind, progress=gr.Progress()):
+        return restore_request(pipeline, app.tola_store, payload, color_fix, kind, max_megapixels, progress)
 
     with gr.Blocks(title='TOLA text restoration', analytics_enabled=False) as app:
         gr.Markdown('# TOLA: one-step text image super-resolution\n'
@@ -241,7 +250,28 @@ def build_app(pipeline: TOLAPipeline, detect: bool = False, demo_model: bool = F
         button.click(run, inputs=[upload, color_fix, kind], outputs=[shown_input, restored, overlay, table, status],
                      preprocess=False, concurrency_limit=1)
     app.tola_upload_folder, app.tola_previous_temp = folder, previous
+    app.tola_store = Store(folder)  # after the examples' copies: the page's own files
     return app
+
+
+def restore_request(pipeline: TOLAPipeline, store: 'Store', payload, color_fix: str, kind: str,
+                    max_megapixels: float = UPLOAD_MAX_MEGAPIXELS, progress=None):
+    """One press of Restore -> (input, restored, overlay, table rows, status). The images shown are written into
+    ``store`` by the handler itself (counted in its bound; Gradio keeps paths inside its folder as they are), and the
+    upload is finished once restored: removable to make room."""
+    empty = (None, None, None, [])
+    try:
+        upload = _payload_path(payload)
+        if upload is None:
+            return (*empty, 'Upload or paste an image, or pick an example, then press **Restore**.')
+        store.check_present(upload['path'], upload['name'])
+        page = restore_upload(pipeline, upload['path'], upload['name'], kind, max_megapixels, color_fix, progress)
+        shown = store.save_images({'input': page.input, 'restored': page.restored, 'lines': page.overlay},
+                                  keep=upload['path'])
+        store.finish(upload['path'])
+    except (ValueError, RuntimeError) as err:  # bad input; no path could restore it (never a non-finite image)
+        return (*empty, error_status(err))
+    return shown['input'], shown['restored'], shown['lines'], page.rows, page.summary
 
 
 class BodyTooLarge(MultiPartException):
@@ -253,6 +283,9 @@ class BodyTooLarge(MultiPartException):
 class RequestGuard:
     """ASGI middleware in front of the page (``launch``); every refusal is answered before the app sees the request:
 
+    - **Names the server was not started for** (403): a ``Host`` that is not one of ``hosts`` (nor an IP address): a
+      page of another site whose name was pointed at this machine (DNS rebinding) is same-origin to the browser, so
+      ``Origin`` alone lets it read and post everything. ``hosts`` None: no check.
     - **Cross-origin writes** (403): a POST (any method but GET, HEAD, OPTIONS) whose ``Origin`` is not this page's
       (``Host``), or that the browser marks ``Sec-Fetch-Site: cross-site``: a form on any other web page the user
       visits could post uploads here (a multipart POST is a "simple" request, sent without asking).
@@ -260,17 +293,14 @@ class RequestGuard:
       before any of it is read; a body that grows past that while it is read, whatever its headers said, is cut
       there (the route's partial files removed); a chunked body without a length is refused (411), one with both a
       length and ``Transfer-Encoding`` too (400: the server would follow the encoding and ignore the length).
-    - **Stored uploads** (``max_stored_mb`` in all): before an upload is let in, the oldest files of the upload
-      ``folder`` are removed until it and the new upload fit (the page's own, there before the first request, stay).
+    - **Stored bytes** (``store``): an upload is let in only when it fits in the store's bound once finished files
+      are removed (``Store.reserve``), else 507 saying why; its length stays reserved while it is read.
     """
 
-    def __init__(self, app, max_file_mb: float, folder: Optional[str] = None,
-                 max_stored_mb: float = STORED_UPLOADS_MAX_MB):
-        self.app, self.max_file_mb, self.folder = app, max_file_mb, folder
+    def __init__(self, app, max_file_mb: float, store: Optional['Store'] = None, hosts: Optional[Iterable[str]] = None):
+        self.app, self.max_file_mb, self.store = app, max_file_mb, store
+        self.hosts = None if hosts is None else frozenset(_host_name(h.encode('latin-1')) for h in hosts)
         self.max_bytes = int(max_file_mb * 2**20) + FORM_BYTES
-        self.max_stored = int(max_stored_mb * 2**20)
-        # the page's own files, there before any request (Gradio's copies of the examples): never counted or removed
-        self.page_files = frozenset(path for _, _, path in stored_files(folder)) if folder else frozenset()
 
     async def __call__(self, scope, receive, send):
         if scope['type'] not in ('http', 'websocket'):
@@ -283,15 +313,28 @@ class RequestGuard:
             return await _answer(send, *refusal)
         if scope['type'] == 'websocket' or scope.get('method') in SAFE_METHODS:
             return await self.app(scope, receive, send)
-        if self.folder and scope.get('path', '').endswith('/upload'):
-            make_room(self.folder, self.max_stored, int(headers.get(b'content-length', b'0')), self.page_files)
-        return await self._bounded(scope, receive, send)
+        if self.store is None or not scope.get('path', '').endswith('/upload'):
+            return await self._bounded(scope, receive, send)
+        length = int(headers.get(b'content-length', b'0'))
+        try:
+            self.store.reserve(length)
+        except StoreFull as err:
+            return await _answer(send, 507, f'upload refused: {err}')
+        try:
+            return await self._bounded(scope, receive, send)
+        finally:
+            self.store.release(length)
 
     def _refusal(self, scope, headers):
         """(status, message) of a request refused from its headers alone, else None."""
+        host = headers.get(b'host', b'')
+        if self.hosts is not None and not _served_name(_host_name(host), self.hosts):
+            return 403, (f'refused: this server is not {host.decode("latin-1")!r} (a page of another site whose name '
+                         f'leads here: DNS rebinding); it answers to {", ".join(sorted(self.hosts))} and its IP '
+                         'addresses (tola-web --allowed-host NAME adds a name)')
         if scope.get('method') not in SAFE_METHODS or scope['type'] == 'websocket':
             origin = headers.get(b'origin')
-            if origin is not None and _netloc(origin) != headers.get(b'host', b'').decode('latin-1').lower():
+            if origin is not None and _netloc(origin) != host.decode('latin-1').lower():
                 return 403, (f'refused: a request from another site ({origin.decode("latin-1")!r}); this page '
                              'takes uploads from itself only')
             if headers.get(b'sec-fetch-site') == b'cross-site':
@@ -381,23 +424,158 @@ def stored_files(folder: str) -> List[Tuple[float, int, str]]:
     return sorted(found)
 
 
-def make_room(folder: str, max_bytes: int, incoming: int, keep=frozenset()) -> List[str]:
-    """Remove the oldest files under ``folder`` (uploads, Gradio's copies of shown images; not those in ``keep``)
-    until they and ``incoming`` more bytes fit in ``max_bytes``; returns the paths removed."""
-    files = [f for f in stored_files(folder) if f[2] not in keep]
-    total, removed = sum(size for _, size, _ in files), []
-    for _, size, path in files:
-        if total + incoming <= max_bytes:
-            break
-        with contextlib.suppress(OSError):
-            os.remove(path)
-            removed.append(path)
-            total -= size
-    for root, dirs, _ in os.walk(folder, topdown=False):  # the folders Gradio made per upload, now empty
-        for name in dirs:
-            with contextlib.suppress(OSError):
-                os.rmdir(os.path.join(root, name))
-    return removed
+def _host_name(host: bytes) -> str:
+    """The name of a Host header, without its port and brackets, lower case ('[::1]:7860' -> '::1')."""
+    name = host.decode('latin-1').strip().lower()
+    if name.startswith('['):
+        return name[1:name.find(']')] if ']' in name else name
+    return (name.rsplit(':', 1)[0] if name.count(':') == 1 else name).rstrip('.')
+
+
+def _served_name(name: str, hosts) -> bool:
+    """Whether ``name`` (a Host's) is one the server answers to: one of ``hosts``, or an IP address (typed by the
+    visitor: a rebinding page has a name of its own)."""
+    try:
+        ipaddress.ip_address(name)
+        return True
+    except ValueError:
+        return name in hosts
+
+
+class StoreFull(ValueError):
+    """What the store holds that may not be removed leaves no room (``Store.make_room``)."""
+
+
+class Store:
+    """Everything the server keeps in its ``folder`` (Gradio's temporary folder: uploads, the images the page shows,
+    the page's own copies of the examples), bounded in all by ``max_bytes``. Room is made by removing, oldest first,
+    what is finished (the images shown, uploads already restored), then uploads that waited more than
+    PENDING_MAX_AGE_S for their restoration; never the page's own files or a younger upload: what does not fit then is
+    refused (StoreFull). ``clock``: the time file times are compared with (tests inject it)."""
+
+    def __init__(self, folder: str, max_mb: float = STORED_UPLOADS_MAX_MB, clock=time.time):
+        self.folder, self.max_bytes, self.clock = os.path.realpath(folder), int(max_mb * 2**20), clock
+        self.page = frozenset(path for _, _, path in stored_files(folder))  # the examples' copies, made at start
+        self.finished: Set[str] = set()
+        self.incoming = 0  # the Content-Length of uploads being read (reserve): not yet stored, already counted
+        self.lock = threading.Lock()
+
+    def used(self) -> int:
+        """Bytes stored and reserved."""
+        return sum(size for _, size, _ in stored_files(self.folder)) + self.incoming
+
+    def make_room(self, size: int, keep: Iterable[str] = ()) -> None:
+        """Remove finished files, then uploads older than PENDING_MAX_AGE_S (oldest first; not ``keep``) until
+        ``size`` more bytes fit; StoreFull when they do not."""
+        with self.lock:
+            files = stored_files(self.folder)
+            total = sum(size for _, size, _ in files) + self.incoming
+            expired, keep = self.clock() - PENDING_MAX_AGE_S, set(keep) | self.page
+            removable = sorted((path not in self.finished, mtime, size, path) for mtime, size, path in files
+                               if path not in keep and (path in self.finished or mtime < expired))
+            for _, _, bytes_, path in removable:
+                if total + size <= self.max_bytes:
+                    break
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(path)
+                total -= bytes_
+                self.finished.discard(path)
+            for root, dirs, _ in os.walk(self.folder, topdown=False):  # the folders made per file, now empty
+                for name in dirs:
+                    with contextlib.suppress(OSError):
+                        os.rmdir(os.path.join(root, name))
+            if total + size > self.max_bytes:
+                raise StoreFull(f'{size / 2**20:.2f} MB more do not fit: the server stores {total / 2**20:.2f} MB of '
+                                f'uploads not yet restored and its own files, its bound is {self.max_bytes / 2**20:g} '
+                                f'MB (tola-web --max-stored-mb); an upload is kept {PENDING_MAX_AGE_S / 60:g} minutes '
+                                'for its restoration: try again later')
+
+    def reserve(self, size: int) -> None:
+        """Make room for an upload of ``size`` bytes and count them until ``release``."""
+        self.make_room(size)
+        with self.lock:
+            self.incoming += size
+
+    def release(self, size: int) -> None:
+        with self.lock:
+            self.incoming -= size
+
+    def save_images(self, images: Dict[str, Optional[np.ndarray]], keep: str = '') -> Dict[str, Optional[str]]:
+        """Write each RGB image (None: none) as PNG into the folder (``<sha256>/<name>.png``), room made for them first
+        (``keep``: the upload they come from) -> name: path. They are finished: the page has shown them."""
+        encoded = {
+            name: encode_image(rgb, '.png', name, order='RGB')
+            for name, rgb in images.items() if rgb is not None
+        }
+        paths = {
+            name: os.path.join(self.folder,
+                               hashlib.sha256(data).hexdigest(), f'{name}.png')
+            for name, data in encoded.items()
+        }
+        new = sum(len(data) for name, data in encoded.items() if not os.path.exists(paths[name]))
+        self.make_room(new, [os.path.realpath(keep)])
+        for name, data in encoded.items():
+            write_file_bytes(paths[name], data)
+            with self.lock:
+                self.finished.add(paths[name])
+        return {name: paths.get(name) for name in images}
+
+    def finish(self, path: str) -> None:
+        """The upload ``path`` was restored: it may be removed to make room."""
+        with self.lock:
+            if os.path.realpath(path) not in self.page:
+                self.finished.add(os.path.realpath(path))
+
+    def check_present(self, path: str, name: str) -> None:
+        """A ValueError saying why, when the upload ``path`` of this folder was removed to make room."""
+        if os.path.dirname(os.path.dirname(os.path.realpath(path))) == self.folder and not os.path.exists(path):
+            raise ValueError(f'{name} is no longer on the server: it was removed to make room for newer uploads '
+                             f'(the server keeps at most {self.max_bytes / 2**20:g} MB: tola-web --max-stored-mb; an '
+                             'upload goes once restored, or after waiting '
+                             f'{PENDING_MAX_AGE_S / 60:g} minutes when room is needed); upload it again')
+
+
+class BoundedHTTP(H11Protocol):
+    """uvicorn's HTTP/1.1 connection with bounds of its own (uvicorn has no header timeout: half-open requests held
+    1,500 descriptors): a request's line and headers must arrive within HEADER_TIMEOUT_S of the connection or of the
+    previous response (then 408, closed), and at most MAX_CONNECTIONS are open (one more is closed at once)."""
+
+    header_timer = None
+
+    def connection_made(self, transport):
+        super().connection_made(transport)
+        if len(self.connections) > MAX_CONNECTIONS:
+            transport.close()
+            return
+        self._wait_for_headers()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        self._wait_for_headers()
+
+    def connection_lost(self, exc):
+        self._stop_header_timer()
+        super().connection_lost(exc)
+
+    def _wait_for_headers(self):
+        """Arm the header timer while a request's headers are awaited (not re-armed by each byte), else stop it."""
+        if self.conn.their_state is not h11.IDLE or self.transport.is_closing():
+            self._stop_header_timer()
+        elif self.header_timer is None:
+            self.header_timer = self.loop.call_later(HEADER_TIMEOUT_S, self._headers_timed_out)
+
+    def _stop_header_timer(self):
+        if self.header_timer is not None:
+            self.header_timer.cancel()
+            self.header_timer = None
+
+    def _headers_timed_out(self):
+        self.header_timer = None
+        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+            body = f'request headers not received within {HEADER_TIMEOUT_S:g} s'.encode()
+            self.transport.write(b'HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain\r\nconnection: close\r\n'
+                                 b'content-length: %d\r\n\r\n%s' % (len(body), body))
+            self.transport.close()
 
 
 def _remove_stale_upload_folders() -> None:
@@ -430,20 +608,26 @@ def upload_folder(app: gr.Blocks) -> Optional[str]:
 
 
 def launch(app: gr.Blocks, host: str = '127.0.0.1', port: Optional[int] = None, max_file_mb: float = UPLOAD_MAX_MB,
-           block: bool = True, max_stored_mb: float = STORED_UPLOADS_MAX_MB):
-    """Serve ``app`` on host:port (port None: 7860 or the next free one) with uploads limited to ``max_file_mb`` per
-    file and one file's worth per request, from the page itself only (``RequestGuard``), stored in a folder of its own
-    that holds at most ``max_stored_mb`` (the oldest files go first) and is removed when the server stops; no share
-    link, no server-side rendering (needs Node), API page off. block=False returns after start-up (call
+           block: bool = True, max_stored_mb: float = STORED_UPLOADS_MAX_MB, allowed_hosts: Sequence[str] = ()):
+    """Serve ``app`` on host:port (port None: 7860 or the next free one) under the names ``host``, LOCAL_NAMES,
+    ``allowed_hosts`` and its IP addresses, with uploads limited to ``max_file_mb`` per file and one file's worth per
+    request, from the page itself only (``RequestGuard``), everything stored in a folder of its own that holds at most
+    ``max_stored_mb`` (``Store``) and is removed when the server stops; connections bounded (``BoundedHTTP``); no
+    share link, no server-side rendering (needs Node), API page off. block=False returns after start-up (call
     ``app.close()``, which also removes the uploads). Returns (fastapi app, local url, share url) as
     ``gr.Blocks.launch``."""
+    from gradio import http_server
     from starlette.middleware import Middleware
     folder, previous = upload_folder(app), getattr(app, 'tola_previous_temp', None)
-    if folder is None:
+    store = getattr(app, 'tola_store', None)
+    if folder is None or store is None:
         raise ValueError('launch serves pages made by build_app (they hold their upload folder)')
-    if not max_stored_mb >= max_file_mb:
-        raise ValueError(f'max_stored_mb ({max_stored_mb:g}) must hold at least one upload (max_file_mb, '
-                         f'{max_file_mb:g})')
+    store.max_bytes = int(max_stored_mb * 2**20)
+    need = store.used() + int(max_file_mb * 2**20)
+    if need > store.max_bytes:
+        raise ValueError(f'--max-stored-mb {max_stored_mb:g} cannot hold the page\'s own files (the examples: '
+                         f'{store.used() / 2**20:.2f} MB) and one upload of --max-file-mb {max_file_mb:g}; give at '
+                         f'least {need / 2**20:.2f}')
     os.environ['GRADIO_TEMP_DIR'] = folder  # Gradio's app reads it when launch creates it
     close = app.close
 
@@ -457,15 +641,15 @@ def launch(app: gr.Blocks, host: str = '127.0.0.1', port: Optional[int] = None, 
 
     app.close = close_and_clean
     max_bytes = int(max_file_mb * 2**20)
+    hosts = {*LOCAL_NAMES, host, *allowed_hosts}
     try:
-        started = app.launch(
-            server_name=host, server_port=port, share=False, ssr_mode=False, mcp_server=False, max_file_size=max_bytes,
-            show_error=True, quiet=True, inbrowser=False, footer_links=[], prevent_thread_lock=True,
-            enable_monitoring=False, css=PAGE_CSS, app_kwargs={
-                'middleware': [
-                    Middleware(RequestGuard, max_file_mb=max_file_mb, folder=folder, max_stored_mb=max_stored_mb)
-                ]
-            })
+        with _bounded_connections(http_server):
+            started = app.launch(
+                server_name=host, server_port=port, share=False, ssr_mode=False, mcp_server=False,
+                max_file_size=max_bytes, show_error=True, quiet=True, inbrowser=False, footer_links=[],
+                prevent_thread_lock=True, enable_monitoring=False, css=PAGE_CSS, app_kwargs={
+                    'middleware': [Middleware(RequestGuard, max_file_mb=max_file_mb, store=store, hosts=hosts)]
+                })
     except BaseException:
         close_and_clean(False)
         raise
@@ -483,6 +667,25 @@ def launch(app: gr.Blocks, host: str = '127.0.0.1', port: Optional[int] = None, 
     return started
 
 
+@contextlib.contextmanager
+def _bounded_connections(http_server):
+    """Gradio's servers started within the block speak ``BoundedHTTP`` (Gradio makes uvicorn's Config itself and
+    takes no protocol: its Server class is the one place to set it)."""
+    plain = http_server.Server
+
+    class Server(plain):
+
+        def __init__(self, config, *args, **kwargs):
+            config.http = BoundedHTTP
+            super().__init__(config, *args, **kwargs)
+
+    http_server.Server = Server
+    try:
+        yield
+    finally:
+        http_server.Server = plain
+
+
 def free_port(host: str) -> int:
     """A port free on ``host`` now."""
     import socket
@@ -495,7 +698,7 @@ def serve(model: Optional[str] = None, detect: bool = False, precision: Optional
           backend: str = 'auto', color_fix: str = DEFAULT_COLOR_FIX, max_windows: int = DEFAULT_MAX_WINDOWS,
           max_output_megapixels: float = DEFAULT_MAX_OUTPUT_PIXELS / 1e6, max_megapixels: float = UPLOAD_MAX_MEGAPIXELS,
           max_file_mb: float = UPLOAD_MAX_MB, host: str = '127.0.0.1', port: Optional[int] = None, block: bool = True,
-          max_stored_mb: float = STORED_UPLOADS_MAX_MB) -> gr.Blocks:
+          max_stored_mb: float = STORED_UPLOADS_MAX_MB, allowed_hosts: Sequence[str] = ()) -> gr.Blocks:
     """The body of tola-web: load the merged ``model`` (None: the demo model) as a ``TOLAPipeline`` (where and how it
     runs: the runtime decision, printed and shown on the page), warm it up, build the page and serve it on
     host:port (port None: a free one). Blocks until stopped unless ``block`` is False; returns the app (``.close()``
@@ -510,5 +713,5 @@ def serve(model: Optional[str] = None, detect: bool = False, precision: Optional
     app = build_app(pipeline, detect=detect, demo_model=demo, max_megapixels=max_megapixels, model_name=model
                     or 'the demo model')
     launch(app, host=host, port=port or free_port(host), max_file_mb=max_file_mb, block=block,
-           max_stored_mb=max_stored_mb)
+           max_stored_mb=max_stored_mb, allowed_hosts=allowed_hosts)
     return app

@@ -9,9 +9,9 @@ interleaved, median of ``repeats`` runs after a warm-up, batch 1:
                    first: its ẑ0 and image within the qualification's bounds).
   openvino <p>     the same with the text prior (TransOCR), the IDM and the VAE on OpenVINO, in its worker
                    process (``tola_plugin/runtime``).
-  default          what tola-infer / TOLAPipeline / tola-web run by default here (``runtime.serving.Runtime``:
-                   backend auto, precision auto: a precision per stage; its plan is in the result). A route that
-                   does not qualify on this machine is reported under 'passed_over', with why, not timed.
+  auto             backend auto, precision auto (``runtime.serving.Runtime``; ``tola-infer --precision auto``, not
+                   the entry points' default, the model's fp32): a precision per stage; its plan is in the result.
+                   A route that does not qualify on this machine is reported under 'passed_over', with why, not timed.
 
 Per row: each stage's precision as it computes (OpenVINO's compiled one), the route's ẑ0 error against the reference
 route (mean |Δẑ0| / mean |z_LR|, as the qualification measures it), seconds per image, the stages (text prior, VAE
@@ -19,7 +19,7 @@ encode, MoM text, IDM, LRC, VAE decode), GMAC/s of the route's counted multiply-
 tensor stages), their share of the machine's matmul ceiling in each stage's precision (a 2048x2048 torch matmul,
 measured here: ``matmul_ceiling``), the route's ideal time at that ceiling and its time over it; per stage what bounds
 it: compute, memory bandwidth (its bytes at the measured ``copy_bandwidth``) or the runtime's kernels
-(``stage_bounds``). The batched photo path: ``photo_lines`` windows in one call of the default network vs as many single
+(``stage_bounds``). The batched photo path: ``photo_lines`` windows in one call of the auto network vs as many single
 calls. Peak RSS of one restore of each route in a fresh process (with its OpenVINO worker's), above the import baseline,
 against the bytes of the weights it runs. Quality on trained weights (``quality``): the held-out lines of a test option
 file restored with a merged model in each precision and backend: PSNR (Y) against HR and against fp32, and whether the
@@ -65,7 +65,7 @@ from tola_plugin.runtime.openvino_stages import openvino_missing
 from tola_plugin.runtime.serving import NoPathLeft
 from tola_plugin.utils.user_text import say
 
-MEMORY_ROUTES = ('reference', 'torch fp32', 'default')  # peak RSS of one restore, each in a fresh process
+MEMORY_ROUTES = ('reference', 'torch fp32', 'auto')  # peak RSS of one restore, each in a fresh process
 
 
 def fast_precisions() -> Tuple[str, ...]:
@@ -101,15 +101,15 @@ def run_benchmark(opt_path: str, checkpoint=None, random_weights: bool = False, 
         nets['reference'] = build_reference(opt_path, checkpoint, random_weights)
         result['load_s']['reference'] = time.perf_counter() - start
         start = time.perf_counter()
-        nets['default'], runtimes['default'] = load_route('default', merged, 'cpu')
-        result['load_s']['default'] = time.perf_counter() - start  # qualification and conversion on a cache miss
-        default = runtimes['default'].plan
-        result['default_plan'] = default.to_dict()
-        result['default_dtype'] = default.precision
-        result['default_backend'] = default.backend
+        nets['auto'], runtimes['auto'] = load_route('auto', merged, 'cpu')
+        result['load_s']['auto'] = time.perf_counter() - start  # qualification and conversion on a cache miss
+        auto = runtimes['auto'].plan
+        result['auto_plan'] = auto.to_dict()
+        result['auto_dtype'] = auto.precision
+        result['auto_backend'] = auto.backend
         routes = [f'{b} {p}' for b in backends for p in precisions]
         for route in routes:
-            if route == default.path.name:  # the same network: memory for one copy
+            if route == auto.path.name:  # the same network: memory for one copy
                 continue
             start = time.perf_counter()
             try:
@@ -142,13 +142,13 @@ def run_benchmark(opt_path: str, checkpoint=None, random_weights: bool = False, 
             computed = uniform_precisions('fp32') if name == 'reference' else stage_precisions(runtimes[name].plan)
             result['timings'][f'{name} batch 1'] = dict(route=name, dtype=dtype, stage_precisions=computed,
                                                         **median_row(runs[name], 1))
-        if default.path.name in routes:  # its row under its own name too
-            result['timings'][f'{default.path.name} batch 1'] = dict(result['timings']['default batch 1'],
-                                                                     route=default.path.name)
+        if auto.path.name in routes:  # its row under its own name too
+            result['timings'][f'{auto.path.name} batch 1'] = dict(result['timings']['auto batch 1'],
+                                                                  route=auto.path.name)
         result['bounds'] = bounds(result)
         ref = outputs['reference']
-        if default.path.name in routes:
-            outputs[default.path.name] = outputs['default']
+        if auto.path.name in routes:
+            outputs[auto.path.name] = outputs['auto']
         result['parity'] = {
             name: {
                 'same_tokens': bool(torch.equal(ref['tokens'], out['tokens'])),
@@ -158,9 +158,9 @@ def run_benchmark(opt_path: str, checkpoint=None, random_weights: bool = False, 
             }
             for name, out in outputs.items() if name != 'reference'
         }
-        # the photo path: photo_lines windows of the default network in one call vs as many single calls
+        # the photo path: photo_lines windows of the auto network in one call vs as many single calls
         if photo_lines > 1:
-            net, timer = nets['default'], timers['default']
+            net, timer = nets['auto'], timers['auto']
             batched, single = [], []
             for repeat in range(max(1, repeats - 1) + 1):
                 b = restore(net, timer, lines[:photo_lines])[1]
@@ -173,8 +173,8 @@ def run_benchmark(opt_path: str, checkpoint=None, random_weights: bool = False, 
                 'lines': photo_lines, 'batched_s': statistics.median(batched), 'single_s': statistics.median(single),
                 'speedup': statistics.median(single) / statistics.median(batched)
             }
-            result['timings'][f'default batch {photo_lines}'] = dict(
-                route='default', dtype=default.precision, stage_precisions=stage_precisions(default),
+            result['timings'][f'auto batch {photo_lines}'] = dict(
+                route='auto', dtype=auto.precision, stage_precisions=stage_precisions(auto),
                 **median_row([{'total': t, 'stages': {}} for t in batched], photo_lines))
         for runtime in runtimes.values():
             runtime.close()

@@ -24,10 +24,10 @@ def export_merged(opt_path: str, checkpoint, random_weights: bool, path: str) ->
 
 def load_route(route: str, merged: str, device):
     """The inference network of ``route`` from the merged file, placed by the runtime decision (its plan:
-    ``Runtime.plan``): 'default' is what the entry points run here (backend auto, precision auto); '<backend>
+    ``Runtime.plan``): 'auto' is what the entry points run here (backend auto, precision auto); '<backend>
     <precision>' (e.g. 'openvino bf16') insists on that path. -> (net, its Runtime); a path that does not qualify on
     this machine raises NoPathLeft with the reason."""
-    if route == 'default':
+    if route == 'auto':
         backend, precision = 'auto', 'auto'
     else:
         backend, precision = route.split()

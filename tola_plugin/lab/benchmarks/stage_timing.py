@@ -41,7 +41,7 @@ class StageTimer:
         self._started = 0.0  # perf_counter() when the current stage began
         self.net = net
         self.sync = torch.cuda.synchronize if next(net.parameters()).is_cuda else (lambda: None)
-        self.runner = _TimedRunner(net.stage_runner, self)
+        self.runner = TimedRunner(net.stage_runner, self)
         net.use_stage_runner(self.runner)
         self.hooks = []
         for stage, module in (('MoM text', getattr(net.mom, 'text_encoder', None)), ('LRC', net.lrc)):
@@ -75,7 +75,7 @@ class StageTimer:
             hook.remove()
 
 
-class _TimedRunner(StageRunner):
+class TimedRunner(StageRunner):
     """``inner``'s stages, each timed by ``timer``; everything else is ``inner``'s."""
 
     def __init__(self, inner: StageRunner, timer: StageTimer):

@@ -166,9 +166,9 @@ def report_closing(report: Dict) -> str:
 def report_table(report: Dict) -> str:
     """A short Markdown table of LR vs TOLA (what the demo prints at the end)."""
     keys = [k for k in ('psnr', 'ssim', 'p_acc', 'p_ned', 't_acc', 't_ned') if k in report['TOLA']]
-    names = {
-        'psnr': 'PSNR (dB)', 'ssim': 'SSIM', 'p_acc': 'PP-OCRv4 ACC', 'p_ned': 'PP-OCRv4 NED', 't_acc': 'TransOCR ACC',
-        't_ned': 'TransOCR NED'
+    names = {  # the TransOCR here is the demo backbone's (protocol.transocr), not the official recognizer
+        'psnr': 'PSNR (dB)', 'ssim': 'SSIM', 'p_acc': 'PP-OCRv4 ACC', 'p_ned': 'PP-OCRv4 NED',
+        't_acc': 'demo TransOCR ACC', 't_ned': 'demo TransOCR NED'
     }
     lines = [
         f'| {report["held_out_lines"]} held-out lines | ' + ' | '.join(names[k] for k in keys) + ' |',

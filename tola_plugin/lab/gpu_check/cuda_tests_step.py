@@ -67,7 +67,9 @@ def cuda_tests_step(root: str, data: str, work: str, dry_run: bool) -> Dict:
         sys.executable, '-m', 'pytest', '-q', '-m', 'cuda', '-rs', '--require-cuda', '-p', 'no:cacheprovider',
         f'--junitxml={junit}', TESTS
     ]
-    env = dict(os.environ)
+    # no third-party pytest plugins: the tests need none, and one installed beside (xdist, whose execnet the dry run's
+    # stand-in image hides) would fail the start where the image lacks what it imports
+    env = dict(os.environ, PYTEST_DISABLE_PLUGIN_AUTOLOAD='1')
     env[FIXTURE_ENV] = os.path.join(data, 'fixtures', 'rendered_sets')
     if dry_run:
         env.update(TOLA_CUDA_TESTS_ON_CPU='1', OMP_NUM_THREADS='1')

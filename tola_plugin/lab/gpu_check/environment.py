@@ -22,6 +22,34 @@ BUNDLED_MODULES = {
     'platformdirs': 'platformdirs', 'termcolor': 'termcolor'
 }
 
+# Distributions the image had though no image module requires them: basicsr and diffusers (carried without their
+# requirements) import requests, and the smoke step ran there (docs/benchmarks/gpu_check_h100/run2.md)
+IMAGE_ALSO = ('requests', )
+
+
+def pep503(name: str) -> str:
+    return re.sub(r'[-_.]+', '-', name).lower()
+
+
+def image_module_names() -> List[str]:
+    """The top-level modules of a stock CUDA PyTorch image as this environment installs them: those of the
+    distributions of ``IMAGE_MODULES`` and ``IMAGE_ALSO`` and of everything they require (extras aside), the dry
+    run's allowlist (``image_stand_in``)."""
+    owners = importlib.metadata.packages_distributions()
+    todo = {pep503(d) for m in IMAGE_MODULES for d in owners.get(m, [m])} | set(IMAGE_ALSO)
+    seen = set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            requires = importlib.metadata.requires(name) or []
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        todo |= {pep503(re.match(r'[\w.-]+', r).group()) for r in requires if not re.search(r'\bextra\s*==', r)}
+    return sorted(m for m, dists in owners.items() if any(pep503(d) in seen for d in dists))
+
 
 def torch_version_tuple(version: str):
     """(major, minor) of a torch version string ('2.11.0+cu130' -> (2, 11))."""
@@ -76,7 +104,7 @@ def image_distributions(site: str, root: str = '') -> Dict[str, str]:
     for dist in importlib.metadata.distributions():
         name = dist.metadata['Name']
         if name and path_origin(str(dist.locate_file('')), site, root) == 'image':
-            found.setdefault(re.sub(r'[-_.]+', '-', name).lower(), dist.version)  # PEP 503's name
+            found.setdefault(pep503(name), dist.version)
     return dict(sorted(found.items()))
 
 

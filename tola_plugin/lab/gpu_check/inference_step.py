@@ -7,13 +7,22 @@
   loading, and each output's PSNR against fp32's, held to the qualification's image bound. A precision tola-infer
   refuses (its route outside the qualification's bounds, docs/inference.md "Precision") is a row with the reason,
   not a failure.
-- **Speed at full size**: the full-size network (random backbone weights, ``configs.fullsize_backbone``, seeded random
-  adaptation weights, exported merged) alone on the same lines with each served plan (warm seconds per line; every
-  value finite before the clamp), and each stage's warm seconds in IEEE fp32, fp32 with TF32, bf16 and fp16.
+- **The time to a first result**: ``tola-infer`` on one line with no verdict cached: the full-size model in fp32
+  (the process's start and the 4 GB model's loading) and the demo model in auto (with its qualification).
+- **Speed at full size, warm** (``speed_rows``; ``tools/gpu_check.sh REPORT --steps inference`` is the GPU
+  benchmark a user runs): the full-size network (random backbone weights, ``configs.fullsize_backbone``, seeded
+  random adaptation weights, exported merged) on the same lines, one row per way of running it, each named for what
+  it runs: auto's plan as qualified on the demo model, IEEE fp32, fp32 with TF32 (every stage; the image stages
+  only), each other served plan, and auto's plan with each of ``VARIANTS`` (cuDNN's benchmark mode, channels-last,
+  TF32 on its fp32 image stages), none of them a default until a GPU shows it wins. Per row: seconds per line end to
+  end at batch 1 and per stage (text prior, VAE encode, MoM text, IDM, LRC, VAE decode), peak GiB, lines per second
+  at the best batch that fits (``batch_sweep``), every value finite before the clamp. Then each stage's warm seconds
+  in IEEE fp32, fp32 with TF32, bf16 and fp16. ``target``: auto's line within ``TARGET_S``.
 
-Dry run: the tiny network on the CPU, one line; tola-infer in fp32 and auto only (bf16's refusal on the demo backbone
-is tests/test_runtime_precision.py's; fp16 is emulated on CPUs without fp16 instructions, many times slower), no TF32
-row (a CUDA switch)."""
+Dry run: the tiny network on the CPU, one line, batches up to 2; tola-infer in fp32 and auto only (bf16's refusal on
+the demo backbone is tests/test_runtime_precision.py's; fp16 is emulated on CPUs without fp16 instructions, many
+times slower); TF32 and cuDNN's switches run but change nothing there."""
+import contextlib
 import glob
 import importlib.resources
 import math
@@ -27,9 +36,11 @@ from typing import Dict, List, Optional
 import torch
 
 from tola_plugin.archs.precision import autocast, stage_dtypes
+from tola_plugin.archs.stage_runner import StageRunner
 from tola_plugin.archs.vae_arch import LATENT_SCALE
 from tola_plugin.data.image_io import list_image_files, read_image_file
 from tola_plugin.data.text_line_source import to_canvas
+from tola_plugin.lab.benchmarks.stage_timing import STAGES, StageTimer, TimedRunner
 from tola_plugin.lab.gpu_check.configs import model_option_file
 from tola_plugin.lab.gpu_check.precision_step import LOW, compute_dtype, tf32
 from tola_plugin.metrics.image_metrics import float_psnr
@@ -40,6 +51,12 @@ STAGE_PRECISIONS = ('fp32', 'tf32') + LOW
 DRY_RUN_LINES = 1
 REFUSED = 'no path can run'  # tola-infer's error when every path of the request is outside the bounds
 RUN_TIMEOUT_S = 300
+BATCH_CAP, DRY_RUN_BATCH_CAP = 64, 2  # the speed table's largest batch
+SATURATION = 1.05  # a batch gaining less than this over half its size ends the sweep
+# item 2 of issue 50, each timed on auto's plan: kept (made a default) only where it wins on a GPU
+VARIANTS = ('cudnn.benchmark', 'channels_last', 'TF32 on the image stages')
+TARGET_S = 0.066  # one warm line end to end with auto's plan: half the paper's 0.132 s (RTX PRO 6000)
+RESERVE_S = 60  # kept from the step's time for a speed row begun last (cuDNN's trials), the stage table, the result
 
 
 def image_bound_db() -> float:
@@ -128,26 +145,130 @@ def synchronize(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def network_seconds(net, canvases: torch.Tensor, device: str, path, allow_tf32: bool = False) -> Dict:
-    """The network alone with each stage in ``path``'s precision (``allow_tf32``: fp32 with TF32, else IEEE fp32 as
-    tola-infer computes it): warm seconds per line (one line per call, after one warm-up) and whether every value is
-    finite before the clamp."""
-    from tola_plugin.archs.stage_runner import StageRunner
-    previous = net.use_stage_runner(StageRunner(path.dtypes, f'{path.name} (timed)'))
-    seconds, finite = [], True
+def peak_gib(device: str, reset: bool = False):
+    """CUDA's peak allocated GiB since the last reset (``reset``: reset it now); None on the CPU."""
+    if not device.startswith('cuda'):
+        return None
+    if reset:
+        torch.cuda.reset_peak_memory_stats()
+    return round(torch.cuda.max_memory_allocated() / 2**30, 2)
+
+
+class ImageStagesTF32:
+    """A ``stage_timing.TimedRunner`` timer that times nothing: the image stages (VAE encoder, IDM, VAE decoder) in
+    TF32, the text prior's reading in IEEE fp32 (TF32 could flip its argmax ids)."""
+
+    def timed(self, stage: str, fn, *args):
+        with tf32(stage != 'text prior'):
+            return fn(*args)
+
+
+@contextlib.contextmanager
+def running(net, path, device: str, everywhere_tf32: bool = False, variants=()):
+    """``net`` running ``path`` with ``variants`` (of ``VARIANTS``; ``everywhere_tf32``: TF32 on every stage, the
+    text prior too, as ``allow_tf32`` asks) -> a function placing a batch for it; all put back after."""
+    previous = net.use_stage_runner(StageRunner(path.dtypes, path.name))
+    if 'TF32 on the image stages' in variants:
+        net.use_stage_runner(TimedRunner(net.stage_runner, ImageStagesTF32()))
+    layout = torch.channels_last if 'channels_last' in variants else torch.contiguous_format
+    benchmark, torch.backends.cudnn.benchmark = torch.backends.cudnn.benchmark, 'cudnn.benchmark' in variants
+    net.to(memory_format=layout)
     try:
-        with torch.inference_mode(), tf32(allow_tf32):
-            net(canvases[:1].to(device), noise_seeds=[0])
-            for i in range(len(canvases)):
-                synchronize(device)
-                start = time.perf_counter()
-                out = net(canvases[i:i + 1].to(device), noise_seeds=[i])
-                synchronize(device)
-                seconds.append(time.perf_counter() - start)
-                finite = finite and bool(torch.isfinite(out).all())
+        with torch.inference_mode(), tf32(everywhere_tf32):
+            yield lambda batch: batch.to(device, memory_format=layout)
     finally:
+        net.to(memory_format=torch.contiguous_format)
+        torch.backends.cudnn.benchmark = benchmark
         net.use_stage_runner(previous)
-    return {'network_seconds_per_line': round(statistics.median(seconds), 4), 'finite': finite}
+
+
+def batch_sweep(call, lines: torch.Tensor, device: str, cap: int, clock=time.perf_counter) -> Dict:
+    """Lines per second at batches 1, 2, 4, ... ``cap`` (``call(batch)``: one warm-up, then one timed), stopping
+    at the first batch that runs out of CUDA memory or gains under ``SATURATION`` over the one before -> the best
+    batch, its lines per second and peak GiB, every batch's, and where memory ran out (None: it did not)."""
+    rows, batch, oom = [], 1, None
+    while batch <= cap and oom is None:
+        data = lines.repeat(-(-batch // len(lines)), 1, 1, 1)[:batch]
+        try:
+            peak_gib(device, reset=True)
+            call(data)
+            synchronize(device)
+            start = clock()
+            call(data)
+            synchronize(device)
+            rows.append(
+                {'batch': batch, 'lines_per_s': round(batch / (clock() - start), 2), 'peak_gib': peak_gib(device)})
+        except torch.cuda.OutOfMemoryError:
+            oom = batch
+        if oom and device.startswith('cuda'):
+            torch.cuda.empty_cache()
+        if len(rows) > 1 and rows[-1]['lines_per_s'] < SATURATION * rows[-2]['lines_per_s']:
+            break
+        batch *= 2
+    best = max(rows, key=lambda r: r['lines_per_s'], default={'batch': None, 'lines_per_s': None, 'peak_gib': None})
+    return {
+        'best_batch': best['batch'], 'lines_per_s': best['lines_per_s'], 'best_batch_peak_gib': best['peak_gib'],
+        'batches': rows, 'out_of_memory_at': oom
+    }
+
+
+def speed_row(net, canvases: torch.Tensor, device: str, name: str, path, cap: int, everywhere_tf32: bool = False,
+              variants=(), clock=time.perf_counter) -> Dict:
+    """One row of the speed table: warm seconds per line end to end at batch 1 (the median over the lines, each
+    alone after a warm-up), each stage's (a second pass, stage by stage: ``StageTimer``), peak GiB, every value
+    finite before the clamp, and ``batch_sweep``'s throughput."""
+    row = {'row': name, 'plan': path.name}
+    with running(net, path, device, everywhere_tf32, variants) as place:
+        lines = place(canvases)
+
+        def call(batch):
+            return net(batch, noise_seeds=list(range(len(batch))))
+
+        peak_gib(device, reset=True)
+        call(lines[:1])
+        seconds, finite = [], True
+        for i in range(len(lines)):
+            synchronize(device)
+            start = clock()
+            out = call(lines[i:i + 1])
+            synchronize(device)
+            seconds.append(clock() - start)
+            finite = finite and bool(torch.isfinite(out).all())
+        timer, stages = StageTimer(net), []
+        try:
+            for i in range(len(lines)):
+                timer.seconds.clear()
+                call(lines[i:i + 1])
+                stages.append(dict(timer.seconds))
+        finally:
+            timer.close()
+        row.update(
+            seconds_per_line=round(statistics.median(seconds), 4), peak_gib=peak_gib(device), finite=finite,
+            stages_s={s: round(statistics.median(t.get(s, 0.0) for t in stages), 4)
+                      for s in STAGES}, **batch_sweep(call, lines, device, cap, clock))
+    return row
+
+
+def speed_rows(net, canvases, device: str, paths: Dict, cap: int, deadline: float, clock=time.monotonic) -> List[Dict]:
+    """The speed table on the full-size network: auto's plan as qualified, IEEE fp32, fp32 with TF32 on every stage
+    and on the image stages only, each other served plan (``paths``: tola-infer's precision -> the path it chose),
+    then auto's plan with each of ``VARIANTS`` (its ``vs_auto``: auto's seconds per line over its own; kept only
+    where it wins). A row that would start past ``deadline`` (on ``clock``) is listed as not run."""
+    fp32, auto = paths['fp32'], paths['auto']
+    plan = [(f'auto: {auto.name}', auto, False, ()), ('fp32 (IEEE)', fp32, False, ()),
+            ('fp32 + TF32 (every stage, the text prior too)', fp32, True, ()),
+            ('fp32 + TF32 on the image stages', fp32, False, ('TF32 on the image stages', ))]
+    plan += [(f'{p}: {path.name}', path, False, ()) for p, path in paths.items() if p not in ('fp32', 'auto')]
+    plan += [(f'auto + {v}', auto, False, (v, )) for v in VARIANTS]
+    rows = []
+    for name, path, everywhere, variants in plan:
+        if clock() > deadline:
+            rows.append({'row': name, 'plan': path.name, 'not_run': 'the step\'s time ran out'})
+            continue
+        rows.append(speed_row(net, canvases, device, name, path, cap, everywhere, variants))
+        if name.startswith('auto + ') and 'seconds_per_line' in rows[0]:
+            rows[-1]['vs_auto'] = round(rows[0]['seconds_per_line'] / rows[-1]['seconds_per_line'], 3)
+    return rows
 
 
 def stage_seconds(net, canvas: torch.Tensor, device: str, names, repeats: int) -> List[Dict]:
@@ -204,11 +325,25 @@ def quality_row(demo: str, lines: str, work: str, device: str, precision: str, e
     return row
 
 
-def inference_step(root: str, work: str, dry_run: bool) -> Dict:
-    """tola-infer's plans and quality on the demo model, the full-size network's speed with each plan and per stage;
-    -> the step's figures (``passed``: fp32 and auto served, every served precision within the image bound, every
-    output finite)."""
+def first_result(model: str, lines: str, work: str, device: str, precision: str, env: Dict) -> Dict:
+    """``tola-infer`` on one line in a new cache folder (no verdict cached): its seconds to the result, the process's
+    start, the model's loading and any qualification included."""
+    one, name = os.path.join(work, f'one_line_{precision}'), os.path.basename(model)
+    os.makedirs(one, exist_ok=True)
+    shutil.copy2(os.path.join(lines, sorted(os.listdir(lines))[0]), one)
+    cache = os.path.join(work, f'cache_{name}_{precision}')
+    shutil.rmtree(cache, ignore_errors=True)
+    run = tola_infer(model, one, one + '_out', device, precision, dict(env, XDG_CACHE_HOME=cache))
+    return {'model': name, 'precision': precision, 'seconds': round(run['seconds'], 2), 'runtime': run['runtime']}
+
+
+def inference_step(root: str, work: str, dry_run: bool, seconds: float = 0.0, clock=time.monotonic) -> Dict:
+    """tola-infer's plans and quality on the demo model, the time to its first result, the full-size network's
+    speed table (``speed_rows``) and each stage in each precision, within ``seconds`` (0: no limit) -> the step's
+    figures (``passed``: fp32 and auto served, every served precision within the image bound, every output
+    finite)."""
     from tola_plugin.archs.tola_arch import TOLANet
+    deadline = clock() + (seconds - RESERVE_S if seconds else float('inf'))
     device = 'cpu' if dry_run else 'cuda'
     samples = str(importlib.resources.files('tola_plugin.samples'))  # real LR lines of DiffTSR's test set
     lines = os.path.join(work, 'lines')
@@ -225,26 +360,30 @@ def inference_step(root: str, work: str, dry_run: bool) -> Dict:
         row = quality_row(demo, lines, work, device, precision, env, reference, bound)
         reference = row.get('images') if reference is None else reference
         rows.append(row)
-    timed = TOLANet.load_for_inference(export_model(root, work, dry_run)).to(device)
+    merged = export_model(root, work, dry_run)
+    first = [
+        first_result(merged, lines, work, device, 'fp32', env),
+        first_result(demo, lines, work, device, 'auto', env)
+    ]
+    timed = TOLANet.load_for_inference(merged).to(device)
     timed.set_switches(clamp_output=False)
+    paths = {}
     for row in rows:
         row.pop('images', None)
         if 'refused' not in row:
-            path = chosen_path(demo, device, row['precision'])
-            row.update(plan=path.name, **network_seconds(timed, canvases, device, path))
-    tf32_row = None if dry_run else {'precision': 'fp32 + TF32 (not a tola-infer precision)'}
-    if tf32_row is not None:
-        fp32_path = chosen_path(demo, device, 'fp32')
-        tf32_row.update(plan=fp32_path.name, **network_seconds(timed, canvases, device, fp32_path, allow_tf32=True))
+            paths[row['precision']] = chosen_path(demo, device, row['precision'])
+            row['plan'] = paths[row['precision']].name
+    speed = speed_rows(timed, canvases, device, paths, DRY_RUN_BATCH_CAP if dry_run else BATCH_CAP, deadline)
     stages = stage_seconds(timed, canvases[:1], device, precisions(STAGE_PRECISIONS, dry_run, ('fp32', 'bf16')),
                            1 if dry_run else 5)
     served = [r for r in rows if 'refused' not in r]
+    auto = speed[0].get('seconds_per_line')
     return {
         'passed': {'fp32', 'auto'} <= {r['precision']
-                                       for r in served}
-        and all(r['finite'] and r.get('within_bound', True) for r in served) and (tf32_row or {}).get('finite', True),
-        'device': device, 'quality_model': "the demo backbone's frozen route (trained; its image follows ẑ0)",
-        'image_bound_db': round(bound, 2),
-        'model': 'tiny, random weights (dry run)' if dry_run else 'full size, random weights', 'rows': rows,
-        'tf32': tf32_row, 'stage_seconds': stages
+                                       for r in served} and all(r.get('within_bound', True) for r in served)
+        and all(r.get('finite', True) for r in speed), 'device': device,
+        'quality_model': "the demo backbone's frozen route (trained; its image follows ẑ0)", 'image_bound_db': round(
+            bound, 2), 'model': 'tiny, random weights (dry run)' if dry_run else 'full size, random weights',
+        'rows': rows, 'first_result': first, 'speed': speed, 'stage_seconds': stages,
+        'target': {'auto_seconds_per_line': auto, 'at_most_s': TARGET_S, 'met': auto is not None and auto <= TARGET_S}
     }

@@ -6,6 +6,7 @@ import json
 import os
 from typing import Dict, List
 
+from tola_plugin.lab.benchmarks.stage_timing import STAGES
 from tola_plugin.utils.atomic_files import write_json, write_text
 
 JSON_FILE, MARKDOWN_FILE = 'gpu_check.json', 'gpu_check.md'
@@ -104,30 +105,34 @@ def _precision(s: Dict) -> List[str]:
 
 
 def _inference(s: Dict) -> List[str]:
-    rows = []
-    for r in s['rows']:
-        if 'refused' in r:
-            rows.append([r['precision'], 'refused: ' + r['refused'], '', '', '', '', ''])
-            continue
-        rows.append([
-            r['precision'],
-            r.get('plan', ''), r['tola_infer_seconds_per_line'],
-            r.get('psnr_vs_fp32_db_mean', 'reference'),
-            r.get('psnr_vs_fp32_db_min', ''),
-            r.get('network_seconds_per_line', ''), 'yes' if r.get('finite') else 'NO'
-        ])
-    t = s.get('tf32')
-    if t:
-        rows.append(
-            [t['precision'], t['plan'], '', '', '', t['network_seconds_per_line'], 'yes' if t['finite'] else 'NO'])
-    stages = [[r['precision'], r['vae_encoder'], r['idm'], r['vae_decoder']] for r in s['stage_seconds']]
+    rows = [[r['precision'], 'refused: ' + r['refused'], '', '', ''] if 'refused' in r else [
+        r['precision'],
+        r.get('plan', ''), r['tola_infer_seconds_per_line'],
+        r.get('psnr_vs_fp32_db_mean', 'reference'),
+        r.get('psnr_vs_fp32_db_min', '')
+    ] for r in s['rows']]
+    speed = [[r['row'], r['plan'], 'not run: ' + r['not_run']] if 'not_run' in r else [
+        r['row'], r['plan'], r['seconds_per_line'], *(r['stages_s'][k] for k in STAGES), r['peak_gib'], r['best_batch'],
+        r['lines_per_s'],
+        r.get('vs_auto', ''), 'yes' if r['finite'] else 'NO'
+    ] for r in s['speed']]
+    t = s['target']
     return [
         f'Quality: tola-infer on {s["quality_model"]}, PSNR against fp32 (bound: at least {s["image_bound_db"]} dB on '
-        f'every line); speed: the network alone, {s["model"]}, with the plan tola-infer chose; on {s["device"]}.', ''
+        f'every line); on {s["device"]}.', ''
     ] + table([
-        'tola-infer --precision', 'plan (as computed)', 'tola-infer s / line', 'PSNR vs fp32 dB (mean)', '(worst line)',
-        'full-size network s / line', 'all finite'
-    ], rows) + [''] + table(['stage precision', 'VAE encoder s', 'IDM s', 'VAE decoder s'], stages)
+        'tola-infer --precision', 'plan (as computed)', 'tola-infer s / line', 'PSNR vs fp32 dB (mean)', '(worst line)'
+    ], rows) + [''] + [
+        f'- First result of tola-infer (one line, nothing cached: start, loading, qualification): {r["model"]} '
+        f'--precision {r["precision"]}: {r["seconds"]} s ({r["runtime"]})' for r in s['first_result']
+    ] + [
+        '', f'Speed, warm: {s["model"]}, batch 1 end to end and per stage (s), the best batch; auto\'s line '
+        f'{t["auto_seconds_per_line"]} s, target at most {t["at_most_s"]} s: {"met" if t["met"] else "NOT met"}.', ''
+    ] + table(
+        ['row', 'plan', 's / line'] + list(STAGES) + ['peak GiB', 'best batch', 'lines / s', 'vs auto', 'all finite'],
+        speed) + [''] + table(['stage precision', 'VAE encoder s', 'IDM s', 'VAE decoder s'],
+                              [[r['precision'], r['vae_encoder'], r['idm'], r['vae_decoder']]
+                               for r in s['stage_seconds']])
 
 
 def _cuda_tests(s: Dict) -> List[str]:

@@ -31,7 +31,7 @@ def step_functions(root: str, data: str, work: str, dry_run: bool, seconds: floa
 
     def inference():
         from tola_plugin.lab.gpu_check.inference_step import inference_step
-        return inference_step(root, work, dry_run)
+        return inference_step(root, work, dry_run, seconds)
 
     def cuda_tests():
         from tola_plugin.lab.gpu_check.cuda_tests_step import cuda_tests_step

@@ -1,27 +1,33 @@
-"""The dry run's stand-in for a stock CUDA PyTorch image: on ``PYTHONPATH`` of the dry run's processes, it makes the
-top-level modules that $TOLA_GPU_CHECK_ABSENT names (comma-separated) unimportable, as they are on the image, so a
-step that would import one there fails here first. Standard library only."""
-import importlib.abc
+"""The dry run's stand-in for a stock CUDA PyTorch image: on ``PYTHONPATH`` of the dry run's processes, it lets a
+top-level module come from an installed environment (a ``site-packages`` or ``dist-packages`` folder) only when
+$TOLA_GPU_CHECK_IMAGE_MODULES (comma-separated: ``environment.image_module_names``) names it, as the image would
+have it; the standard library, the carry's private folder ($TOLA_GPU_CHECK_SITE) and the checkout stay importable.
+A step that would import a module the image lacks fails here first. Standard library only."""
+import importlib.machinery
 import os
 import sys
 
 
-class _Absent(importlib.abc.MetaPathFinder):
+class _OnlyTheImage(importlib.machinery.PathFinder):
+    """The path finder, but a top-level module of an installed environment the image lacks is not found (as absent:
+    ``importlib.util.find_spec`` gives None)."""
 
-    def __init__(self, names):
-        self.names = frozenset(names)
+    def __init__(self, names, carry):
+        self.names = frozenset(names) | frozenset(sys.stdlib_module_names)
+        self.carry = os.path.realpath(carry) + os.sep if carry else None
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname.split('.')[0] in self.names:
-            raise ModuleNotFoundError(
-                f'No module named {fullname!r} (absent from a stock CUDA PyTorch image: the GPU '
-                'check\'s dry run hides it)', name=fullname)
-        return None
+        spec = super().find_spec(fullname, path, target)
+        if spec is None or path is not None or fullname in self.names:
+            return spec
+        where = os.path.realpath(spec.origin or next(iter(spec.submodule_search_locations or []), ''))
+        installed = {'site-packages', 'dist-packages'} & set(where.split(os.sep))
+        return None if installed and not (self.carry and where.startswith(self.carry)) else spec
 
 
-_names = [n.strip() for n in os.environ.get('TOLA_GPU_CHECK_ABSENT', '').split(',') if n.strip()]
-if _names:
-    sys.meta_path.insert(0, _Absent(_names))
+if os.environ.get('TOLA_GPU_CHECK_IMAGE_MODULES'):
+    sys.meta_path[sys.meta_path.index(importlib.machinery.PathFinder)] = _OnlyTheImage(
+        os.environ['TOLA_GPU_CHECK_IMAGE_MODULES'].split(','), os.environ.get('TOLA_GPU_CHECK_SITE'))
 
 # then the next sitecustomize on the path, which this one shadows (the GPU check's private folder has one: it runs
 # that folder's .pth files, the import hook among them)

@@ -1,0 +1,157 @@
+"""Issue 48, item 3: what a run asks of the machine is bounded before any work starts and before any folder is made
+(``basicsr_glue/resource_bounds.py``): a batch, a LoRA rank or an epoch whose memory cannot fit is refused with one
+line naming the option, its value and what fits; data-loader workers beyond the cores are capped with a warning.
+
+The memory the machine offers is fixed here (``available_memory``: 8 GiB), so no outcome depends on what else runs; the
+issue's case runs as a user runs it, with both launchers, under an address-space limit (the old code grew until
+the kernel's OOM killer ended it)."""
+import os
+import re
+import resource
+import subprocess
+import sys
+
+import pytest
+import yaml
+from reliability_testing import launch
+
+from tola_testing import tiny_demo_options
+
+GIB = 2**30
+
+
+@pytest.fixture
+def eight_gib(monkeypatch):
+    """The machine offers 8 GiB (MemAvailable on the CPU), whatever it really has."""
+    from tola_plugin.basicsr_glue import resource_bounds
+    monkeypatch.setattr(resource_bounds, 'available_memory', lambda: 8 * GIB)
+
+
+def train_options(rendered, **train_set):
+    opt = tiny_demo_options(rendered, 'exp', total_iter=1, freq=1)
+    opt['num_gpu'] = 0
+    opt['datasets']['train'].update(train_set)
+    return opt
+
+
+def refused(tmp_path, monkeypatch, capsys, opt, *flags):
+    """Our launcher on ``opt`` (``launch``) ends in one ``error:`` line, exit status 2, and makes nothing. -> the
+    line."""
+    code = launch(tmp_path, monkeypatch, opt, *flags)
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert code == 2 and len(err) == 1 and err[0].startswith('error: '), err
+    assert sorted(os.listdir(tmp_path)) == ['options.yml']  # no experiments/, tb_logger/
+    return err[0]
+
+
+def merged(opt):
+    """``opt`` as the launchers hand it to the bounds (training, CPU, one process)."""
+    return dict(opt, is_train=True, dist=False)
+
+
+@pytest.mark.parametrize('launcher', ['tola_plugin.train', 'basicsr.train'])
+def test_a_batch_that_cannot_fit_is_refused_before_anything_is_made(rendered_sets, tmp_path, launcher):
+    """``datasets:train:batch_size_per_gpu=1000000000`` grew to 11 GB until the OOM killer ended it."""
+    path = tmp_path / 'options.yml'
+    path.write_text(yaml.safe_dump(train_options(rendered_sets)), encoding='utf-8')
+    work = tmp_path / 'work'
+    work.mkdir()
+
+    def limit():  # the old code grew until the OOM killer came; under this limit it ends in a MemoryError
+        resource.setrlimit(resource.RLIMIT_AS, (12 * GIB, 12 * GIB))
+
+    command = [sys.executable, '-m', launcher, '-opt', str(path)]
+    proc = subprocess.run(command + ['--force_yml', 'datasets:train:batch_size_per_gpu=1000000000'], cwd=work,
+                          capture_output=True, text=True, timeout=600, preexec_fn=limit,
+                          env=dict(os.environ, OMP_NUM_THREADS='1'))
+    last = proc.stderr.splitlines()[-1] if proc.stderr else ''
+    assert proc.returncode == 2 and last.startswith('error: '), proc.stderr[-2000:]
+    assert 'datasets.train.batch_size_per_gpu: 1,000,000,000 samples per batch need at least' in last, last
+    assert re.search(r'; at most [\d,]+ fit$', last), last
+    assert os.listdir(work) == []
+
+
+FITS_WITH_BATCH_2 = r'at most lora_rank [\d,]+ fits with batch_size_per_gpu 2$'
+
+
+@pytest.mark.parametrize('entry, needle, what_fits', [
+    ('datasets:train:batch_size_per_gpu=1000000', 'datasets.train.batch_size_per_gpu: 1,000,000 samples per batch',
+     r'at most [\d,]+ fit$'),
+    ('network_g:lora_rank=1000000', 'network_g.lora_rank: 1,000,000 makes TOLANet', FITS_WITH_BATCH_2),
+    ('network_g:lora_rank=100000', 'network_g.lora_rank: 100,000 makes TOLANet', FITS_WITH_BATCH_2),
+    ('datasets:train:dataset_enlarge_ratio=1000000000000', 'datasets.train.dataset_enlarge_ratio: 1e+12 makes 1e+12 '
+     'samples an epoch or more', r'no ratio above [\d,]+ fits any dataset$'),
+    ('datasets:train:dataset_enlarge_ratio=!!float 1e12', 'datasets.train.dataset_enlarge_ratio: 1e+12',
+     r'no ratio above [\d,]+ fits any dataset$'),
+])
+def test_what_cannot_fit_is_one_line_naming_the_option_the_value_and_what_fits(rendered_sets, tmp_path, monkeypatch,
+                                                                               capsys, eight_gib, entry, needle,
+                                                                               what_fits):
+    opt = train_options(rendered_sets)
+    line = refused(tmp_path, monkeypatch, capsys, opt, '--force_yml', entry)
+    assert needle in line, line
+    assert 'over the 7.20 GiB this run may use (90% of the 8.00 GiB of memory available)' in line, line
+    assert re.search(what_fits, line), line
+
+
+def test_the_same_values_in_the_file_are_refused_too(rendered_sets, tmp_path, monkeypatch, capsys, eight_gib):
+    opt = train_options(rendered_sets)
+    opt['network_g']['lora_rank'] = 1000000
+    line = refused(tmp_path, monkeypatch, capsys, opt)
+    assert 'options.yml: network_g.lora_rank: 1,000,000 makes TOLANet' in line, line
+
+
+def test_what_fits_is_what_fits(rendered_sets, eight_gib):
+    """The largest batch and LoRA rank a refusal names pass the bound; one more does not."""
+    from tola_plugin.basicsr_glue.resource_bounds import check_memory
+    from tola_plugin.options.reader import OptionError
+    opt = merged(train_options(rendered_sets, batch_size_per_gpu=10**6))
+    with pytest.raises(OptionError) as err:
+        check_memory(opt)
+    fit = int(re.search(r'at most ([\d,]+) fit$', str(err.value)).group(1).replace(',', ''))
+    opt['datasets']['train']['batch_size_per_gpu'] = fit
+    check_memory(opt)
+    opt['datasets']['train']['batch_size_per_gpu'] = fit + 1
+    with pytest.raises(OptionError, match=f'at most {fit:,} fit$'):
+        check_memory(opt)
+    opt = merged(train_options(rendered_sets, batch_size_per_gpu=1))
+    opt['network_g']['lora_rank'] = 10**6
+    with pytest.raises(OptionError) as err:
+        check_memory(opt)
+    found = re.search(r'at most lora_rank ([\d,]+) fits with batch_size_per_gpu 1$', str(err.value))
+    rank = int(found.group(1).replace(',', ''))
+    opt['network_g']['lora_rank'] = int(rank * 0.99)  # LoRA is linear in the rank; the rest of the network is not
+    check_memory(opt)
+    opt['network_g']['lora_rank'] = int(rank * 1.01)
+    with pytest.raises(OptionError, match='network_g.lora_rank'):
+        check_memory(opt)
+
+
+def test_an_epoch_whose_indices_cannot_fit_is_refused_when_the_dataset_is_known(rendered_sets, tmp_path, monkeypatch,
+                                                                                capsys, eight_gib):
+    """A ratio that passes at start (one sample's epoch fits) is refused when the sampler knows the dataset (8 lines):
+    one line with the largest ratio that fits, and the failed start leaves nothing."""
+    opt = train_options(rendered_sets, dataset_enlarge_ratio=100_000_000)  # 1e8 * 48 B fits 7.2 GiB; 8 times not
+    line = refused(tmp_path, monkeypatch, capsys, opt)
+    assert 'datasets.train.dataset_enlarge_ratio: 1e+08 makes 8e+08 samples an epoch (8 in the dataset)' in line
+    assert re.search(r'at most [\d,]+ fits$', line), line
+
+
+def test_workers_beyond_the_cores_are_capped_with_a_warning(rendered_sets, monkeypatch, capsys):
+    """``num_worker_per_gpu=1000000`` spawned hundreds of loader processes; now at most the cores this process may
+    use (per GPU of the process), said once."""
+    from tola_plugin.basicsr_glue.resource_bounds import cap_workers
+    monkeypatch.setattr(os, 'sched_getaffinity', lambda pid: {0, 1, 2, 3})
+    opt = merged(train_options(rendered_sets, num_worker_per_gpu=1000000))
+    cap_workers(opt)
+    assert opt['datasets']['train']['num_worker_per_gpu'] == 4
+    assert capsys.readouterr().err == ('warning: datasets.train.num_worker_per_gpu: 1,000,000 data-loader workers per '
+                                       'GPU, but this run has 4 CPU core(s): using 4 (more add processes and memory, '
+                                       'not speed)\n')
+    opt = merged(train_options(rendered_sets, num_worker_per_gpu=3))
+    opt['num_gpu'] = 2  # BasicSR starts 3 * 2 workers in one process
+    cap_workers(opt)
+    assert opt['datasets']['train']['num_worker_per_gpu'] == 2 and 'for 2 GPUs or processes' in capsys.readouterr().err
+    opt = merged(train_options(rendered_sets, num_worker_per_gpu=4))
+    cap_workers(opt)
+    assert opt['datasets']['train']['num_worker_per_gpu'] == 4 and capsys.readouterr().err == ''
