@@ -72,6 +72,17 @@ def test_a_huge_image_budget_is_shown_short(value, shown):
     assert str(err.value).endswith(shown) and len(str(err.value)) < 300, err.value
 
 
+@pytest.mark.parametrize('tool, flag', [('infer', '--overlap'), ('infer', '--batch-size'), ('web', '--port'),
+                                        ('infer', '--max-windows'), ('evaluate', '--max-megapixels')])
+def test_a_huge_number_on_any_command_line_is_shown_short(tool, flag, capsys):
+    """A 300-digit integer after a range-checked flag was echoed in full in its usage error."""
+    import importlib
+    parse = importlib.import_module(f'tola_cli.{tool}').parse_args
+    required = {'infer': ['-i', 'in', '-o', 'out'], 'web': [], 'evaluate': ['--method', 'A=a', '--out', 'o']}[tool]
+    line = usage_error(parse, required + [flag, '-' + '9' * 300], capsys)
+    assert flag in line and len(line) < 200 and ('got -1e+300' in line or 'an integer of 300 digits' in line), line
+
+
 @pytest.mark.parametrize('host, why', [('bogus.invalid', "'bogus.invalid' does not resolve"),
                                        ('192.0.2.1', "'192.0.2.1' (192.0.2.1) cannot be listened on here")])
 def test_a_web_host_that_cannot_be_listened_on_is_said_at_once(capsys, host, why):

@@ -3,6 +3,13 @@ import argparse
 import socket
 
 
+def shown(value) -> str:
+    """A number as an error shows it (``short_number``: 1e+300, not 301 digits); the package is imported on the
+    error path only."""
+    from tola_plugin.data.image_io import short_number
+    return short_number(value)
+
+
 def safetensors_path(text: str) -> str:
     """A path ending with .safetensors (the files the converting and exporting tools write), else an argparse
     error saying so."""

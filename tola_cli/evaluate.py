@@ -17,7 +17,7 @@ import argparse
 import math
 import os
 
-from tola_cli.arguments import rgb_triple
+from tola_cli.arguments import rgb_triple, shown
 from tola_cli.command import run_command
 from tola_cli.defaults import ALL_METRICS, COLOR_SPACE, LUMA_COLOR_SPACES, MAX_PIXELS, WHITE
 
@@ -84,7 +84,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     if len(dict(args.method)) != len(args.method):
         parser.error('two --method entries have the same name')
     if not (math.isfinite(args.max_megapixels) and args.max_megapixels > 0):
-        parser.error(f'--max-megapixels must be a finite number > 0, got {args.max_megapixels}')
+        parser.error(f'--max-megapixels must be a finite number > 0, got {shown(args.max_megapixels)}')
     return args
 
 

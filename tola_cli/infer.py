@@ -29,7 +29,7 @@ docs/restore.md and docs/reliability.md have the details: the docs/ pages named 
 import argparse
 import math
 
-from tola_cli.arguments import rgb_triple
+from tola_cli.arguments import rgb_triple, shown
 from tola_cli.defaults import (BACKENDS, COLOR_FIXES, DEFAULT_COLOR_FIX, IMAGE_KINDS, INFER_OUTPUT, MAX_OUTPUT_PIXELS,
                                MAX_PIXELS, MAX_WINDOWS, OVERLAP, PAD_MODES, PASTE_POLICIES, PRECISIONS, SEED, WHITE)
 
@@ -125,15 +125,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.checkpoint and not args.opt:
         parser.error('--checkpoint goes with -opt (a merged --model already holds its adaptation)')
     if args.batch_size is not None and args.batch_size < 1:
-        parser.error(f'--batch-size must be >= 1, got {args.batch_size}')
+        parser.error(f'--batch-size must be >= 1, got {shown(args.batch_size)}')
     if not 0 <= args.overlap < 512:
-        parser.error(f'--overlap must be in [0, 511], got {args.overlap}')
+        parser.error(f'--overlap must be in [0, 511], got {shown(args.overlap)}')
     if args.outscale is not None and not (math.isfinite(args.outscale) and args.outscale > 0):
-        parser.error(f'--outscale must be a finite number > 0, got {args.outscale}')
+        parser.error(f'--outscale must be a finite number > 0, got {shown(args.outscale)}')
     for flag, value in (('--max-megapixels', args.max_megapixels), ('--max-windows', args.max_windows),
                         ('--max-output-megapixels', args.max_output_megapixels)):
         if not (math.isfinite(value) and value > 0):
-            parser.error(f'{flag} must be a finite number > 0, got {value}')
+            parser.error(f'{flag} must be a finite number > 0, got {shown(value)}')
     return args
 
 

@@ -14,7 +14,7 @@ nothing is fetched from the internet (docs/web.md). Needs the [web] extra (gradi
 import argparse
 import math
 
-from tola_cli.arguments import listen_host
+from tola_cli.arguments import listen_host, shown
 from tola_cli.defaults import (BACKENDS, COLOR_FIXES, DEFAULT_COLOR_FIX, MAX_OUTPUT_PIXELS, MAX_WINDOWS, PRECISIONS,
                                STORED_UPLOADS_MAX_MB, UPLOAD_MAX_MB, UPLOAD_MAX_MEGAPIXELS, WEB_HOST, WEB_PORT)
 
@@ -67,12 +67,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not 0 <= args.port <= 65535:
-        parser.error(f'--port must be in [0, 65535], got {args.port}')
+        parser.error(f'--port must be in [0, 65535], got {shown(args.port)}')
     for flag, value in (('--max-megapixels', args.max_megapixels), ('--max-file-mb', args.max_file_mb),
                         ('--max-stored-mb', args.max_stored_mb), ('--max-windows', args.max_windows),
                         ('--max-output-megapixels', args.max_output_megapixels)):
         if not (math.isfinite(value) and value > 0):
-            parser.error(f'{flag} must be a finite number > 0, got {value}')
+            parser.error(f'{flag} must be a finite number > 0, got {shown(value)}')
     if args.max_stored_mb < args.max_file_mb:
         parser.error(f'--max-stored-mb ({args.max_stored_mb:g}) must hold at least one upload (--max-file-mb, '
                      f'{args.max_file_mb:g})')
