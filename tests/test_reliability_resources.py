@@ -155,3 +155,18 @@ def test_workers_beyond_the_cores_are_capped_with_a_warning(rendered_sets, monke
     opt = merged(train_options(rendered_sets, num_worker_per_gpu=4))
     cap_workers(opt)
     assert opt['datasets']['train']['num_worker_per_gpu'] == 4 and capsys.readouterr().err == ''
+
+
+def test_an_epoch_too_small_for_one_batch_is_an_error_not_an_untrained_model(rendered_sets, tmp_path):
+    """8 lines, batch 16, ratio 1: BasicSR's loader drops the incomplete batch, its loop ran every epoch empty, logged
+    "End of training" and saved the untrained network as the run's result."""
+    opt = train_options(rendered_sets, batch_size_per_gpu=16, dataset_enlarge_ratio=1)
+    path = tmp_path / 'options.yml'
+    path.write_text(yaml.safe_dump(opt), encoding='utf-8')
+    proc = subprocess.run([sys.executable, '-m', 'tola_plugin.train', '-opt',
+                           str(path)], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, OMP_NUM_THREADS='1'))
+    last = proc.stderr.splitlines()[-1] if proc.stderr else ''
+    assert proc.returncode == 2 and last.startswith('error: datasets.train: an epoch has '), proc.stderr[-2000:]
+    assert 'batch_size_per_gpu is 16' in last and 'at most ' in last, last
+    assert not (tmp_path / 'experiments' / 'exp' / 'models' / 'net_g_latest.pth').exists()

@@ -13,6 +13,7 @@ from basicsr.utils.dist_util import get_dist_info
 from tola_plugin.basicsr_glue import distributed
 from tola_plugin.basicsr_glue.atomic_saves import save_with_retries
 from tola_plugin.basicsr_glue.training_resume import LOOP, keep_option_settings, rng_preserved, scheduler_settings
+from tola_plugin.options.reader import OptionError
 
 _original_resume_training = BaseModel.resume_training
 _original_validation = BaseModel.validation
@@ -54,6 +55,16 @@ def validation(self, dataloader, current_iter, tb_logger, save_img=False):
         return _original_validation(self, dataloader, current_iter, tb_logger, save_img)
 
 
+def empty_epoch(loader) -> None:
+    """An epoch that gave no batch: BasicSR's loop would run its epochs empty and save the untrained network as if it
+    had trained (its loader drops the last incomplete batch). -> OptionError naming the sizes."""
+    samples = len(loader.sampler) if hasattr(loader.sampler, '__len__') else len(loader.dataset)
+    raise OptionError(f'datasets.train: an epoch has {samples:,} sample(s) per process (the dataset\'s '
+                      f'{len(loader.dataset):,} x dataset_enlarge_ratio, over the processes) and batch_size_per_gpu is '
+                      f'{loader.batch_size:,}: no batch can be drawn (the last incomplete batch is dropped); set '
+                      f'batch_size_per_gpu to at most {samples:,} or raise dataset_enlarge_ratio')
+
+
 def _prefetcher_hooks(cls):
     original_reset, original_next = cls.reset, cls.next
 
@@ -65,6 +76,8 @@ def _prefetcher_hooks(cls):
         batch = original_next(self)
         if batch is not None:
             LOOP.batch_taken()
+        elif LOOP.batches == 0:
+            empty_epoch(self.ori_loader)
         return batch
 
     reset.__doc__ = f'{cls.__name__}.reset, then continue a resumed run\'s RNG streams (training_resume.LOOP).'
