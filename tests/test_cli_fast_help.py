@@ -158,6 +158,28 @@ def test_a_wrong_path_is_said_before_torch_is_imported(tmp_path):
     assert os.listdir(tmp_path) == ['datasets']  # nothing made
 
 
+def test_a_missing_backbone_file_is_said_at_start(tmp_path, monkeypatch):
+    """Issue 49: the backbone's weight files (DiffTSR.ckpt, transocr.pth) were found missing only when the network was
+    built, after the imports. ``check_start`` (which runs before them, above) names the option and the file; not for
+    a backbone from the package (``backbone_init: demo``), nor once the file is there."""
+    import pytest
+
+    from tola_plugin.options.reader import OptionError
+    from tola_plugin.options.start_checks import check_start
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / 'checkpoints').mkdir()
+    (tmp_path / 'checkpoints' / 'transocr.pth').write_bytes(b'x')
+    (tmp_path / 'run.yml').write_text('name: t\nnetwork_g:\n  type: TOLANet\n'
+                                      '  difftsr_checkpoint: checkpoints/DiffTSR.ckpt\n'
+                                      '  transocr_checkpoint: checkpoints/transocr.pth\n')
+    with pytest.raises(OptionError, match=r'run.yml: network_g.difftsr_checkpoint: checkpoints/DiffTSR.ckpt not '
+                                          r'found; expected a file'):
+        check_start(['-opt', 'run.yml'])
+    check_start(['-opt', 'run.yml', '--force_yml', 'network_g:backbone_init=demo'])
+    (tmp_path / 'checkpoints' / 'DiffTSR.ckpt').write_bytes(b'x')
+    check_start(['-opt', 'run.yml'])
+
+
 def test_the_command_lines_call_the_package_with_keywords():
     """tola-infer and tola-web hand every argument of ``restore_folder`` and ``serve`` (ten and fourteen) over by name,
     so a parameter added, removed or moved there cannot silently take another's value."""

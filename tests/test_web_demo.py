@@ -483,6 +483,12 @@ class _FakeTransport:
     def set_protocol(self, protocol):
         pass
 
+    def pause_reading(self):
+        pass
+
+    def resume_reading(self):
+        pass
+
 
 def test_half_open_requests_are_closed_and_connections_bounded(monkeypatch):
     """Issue 48 item 4: a request whose headers never end held its connection for ever (1,500 descriptors). Headers
@@ -512,6 +518,32 @@ def test_half_open_requests_are_closed_and_connections_bounded(monkeypatch):
     extra = web_app.BoundedHTTP(config, state, {}, _loop=loop)
     extra.connection_made(_FakeTransport())
     assert extra.transport.closed and len(loop.timers) == 2  # one over the bound: closed when accepted
+
+
+def test_a_request_body_that_stops_arriving_is_cut():
+    """Issue 48: after its headers, a body sent slowly and then stopped held its connection for ever. Each chunk re-arms
+    BODY_IDLE_TIMEOUT_S (the loop's clock is the test's); when the server itself stops reading (its buffer full: flow
+    control), the pause is not the client's and the connection stays."""
+    import uvicorn
+    from uvicorn.server import ServerState
+
+    async def app(scope, receive, send):
+        pass
+
+    config, state, loop = uvicorn.Config(app, http=web_app.BoundedHTTP, lifespan='off'), ServerState(), _FakeLoop()
+    upload = web_app.BoundedHTTP(config, state, {}, _loop=loop)
+    upload.connection_made(_FakeTransport())
+    upload.data_received(b'POST /upload HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n0123456789')
+    assert loop.timers[0].cancelled and loop.timers[-1].delay == web_app.BODY_IDLE_TIMEOUT_S  # headers done: body's
+    upload.data_received(b'0123456789')
+    assert loop.timers[-2].cancelled and not loop.timers[-1].cancelled  # a chunk: the idle time starts again
+    upload.flow.pause_reading()
+    loop.timers[-1].fire()
+    assert not upload.transport.closed and len(loop.timers) == 4  # the server's pause: re-armed, not cut
+    upload.flow.resume_reading()
+    loop.timers[-1].fire()
+    assert upload.transport.closed and upload.transport.written.startswith(b'HTTP/1.1 408 ')
+    assert b'request body stalled: nothing received for 30 s' in upload.transport.written
 
 
 def test_names_on_the_page_are_text_not_markdown():

@@ -15,6 +15,8 @@ from tola_plugin.utils.user_paths import MISSING, NOTHING_THERE, path_kind, shor
 
 #: dataset options that name a file (the rest named ``dataroot*`` are folders: image folders or LMDBs)
 DATASET_FILE_KEYS = ('labels', 'index_list', 'meta_info_file', 'meta_info')
+#: network options that name a backbone weight file (read when ``backbone_init`` is 'checkpoint', the default)
+BACKBONE_FILE_KEYS = ('difftsr_checkpoint', 'transocr_checkpoint')
 
 
 def command_line(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
@@ -48,7 +50,8 @@ def check_data_paths(opt: Mapping) -> None:
     """Every path a run reads, checked on disk before anything is made or moved (BasicSR renames an existing
     ``experiments/<name>`` to ``<name>_archived_<time>`` before it builds the datasets, so a mistyped dataroot found
     there has already moved the experiment away): each dataset's ``dataroot*`` (a folder), ``labels``,
-    ``index_list`` and ``meta_info_file`` (files); for a run that does not resume (no ``--auto_resume``) the
+    ``index_list`` and ``meta_info_file`` (files); each network's backbone files (``difftsr_checkpoint``,
+``transocr_checkpoint``, when ``backbone_init`` is 'checkpoint'); for a run that does not resume (no ``--auto_resume``) the
     ``path.pretrain_network_*`` files (but ``demo``). An OptionError names the option, the path, what is there and,
     for a typo, the closest name in its folder. Blocks that are not mappings are left to ``checks.check_options``."""
     datasets = opt.get('datasets')
@@ -57,6 +60,12 @@ def check_data_paths(opt: Mapping) -> None:
             if not isinstance(value, str) or not (key.startswith('dataroot') or key in DATASET_FILE_KEYS):
                 continue
             _check_path(value, f'datasets.{phase}.{key}', 'a folder' if key.startswith('dataroot') else 'a file')
+    for key, network in opt.items():  # the backbone's weight files (TOLANet, DiffTSRNet), unless from the package
+        if key.startswith('network_') and isinstance(network, dict) and \
+                network.get('backbone_init', 'checkpoint') == 'checkpoint':
+            for name in BACKBONE_FILE_KEYS:
+                if isinstance(network.get(name), str):
+                    _check_path(network[name], f'{key}.{name}', 'a file')
     path = opt.get('path')
     if not opt.get('auto_resume') and isinstance(path, dict):
         for key, value in path.items():

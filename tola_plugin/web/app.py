@@ -15,7 +15,8 @@ request) is refused with 413 before it is read, or cut when it grows past that w
 request under a name the server was not started for (``Host``: DNS rebinding) or a write from another site (its
 ``Origin``) is refused with 403; everything the server stores is bounded in all (``max_stored_mb``: uploads, the images
 the page shows, the page's own files), and only what is finished is removed to make room. Connections are bounded
-(``BoundedHTTP``: headers within HEADER_TIMEOUT_S, at most MAX_CONNECTIONS open). Names shown on the page are text,
+(``BoundedHTTP``: headers within HEADER_TIMEOUT_S, no pause over BODY_IDLE_TIMEOUT_S in a body, at most
+MAX_CONNECTIONS open). Names shown on the page are text,
 never Markdown (``user_text.markdown_text``). Uploads go to a folder of this server's own (``tola-web-<pid>-*`` in the
 temporary folder), removed when the server stops (Ctrl-C, SIGTERM, ``app.close()``, the process's exit) and, if the
 process was killed, by the next server's start.
@@ -65,6 +66,7 @@ STORED_UPLOADS_MAX_MB = 200.0  # everything the server stores at once (uploads, 
 #: what does not fit is refused
 PENDING_MAX_AGE_S = 600.0
 HEADER_TIMEOUT_S = 10.0  # a request's line and headers must arrive within this; half-open requests held 1,500 fds
+BODY_IDLE_TIMEOUT_S = 30.0  # a request body that stops arriving for this long is cut (the rest of a stalled upload)
 MAX_CONNECTIONS = 256  # connections open at once; one more is closed when accepted
 LOCAL_NAMES = ('localhost', '127.0.0.1', '::1')  # names of this machine, served whatever --host is
 FORM_BYTES = 64 * 1024  # a request may carry one file of max_file_mb plus this much multipart form around it
@@ -536,46 +538,63 @@ class Store:
 
 
 class BoundedHTTP(H11Protocol):
-    """uvicorn's HTTP/1.1 connection with bounds of its own (uvicorn has no header timeout: half-open requests held
-    1,500 descriptors): a request's line and headers must arrive within HEADER_TIMEOUT_S of the connection or of the
-    previous response (then 408, closed), and at most MAX_CONNECTIONS are open (one more is closed at once)."""
+    """uvicorn's HTTP/1.1 connection with bounds of its own (uvicorn has neither a header nor a body timeout: half-open
+    requests held 1,500 descriptors): a request's line and headers must arrive within HEADER_TIMEOUT_S of the
+    connection or of the previous response, and its body must not pause for BODY_IDLE_TIMEOUT_S while the server
+    reads it (each, 408 and closed); at most MAX_CONNECTIONS are open (one more is closed at once)."""
 
-    header_timer = None
+    timer = None
+    timer_for = None  # 'headers' (armed once per request) or 'body' (re-armed by each chunk)
 
     def connection_made(self, transport):
         super().connection_made(transport)
         if len(self.connections) > MAX_CONNECTIONS:
             transport.close()
             return
-        self._wait_for_headers()
+        self._arm()
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
-        self._wait_for_headers()
+        if self.timer_for == 'body':
+            self._stop_timer()  # a chunk came: the body's idle time starts again
+        self._arm()
 
     def connection_lost(self, exc):
-        self._stop_header_timer()
+        self._stop_timer()
         super().connection_lost(exc)
 
-    def _wait_for_headers(self):
-        """Arm the header timer while a request's headers are awaited (not re-armed by each byte), else stop it."""
-        if self.conn.their_state is not h11.IDLE or self.transport.is_closing():
-            self._stop_header_timer()
-        elif self.header_timer is None:
-            self.header_timer = self.loop.call_later(HEADER_TIMEOUT_S, self._headers_timed_out)
+    def _waiting_for(self):
+        """'headers' or 'body' while the client owes them, else None (answering, or closed)."""
+        if self.transport.is_closing():
+            return None
+        return {h11.IDLE: 'headers', h11.SEND_BODY: 'body'}.get(self.conn.their_state)
 
-    def _stop_header_timer(self):
-        if self.header_timer is not None:
-            self.header_timer.cancel()
-            self.header_timer = None
+    def _arm(self):
+        waiting = self._waiting_for()
+        if waiting != self.timer_for:
+            self._stop_timer()
+        if waiting is not None and self.timer is None:
+            delay = HEADER_TIMEOUT_S if waiting == 'headers' else BODY_IDLE_TIMEOUT_S
+            self.timer, self.timer_for = self.loop.call_later(delay, self._timed_out), waiting
 
-    def _headers_timed_out(self):
-        self.header_timer = None
-        if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
-            body = f'request headers not received within {HEADER_TIMEOUT_S:g} s'.encode()
+    def _stop_timer(self):
+        if self.timer is not None:
+            self.timer.cancel()
+        self.timer = self.timer_for = None
+
+    def _timed_out(self):
+        waiting, self.timer, self.timer_for = self.timer_for, None, None
+        if waiting != self._waiting_for():
+            return
+        if waiting == 'body' and self.flow.read_paused:  # the server is not reading (its buffer is full): not idle
+            self._arm()
+            return
+        body = (f'request headers not received within {HEADER_TIMEOUT_S:g} s' if waiting == 'headers' else
+                f'request body stalled: nothing received for {BODY_IDLE_TIMEOUT_S:g} s').encode()
+        if self.conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):  # nothing answered yet: say why
             self.transport.write(b'HTTP/1.1 408 Request Timeout\r\ncontent-type: text/plain\r\nconnection: close\r\n'
                                  b'content-length: %d\r\n\r\n%s' % (len(body), body))
-            self.transport.close()
+        self.transport.close()
 
 
 def _remove_stale_upload_folders() -> None:
