@@ -172,8 +172,9 @@ def test_a_missing_backbone_file_is_said_at_start(tmp_path, monkeypatch):
     (tmp_path / 'run.yml').write_text('name: t\nnetwork_g:\n  type: TOLANet\n'
                                       '  difftsr_checkpoint: checkpoints/DiffTSR.ckpt\n'
                                       '  transocr_checkpoint: checkpoints/transocr.pth\n')
-    with pytest.raises(OptionError, match=r'run.yml: network_g.difftsr_checkpoint: checkpoints/DiffTSR.ckpt not '
-                                          r'found; expected a file'):
+    with pytest.raises(
+            OptionError, match=r'run.yml: network_g.difftsr_checkpoint: checkpoints/DiffTSR.ckpt not '
+            r'found; expected a file'):
         check_start(['-opt', 'run.yml'])
     check_start(['-opt', 'run.yml', '--force_yml', 'network_g:backbone_init=demo'])
     (tmp_path / 'checkpoints' / 'DiffTSR.ckpt').write_bytes(b'x')

@@ -2,6 +2,7 @@
 build, its manifest, the merged export, and tools/train_demo_backbone.py end to end on a tiny configuration."""
 import json
 import os
+import shutil
 import sys
 
 import cv2
@@ -15,6 +16,7 @@ from tola_plugin.archs.tola_arch import TOLANet
 from tola_plugin.checkpoints.demo_backbone import (DIFFTSR_FILE, TRANSOCR_FILE, demo_adaptation_record,
                                                    demo_checkpoint_paths, demo_manifest)
 from tola_plugin.evaluation.records import read_labels
+from tola_plugin.inference.color_fix import COLOR_FIXES
 from conftest import write_options
 from figure_testing import capture_figures, grid_cells
 from numerics import equivalent
@@ -103,6 +105,10 @@ def test_manifest_says_how_the_backbone_was_made():
     made = {k: v for k, v in manifest['options'].items() if k != 'output_dir'}
     assert made == {k: v for k, v in options.items() if k != 'output_dir'}
     assert os.path.realpath(os.path.join(REPO, options['output_dir'])) == os.path.realpath(folder)
+    for stage, record in manifest.get('continued', {}).items():  # trained on from the stage above, by its own file
+        on = load_yaml(os.path.join(REPO, record['option_file']))
+        assert record['iterations'] == on[stage]['iterations'] and 0 < record['iterations_done'] <= record['iterations']
+        assert record['stored'] == 'float16' and 0 <= record['val_acc_lr'] <= 1 and record['command']
 
 
 @pytest.mark.numerics
@@ -196,6 +202,19 @@ def test_training_stops_at_its_deadline_keeps_the_stage_and_resumes_it(tmp_path,
     assert train(opt, str(tmp_path / 'work2'), str(tmp_path / 'out2'), init_dir=work) == 0
     log = capsys.readouterr().out
     assert all(f'{s}: starting from {os.path.join(work, s)}.safetensors' in log for s in ('vae', 'idm', 'transocr'))
+    # a TransOCR trained on (here the first run's) installed as the shipped one: float16, measured, recorded
+    from tola_plugin.lab.demo.shipping import install_transocr
+    folder = tmp_path / 'shipped'
+    folder.mkdir()
+    shutil.copy(os.path.join(os.path.dirname(demo_checkpoint_paths()[0]), 'manifest.json'), folder)
+    record = install_transocr(write_options(tmp_path / 'on.yml', dict(options, work_dir=work)), 'cmd', str(folder))
+    stored = load_file(str(folder / TRANSOCR_FILE))
+    assert all(t.dtype == torch.float16 for t in stored.values() if t.is_floating_point())
+    manifest = json.loads((folder / 'manifest.json').read_text(encoding='utf-8'))
+    assert manifest['continued']['transocr'] == record
+    assert record['iterations_done'] == options['transocr']['iterations']
+    assert 0 <= record['val_acc_lr'] <= 1 and record['stored'] == 'float16' and record['command'] == 'cmd'
+    assert manifest['file_mb'][TRANSOCR_FILE] == round(os.path.getsize(folder / TRANSOCR_FILE) / 1e6, 3)
 
 
 def test_demo_chinese_pool_is_what_the_renderer_draws(tmp_path):
@@ -241,7 +260,7 @@ def test_demo_report_writes_images_metrics_and_grid(rendered_sets, tmp_path, one
     assert {'psnr', 'ssim', 'p_acc', 't_acc'} <= set(report['LR'])
     saved = json.loads((results / 'metrics.json').read_text(encoding='utf-8'))
     assert saved['TOLA'] == report['TOLA']
-    assert set(saved['color_fix_psnr']) == {'none', 'wavelet', 'adain'}  # each colour fix measured on the lines
+    assert set(saved['color_fix_psnr']) == set(COLOR_FIXES)  # each colour fix measured on the lines
     assert all(10 < v < 100 for v in saved['color_fix_psnr'].values())
     for sub in ('lr', 'tola', 'hr'):
         assert sorted(os.listdir(results / sub)) == ['000001.png', '000002.png']

@@ -401,9 +401,10 @@ def test_a_signal_to_the_check_kills_the_running_step_and_reports_it_interrupted
     (tmp_path / 'sleeping_step.py').write_text(SLEEPING_STEP, encoding='utf-8')
     report, work = tmp_path / 'report', tmp_path / 'work'
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(tmp_path), os.environ.get('PYTHONPATH')) if p))
-    check = subprocess.Popen(
+    check = subprocess.Popen(  # the signal's default action in the check, whatever this process inherited (nohup)
         [sys.executable, '-c', CHECK_WITH_SLEEPING_STEP,
-         str(report), REPO, str(work)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+         str(report), REPO, str(work)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signum, signal.SIG_DFL))
     pid_file, pids = work / 'smoke' / 'pids', []
     try:
         wait_until(lambda: pid_file.exists() or check.poll() is not None, 'PIDs from the stand-in step')

@@ -11,7 +11,7 @@ from tola_plugin import TOLAPipeline
 from tola_plugin.data_preparation.photo_render import render_photo
 from tola_plugin.inference.demo_model import demo_model_path, is_demo_model
 from tola_plugin.inference.photo_geometry import expand_quad, reading_quad
-from tola_plugin.inference.pipeline import reads_as_well
+from tola_plugin.inference.restoration import reads_as_well
 from tola_plugin.ocr.recognition import Recognition
 from tola_plugin.utils.user_cache import cache_root
 from inference_testing import PHOTO_LINES, StandInRestorer, write_tiny_merged
@@ -153,19 +153,20 @@ def test_frozen_route_needs_no_adaptation_checkpoint(tmp_path, one_thread):  # n
 
 
 def test_user_tools_align_colours_and_paste_only_lines_that_read_as_well():
-    """TOLAPipeline (tola-infer, tola-web) keeps the input's colours by default (wavelet; the paper's 'none' stays in
+    """TOLAPipeline (tola-infer, tola-web) keeps the input's colours by default (luma; the paper's 'none' stays in
     BasicSR's test pipeline), and in a photo puts back only the restored lines PP-OCRv4 reads as well as the
     originals; the others stay as they were, and the record says which."""
     from tola_cli import infer as infer_cli
     from tola_cli import web as web_cli
-    assert TOLAPipeline(StandInRestorer()).color_fix == 'wavelet' == infer_cli.parse_args(['-i', 'x']).color_fix
-    assert web_cli.parse_args([]).color_fix == 'wavelet' and infer_cli.parse_args(['-i', 'x']).paste == 'checked'
+    assert TOLAPipeline(StandInRestorer()).color_fix == 'luma' == infer_cli.parse_args(['-i', 'x']).color_fix
+    assert web_cli.parse_args([]).color_fix == 'luma' and infer_cli.parse_args(['-i', 'x']).paste == 'checked'
     photo, _, _ = render_photo(PHOTO_LINES, height=480, width=640)
     blank = TOLAPipeline(StandInRestorer(blank=True), color_fix='none')  # every line restored empty: unreadable
     kept = blank(photo, detect=True, outscale=1)
     assert kept.lines and not any(line.pasted for line in kept.lines)
     assert np.array_equal(kept.image, photo)  # nothing pasted: the photo as it was
     assert all(line.text_after == '' and line.text_before for line in kept.lines)
+    assert all(line.not_pasted_because == 'PP-OCRv4 reads no text in the restored line' for line in kept.lines)
     pasted = TOLAPipeline(StandInRestorer(blank=True), color_fix='none', paste='all')(photo, detect=True, outscale=1)
     assert all(line.pasted for line in pasted.lines) and not np.array_equal(pasted.image, photo)
     assert json.loads(json.dumps(kept.to_dict()))['lines'][0]['pasted'] is False

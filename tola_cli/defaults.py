@@ -21,8 +21,8 @@ RT50_THRESHOLDS = {
     'laplacian_var': (2.0, 1200.0), 'edge_density': (0.01, 0.65), 'min_entropy': 3.0, 'dhash_distance': 7
 }
 RT50_DIFFICULTIES = ('mild', 'medium', 'hard')
-COLOR_FIXES = ('none', 'wavelet', 'adain')
-DEFAULT_COLOR_FIX = 'wavelet'
+COLOR_FIXES = ('none', 'wavelet', 'luma', 'adain')
+DEFAULT_COLOR_FIX = 'luma'
 PASTE_POLICIES = ('checked', 'all')
 IMAGE_KINDS = ('auto', 'line', 'photo')
 PRECISIONS = ('fp32', 'bf16', 'fp16', 'auto')

@@ -22,7 +22,8 @@ output folder (a second is refused with the first's PID). Bounds checked before 
 image, the limit and the option: --max-megapixels (read from the header, before decoding), --max-windows,
 --max-output-megapixels. A file that cannot be read or restored is reported and skipped, the others go on; the
 run ends with a summary: the images restored, the photos written as they were (no line found, or no restored line
-read as well as the original), the files left out; exit status 1 if any file failed, 130 after Ctrl-C.
+read as well as the original with its colours held), the files left out; exit status 1 if any file failed, 130
+after Ctrl-C.
 docs/restore.md and docs/reliability.md have the details: the docs/ pages named here are in the source repository
 (tola-plugin's docs/ folder), not in a pip install.
 """
@@ -90,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         '--paste', choices=PASTE_POLICIES, default=PASTE_POLICIES[0],
         help='in a photo, the restored lines put into it: checked (those PP-OCRv4 reads as well as the '
-        'original; the others stay as they were, the JSON says which) or all')
+        'original whose ink and seam kept their colours; the others stay as they were, the JSON says why) or all')
     parser.add_argument('--seed', type=int, default=SEED,
                         help=f'base of the per-image noise seeds ({SEED}; the same file name gets the same noise)')
     parser.add_argument('--recursive', action='store_true', help='also images in subfolders of a folder input')

@@ -7,6 +7,7 @@ with known texts, originals against restored, and under the rule tola-infer --pa
 import argparse
 
 from tola_cli.command import run_command
+from tola_cli.defaults import COLOR_FIXES, DEFAULT_COLOR_FIX
 
 
 def parse_args(argv=None):
@@ -14,7 +15,7 @@ def parse_args(argv=None):
     p.add_argument('--photos', type=int, default=25, help='rendered photos of four lines each [25]')
     p.add_argument('--seed', type=int, default=0, help='texts and placement [0]')
     p.add_argument('--model', help='merged TOLA model (default: the demo model)')
-    p.add_argument('--color-fix', default='wavelet', choices=('none', 'wavelet', 'adain'))
+    p.add_argument('--color-fix', default=DEFAULT_COLOR_FIX, choices=COLOR_FIXES, help=f'[{DEFAULT_COLOR_FIX}]')
     p.add_argument('--out', default='results/photo_lines.json', help='JSON of every line and the summary')
     return p.parse_args(argv)
 

@@ -422,7 +422,7 @@ def _count(kind: str, job: Job, result, summary: Summary) -> str:
         summary.done += 1
     else:
         summary.none_pasted.append(job.input)
-    left = '' if pasted else ' (PP-OCRv4 read them less well restored), written as it was'
+    left = '' if pasted else ' (read less well restored or changed colour; the JSON says why), written as it was'
     return f'{what}: {len(result.lines)} line(s) found, {pasted} restored in place{left}; {sizes}'
 
 
@@ -501,8 +501,9 @@ def _print_summary(settings: RunSettings, summary: Summary, scan: FolderScan, lo
             f'{_listing(summary.no_lines)}', sys.stdout)
     if summary.none_pasted:
         say(
-            f'not restored: {len(summary.none_pasted)} photo(s) whose restored lines PP-OCRv4 read less well, written '
-            f'as they were (--paste all puts them in): {_listing(summary.none_pasted)}', sys.stdout)
+            f'not restored: {len(summary.none_pasted)} photo(s) whose restored lines read less well (PP-OCRv4) or '
+            f'changed colour, written as they were (--paste all puts them in): {_listing(summary.none_pasted)}',
+            sys.stdout)
     if summary.skipped:
         say(
             f'skipped {len(summary.skipped)} image(s) whose output already exists ({_listing(summary.skipped)}); '

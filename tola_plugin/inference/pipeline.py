@@ -29,14 +29,15 @@ from tola_plugin.inference.color_fix import apply_color_fix, check_color_fix
 from tola_plugin.inference.line_geometry import (PAD_MODES, blend_tiles, cut_tiles, line_width, plan_line, resize_rgb,
                                                  to_canvas_height)
 from tola_plugin.inference.loaders import PipelineLoading
+from tola_plugin.inference.paste_judge import check_colours
 from tola_plugin.inference.photo_geometry import expand_quad, paste_strip, reading_quad, rectify, scale_quad
-from tola_plugin.inference.restoration import ImageWork, LineResult, LineWork, Restoration, reads_as_well
+from tola_plugin.inference.restoration import ImageWork, LineResult, LineWork, Restoration, paste_refusal
 from tola_plugin.inference.work_bounds import (DEFAULT_MAX_OUTPUT_PIXELS, DEFAULT_MAX_WINDOWS, check_outscale,
                                                check_positive, check_positive_int, check_windows, output_size)
 from tola_plugin.ocr.ppocr import PPOCRv4Detector, PPOCRv4Recognizer, UndetectableShape
 from tola_plugin.runtime.serving import NonFiniteOutput, Runtime
 
-DEFAULT_COLOR_FIX = 'wavelet'  # of the user's tools (TOLAPipeline, tola-infer, tola-web); the paper's is 'none'
+DEFAULT_COLOR_FIX = 'luma'  # of the user's tools (TOLAPipeline, tola-infer, tola-web); the paper's is 'none'
 PASTE_POLICIES = ('checked', 'all')
 
 # What one image's failure may raise (bad input, a bound, out of memory, a library refusing it): the image fails,
@@ -66,13 +67,15 @@ class TOLAPipeline(PipelineLoading):
         handed to the runtime in steps of this size (a path that fails runs the step again on the next; a folder
         run writes its outputs after each step), each window through the network alone, so that results never
         depend on it. None (default): ``runtime.auto_batch_size``, from the memory free on the device (1 to 8).
-    color_fix: 'wavelet' (default, as StableSR's and OSEDiff's tools: the input's colours kept, the network's strokes;
-        on the demo model's 32 held-out lines +0.55 dB PSNR-Y over 'none' and the nearest colours, docs/restore.md),
-        'adain', or 'none' (the network's own colours: the paper's outputs; BasicSR's test pipeline and the
-        evaluation keep them): ``color_fix.py``.
+    color_fix: 'luma' (default: the input's colours, the network's strokes in luminance; on the demo model's 32
+        held-out lines +0.46 dB PSNR-Y over 'none', and its photo lines keep their ink's colour, docs/restore.md),
+        'wavelet' (StableSR's and OSEDiff's: the input's colours over areas of ~32 pixels), 'adain', or 'none' (the
+        network's own colours: the paper's outputs; BasicSR's test pipeline and the evaluation keep them):
+        ``color_fix.py``.
     paste: detect mode, which restored lines replace the original in the photo: 'checked' (default) those PP-OCRv4
-        reads as well as the original (``reads_as_well``: some text, the same or at least as confidently), the others
-        are left as they were; 'all' every one. 'checked' needs the readings (``recognize``).
+        reads as well as the original (``reads_as_well``: some text, the same or at least as confidently) whose ink
+        and background at the seam kept their colours (``paste_judge``), the others are left as they were and their
+        record says why; 'all' every one. 'checked' needs the readings (``recognize``).
     margin: detect mode: each detected line is grown by this fraction of its height on every side before it is
         restored (context, and room for the feathered border; 0.15).
     feather: detect mode: width of the feathered border of a pasted line, as a fraction of its height (0.15: the
@@ -387,7 +390,10 @@ class TOLAPipeline(PipelineLoading):
         else:
             output = resize_rgb(image.rgb, out_h, out_w).copy()
             for line in image.lines:
-                line.pasted = self.paste == 'all' or reads_as_well(line.before, line.after)
+                line.colours = check_colours(line.strip, line.restored, self.feather)
+                if self.paste == 'checked':
+                    line.refusal = paste_refusal(line.before, line.after, line.colours)
+                line.pasted = not line.refusal
                 if not line.pasted:
                     continue
                 quad = scale_quad(line.quad, (out_w / width, out_h / height))

@@ -1,6 +1,6 @@
 """The records of a restoration: an image and its lines while ``TOLAPipeline`` restores them (``ImageWork``,
 ``LineWork``), what it returns (``Restoration``: the restored image and its ``LineResult``s), and the rule that decides
-which restored lines replace the original in a photo (``reads_as_well``)."""
+which restored lines replace the original in a photo (``reads_as_well``, ``paste_refusal``)."""
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Optional, Tuple
 
@@ -12,13 +12,26 @@ WINDOW_SEPARATOR = ' | '  # between the text priors of the windows of one wide l
 
 
 def reads_as_well(before, after) -> bool:
-    """Whether a restored line replaces the original in a photo (``paste='checked'``): PP-OCRv4 reads some text in the
-    restored line (a line restored into nothing, as small text can be, is never pasted) and the same text as in the
-    original, or reads it at least as confidently. Measured on 100 lines of 25 rendered photos (the demo
+    """Whether a restored line reads as well as the original (``paste_refusal``'s first check): PP-OCRv4 reads some
+    text in the restored line (a line restored into nothing, as small text can be, is never pasted) and the same text
+    as in the original, or reads it at least as confidently. Measured on 100 lines of 25 rendered photos (the demo
     model, tools/measure_photo_lines.py; docs/restore.md, "Which lines are pasted"): PP-OCRv4 read 0.90 of the
-    original lines right, 0.84 of the restored ones, and 0.90 of the photo's lines with this rule, which pastes 89 %
-    of them."""
+    original lines right, 0.83 of the restored ones, and 0.90 of the photo's lines with this rule, which pastes 87 %
+    of them (with the colour checks of ``paste_refusal`` too: 0.90 and 88 % with the default 'luma' colour fix,
+    10 % with 'wavelet', whose strokes keep the network's purple)."""
     return bool(after.text.strip()) and (after.text == before.text or after.confidence >= before.confidence)
+
+
+def paste_refusal(before, after, colours) -> str:
+    """Why a restored line does not replace the original under ``paste='checked'``, '' when it does: it must read as
+    well (``reads_as_well``) and keep the colours of its ink and of the background at its seam (``colours``, a
+    ``paste_judge.ColourCheck``)."""
+    if not after.text.strip():
+        return 'PP-OCRv4 reads no text in the restored line'
+    if not reads_as_well(before, after):
+        return (f'PP-OCRv4 reads it worse restored: {after.text!r} ({after.confidence:.2f}) against '
+                f'{before.text!r} ({before.confidence:.2f})')
+    return colours.refusal()
 
 
 @dataclass
@@ -32,7 +45,10 @@ class LineResult:
         bottom-right, bottom-left), else None.
     text_before / text_after (+ confidences): PP-OCRv4's reading of the line before and after restoring (when
         recognition was asked for), else None.
-    pasted: with detect, whether the restored line replaced the original in the output photo (``paste``), else None.
+    pasted: with detect, whether the restored line replaced the original in the output photo (``paste``), else None;
+        not_pasted_because: why not (``paste_refusal``), else None.
+    ink_delta_e / seam_delta_e: with detect, how far the restored line's ink colour and the background at its seam
+        moved from the original's (ΔE76, ``paste_judge``), else None.
     """
     prior_text: str
     prior_confidence: float
@@ -44,6 +60,9 @@ class LineResult:
     text_after: Optional[str] = None
     confidence_after: Optional[float] = None
     pasted: Optional[bool] = None
+    not_pasted_because: Optional[str] = None
+    ink_delta_e: Optional[float] = None
+    seam_delta_e: Optional[float] = None
 
     def to_dict(self) -> Dict:
         return asdict(self)
@@ -60,7 +79,10 @@ class LineResult:
         if line.before is not None:
             result.text_before, result.confidence_before = line.before.text, line.before.confidence
             result.text_after, result.confidence_after = line.after.text, line.after.confidence
-        result.pasted = line.pasted
+        result.pasted, result.not_pasted_because = line.pasted, line.refusal or None
+        if line.colours is not None:
+            result.ink_delta_e = round(line.colours.ink_delta_e, 2)
+            result.seam_delta_e = round(line.colours.seam_delta_e, 2)
         return result
 
 
@@ -101,6 +123,8 @@ class LineWork:
     before: Optional[object] = None  # PP-OCRv4 Recognition of the strip and of the restored strip
     after: Optional[object] = None
     pasted: Optional[bool] = None  # detect: whether the restored line replaced the original
+    refusal: str = ''  # detect: why not ('' when it did)
+    colours: Optional[object] = None  # detect: its paste_judge.ColourCheck
 
 
 @dataclass

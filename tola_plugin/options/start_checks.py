@@ -51,9 +51,10 @@ def check_data_paths(opt: Mapping) -> None:
     ``experiments/<name>`` to ``<name>_archived_<time>`` before it builds the datasets, so a mistyped dataroot found
     there has already moved the experiment away): each dataset's ``dataroot*`` (a folder), ``labels``,
     ``index_list`` and ``meta_info_file`` (files); each network's backbone files (``difftsr_checkpoint``,
-``transocr_checkpoint``, when ``backbone_init`` is 'checkpoint'); for a run that does not resume (no ``--auto_resume``) the
-    ``path.pretrain_network_*`` files (but ``demo``). An OptionError names the option, the path, what is there and,
-    for a typo, the closest name in its folder. Blocks that are not mappings are left to ``checks.check_options``."""
+    ``transocr_checkpoint``, when ``backbone_init`` is 'checkpoint'); for a run that does not resume (no
+    ``--auto_resume``) the ``path.pretrain_network_*`` files (but ``demo``). An OptionError names the option, the
+    path, what is there and, for a typo, the closest name in its folder. Blocks that are not mappings are left to
+    ``checks.check_options``."""
     datasets = opt.get('datasets')
     for phase, dataset in datasets.items() if isinstance(datasets, dict) else ():
         for key, value in dataset.items() if isinstance(dataset, dict) else ():

@@ -227,8 +227,8 @@ def build_app(pipeline: TOLAPipeline, detect: bool = False, demo_model: bool = F
                 button = gr.Button('Restore', variant='primary', elem_id='tola-restore')
                 color_fix = gr.Radio(
                     list(COLOR_FIXES), value=pipeline.color_fix, elem_id='tola-color-fix',
-                    label="Colour fix (none: the network's own colours; wavelet / adain: the "
-                    "input's)")
+                    label="Colour fix (none: the network's own colours; luma: the input's, the network's strokes; "
+                    "wavelet / adain: the input's, over areas / the whole image)")
                 kind = gr.Radio(
                     list(KINDS), value='photo' if detect else 'auto', elem_id='tola-kind',
                     label='The image is (auto: a photo when taller than two lines or not wide; a photo\'s lines are '

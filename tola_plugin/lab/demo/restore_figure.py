@@ -1,7 +1,9 @@
-"""The figure of docs/restore.md (tools/plot_restore_figure.py): for the text lines of several aspects of
+"""The figures of docs/restore.md (tools/plot_restore_figure.py): for the text lines of several aspects of
 tools/make_restore_samples.py, the input | the input stretched to 128x512 and restored (DiffTSR's and the old tool's
 route) | restored with its aspect kept (TOLAPipeline); then the photo with the lines PP-OCRv4 found | the photo
-restored in place. The PNG is palette-quantised to stay small (docs/ figures are committed).
+restored in place (``plot_restore_figure``). And before | after for the real lines of tola_plugin/samples and the
+photo, with PP-OCRv4's readings and why a line was left out (``plot_samples_before_after``). The PNGs are
+palette-quantised to stay small (docs/ figures are committed).
 """
 import os
 import sys
@@ -22,6 +24,7 @@ ROW_H = 64  # display height of a line row (half the canvas)
 LABEL_W = 190
 GAP = 6
 PHOTO_W = 620  # display width of each photo
+SAMPLE_W = 512  # display width of a sample line (their own: 512x128)
 
 
 def _font(size: int):
@@ -37,6 +40,14 @@ def _row(image: np.ndarray, label: str, width: int, font) -> np.ndarray:
     canvas.paste(Image.fromarray(shown), (LABEL_W, 0))
     ImageDraw.Draw(canvas).multiline_text((4, 4), label, fill=(0, 0, 0), font=font, spacing=2)
     return np.asarray(canvas)
+
+
+def _write(out: str, figure: np.ndarray, colours: int = 128) -> int:
+    """``figure`` -> the palette PNG ``out`` (``colours`` colours); prints its size. -> 0."""
+    palette = Image.fromarray(figure).quantize(colors=colours, method=Image.Quantize.MEDIANCUT)
+    write_pil_image(out, palette, optimize=True)
+    say(f'wrote {out} ({figure.shape[1]}x{figure.shape[0]}, {os.path.getsize(out) / 1024:.0f} KB)', sys.stdout)
+    return 0
 
 
 def _fit(image: np.ndarray, width: int) -> np.ndarray:
@@ -83,6 +94,57 @@ def plot_restore_figure(samples: str, out: str, model: Optional[str] = None, dev
     bottom = np.full((left.shape[0], width, 3), 255, np.uint8)
     bottom[:, :PHOTO_W], bottom[:, PHOTO_W + GAP:2 * PHOTO_W + GAP] = left, right
     figure = np.concatenate(rows + [np.asarray(header), bottom])
-    write_pil_image(out, Image.fromarray(figure).quantize(colors=128, method=Image.Quantize.MEDIANCUT), optimize=True)
-    say(f'wrote {out} ({figure.shape[1]}x{figure.shape[0]}, {os.path.getsize(out) / 1024:.0f} KB)', sys.stdout)
-    return 0
+    return _write(out, figure)
+
+
+def _reading(line) -> str:
+    return f'{line.text_before!r} ({line.confidence_before:.2f}) -> {line.text_after!r} ({line.confidence_after:.2f})'
+
+
+def plot_samples_before_after(samples: str, out: str, model: Optional[str] = None, device: str = 'cpu') -> int:
+    """The figure docs/restore.md's "Samples and figure" shows: each real low-resolution line of tola_plugin/samples,
+    before | after as tola-infer restores it (its defaults), with PP-OCRv4's readings and the label; then the photo of
+    ``samples`` (tools/make_restore_samples.py) before (its lines outlined: green pasted, red left as they were) |
+    after | after with every line pasted (``paste='all'``), and why each line left out was. Written to the PNG ``out``,
+    palette-quantised; prints its size. -> 0."""
+    from tola_plugin.samples import sample_labels, sample_paths
+    photo_path = os.path.join(samples, 'photo.png')
+    if not os.path.isfile(photo_path):
+        raise FileNotFoundError(f'{samples} lacks photo.png; write the samples with tools/make_restore_samples.py')
+    pipe = TOLAPipeline.from_merged(model).to(device)
+    font, labels, paths = _font(14), sample_labels(), sample_paths()
+    results = pipe(paths, recognize=True)  # names: the files' (the noise seeds tola-infer draws)
+    width = 2 * SAMPLE_W + GAP
+    rows = []
+    for path, result in zip(paths, results):
+        name = os.path.basename(path)
+        before, after = _fit(read_image_file(path, order='RGB'), SAMPLE_W), result.image
+        pair = np.full((before.shape[0], width, 3), 255, np.uint8)
+        pair[:, :SAMPLE_W], pair[:, SAMPLE_W + GAP:] = before, resize_rgb(after, *before.shape[:2])
+        caption = Image.new('RGB', (width, 22), 'white')
+        ImageDraw.Draw(caption).text((2, 2), f'{name}  label {labels[name]!r}  PP-OCRv4: {_reading(result.lines[0])}',
+                                     fill=(0, 0, 0), font=font)
+        rows += [np.asarray(caption), pair, np.full((GAP, width, 3), 255, np.uint8)]
+    photo = read_image_file(photo_path, order='RGB')
+    result = pipe(photo, detect=True)  # as tola-infer --detect (--paste checked)
+    pipe.paste = 'all'
+    panel = (width - 2 * GAP) // 3
+    found, scale = _fit(photo, panel).copy(), panel / photo.shape[1]
+    for line in result.lines:
+        quad = np.round((np.float32(line.polygon) + 0.5) * scale - 0.5).astype(np.int32)
+        cv2.polylines(found, [quad], True, (30, 160, 30) if line.pasted else (220, 30, 30), 2)
+    bottom = np.full((found.shape[0], width, 3), 255, np.uint8)
+    for k, image in enumerate((found, _fit(result.image, panel), _fit(pipe(photo, detect=True).image, panel))):
+        bottom[:, k * (panel + GAP):k * (panel + GAP) + panel] = image
+    notes = [
+        f'photo.png {photo.shape[1]}x{photo.shape[0]}: before (lines found: green pasted, red left) | after '
+        '(--paste checked, the default) | after --paste all (every line)'
+    ]
+    notes += [
+        f'{_reading(line)}: ' + ('pasted' if line.pasted else f'left: {line.not_pasted_because}')
+        for line in result.lines
+    ]
+    caption = Image.new('RGB', (width, 20 * len(notes) + 4), 'white')
+    ImageDraw.Draw(caption).multiline_text((2, 2), '\n'.join(notes), fill=(0, 0, 0), font=font, spacing=5)
+    figure = np.concatenate(rows + [np.asarray(caption), bottom])
+    return _write(out, figure, colours=256)

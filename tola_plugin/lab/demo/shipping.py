@@ -4,6 +4,8 @@ the demo report (tools/ship_demo_model.py is the command line; docs/demo_backbon
 
 - ``install_backbone``: a backbone trained elsewhere (the GPU check's demo_model step packs its stage files): the VAE,
   IDM + MoM and TransOCR stage files composed into the two shipped files, stored in float16, and the manifest.
+- ``install_transocr``: a TransOCR trained on from the shipped one (tools/train_demo_backbone.py ``--only transocr
+  --init-dir``), stored in float16, its held-out accuracy measured on the stored file, recorded in the manifest.
 - ``ship_adaptation``: an adaptation checkpoint (LoRA + LRC) copied in as the demo model, measured, and its record
   written (how it was made, given by the caller, and its held-out scores)."""
 import datetime
@@ -69,6 +71,43 @@ def install_backbone(state: str, folder: Optional[str] = None, command: str = ''
     return manifest
 
 
+def install_transocr(opt_path: str, command: str = '', folder: Optional[str] = None) -> Dict:
+    """The TransOCR of the run of ``opt_path`` (its work_dir's stage file, finished or stopped at its deadline) as the
+    shipped one in ``folder`` (default: the package's), float16; its accuracy on the run's held-out pool measured on
+    the stored file; recorded under the manifest's ``continued``. -> that record."""
+    from tola_plugin.archs.backbone_builder import load_transocr
+    from tola_plugin.lab.demo.pool import build_pool
+    from tola_plugin.lab.demo.scores import transocr_accuracy
+    folder, opt = folder or demo_backbone_dir(), read_yaml(opt_path)
+    work = opt['work_dir']
+    with open(os.path.join(work, 'stages.json'), encoding='utf-8') as f:
+        stages = json.load(f)
+    key = 'transocr' if 'transocr' in stages else 'transocr_partial'
+    source = os.path.join(work, 'transocr.safetensors' if key == 'transocr' else 'transocr.partial.safetensors')
+    if key not in stages or not os.path.isfile(source):
+        raise FileNotFoundError(f'{work}: no TransOCR stage file (transocr[.partial].safetensors with stages.json); '
+                                f'run tools/train_demo_backbone.py -opt {opt_path} --only transocr first')
+    to_float16(source, os.path.join(folder, TRANSOCR_FILE))
+    data = opt['data']
+    val = build_pool(
+        os.path.join(work, 'val_pool'), int(data['val_lines']), int(data['val_seed']), 1,
+        chinese_chars=data.get('chinese_chars'), degradation=data.get('degradation'),
+        category_probs=data.get('category_probs'), fonts=data.get('fonts'))
+    ocr = load_transocr(os.path.join(folder, TRANSOCR_FILE))
+    record = dict({k: v
+                   for k, v in stages[key].items() if k not in ('inputs', 'made_with')}, option_file=opt_path,
+                  command=command, source=source, stored='float16', date=datetime.date.today().isoformat(),
+                  val_acc_hr=transocr_accuracy(ocr, val.hr,
+                                               val.labels), val_acc_lr=transocr_accuracy(ocr, val.lr, val.labels))
+    with open(os.path.join(folder, MANIFEST_FILE), encoding='utf-8') as f:
+        manifest = json.load(f)
+    manifest.setdefault('continued', {})['transocr'] = record
+    manifest['file_mb'][TRANSOCR_FILE] = round(os.path.getsize(os.path.join(folder, TRANSOCR_FILE)) / 1e6, 3)
+    with open(os.path.join(folder, MANIFEST_FILE), 'w', encoding='utf-8') as f:
+        json.dump(manifest, f, indent=1, ensure_ascii=False)
+    return record
+
+
 def held_out_lines(root: str) -> str:
     """``make demo``'s held-out lines (rendered like tools/run_demo.sh when absent). -> their folder."""
     folder, num, seed = HELD_OUT
@@ -102,7 +141,8 @@ def ship_adaptation(adaptation: str, provenance: Dict, root: str, work: str, log
     commands, option file, objective, iterations, batch, threads, seconds, machine). -> the record."""
     folder = demo_backbone_dir()
     target = os.path.join(folder, ADAPTATION_FILE)
-    shutil.copy2(adaptation, target)
+    if not (os.path.exists(target) and os.path.samefile(adaptation, target)):  # the shipped one re-measured
+        shutil.copy2(adaptation, target)
     report = measure(root, work, log=log)
     record = dict(
         provenance, sha256=sha256_file(target), bytes=os.path.getsize(target),
