@@ -35,6 +35,7 @@ lint: setup
 	$(PY) -m flake8 $(LINT_PATHS)
 	$(PY) -m isort --check-only --diff $(LINT_PATHS)
 	$(PY) -m yapf --diff --recursive $(LINT_PATHS)
+	$(PY) lint/line_budget.py
 
 # Two worker processes (pytest-xdist): the suite is CPU-bound and CI has 2 cores. OpenVINO runs in worker processes
 # of its own (tola_plugin/runtime), never in a test process, so one session holds every test (docs/testing.md).

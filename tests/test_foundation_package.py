@@ -331,3 +331,27 @@ def test_the_lab_is_imported_by_the_lab_and_the_tools_only(tmp_path):
     assert 'tola_plugin.inference imports tola_plugin.lab.ablations: the lab is imported by the lab and tools/ only' \
         in out.stdout
     assert 'tola_plugin.lab.benchmarks (layer 7) imports tola_plugin.lab.gpu_check (layer 8)' in out.stdout
+
+
+def test_a_wing_over_its_line_budget_fails_the_lint(tmp_path):
+    """Issue 51: growth is a decision. `make lint` runs lint/line_budget.py: a wing of docs/architecture.md over the
+    budget of its row fails naming the numbers; a folder or module in no wing fails; within budget, nothing is said."""
+    package = tmp_path / 'tola_plugin'
+    (package / 'core').mkdir(parents=True)
+    (package / 'core' / 'a.py').write_text('x = 1\ny = 2\n')
+    (package / 'top.py').write_text('z = 3\n')
+    (tmp_path / 'docs').mkdir()
+    doc = ('| wing | folders and modules | files | lines | budget |\n|---|---|---:|---:|---:|\n'
+           '| model | `core/` (the networks) | 1 | 2 | {model} |\n| glue | `top.py` | 1 | 1 | 1 |\n')
+
+    def lint(model_budget):
+        (tmp_path / 'docs' / 'architecture.md').write_text(doc.format(model=model_budget))
+        return subprocess.run(
+            [sys.executable, os.path.join(REPO, 'lint', 'line_budget.py'),
+             str(tmp_path)], capture_output=True, text=True, timeout=60)
+
+    assert lint(2).returncode == 0 and lint(2).stderr == ''
+    over = lint(1)
+    assert over.returncode == 1 and "wing 'model': 2 lines, over its budget of 1 by 1" in over.stderr
+    (package / 'web').mkdir()
+    assert 'tola_plugin/web is in no wing of docs/architecture.md' in lint(2).stderr
