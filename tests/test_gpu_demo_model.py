@@ -9,8 +9,10 @@ from safetensors import safe_open
 
 from tola_plugin.data_preparation.image_checks import sha256_file
 from tola_plugin.lab.demo.fonts import demo_characters, write_font_subsets
-from tola_plugin.lab.gpu_check.demo_model_step import (ADAPTATION_FILE, MAX_FILE_BYTES, MAX_FILES, RECORD_FILE, STATE,
-                                                       carried_fonts, demo_model_step)
+from tola_plugin.lab.gpu_check.configs import read_yaml
+from tola_plugin.lab.gpu_check.demo_model_step import (ADAPTATION_FILE, DRY_RUN_BACKBONE, GPU_BACKBONE, MAX_FILE_BYTES,
+                                                       MAX_FILES, RECORD_FILE, STATE, carried_fonts, demo_model_step,
+                                                       transocr_start)
 from tola_testing import REPO, one_thread  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.usefixtures('one_thread')
@@ -35,6 +37,15 @@ def test_font_subsets_cover_the_demo_characters(carry):
 def test_missing_fonts_name_the_folder_and_the_command(tmp_path):
     with pytest.raises(FileNotFoundError, match=r'fonts.*make gpu-carry'):
         carried_fonts(str(tmp_path))
+
+
+def test_the_gpu_backbone_s_transocr_starts_from_the_shipped_one(tmp_path):
+    """The GPU option file builds the shipped TransOCR's architecture: its stage starts from the shipped weights (which
+    read already), not from random ones; the dry run's tiny TransOCR cannot, and starts from random weights."""
+    from tola_plugin.checkpoints.demo_backbone import demo_checkpoint_paths
+    folder = transocr_start(read_yaml(os.path.join(REPO, GPU_BACKBONE)), str(tmp_path))
+    assert sha256_file(os.path.join(folder, 'transocr.safetensors')) == sha256_file(demo_checkpoint_paths()[1])
+    assert transocr_start(read_yaml(os.path.join(REPO, DRY_RUN_BACKBONE)), str(tmp_path / 'tiny')) is None
 
 
 @pytest.mark.gpu_dry_run

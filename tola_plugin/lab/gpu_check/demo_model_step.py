@@ -5,7 +5,8 @@ what the next lease or this repository needs into ``out`` (at most ``MAX_FILES``
    its line pool rendered on the machine's cores with the carried font subsets (``CARRY/fonts``: the image has no CJK
    font), then VAE, IDM + MoM and TransOCR (``lab/demo/training``), stopping at the deadline with the stage in
    progress kept. ``CARRY/demo_model_state`` (an earlier lease's packed files) is unpacked first, so its finished
-   stages are reused and its unfinished one resumes.
+   stages are reused and its unfinished one resumes. The TransOCR starts from the shipped one when the option file
+   builds the same architecture (``transocr_start``: it reads already; the CPU trained it on for hours).
 2. When the backbone is finished: TOLA's adaptation of it (options/demo/train_TOLA_demo.yml with the GPU's batch and
    iterations that fit the time left; from the carried adaptation when there is one), through BasicSR's launcher.
 3. Held-out scores of what was trained (the backbone's held-out pool: LR against TOLA, PSNR and TransOCR accuracy).
@@ -87,6 +88,21 @@ def unpack_state(state: str, work: str) -> bool:
     return True
 
 
+def transocr_start(opt: Dict, work: str) -> Optional[str]:
+    """A folder holding the shipped demo TransOCR as ``transocr.safetensors`` (the backbone training's ``init_dir``)
+    when ``opt``'s TransOCR has the shipped one's architecture, else None (the stage starts from random weights)."""
+    from tola_plugin.checkpoints.demo_backbone import demo_checkpoint_paths
+    from tola_plugin.checkpoints.transocr import read_transocr_safetensors
+    shipped = demo_checkpoint_paths()[1]
+    _, arch = read_transocr_safetensors(shipped)
+    if any(arch.get(k) != v for k, v in opt['transocr']['config'].items()):
+        return None
+    folder = os.path.join(work, 'init')
+    os.makedirs(folder, exist_ok=True)
+    shutil.copy2(shipped, os.path.join(folder, 'transocr.safetensors'))
+    return folder
+
+
 def backbone_options(root: str, data: str, work: str, dry_run: bool) -> str:
     """The backbone's option file for this machine: the GPU file (dry run: the tests' tiny one on the CPU) with the
     carried fonts and the step's folders. -> its path."""
@@ -164,12 +180,14 @@ def demo_model_step(root: str, data: str, work: str, dry_run: bool, out: str, se
     option_file = backbone_options(root, data, work, dry_run)
     opt = read_yaml(option_file)
     left = lambda: seconds - RESERVE_S - (time.monotonic() - start)  # noqa: E731
+    init = transocr_start(opt, work)
     rc = train_demo_backbone(option_file, command=f'GPU check demo_model step ({"dry run" if dry_run else device})',
-                             deadline_seconds=max(left(), 1.0))
+                             deadline_seconds=max(left(), 1.0), init_dir=init)
     with open(os.path.join(opt['work_dir'], 'stages.json'), encoding='utf-8') as f:
         stages = json.load(f)
     record = {
         'device': torch.cuda.get_device_name(0) if device == 'cuda' else 'cpu (dry run)', 'unpacked_state': unpacked,
+        'transocr_started_from': 'the shipped demo TransOCR' if init else 'random weights',
         'backbone': 'finished' if rc == 0 else 'stopped at the deadline (resumes from the packed files)',
         'stages': stages, 'backbone_seconds': round(time.monotonic() - start, 1)
     }
