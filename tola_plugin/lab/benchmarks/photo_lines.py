@@ -59,10 +59,7 @@ def summarise(rows: List[Dict]) -> Dict:
     """The accuracy of the originals, of the restored lines, of the old rule (``reads_as_well``) and of the rule
     ``paste='checked'`` applies (``paste_refusal``: reads as well, ink and seam colours held; its thresholds, and the
     accuracy at other ink thresholds), and the ΔEs' quartiles."""
-    reads = np.array([
-        reads_as_well(Recognition(r['before'], r['confidence_before']), Recognition(r['after'], r['confidence_after']))
-        for r in rows
-    ])
+    reads = np.array([r['reads_as_well'] for r in rows])
     checked = [not r['refusal'] for r in rows]
     ink, seam = (np.array([r[k] for r in rows]) for k in ('ink_delta_e', 'seam_delta_e'))
     sweep = {f'{t:g}': list(reads & (ink <= t) & (seam <= SEAM_MAX_DELTA_E)) for t in INK_SWEEP}
@@ -114,10 +111,9 @@ def measure_photo_lines(out: str, photos: int = 25, seed: int = 0, model: Option
                      after=after.text, confidence_after=after.confidence,
                      right_before=normalize(before.text, True) == normalize(label, True),
                      right_after=normalize(after.text, True) == normalize(label, True), ink_delta_e=line.ink_delta_e,
-                     seam_delta_e=line.seam_delta_e, refusal=paste_refusal(before, after, colours)))
-            rows[-1].update(
-                ink_delta_e_rendered=round(perfect.ink_delta_e, 2),
-                seam_delta_e_rendered=round(perfect.seam_delta_e, 2))
+                     seam_delta_e=line.seam_delta_e, refusal=paste_refusal(before, after, colours),
+                     reads_as_well=reads_as_well(before, after), ink_delta_e_rendered=round(perfect.ink_delta_e, 2),
+                     seam_delta_e_rendered=round(perfect.seam_delta_e, 2)))
     pipe.close()
     summary = dict(photos=photos, seed=seed, color_fix=color_fix, model=model or 'demo', **summarise(rows),
                    seconds=round(time.perf_counter() - start, 1))

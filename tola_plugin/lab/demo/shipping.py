@@ -23,6 +23,7 @@ from tola_plugin.checkpoints.demo_backbone import (ADAPTATION_FILE, ADAPTATION_R
                                                    TRANSOCR_FILE, demo_backbone_dir)
 from tola_plugin.data_preparation.image_checks import sha256_file
 from tola_plugin.options.reader import read_option_file as read_yaml
+from tola_plugin.utils.atomic_files import read_json_dict
 
 TEST_OPTIONS = 'options/demo/test_TOLA_demo.yml'
 HELD_OUT = ('demo_data/tola_val', 32, 1)  # make demo's held-out lines: folder, lines, seed
@@ -80,8 +81,7 @@ def install_transocr(opt_path: str, command: str = '', folder: Optional[str] = N
     from tola_plugin.lab.demo.scores import transocr_accuracy
     folder, opt = folder or demo_backbone_dir(), read_yaml(opt_path)
     work = opt['work_dir']
-    with open(os.path.join(work, 'stages.json'), encoding='utf-8') as f:
-        stages = json.load(f)
+    stages = read_json_dict(os.path.join(work, 'stages.json')) or {}
     key = 'transocr' if 'transocr' in stages else 'transocr_partial'
     source = os.path.join(work, 'transocr.safetensors' if key == 'transocr' else 'transocr.partial.safetensors')
     if key not in stages or not os.path.isfile(source):
@@ -99,8 +99,7 @@ def install_transocr(opt_path: str, command: str = '', folder: Optional[str] = N
                   command=command, source=source, stored='float16', date=datetime.date.today().isoformat(),
                   val_acc_hr=transocr_accuracy(ocr, val.hr,
                                                val.labels), val_acc_lr=transocr_accuracy(ocr, val.lr, val.labels))
-    with open(os.path.join(folder, MANIFEST_FILE), encoding='utf-8') as f:
-        manifest = json.load(f)
+    manifest = read_json_dict(os.path.join(folder, MANIFEST_FILE))
     manifest.setdefault('continued', {})['transocr'] = record
     manifest['file_mb'][TRANSOCR_FILE] = round(os.path.getsize(os.path.join(folder, TRANSOCR_FILE)) / 1e6, 3)
     with open(os.path.join(folder, MANIFEST_FILE), 'w', encoding='utf-8') as f:
