@@ -58,14 +58,14 @@ class StageWeights:
                         continue
                     self.slots.append(_Slot(owner, name, key, parameter, tensor.requires_grad))
 
-    def _put(self, slot: _Slot, tensor: torch.Tensor) -> None:
+    def _put(self, slot: _Slot, tensor: torch.Tensor) -> None:  # managed buffers are persistent (the state dict's)
         if slot.parameter:
-            slot.owner._parameters[slot.name] = nn.Parameter(tensor, requires_grad=slot.requires_grad)
+            slot.owner.register_parameter(slot.name, nn.Parameter(tensor, requires_grad=slot.requires_grad))
         else:
-            slot.owner._buffers[slot.name] = tensor
+            slot.owner.register_buffer(slot.name, tensor, persistent=True)
 
     def _get(self, slot: _Slot) -> torch.Tensor:
-        return (slot.owner._parameters if slot.parameter else slot.owner._buffers)[slot.name]
+        return getattr(slot.owner, slot.name)
 
     def release(self) -> None:
         """Drop the weights from this process: their pages of the merged file's mapping (loading touched them) and
