@@ -164,8 +164,8 @@ def restore_upload(pipeline: TOLAPipeline, path: str, name: str = '', kind: str 
     if detect and not restoration.lines:
         summary += ' PP-OCRv4 found no text line, so the output is the input resized.'
     elif detect and pasted < len(restoration.lines):
-        summary += (f' {len(restoration.lines) - pasted} line(s) read less well restored (PP-OCRv4) and were left as '
-                    'they were.')
+        summary += (f' {len(restoration.lines) - pasted} line(s) read less well restored (PP-OCRv4) or changed '
+                    'colour, and were left as they were.')
     return PageResult(rgb, restoration.image,
                       draw_lines(rgb, restoration) if detect else None, _rows(restoration), summary, detect)
 
