@@ -7,10 +7,13 @@ import os
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 from tola_plugin import TOLAPipeline
 from tola_plugin.data_preparation.photo_render import render_photo
 from tola_plugin.inference.paste_judge import INK_MAX_DELTA_E, SEAM_MAX_DELTA_E, ColourCheck, check_colours
+from tola_plugin.lab.demo.restore_figure import GAP, SAMPLE_W
+from tola_plugin.samples import sample_paths
 from inference_testing import PHOTO_LINES, StandInRestorer
 from launcher_testing import doc_commands, run_doc_command
 
@@ -95,7 +98,7 @@ def test_a_line_read_the_same_but_recoloured_is_not_pasted(restorer, why):
 
 def test_a_faithful_line_is_pasted():
     photo, _, _ = render_photo(PHOTO_LINES, height=480, width=640)
-    result = TOLAPipeline(StandInRestorer())(photo, detect=True, outscale=1)  # the defaults: wavelet, checked
+    result = TOLAPipeline(StandInRestorer())(photo, detect=True, outscale=1)  # the defaults: luma, checked
     assert result.lines and all(line.pasted and line.not_pasted_because is None for line in result.lines)
     assert all(line.ink_delta_e == 0.0 and line.seam_delta_e == 0.0 for line in result.lines)
     assert TOLAPipeline(StandInRestorer())(photo).lines[0].ink_delta_e is None  # one line: no paste, no judge
@@ -103,7 +106,8 @@ def test_a_faithful_line_is_pasted():
 
 def test_the_before_after_figure_runs_as_docs_restore_md_says(tmp_path, monkeypatch):
     """docs/restore.md's commands that make docs/images/samples_before_after.png, run literally (the demo model
-    replaced by the identity, for speed): the figure is written, and small."""
+    replaced by the identity, for speed): the figure is written, small, and holds what the page shows (the six
+    sample lines before | after, then the photo's three panels)."""
     commands = doc_commands('docs/restore.md')
     samples = [c for c in commands if c[0] == 'tools/make_restore_samples.py']
     figure = [c for c in commands if c[0] == 'tools/plot_restore_figure.py' and '--before-after' in c]
@@ -114,3 +118,5 @@ def test_the_before_after_figure_runs_as_docs_restore_md_says(tmp_path, monkeypa
         run_doc_command(command, str(tmp_path), monkeypatch)
     out = tmp_path / figure[0][figure[0].index('--out') + 1]
     assert out.is_file() and os.path.getsize(out) < 400 * 1024
+    width, height = Image.open(out).size
+    assert width == 2 * SAMPLE_W + GAP and height > len(sample_paths()) * 128 + (width - 2 * GAP) // 3 * 3 // 4

@@ -7,7 +7,7 @@ tola_plugin/samples (PP-OCRv4's readings, the labels) and the photo (why a line 
     python tools/make_restore_samples.py --out demo_data/restore_samples
     python tools/plot_restore_figure.py --samples demo_data/restore_samples --out docs/images/restore_figure.png \\
         [--model experiments/demo_TOLA/TOLA_demo_merged.safetensors]
-    python tools/plot_restore_figure.py --samples demo_data/restore_samples --before-after \
+    python tools/plot_restore_figure.py --samples demo_data/restore_samples --before-after \\
         --out docs/images/samples_before_after.png
 
 The PNG is palette-quantised to stay small (docs/ figures are committed).
