@@ -236,18 +236,18 @@ def test_a_failing_image_never_fails_its_neighbours():
 
 # ------------------------------------------------------------------------------- the web page and the evaluation
 def test_the_web_page_applies_the_same_budget_and_bounds(tmp_path, decodes):
-    from tola_plugin.web import app as web_app
+    from tola_plugin.web import page as web_page
     net = StandInRestorer()
     pipe = TOLAPipeline(net)
     bomb = write_png_bomb(tmp_path / 'bomb.png', 3000, 3000)
     with pytest.raises(
             ValueError, match=r'upload\.png is too large: 3000x3000 pixels = 9\.0 megapixels, the limit is '
             r'4 \(the --max-megapixels option of tola-web\); refused before decoding'):
-        web_app.restore_upload(pipe, bomb, 'upload.png')
+        web_page.restore_upload(pipe, bomb, 'upload.png')
     assert not decodes
     cv2.imwrite(str(tmp_path / 'thin.png'), np.zeros((3, 5000, 3), np.uint8))
     with pytest.raises(ValueError, match=r'thin\.png: 556 windows of 128x512 needed.*--max-windows'):
-        web_app.restore_upload(pipe, str(tmp_path / 'thin.png'), 'thin.png')
+        web_page.restore_upload(pipe, str(tmp_path / 'thin.png'), 'thin.png')
     assert not net.calls
 
 

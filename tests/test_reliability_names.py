@@ -294,8 +294,8 @@ def test_a_huge_verdict_cache_is_not_read(tmp_path, monkeypatch):
     path = tmp_path / 'qualification.json'
     with open(path, 'wb') as f:
         f.truncate(200 << 20)  # sparse: no disk used
-    monkeypatch.setattr(qualification, 'cache_file', lambda: str(path))
-    monkeypatch.setattr(qualification, '_memory', {})
+    monkeypatch.setattr(qualification.CACHE, 'path', lambda: str(path))
+    monkeypatch.setattr(qualification.CACHE, 'memory', {})
     tracemalloc.start()
     try:
         assert qualification.cached_verdict('any key') is None

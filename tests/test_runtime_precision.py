@@ -34,10 +34,11 @@ def demo():
 @pytest.fixture
 def verdicts(tmp_path, monkeypatch):
     """A verdict cache of the test's own."""
-    monkeypatch.setattr(qualification, 'cache_file', lambda: str(tmp_path / 'qualification.json'))
-    monkeypatch.setattr(qualification, '_memory', {})
+    monkeypatch.setattr(qualification.CACHE, 'path', lambda: str(tmp_path / 'qualification.json'))
+    monkeypatch.setattr(qualification.CACHE, 'memory', {})
 
 
+@pytest.mark.heavy
 def test_bf16_in_the_idm_is_refused_on_the_demo_model(demo, verdicts):
     """bf16 everywhere (as asked) on the demo backbone's inputs: each stage is within its own bound, as it was under
     the one uniform bound, but ẑ0 moves by several times its bound (the IDM's ε̂ error x 101.6) and the image falls
@@ -48,7 +49,7 @@ def test_bf16_in_the_idm_is_refused_on_the_demo_model(demo, verdicts):
     assert net.precision == 'fp32' and net.stage_runner.dtypes is None  # its own torch runner, its own switch
     message = str(caught.value)
     assert 'torch bf16: wrong results (route: moves ẑ0 by' in message and 'the IDM in bf16 alone' in message
-    verdict = next(iter(qualification._memory.values()))
+    verdict = next(iter(qualification.CACHE.memory.values()))
     route = verdict['errors'][qualification.ROUTE]
     assert route['z0'] > 3 * qualification.Z0_BOUND and route['image_rms'] > qualification.IMAGE_RMS_BOUND
     assert verdict['errors']['idm_z0'] > 3 * qualification.Z0_BOUND
@@ -127,6 +128,7 @@ def tiny(tmp_path_factory):
 MIXED = {'vae_encoder': FP32, 'mom': BF16, 'idm': FP32, 'lrc': BF16, 'vae_decoder': BF16}
 
 
+@pytest.mark.heavy
 def test_a_plan_per_stage_is_honoured_on_torch(tiny, verdicts, monkeypatch):
     """'auto' with a precision per stage (MoM, LRC and the VAE decoder in bf16, the rest fp32): qualified in its
     child and its route, and each stage of the forward runs in its own precision, nothing else."""

@@ -55,8 +55,8 @@ def serving(model):
 def verdicts(tmp_path, monkeypatch):
     """A verdict cache of the test's own (the IR and compiled caches stay shared); returns its path."""
     path = tmp_path / 'qualification.json'
-    monkeypatch.setattr(qualification, 'cache_file', lambda: str(path))
-    monkeypatch.setattr(qualification, '_memory', {})
+    monkeypatch.setattr(qualification.CACHE, 'path', lambda: str(path))
+    monkeypatch.setattr(qualification.CACHE, 'memory', {})
     return path
 
 
@@ -279,7 +279,7 @@ def test_unwritable_cache_runs_on_torch_and_says_so(model, monkeypatch, tmp_path
     blocker = tmp_path / 'not_a_folder'
     blocker.write_text('x')
     monkeypatch.setenv('XDG_CACHE_HOME', str(blocker))  # the cache folder cannot be made
-    monkeypatch.setattr(qualification, '_memory', {})
+    monkeypatch.setattr(qualification.CACHE, 'memory', {})
     pipe = TOLAPipeline.from_merged(model, batch_size=1)
     assert pipe.plan.path.name == 'torch fp32' and 'cache folder cannot be written' in pipe.plan.passed_over[0][1]
     assert 'XDG_CACHE_HOME' in capsys.readouterr().err

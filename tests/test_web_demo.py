@@ -26,8 +26,9 @@ from tola_plugin.web.headless_browser import (find_chromium, page_text, quit_chr
                                               urls_off_host)
 from inference_testing import StandInRestorer, write_tiny_merged
 
-web_app = pytest.importorskip('tola_plugin.web.app', reason='gradio is not installed (the [web] extra)')
+web_page = pytest.importorskip('tola_plugin.web.page', reason='gradio is not installed (the [web] extra)')
 from tola_cli import web as web_cli  # noqa: E402
+from tola_plugin.web import http_bounds, uploads  # noqa: E402
 
 LINE = os.path.join(samples_dir(), 'line_1x4.png')  # 128x32, rendered "Text2025" (labels.tsv)
 LINE_TEXT = 'Text2025'
@@ -49,7 +50,7 @@ def not_an_image(tmp_path):
 # ---------------------------------------------------------------------------------------------- the handler
 def test_restore_upload_line_sizes_and_text():
     """A 128x32 line: input shown as read, restored to 512x128, PP-OCRv4's reading before in the table."""
-    page = web_app.restore_upload(TOLAPipeline(StandInRestorer()), LINE, 'line_1x4.png')
+    page = web_page.restore_upload(TOLAPipeline(StandInRestorer()), LINE, 'line_1x4.png')
     assert page.input.shape == (32, 128, 3) and page.restored.shape == (128, 512, 3)
     assert page.overlay is None and len(page.rows) == 1
     number, prior, confidence, before, _ = page.rows[0]
@@ -64,17 +65,17 @@ def test_a_photo_is_restored_as_a_photo_and_the_switch_says_so():
     each in place (never squashed into one line); 'line' restores it as one line, as asked; a line stays a line."""
     photo = os.path.join(samples_dir(), 'photo.png')
     pipe = TOLAPipeline(StandInRestorer())
-    page = web_app.restore_upload(pipe, photo, 'photo.png')
+    page = web_page.restore_upload(pipe, photo, 'photo.png')
     assert page.detected and page.overlay is not None and len(page.rows) >= 3
     assert page.restored.shape == page.input.shape  # the photo at its own size, its lines restored in place
     assert 'as a photo:' in page.summary and 'kind auto' in page.summary
-    as_line = web_app.restore_upload(pipe, photo, 'photo.png', kind='line')
+    as_line = web_page.restore_upload(pipe, photo, 'photo.png', kind='line')
     assert not as_line.detected and as_line.restored.shape[0] == 128 and 'as one text line' in as_line.summary
-    assert not web_app.restore_upload(pipe, LINE, 'line_1x4.png').detected
+    assert not web_page.restore_upload(pipe, LINE, 'line_1x4.png').detected
     assert [looks_like_a_photo(h, w)
             for h, w in ((600, 900), (32, 128), (32, 32), (128, 512), (200, 300))] == [True, False, False, False, True]
     with pytest.raises(ValueError, match='kind must be one of'):
-        web_app.restore_upload(pipe, LINE, kind='both')
+        web_page.restore_upload(pipe, LINE, kind='both')
 
 
 def test_the_page_says_what_it_is_doing_and_the_time_left():
@@ -82,8 +83,8 @@ def test_the_page_says_what_it_is_doing_and_the_time_left():
     (the detector, the lines found, each step of lines restored with the time left, the reading) and the fraction."""
     seen = []
     pipe = TOLAPipeline(StandInRestorer(), batch_size=1)
-    page = web_app.restore_upload(pipe, os.path.join(samples_dir(), 'photo.png'), 'photo.png',
-                                  progress=lambda fraction, desc: seen.append((fraction, desc)))
+    page = web_page.restore_upload(pipe, os.path.join(samples_dir(), 'photo.png'), 'photo.png',
+                                   progress=lambda fraction, desc: seen.append((fraction, desc)))
     lines, windows = len(page.rows), len(pipe.net.calls)
     assert seen[:2] == [(None, 'finding the text lines (PP-OCRv4)'),
                         (0.0, f'{lines} text line(s) found ({windows} windows of 128x512)')]
@@ -99,18 +100,18 @@ def test_the_page_says_what_it_is_doing_and_the_time_left():
 def test_restore_upload_refuses_non_image_and_too_large(not_an_image):
     pipe = TOLAPipeline(StandInRestorer())
     with pytest.raises(ValueError, match=r'notes\.png is not an image this demo can read: not a decodable image'):
-        web_app.restore_upload(pipe, not_an_image, 'notes.png')
+        web_page.restore_upload(pipe, not_an_image, 'notes.png')
     with pytest.raises(
             ValueError, match=r'line_1x4\.png is too large: 128x32 pixels = 0\.0 megapixels, the limit '
             r'is 0\.001 \(the --max-megapixels option'):
-        web_app.restore_upload(pipe, LINE, 'line_1x4.png', max_megapixels=0.001)
+        web_page.restore_upload(pipe, LINE, 'line_1x4.png', max_megapixels=0.001)
     assert not pipe.net.calls  # refused before the network ran
 
 
 def test_draw_lines_outlines_each_detected_line():
     rgb = np.full((60, 100, 3), 255, np.uint8)
     line = LineResult('', 0.0, [], [], polygon=[[10, 20], [80, 20], [80, 40], [10, 40]])
-    out = web_app.draw_lines(rgb, Restoration(rgb, [line], (60, 100), 1.0, detected=True))
+    out = web_page.draw_lines(rgb, Restoration(rgb, [line], (60, 100), 1.0, detected=True))
     assert rgb.min() == 255  # the input is left alone
     assert out[30, 10, 2] < 128 and out[20, 45, 2] < 128  # on the outline: orange (anti-aliased), blue is low
     assert out[30, 45].min() == 255 and out[5, 90].min() == 255  # inside and outside the line: untouched
@@ -221,11 +222,29 @@ def _post_files(url, files, headers=None):
         return err.code, err.read().decode()
 
 
+def test_the_python_of_docs_web_md_runs_as_written(tmp_path, capsys):
+    """docs/web.md, "Python", literally: only the model, the image and the port are this test's (a tiny merged
+    model, the bundled line, a free port). The page is served at the URL it prints, and closing removes its folder."""
+    from tola_plugin.web.server import free_port
+    text = open(os.path.join(os.path.dirname(__file__), '..', 'docs', 'web.md'), encoding='utf-8').read()
+    code = re.search(r'## Python\n\n```python\n(.*?)```', text, re.S).group(1)
+    port = free_port('127.0.0.1')
+    for doc, mine in (('MERGED.safetensors', write_tiny_merged(tmp_path / 'tiny.safetensors')), ('line.png', LINE),
+                      ('port=7860', f'port={port}')):
+        assert doc in code
+        code = code.replace(doc, mine)
+    names = {}
+    exec(compile(code, 'docs/web.md', 'exec'), names)  # noqa: S102 (the page's own code)
+    assert names['result'].restored.shape[:2] == (128, 512) and names['result'].summary
+    assert capsys.readouterr().out.splitlines()[-1] == f'http://127.0.0.1:{port}/'
+    assert names['server'].closed and not os.path.exists(names['page'].folder)
+
+
 def test_uploads_are_bounded_per_request_and_removed_when_the_server_stops(tmp_path, capsys):
     model = write_tiny_merged(tmp_path / 'tiny.safetensors')
     app = web_cli.main(['--model', model, '--port', '0', '--device', 'cpu', '--max-file-mb',
                         str(MAX_FILE_MB)], block=False)
-    folder = web_app.upload_folder(app)
+    folder = app.page.folder
     out = capsys.readouterr().out  # one line of ours where the page is; none of Gradio's advice for Python users
     assert f'tola-web: serving {app.local_url} (this machine only); Ctrl-C stops it' in out, out
     assert 'share=True' not in out and 'Running on local URL' not in out, out
@@ -282,7 +301,7 @@ def upload_server(tmp_path):
         str(STORED_MB)
     ], block=False)
     try:
-        yield app.local_url.rstrip('/') + '/gradio_api/upload', web_app.upload_folder(app), app
+        yield app.local_url.rstrip('/') + '/gradio_api/upload', app.page.folder, app
     finally:
         app.close()
 
@@ -328,7 +347,7 @@ def test_a_body_that_grows_past_the_bound_while_read_is_cut():
     async def send(message):
         sent.append(message)
 
-    guard = web_app.RequestGuard(app, max_file_mb=0.1)
+    guard = http_bounds.RequestGuard(app, max_file_mb=0.1)
     scope = {
         'type': 'http', 'method': 'POST', 'path': '/gradio_api/upload', 'headers': [(b'content-length', b'10'),
                                                                                     (b'host', b'127.0.0.1:1')]
@@ -356,7 +375,7 @@ def test_stored_bytes_are_bounded_in_all_and_no_waiting_upload_is_removed(upload
     upload that does not fit is refused (507, saying why), and only once the waiting ones are older than
     PENDING_MAX_AGE_S (the store's clock, injected) do they go, the oldest first."""
     url, folder, app = upload_server
-    store, bound, kept = app.tola_store, STORED_MB * 2**20, []
+    store, bound, kept = app.page.store, STORED_MB * 2**20, []
     page = set(_stored(folder))
     for i in range(6):  # 6 x 60 KB: the 6th does not fit beside 5 waiting uploads and the page's files
         status, body = _post_files(url, [(f'{i}.png', os.urandom(60_000))])
@@ -370,12 +389,12 @@ def test_stored_bytes_are_bounded_in_all_and_no_waiting_upload_is_removed(upload
     assert status == 507 and 'do not fit' in body and 'uploads not yet restored' in body and '--max-stored-mb' in body
     assert all(os.path.exists(p) for p in kept) and page <= set(_stored(folder))  # nobody's upload was removed
     now = os.stat(kept[0]).st_mtime
-    store.clock = lambda: now + web_app.PENDING_MAX_AGE_S + 0.5  # the first has waited too long, the others not
+    store.clock = lambda: now + uploads.PENDING_MAX_AGE_S + 0.5  # the first has waited too long, the others not
     status, body = _post_files(url, [('6.png', os.urandom(60_000))])
     assert status == 200, body
     assert not os.path.exists(kept[0]) and all(os.path.exists(p) for p in kept[1:]) and page <= set(_stored(folder))
     assert sum(os.path.getsize(p) for p in _stored(folder)) <= bound
-    status = web_app.restore_request(None, store, {'path': kept[0], 'orig_name': '0.png'}, 'wavelet', 'auto')[-1]
+    status = web_page.restore_request(None, store, {'path': kept[0], 'orig_name': '0.png'}, 'wavelet', 'auto')[-1]
     assert status.startswith('**Error:** 0.png is no longer on the server') and 'removed to make room' in status \
         and '--max-stored-mb' in status, status  # not "image file not found"
 
@@ -396,22 +415,22 @@ def test_restores_count_in_the_bound_and_only_finished_files_make_room(tmp_path)
     pipe = TOLAPipeline(StandInRestorer())
     folder = str(tmp_path / 'store')
     os.makedirs(folder)
-    store = web_app.Store(folder, max_mb=0.25)
+    store = uploads.Store(folder, max_mb=0.25)
     rng = np.random.default_rng(0)
     waiting = _upload_into(folder, 'waiting.png', rng.integers(0, 256, (32, 128, 3), dtype=np.uint8))
     for user in range(20):  # 20 visitors, each one upload restored twice (another colour fix): noise, large PNGs
         payload = _upload_into(folder, f'{user}.png', rng.integers(0, 256, (32, 128, 3), dtype=np.uint8))
         for color_fix in ('wavelet', 'none'):
-            shown_input, restored, _, _, status = web_app.restore_request(pipe, store, payload, color_fix, 'line')
+            shown_input, restored, _, _, status = web_page.restore_request(pipe, store, payload, color_fix, 'line')
             assert status.startswith('Restored'), status
             assert os.path.exists(restored) and os.path.dirname(os.path.dirname(restored)) == os.path.realpath(folder)
             assert read_image_file(restored).shape[:2] == (128, 512)
             assert store.used() <= 0.25 * 2**20, store.used()
     assert os.path.exists(waiting['path'])  # the upload nobody restored yet stays
-    status = web_app.restore_request(pipe, store, waiting, 'wavelet', 'line')[-1]
+    status = web_page.restore_request(pipe, store, waiting, 'wavelet', 'line')[-1]
     assert status.startswith('Restored **waiting.png**'), status
     huge = _upload_into(folder, 'huge.png', rng.integers(0, 256, (128, 1024, 3), dtype=np.uint8))
-    status = web_app.restore_request(pipe, web_app.Store(folder, max_mb=0.05), huge, 'wavelet', 'line')[-1]
+    status = web_page.restore_request(pipe, uploads.Store(folder, max_mb=0.05), huge, 'wavelet', 'line')[-1]
     assert status.startswith('**Error:** ') and 'do not fit' in status, status  # said, never over the bound
 
 
@@ -430,7 +449,7 @@ def test_requests_under_another_name_are_refused(upload_server):
     for host in (f'127.0.0.1:{port}', f'localhost:{port}', f'LOCALHOST.:{port}', f'[::1]:{port}', f'10.1.2.3:{port}'):
         status, body = _raw_request(url, f'GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close')
         assert status == 200, (host, status, body[:200])
-    assert app.server.config.http is web_app.BoundedHTTP  # the bounded connections below serve the page
+    assert app.page.blocks.server.config.http is http_bounds.BoundedHTTP  # the bounded connections below serve the page
 
 
 class _FakeLoop:
@@ -501,21 +520,21 @@ def test_half_open_requests_are_closed_and_connections_bounded(monkeypatch):
         await send({'type': 'http.response.start', 'status': 200, 'headers': []})
         await send({'type': 'http.response.body', 'body': b'ok'})
 
-    config, state, loop = uvicorn.Config(app, http=web_app.BoundedHTTP, lifespan='off'), ServerState(), _FakeLoop()
-    slow = web_app.BoundedHTTP(config, state, {}, _loop=loop)
+    config, state, loop = uvicorn.Config(app, http=http_bounds.BoundedHTTP, lifespan='off'), ServerState(), _FakeLoop()
+    slow = http_bounds.BoundedHTTP(config, state, {}, _loop=loop)
     slow.connection_made(_FakeTransport())
     for byte in b'GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n':  # a byte at a time: the timer stays the first one
         slow.data_received(bytes([byte]))
-    assert len(loop.timers) == 1 and loop.timers[0].delay == web_app.HEADER_TIMEOUT_S
+    assert len(loop.timers) == 1 and loop.timers[0].delay == http_bounds.HEADER_TIMEOUT_S
     loop.timers[0].fire()  # the time is up
     assert slow.transport.closed and slow.transport.written.startswith(b'HTTP/1.1 408 ')
     assert b'request headers not received within 10 s' in slow.transport.written
-    whole = web_app.BoundedHTTP(config, state, {}, _loop=loop)
+    whole = http_bounds.BoundedHTTP(config, state, {}, _loop=loop)
     whole.connection_made(_FakeTransport())
     whole.data_received(b'GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n')
     assert loop.timers[1].cancelled and not whole.transport.closed  # the headers came: no timeout while it answers
-    monkeypatch.setattr(web_app, 'MAX_CONNECTIONS', len(state.connections))
-    extra = web_app.BoundedHTTP(config, state, {}, _loop=loop)
+    monkeypatch.setattr(http_bounds, 'MAX_CONNECTIONS', len(state.connections))
+    extra = http_bounds.BoundedHTTP(config, state, {}, _loop=loop)
     extra.connection_made(_FakeTransport())
     assert extra.transport.closed and len(loop.timers) == 2  # one over the bound: closed when accepted
 
@@ -530,11 +549,11 @@ def test_a_request_body_that_stops_arriving_is_cut():
     async def app(scope, receive, send):
         pass
 
-    config, state, loop = uvicorn.Config(app, http=web_app.BoundedHTTP, lifespan='off'), ServerState(), _FakeLoop()
-    upload = web_app.BoundedHTTP(config, state, {}, _loop=loop)
+    config, state, loop = uvicorn.Config(app, http=http_bounds.BoundedHTTP, lifespan='off'), ServerState(), _FakeLoop()
+    upload = http_bounds.BoundedHTTP(config, state, {}, _loop=loop)
     upload.connection_made(_FakeTransport())
     upload.data_received(b'POST /upload HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n0123456789')
-    assert loop.timers[0].cancelled and loop.timers[-1].delay == web_app.BODY_IDLE_TIMEOUT_S  # headers done: body's
+    assert loop.timers[0].cancelled and loop.timers[-1].delay == http_bounds.BODY_IDLE_TIMEOUT_S  # headers done: body's
     upload.data_received(b'0123456789')
     assert loop.timers[-2].cancelled and not loop.timers[-1].cancelled  # a chunk: the idle time starts again
     upload.flow.pause_reading()
@@ -548,9 +567,9 @@ def test_a_request_body_that_stops_arriving_is_cut():
 
 def test_names_on_the_page_are_text_not_markdown():
     name = '[link](http://evil.example) **b** <img src=x>.png'
-    page = web_app.restore_upload(TOLAPipeline(StandInRestorer()), LINE, name)
+    page = web_page.restore_upload(TOLAPipeline(StandInRestorer()), LINE, name)
     assert not re.search(r'(?<!\\)[\[<]', page.summary.replace('**', ''))  # no link, no tag: all escaped
     assert r'\[link\]\(http\://evil.example\) \*\*b\*\* \<img src=x\>.png' in page.summary
-    status = web_app.error_status(ValueError(f'{name} is not an image this demo can read'))
+    status = web_page.error_status(ValueError(f'{name} is not an image this demo can read'))
     assert status.startswith('**Error:** \\[link\\]') and not re.search(r'(?<!\\)[\[<]', status)
-    assert '\x1b' not in web_app.error_status(ValueError('a\x1b[2J.png'))
+    assert '\x1b' not in web_page.error_status(ValueError('a\x1b[2J.png'))

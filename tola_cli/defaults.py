@@ -66,10 +66,10 @@ SOURCES = {
     'OVERLAP': ('tola_plugin.inference.pipeline', 'TOLAPipeline', 'overlap'),
     'PAD_MODES': ('tola_plugin.inference.line_geometry', 'PAD_MODES'),
     'SEED': ('tola_plugin.inference.folder_run', 'restore_folder', 'seed'),
-    'UPLOAD_MAX_MEGAPIXELS': ('tola_plugin.web.app', 'UPLOAD_MAX_MEGAPIXELS'),
-    'UPLOAD_MAX_MB': ('tola_plugin.web.app', 'UPLOAD_MAX_MB'),
-    'STORED_UPLOADS_MAX_MB': ('tola_plugin.web.app', 'STORED_UPLOADS_MAX_MB'),
-    'WEB_HOST': ('tola_plugin.web.app', 'serve', 'host'),
+    'UPLOAD_MAX_MEGAPIXELS': ('tola_plugin.web.page', 'UPLOAD_MAX_MEGAPIXELS'),
+    'UPLOAD_MAX_MB': ('tola_plugin.web.http_bounds', 'UPLOAD_MAX_MB'),
+    'STORED_UPLOADS_MAX_MB': ('tola_plugin.web.uploads', 'STORED_UPLOADS_MAX_MB'),
+    'WEB_HOST': ('tola_plugin.web.server', 'serve', 'host'),
 }
 
 # The command lines' own: tola-infer's output folder, tola-web's port (Gradio's usual one; the library's ``serve``

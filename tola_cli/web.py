@@ -87,7 +87,7 @@ def main(argv=None, block: bool = True):
     with ``block`` False returns the running app instead (``.close()`` stops it)."""
     args = parse_args(argv)
     try:
-        from tola_plugin.web.app import serve  # heavy imports (gradio, torch) only after parsing
+        from tola_plugin.web.server import serve  # heavy imports (gradio, torch) only after parsing
     except ImportError as err:
         if 'gradio' not in str(err):
             raise

@@ -24,8 +24,7 @@ from typing import Dict, Optional
 from tola_plugin.archs.precision import LOW_PRECISIONS
 from tola_plugin.runtime.child_process import ChildFailure, python_command, run_child
 from tola_plugin.runtime.machine import cpu_identity
-from tola_plugin.utils.atomic_files import read_json_dict, write_json
-from tola_plugin.utils.user_cache import cache_path
+from tola_plugin.utils.user_cache import JsonCache
 
 AUTO_MIN_SPEEDUP = 1.3  # below it the gain does not pay for the deviation (docs/inference.md, "Precision")
 CACHE_FILE = 'cpu_bf16_speed.json'
@@ -33,7 +32,7 @@ FORMAT = 'tola_plugin.bf16_speed/3'  # 3: an entry per precision (bf16, fp16)
 PROBE = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'bf16_speed_probe.py')
 TIMEOUT = 300.0  # seconds: the measurement takes 2-5 s; an emulated bf16 is abandoned after its first round
 
-_measured: Dict[str, Dict] = {}  # per process: the cache entries of this CPU, once read or measured
+CACHE = JsonCache(CACHE_FILE, FORMAT)  # per CPU and precision; in memory as read or measured ('source' said)
 
 
 def cache_key(precision: str = 'bf16') -> str:
@@ -63,14 +62,6 @@ def measure_speedup(precision: str = 'bf16', shapes=None, rounds: Optional[int] 
     return result
 
 
-def _read_cache(path: str) -> Optional[Dict]:
-    """The cache's entries, or None when the file is missing, unreadable or not ours (then it is measured again)."""
-    data = read_json_dict(path)
-    if data is None or data.get('format') != FORMAT or not isinstance(data.get('entries'), dict):
-        return None
-    return data['entries']
-
-
 def _valid(entry) -> bool:
     return isinstance(entry, dict) and isinstance(entry.get('speedup'), (int, float)) and entry['speedup'] >= 0
 
@@ -81,23 +72,17 @@ def speedup(precision: str = 'bf16', measure=None) -> Dict:
     ``measure_speedup(precision)``) and written to the cache file atomically; a cache file that is corrupt, or holds
     a broken entry for this CPU, is measured again and rewritten. 'source' says which: 'cache' or 'measured'."""
     key = cache_key(precision)
-    if key in _measured:
-        return _measured[key]
-    path = cache_file()
-    entries = _read_cache(path)
-    entry = (entries or {}).get(key)
+    if key in CACHE.memory:
+        return CACHE.memory[key]
+    entry = CACHE.entries().get(key)
     if _valid(entry):
         entry = dict(entry, source='cache')
     else:
         result = measure() if measure is not None else measure_speedup(precision)
         entry = dict(result, measured=time.strftime('%Y-%m-%d %H:%M:%S'))
-        entries = dict(entries or {}, **{key: entry})
-        try:
-            write_json(path, {'format': FORMAT, 'entries': entries})
-        except OSError:
-            pass  # a read-only cache folder: the decision holds for this process and is measured again next time
+        CACHE.put(key, entry)  # a read-only cache folder: this process remembers, the next measures again
         entry = dict(entry, source='measured')
-    _measured[key] = entry
+    CACHE.memory[key] = entry
     return entry
 
 
@@ -108,9 +93,4 @@ def is_faster(precision: str = 'bf16') -> bool:
 
 def forget() -> None:
     """Drop this process's memory of the decision (tests; the cache file is left as it is)."""
-    _measured.clear()
-
-
-def cache_file() -> str:
-    """Where the decision is cached (its folder created)."""
-    return cache_path(CACHE_FILE)
+    CACHE.memory.clear()

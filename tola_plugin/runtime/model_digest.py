@@ -7,10 +7,10 @@ from typing import Dict, Sequence
 import torch
 from torch import nn
 
-from tola_plugin.utils.atomic_files import read_json_dict, write_json
-from tola_plugin.utils.user_cache import cache_path
+from tola_plugin.utils.user_cache import JsonCache
 
-HASHES = 'file_hashes.json'  # merged file -> SHA-256, reused while its size, mtime and inode are unchanged
+#: merged file -> SHA-256, reused while its size, mtime and inode are unchanged
+HASHES = JsonCache('file_hashes.json', 'tola_plugin.file_hashes/2', max_bytes=16 << 20)
 CHUNK = 1 << 24
 
 
@@ -30,23 +30,15 @@ def _stat_key(path: str) -> Dict:
 
 def file_sha256(path: str) -> str:
     """SHA-256 of the file ``path``; remembered in the cache (``HASHES``) with its size, mtime and inode, so an
-    unchanged file is hashed once (a 4 GB merged file takes a few seconds). Without a writable cache: hashed."""
+    unchanged file is hashed once (a 4 GB merged file takes a few seconds). Without a writable cache: hashed once per
+    process."""
     real = os.path.realpath(path)
-    try:
-        memo_path = cache_path(HASHES)
-    except OSError:
-        return sha256_of(real)
-    memo = read_json_dict(memo_path) or {}
     stat = _stat_key(real)
-    known = memo.get(real)
+    known = HASHES.get(real)
     if isinstance(known, dict) and {k: known.get(k) for k in stat} == stat and isinstance(known.get('sha256'), str):
         return known['sha256']
     digest = sha256_of(real)
-    memo[real] = dict(stat, sha256=digest)
-    try:
-        write_json(memo_path, memo)
-    except OSError:
-        pass  # a read-only cache: hashed again next time
+    HASHES.put(real, dict(stat, sha256=digest))  # a read-only cache: hashed again by the next process
     return digest
 
 

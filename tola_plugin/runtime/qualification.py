@@ -41,13 +41,11 @@ from tola_plugin.runtime.machine import device_identity, package_version
 from tola_plugin.runtime.plan import BackendPrecision
 from tola_plugin.runtime.routed_stages import RoutedStages
 from tola_plugin.runtime.text_prior_stages import prior_stage_modules
-from tola_plugin.utils.atomic_files import read_json_dict, write_json
-from tola_plugin.utils.user_cache import cache_path
+from tola_plugin.utils.user_cache import JsonCache
 
 #: 2: the text prior in an OpenVINO path's probe; 3: the prior always fp32; 4: a precision per stage, the route's ẑ0
 #: and image judged, a rendered line as the probe
 FORMAT = 'tola_plugin.qualification/4'
-CACHE_FILE = 'qualification.json'
 #: a quarter of a 128x512 canvas: every layer and weight of the model in a quarter of the time; what depends on the
 #: shape alone is caught by the output check while serving
 PROBE_SHAPE = (1, 3, 64, 256)
@@ -88,7 +86,7 @@ PRIOR_BOUND = 3.3e-4
 #: the verdict cache holds a few hundred bytes per verdict; a larger file (damaged, or grown by hand) is not read
 #: (it cost 17 s and 1.4 GB at every start at 200 MB): taken as no cache, and replaced by the next verdict
 MAX_CACHE_BYTES = 1 << 20
-_memory: Dict[str, Dict] = {}  # verdicts of this process when the cache file cannot be written
+CACHE = JsonCache('qualification.json', FORMAT, MAX_CACHE_BYTES)  # verdicts: this process's and the machine's
 
 
 @dataclass
@@ -267,22 +265,9 @@ def verdict_key(device: torch.device, path: BackendPrecision, digest: str) -> st
     return f'{device_identity(device)} | {runtime}: {path.signature} | model {digest[:16]} | {FORMAT}'
 
 
-def cache_file() -> str:
-    return cache_path(CACHE_FILE)
-
-
-def _entries() -> Dict:
-    try:
-        data = read_json_dict(cache_file(), MAX_CACHE_BYTES)
-    except OSError:  # the cache folder cannot be made: this process's memory only
-        data = None
-    entries = data.get('entries') if data and data.get('format') == FORMAT else None
-    return dict(entries) if isinstance(entries, dict) else {}
-
-
 def cached_verdict(key: str) -> Optional[Verdict]:
     """The verdict cached for ``key`` (this process's memory first), or None."""
-    entry = _memory.get(key) or _entries().get(key)
+    entry = CACHE.get(key)
     if not isinstance(entry, dict) or not isinstance(entry.get('qualified'), bool):
         return None
     return Verdict(entry['qualified'], str(entry.get('reason', '')), dict(entry.get('errors') or {}), 'cache',
@@ -292,27 +277,14 @@ def cached_verdict(key: str) -> Optional[Verdict]:
 def store_verdict(key: str, verdict: Verdict) -> bool:
     """Cache ``verdict`` (atomically; this process's memory as well). False when the cache file cannot be written
     (the verdict then holds for this process only)."""
-    _memory[key] = verdict.to_dict()
-    entries = _entries()
-    entries[key] = verdict.to_dict()
-    try:
-        write_json(cache_file(), {'format': FORMAT, 'entries': entries})
-    except OSError:
-        return False
-    return True
+    return CACHE.put(key, verdict.to_dict())
 
 
 def forget(digest: Optional[str] = None) -> int:
     """Drop the cached verdicts of this machine (of the model ``digest`` only, if given); returns how many."""
     mark = f'| model {digest[:16]} |' if digest else ''
-    drop = [k for k in set(_entries()) | set(_memory) if mark in k]
-    for key in drop:
-        _memory.pop(key, None)
-    entries = {k: v for k, v in _entries().items() if k not in drop}
-    try:
-        write_json(cache_file(), {'format': FORMAT, 'entries': entries})
-    except OSError:
-        pass
+    drop = [k for k in set(CACHE.entries()) | set(CACHE.memory) if mark in k]
+    CACHE.drop(drop)
     return len(drop)
 
 

@@ -23,7 +23,7 @@ def find_example(example: str) -> str:
 
 def screenshot_web_demo(start_app: Callable, out: str, example: str, width: int = 1280, timeout: float = 120.0,
                         overwrite: bool = False) -> str:
-    """Start the page with ``start_app()`` (returns the running Gradio app: ``.local_url``, ``.close()``), restore
+    """Start the page with ``start_app()`` (returns the running ``WebServer``: ``.local_url``, ``.close()``), restore
     ``example`` (a file or a bundled example's name) in a headless Chromium ``width`` CSS pixels wide (waiting at
     most ``timeout`` seconds), and write the whole page as a PNG to ``out``. The browser and the app are stopped
     before it returns the page's status line. ValueError when ``out`` exists (unless ``overwrite``) or the example
