@@ -49,6 +49,7 @@ def merged(opt):
     return dict(opt, is_train=True, dist=False)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize('launcher', ['tola_plugin.train', 'basicsr.train'])
 def test_a_batch_that_cannot_fit_is_refused_before_anything_is_made(rendered_sets, tmp_path, launcher):
     """``datasets:train:batch_size_per_gpu=1000000000`` grew to 11 GB until the OOM killer ended it."""
@@ -157,6 +158,7 @@ def test_workers_beyond_the_cores_are_capped_with_a_warning(rendered_sets, monke
     assert opt['datasets']['train']['num_worker_per_gpu'] == 4 and capsys.readouterr().err == ''
 
 
+@pytest.mark.heavy
 def test_an_epoch_too_small_for_one_batch_is_an_error_not_an_untrained_model(rendered_sets, tmp_path):
     """8 lines, batch 16, ratio 1: BasicSR's loader drops the incomplete batch, its loop ran every epoch empty, logged
     "End of training" and saved the untrained network as the run's result."""
@@ -170,3 +172,73 @@ def test_an_epoch_too_small_for_one_batch_is_an_error_not_an_untrained_model(ren
     assert proc.returncode == 2 and last.startswith('error: datasets.train: an epoch has '), proc.stderr[-2000:]
     assert 'batch_size_per_gpu is 16' in last and 'at most ' in last, last
     assert not (tmp_path / 'experiments' / 'exp' / 'models' / 'net_g_latest.pth').exists()
+
+
+def baseline_options(batch):
+    """BasicSR's ESRGAN route (RRDBNet ×4 generator, VGG-style discriminator) on 128-pixel GT crops, training."""
+    return dict(model_type='ESRGANModel', scale=4, num_gpu=0, is_train=True, dist=False,
+                network_g=dict(type='RRDBNet', num_in_ch=3, num_out_ch=3, num_feat=16, num_block=2,
+                               num_grow_ch=8), network_d=dict(type='VGGStyleDiscriminator', num_in_ch=3, num_feat=8,
+                                                              input_size=128),
+                datasets=dict(train=dict(type='PairedImageDataset', gt_size=128, batch_size_per_gpu=batch)),
+                train=dict(pixel_opt=dict(type='L1Loss')))
+
+
+def test_another_network_counts_what_its_forward_keeps_as_on_a_real_forward(eight_gib):
+    """A BasicSR baseline's per-sample demand is its GT crop plus what autograd keeps of the generator on the LQ crop
+    and of the discriminator on the GT crop, measured on the meta device: byte for byte what a real CPU forward
+    keeps (before, weights and images only: a batch of RRDBNet activations far past the memory passed)."""
+    import torch
+
+    from basicsr.archs.discriminator_arch import VGGStyleDiscriminator
+    from basicsr.archs.rrdbnet_arch import RRDBNet
+
+    from tola_plugin.basicsr_glue.resource_bounds import check_memory, demand
+    from tola_plugin.options.reader import OptionError
+    from tola_plugin.utils.tensor_memory import saved_bytes_per_sample
+    opt = baseline_options(batch=4)
+    torch.manual_seed(0)
+    generator = RRDBNet(3, 3, scale=4, num_feat=16, num_block=2, num_grow_ch=8).train()
+    real_g = saved_bytes_per_sample(generator, (3, 32, 32))
+    real_d = saved_bytes_per_sample(VGGStyleDiscriminator(3, 8, input_size=128).train(), (3, 128, 128))
+    assert real_g > 3 * 4 * 128 * 128 and real_d > 0  # more than the GT image itself: what was not counted before
+    fixed, per_sample, _ = demand(opt, (128, 128))
+    assert per_sample == real_g + real_d + 3 * 4 * 128 * 128 + 8
+    check_memory(opt)
+    fit = int(0.9 * 8 * GIB - fixed) // per_sample
+    opt['datasets']['train']['batch_size_per_gpu'] = fit + 1
+    with pytest.raises(OptionError, match=f'MiB per sample.*at most {fit:,} fit$'):
+        check_memory(opt)
+
+
+def test_a_forward_the_meta_device_cannot_run_is_said_and_not_counted(eight_gib, monkeypatch, capsys):
+    """A network whose forward needs values (``.item()``, data-dependent shapes) keeps its weights in the bound; its
+    activations are left out with a warning naming it, and the run starts."""
+    from tola_plugin.basicsr_glue import resource_bounds
+
+    def cannot(net, shape):
+        raise RuntimeError('Tensor.item() cannot be called on meta tensors')
+
+    monkeypatch.setattr(resource_bounds, 'saved_bytes_per_sample', cannot)
+    monkeypatch.setattr(resource_bounds, '_measured', {})
+    fixed, per_sample, nets = resource_bounds.demand(baseline_options(batch=4), (128, 128))
+    assert per_sample == 3 * 4 * 128 * 128 + 8 and fixed > 0 and all(n[2] > 0 for n in nets)
+    err = capsys.readouterr().err
+    assert 'warning: network_g: its forward could not run on the meta device (RuntimeError: Tensor.item()' in err
+    assert 'warning: network_d: its forward' in err
+    resource_bounds.check_memory(baseline_options(batch=4))
+
+
+def test_processes_sharing_a_gpu_share_its_memory(monkeypatch):
+    """Two torchrun ranks on one GPU (gloo: ``local_cuda_device(shared=True)``) each get half of it in the bound."""
+    import types
+
+    import torch
+
+    from tola_plugin.basicsr_glue.resource_bounds import usable_memory
+    monkeypatch.setattr(torch.cuda, 'device_count', lambda: 1)
+    monkeypatch.setattr(torch.cuda, 'get_device_properties', lambda i: types.SimpleNamespace(total_memory=80 * GIB))
+    monkeypatch.setenv('LOCAL_WORLD_SIZE', '2')
+    usable, where = usable_memory({'num_gpu': 1, 'dist': True})
+    assert usable == int(0.9 * 80 * GIB / 2) and where == "90% of the GPU's 80.00 GiB of memory shared by 2 processes"
+    assert usable_memory({'num_gpu': 1, 'dist': False})[0] == int(0.9 * 80 * GIB)

@@ -5,7 +5,8 @@
     model class's ``network_memory`` where it has one (TOLAModel: ``models/memory_estimate.network_demand``, reached
     through the model registry, as this layer imports no models), else the registry's class built there; a training
     run adds the gradients and AdamW's two moments of the trainable parameters, and per training sample at least its
-    ground-truth image and, for TOLANet, the activations autograd keeps for the backward pass (batches 2 - 1). The sum
+    ground-truth image and the activations autograd keeps for the backward pass (batches 2 - 1; for another network
+    than TOLANet, of ``network_g`` on the LQ crop and ``network_d`` on the GT crop, one forward each). The sum
     must fit ``1 - RESERVE`` of what one process may use: the smallest GPU's memory, or on the CPU MemAvailable shared
     by the run's processes on this machine. What does not fit is refused naming the option, its value and what fits
     (the largest batch; the LoRA rank, which its weights and activations are linear in).
@@ -17,7 +18,6 @@
     known; a failed start removes its folders) when they do not.
 """
 import contextlib
-import itertools
 import json
 import logging
 import math
@@ -32,6 +32,7 @@ from basicsr.utils.registry import ARCH_REGISTRY, DATASET_REGISTRY, MODEL_REGIST
 from tola_plugin.basicsr_glue.training_resume import warn_early
 from tola_plugin.options.reader import OptionError
 from tola_plugin.utils.procfs import meminfo_bytes
+from tola_plugin.utils.tensor_memory import saved_bytes_per_sample, trainable_bytes, weight_bytes
 
 GIB = 2**30
 RESERVE = 0.1  # share of the memory left to what the meta device does not see (as models/memory_estimate.py)
@@ -55,10 +56,12 @@ def available_memory() -> int:
 def usable_memory(opt: Mapping) -> Tuple[int, str]:
     """(bytes one process of the run may use, where the figure comes from)."""
     share = 1 - RESERVE
+    processes = int(os.environ.get('LOCAL_WORLD_SIZE', '1')) if opt.get('dist') else 1
     if opt.get('num_gpu'):
         total = min(torch.cuda.get_device_properties(i).total_memory for i in range(opt['num_gpu']))
-        return int(share * total), f'{share:.0%} of the GPU\'s {gib(total)} of memory'
-    processes = int(os.environ.get('LOCAL_WORLD_SIZE', '1')) if opt.get('dist') else 1
+        per_gpu = -(-processes // torch.cuda.device_count()) if opt.get('dist') else 1  # gloo may share a GPU
+        per = f' shared by {per_gpu} processes' if per_gpu > 1 else ''
+        return int(share * total / per_gpu), f'{share:.0%} of the GPU\'s {gib(total)} of memory{per}'
     available = available_memory()
     per = f' shared by {processes} processes' if processes > 1 else ''
     return int(share * available / processes), f'{share:.0%} of the {gib(available)} of memory available{per}'
@@ -74,13 +77,24 @@ def sample_size(dataset: Mapping) -> Optional[Tuple[int, int]]:
     return None
 
 
+def input_shape(key: str, net_opt: Mapping, opt: Mapping, size: Optional[Tuple[int, int]]) -> Optional[tuple]:
+    """(C, H, W) of what ``key`` sees of a training sample of ``size`` (BasicSR's roles: the generator the LQ crop,
+    the discriminator the GT crop); None where unknown (no fixed size, another role)."""
+    if size is None or key not in ('network_g', 'network_d'):
+        return None
+    scale = int(opt.get('scale') or 1) if key == 'network_g' else 1
+    return int(net_opt.get('num_in_ch', 3)), max(size[0] // scale, 1), max(size[1] // scale, 1)
+
+
 def measure_network(key: str, net_opt: Mapping, train_opt: Optional[Mapping], size: Optional[Tuple[int, int]],
-                    model_cls=None) -> Tuple[int, int, int, int]:
+                    model_cls=None, sample_shape: Optional[tuple] = None) -> Tuple[int, int, int, int]:
     """(weight bytes, trainable bytes, LoRA bytes, activation bytes per training sample) of ``net_opt`` measured on
     the meta device: by the model's ``network_memory`` where it measures the network (TOLAModel: TOLANet, with its
-    activations when ``train_opt`` and ``size`` are given), else the registry's class built there (activations 0);
-    a network that cannot be built there is said and counted as 0."""
-    cache = json.dumps([net_opt, train_opt, size, getattr(model_cls, '__name__', None)], sort_keys=True, default=str)
+    activations when ``train_opt`` and ``size`` are given), else the registry's class built there, its activations
+    measured on an input of ``sample_shape`` (C, H, W) when training; what cannot be built or run there is said and
+    counted as 0."""
+    cache = json.dumps([key, net_opt, train_opt, size,
+                        getattr(model_cls, '__name__', None), sample_shape], sort_keys=True, default=str)
     if cache in _measured:
         return _measured[cache]
     try:
@@ -88,9 +102,13 @@ def measure_network(key: str, net_opt: Mapping, train_opt: Optional[Mapping], si
         if measured is None:
             with torch.device('meta'):
                 net = ARCH_REGISTRY.get(net_opt['type'])(**{k: v for k, v in net_opt.items() if k != 'type'})
-            trainable = sum(p.numel() * p.element_size() for p in net.parameters() if p.requires_grad)
-            weights = sum(t.numel() * t.element_size() for t in itertools.chain(net.parameters(), net.buffers()))
-            measured = weights, trainable, 0, 0
+            measured = weight_bytes(net), trainable_bytes(net), 0, 0
+            if train_opt is not None and sample_shape is not None:
+                try:
+                    measured = measured[:3] + (saved_bytes_per_sample(net.train(), sample_shape), )
+                except Exception as err:  # a forward the meta device cannot run (data-dependent shapes, .item())
+                    warn_early(f'{key}: its forward could not run on the meta device ({type(err).__name__}: {err}); '
+                               'its activations are not counted in the memory checked at start')
     except Exception as err:  # the real build, later, says what is wrong; here only the bound is lost
         warn_early(f'{key}: could not be built on the meta device to bound its memory ({type(err).__name__}: '
                    f'{err}); its memory is not checked at start')
@@ -109,7 +127,8 @@ def demand(opt: Mapping, size: Optional[Tuple[int, int]]) -> Tuple[int, int, lis
         if not key.startswith('network_') or not isinstance(net_opt, Mapping):
             continue
         train_opt = opt.get('train') if is_train else None
-        weights, trainable, lora, activations = measure_network(key, net_opt, train_opt, size, model_cls)
+        weights, trainable, lora, activations = measure_network(key, net_opt, train_opt, size, model_cls,
+                                                                input_shape(key, net_opt, opt, size))
         fixed += weights + (3 * trainable if is_train else 0)  # gradients and AdamW's exp_avg, exp_avg_sq
         per_sample += activations
         nets.append((key, net_opt, weights, trainable, lora))

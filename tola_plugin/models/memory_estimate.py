@@ -20,7 +20,6 @@ that "fits" a GPU leaves ``reserve`` of its memory for them. fp32 only (the pape
 not act on the meta device). The text prior runs under ``no_grad`` and keeps nothing for the backward pass; its
 data-dependent greedy decoding cannot run on the meta device, so the measured forward takes its tokens as given.
 """
-import contextlib
 import itertools
 import json
 import os
@@ -38,56 +37,12 @@ from tola_plugin.options.checks import check_typed_block
 from tola_plugin.options.reader import read_option_file
 from tola_plugin.text.alphabets import IDM_MAX_LEN
 from tola_plugin.utils.cli_errors import UsageError
+from tola_plugin.utils.tensor_memory import SavedTensors, parameter_storages, trainable_bytes, weight_bytes
 
 GIB = 2**30
 OCR_TARGET_LENGTH = 25  # TransOCR targets of the datasets: 24 characters + END (data/text_labels.py)
 CAPACITIES_GB = (24, 40, 48, 80, 96)
 RESERVE = 0.1  # share of a GPU's memory left to the CUDA context, workspaces and fragmentation
-
-
-def storage_key(t: torch.Tensor) -> int:
-    """Identity of a tensor's storage (views share it; torch keeps one Python storage object per storage)."""
-    return id(t.untyped_storage())
-
-
-def tensor_bytes(t: torch.Tensor) -> int:
-    return t.untyped_storage().nbytes()
-
-
-class SavedTensors:
-    """Bytes of the tensors autograd saves for the backward pass inside the block, per stage (the component whose
-    forward is running: ``stages`` maps module -> name, everything else counts as ``other``), each storage once,
-    ``exclude`` (parameter storages) never."""
-
-    def __init__(self, stages: Mapping[nn.Module, str], exclude: Iterable[int]):
-        self.stages, self.exclude = stages, set(exclude)
-        self.by_stage: Dict[str, int] = {}
-        self._seen: Dict[int, object] = {}
-        self._current = ['other']
-
-    def _pack(self, t):
-        key = storage_key(t)
-        if key not in self.exclude and key not in self._seen:
-            self._seen[key] = t.untyped_storage()  # held: a freed storage's id could be reused
-            stage = self._current[-1]
-            self.by_stage[stage] = self.by_stage.get(stage, 0) + tensor_bytes(t)
-        return t
-
-    def _leave(self, module, args, output) -> None:  # a forward hook returning a value would replace the output
-        self._current.pop()
-
-    @contextlib.contextmanager
-    def __call__(self):
-        handles = []
-        for module, name in self.stages.items():
-            handles.append(module.register_forward_pre_hook(lambda m, a, name=name: self._current.append(name)))
-            handles.append(module.register_forward_hook(self._leave))
-        try:
-            with torch.autograd.graph.saved_tensors_hooks(self._pack, lambda t: t):
-                yield self
-        finally:
-            for handle in handles:
-                handle.remove()
 
 
 class PeakLive(TorchDispatchMode):
@@ -166,18 +121,6 @@ def meta_losses(train_opt: Mapping) -> Dict[str, nn.Module]:
             loss_opt['pretrained_backbone'] = False
         losses[key] = build_loss(loss_opt).to('meta')
     return losses
-
-
-def parameter_storages(*modules: nn.Module) -> List[int]:
-    return [storage_key(t) for m in modules for t in itertools.chain(m.parameters(), m.buffers())]
-
-
-def weight_bytes(*modules: nn.Module) -> int:
-    return sum(tensor_bytes(t) for m in modules for t in itertools.chain(m.parameters(), m.buffers()))
-
-
-def trainable_bytes(net: nn.Module) -> int:
-    return sum(p.numel() * p.element_size() for p in net.parameters() if p.requires_grad)
 
 
 # ------------------------------------------------------------------------------------- one iteration
