@@ -201,6 +201,9 @@ def test_gpu_check_dry_run_from_the_checkout_on_a_bare_interpreter_without_fonts
     assert len(outcomes) == C.EXPECTED and sum(o == 'passed' for o in outcomes.values()) == 7, outcomes
     assert steps['resume']['resumed_from_iteration'] == ['2'] and steps['resume']['weights']['differ'] == 0
     assert steps['resume']['moved_after_resume_point']['differ'] > 0
+    shared = steps['shared_gpu']  # on the CPU: gloo, two ranks, then refused to one in one line
+    assert shared['resumed_from_iteration'] == ['2'] and shared['refused_one_rank']
+    assert len(shared['one_rank_said']) == 1
     assert [(r['precision'], r['tf32'], len(r['gradient_checkpointing']))
             for r in steps['memory']['rows']] == [(p, t, len(c)) for p, t, c in M.CONFIGS]
     assert {r['stage'] for r in steps['precision']['rows']} == {'idm', 'vae_encoder', 'vae_decoder', 'route'}
@@ -466,6 +469,29 @@ def test_versions_other_than_tested_lead_the_report(tmp_path):
     }
     head = R.markdown(result).split('| step |')[0]
     assert 'Versions other than the tests ran with' in head and '| numpy |' in head and '0.0.1' in head
+
+
+def test_the_shared_gpu_step_reaches_the_report_with_what_one_rank_was_told():
+    """Step 7's figures (``shared_gpu_step``) as the report shows them: passed or not, the sharing said, the resume
+    point, and the one-process resume's own line quoted."""
+    said = ['error: x/2.state: the training data changed since it was saved (num_replicas 2 then, 1 now; ...)']
+    step = {
+        'passed': True, 'devices': 1, 'backend': 'gloo', 'precision': 'bf16', 'gradient_checkpointing': ['idm'],
+        'shared_said': True, 'resumed_from_iteration': ['2'], 'moved_after_resume_point': {'differ': 210},
+        'refused_one_rank': True, 'one_rank_said': said, 'iterations': {'first': 2, 'resumed_to': 3}, 'runs': {
+            'two ranks': {'seconds': 40.0}, 'two ranks resumed': {'seconds': 30.0},
+            'one rank resumed': {'failed': True}
+        }
+    }
+    result = {
+        'dry_run': False, 'started': 'now', 'command': 'x', 'seconds': 1.0, 'bundle': {}, 'machine': E.machine(),
+        'steps': {'shared_gpu': step}, 'distributions': {}, 'not_tested': list(G.NOT_TESTED)
+    }
+    text = R.markdown(result)
+    assert '| 7. Two ranks on one GPU (gloo): DDP, resumed by two ranks, refused to one | passed |' in text
+    assert 'they share the GPU: True' in text and '(from iteration 2; 210 tensors moved after it)' in text
+    assert '    ' + said[0] in text and '| one rank resumed | failed |' in text
+    assert 'shared_gpu' in G.DEFAULT_STEPS and 'out-of-memory error on one rank' in text
 
 
 def test_the_image_s_distributions_are_listed_without_the_carry_s():

@@ -139,6 +139,26 @@ def test_start_distributed_refuses_more_ranks_than_gpus(monkeypatch):
     assert cuda.calls == {}  # refused before touching a device or the network
 
 
+def test_with_gloo_asked_for_processes_share_the_gpus_and_it_is_said(monkeypatch, capsys):
+    """Issue 50 item 5: two ranks on one GPU (what one lent GPU can test of multi-GPU training) through gloo, which
+    moves CUDA tensors through the host; NCCL refuses a shared GPU, so only an explicit gloo shares."""
+    assert [D.local_cuda_device(r, 1, 2, shared=True) for r in range(2)] == [0, 0]
+    assert [D.local_cuda_device(r, 2, 4, shared=True) for r in range(4)] == [0, 1, 0, 1]
+    with pytest.raises(ValueError, match='dist_params.backend: gloo to share the GPUs'):
+        D.local_cuda_device(1, 1, 2)
+    for rank in ('0', '1'):
+        cuda = CudaSimulated(monkeypatch, count=1)
+        for key, value in (('RANK', rank), ('LOCAL_RANK', rank), ('LOCAL_WORLD_SIZE', '2')):
+            monkeypatch.setenv(key, value)
+        start_distributed({'num_gpu': 1, 'dist_params': {'backend': 'gloo'}}, 'pytorch')
+        assert cuda.calls['set_device'] == 0 and cuda.calls['init']['backend'] == 'gloo'
+        assert cuda.calls['init']['device_id'] is None
+        said = capsys.readouterr().err
+        assert ('warning: dist_params.backend gloo: 2 processes share 1 CUDA device(s)' in said) == (rank == '0')
+    with pytest.raises(ValueError, match='2 processes on this node but only 1'):
+        start_distributed({'num_gpu': 1, 'dist_params': {}}, 'pytorch')  # nccl: refused as before
+
+
 def test_start_distributed_under_srun_on_cpu(monkeypatch, tmp_path):
     """--launcher slurm on a CPU machine: upstream divides by the device count (0); here srun's variables become
     torch's, and the group is gloo."""

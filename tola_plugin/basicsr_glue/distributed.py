@@ -6,7 +6,8 @@ each branch on a CPU with CUDA simulated. The patches of this package (``process
 - ``process_group_backend``: nccl when the model runs on CUDA (``num_gpu > 0``), gloo on the CPU, whatever the
   machine has (a CPU run on a GPU machine must not pick nccl: DDP of a CPU model on NCCL fails).
 - ``local_cuda_device``: the GPU of a process; more processes on a node than GPUs is an error at start, not two
-  ranks silently sharing a GPU (upstream's ``rank % device_count``) and a late, obscure NCCL failure.
+  ranks silently sharing a GPU (upstream's ``rank % device_count``) and a late, obscure NCCL failure; with gloo
+  asked for (``dist_params.backend``), said and allowed: a test of multi-process training on fewer GPUs.
 - ``slurm_environment``: BasicSR's ``--launcher slurm`` (srun): rank, world size, master address (first host of
   the allocation, ``scontrol``) and port, with the node-local task id as LOCAL_RANK (upstream's
   ``SLURM_PROCID % device_count`` divides by zero on a CPU and is wrong on nodes with several tasks).
@@ -49,19 +50,23 @@ def process_group_backend(num_gpu: int, requested: Optional[str] = None) -> str:
     return requested
 
 
-def local_cuda_device(local_rank: int, device_count: int, local_world_size: Optional[int] = None) -> int:
+def local_cuda_device(local_rank: int, device_count: int, local_world_size: Optional[int] = None,
+                      shared: bool = False) -> int:
     """Index of the GPU of the process with node-local rank ``local_rank`` among the ``device_count`` it sees.
 
     ``local_world_size``: processes on this node when every process sees all of the node's GPUs (torchrun); None
     when it is not known (slurm), where a process that sees exactly one GPU has it to itself (srun
-    ``--gpus-per-task=1`` binds one GPU per task)."""
+    ``--gpus-per-task=1`` binds one GPU per task). ``shared`` (gloo asked for in ``dist_params.backend``): more
+    processes than GPUs take them in turn (rank % GPUs), to test multi-process training on fewer GPUs."""
     if device_count < 1:
         raise ValueError('num_gpu > 0 but this process sees no CUDA device')
+    if shared:
+        return local_rank % device_count
     if local_world_size is not None and local_world_size > device_count:
         raise ValueError(f'{local_world_size} processes on this node but only {device_count} CUDA device(s): two '
                          f'processes would share a GPU (NCCL refuses that, late and obscurely). Start at most '
-                         f'{device_count} per node (torchrun --nproc_per_node={device_count}), or set num_gpu: 0 '
-                         'to train on the CPU')
+                         f'{device_count} per node (torchrun --nproc_per_node={device_count}), set num_gpu: 0 '
+                         'to train on the CPU, or dist_params.backend: gloo to share the GPUs (a test, not a speed-up)')
     if local_rank < device_count:
         return local_rank
     if device_count == 1 and local_world_size is None:

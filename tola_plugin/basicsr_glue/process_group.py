@@ -4,7 +4,8 @@ CPU, two ranks on one GPU when there are more ranks than GPUs), nccl always, no 
 
 Here the group starts once ``num_gpu`` and ``dist_params`` are known (the launchers' ``option_parsing`` reads the
 options itself and calls ``start_distributed`` after the checks): nccl for a CUDA model, gloo for a CPU one, one GPU
-per process (checked), bound to it, with ``dist_params.timeout_minutes`` (decisions: ``distributed.py``).
+per process (checked; processes may share one where gloo is asked for), bound to it, with
+``dist_params.timeout_minutes`` (decisions: ``distributed.py``).
 """
 import os
 
@@ -16,6 +17,7 @@ import basicsr.utils.options
 from tola_plugin.basicsr_glue import distributed
 from tola_plugin.options.dist_params import process_group_timeout
 from tola_plugin.utils.devices import cuda_device_count
+from tola_plugin.utils.user_text import say
 
 
 def init_dist(launcher, backend=None, **kwargs):
@@ -41,9 +43,13 @@ def start_distributed(opt, launcher):
     device = None
     if opt['num_gpu'] > 0:
         local_world = os.environ.get('LOCAL_WORLD_SIZE') if launcher == 'pytorch' else None
-        index = distributed.local_cuda_device(
-            int(os.environ.get('LOCAL_RANK', os.environ['RANK'])), torch.cuda.device_count(),
-            None if local_world is None else int(local_world))
+        local_rank, count = int(os.environ.get('LOCAL_RANK', os.environ['RANK'])), torch.cuda.device_count()
+        shared = params.get('backend') == 'gloo'  # asked for: gloo lets processes share a GPU, NCCL does not
+        index = distributed.local_cuda_device(local_rank, count, None if local_world is None else int(local_world),
+                                              shared)
+        if shared and local_rank == 0 and local_world is not None and int(local_world) > count:
+            say(f'warning: dist_params.backend gloo: {local_world} processes share {count} CUDA device(s), rank % '
+                f'{count}: a test of multi-process training, not a speed-up')
         torch.cuda.set_device(index)
         device = torch.device('cuda', index)
     dist.init_process_group(backend=backend, timeout=process_group_timeout(params),

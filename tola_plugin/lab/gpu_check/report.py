@@ -16,7 +16,8 @@ STEP_TITLES = {
     'memory': '2. Peak GPU memory and seconds per training iteration (batch 16, full size)',
     'precision': '3. Each precision where TOLA amplifies its error (demo backbone, frozen route)',
     'inference': '4. Inference in each precision (full size)', 'cuda_tests': '5. Tests marked cuda',
-    'resume': '6. Training under torchrun, exact resume'
+    'resume': '6. Training under torchrun, exact resume',
+    'shared_gpu': '7. Two ranks on one GPU (gloo): DDP, resumed by two ranks, refused to one'
 }
 
 
@@ -176,9 +177,21 @@ def _demo_model(s: Dict) -> List[str]:
     ]
 
 
+def _shared_gpu(s: Dict) -> List[str]:
+    runs = [[name, run.get('seconds', 'failed')] for name, run in s['runs'].items()]
+    m = s['moved_after_resume_point']
+    return [
+        f'{s["devices"]} GPU(s), backend {s["backend"]}, {s["precision"]}, gradient checkpointing of '
+        f'{", ".join(s["gradient_checkpointing"])}; the ranks said they share the GPU: {s["shared_said"]}. '
+        f'{s["iterations"]["first"]} iterations on two ranks, resumed by two ranks to {s["iterations"]["resumed_to"]} '
+        f'(from iteration {", ".join(s["resumed_from_iteration"]) or "none"}; {m["differ"]} tensors moved after it), '
+        f'resumed by one rank: refused in one line: {s["refused_one_rank"]}.', ''
+    ] + [f'    {line}' for line in s['one_rank_said']] + [''] + table(['run', 'seconds'], runs)
+
+
 SECTIONS = {
     'smoke': _smoke, 'demo_model': _demo_model, 'memory': _memory, 'precision': _precision, 'inference': _inference,
-    'cuda_tests': _cuda_tests, 'resume': _resume
+    'cuda_tests': _cuda_tests, 'resume': _resume, 'shared_gpu': _shared_gpu
 }
 
 

@@ -28,9 +28,10 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def torchrun(folder: str, option_file: str, nproc: int, resume: bool, timeout: float, env: Dict) -> Dict:
-    """``python -m torch.distributed.run -m tola_plugin.train`` in ``folder``; -> seconds, exit status, output tail.
-    RuntimeError (with the output's end) when it fails."""
+def torchrun(folder: str, option_file: str, nproc: int, resume: bool, timeout: float, env: Dict,
+             output: bool = False) -> Dict:
+    """``python -m torch.distributed.run -m tola_plugin.train`` in ``folder``; -> seconds and the command (and its
+    ``stderr`` with ``output``). RuntimeError (with the output's end) when it fails."""
     args = [
         sys.executable, '-m', 'torch.distributed.run', f'--nproc_per_node={nproc}', f'--master_port={free_port()}',
         '-m', 'tola_plugin.train', '-opt', option_file, '--launcher', 'pytorch'
@@ -43,9 +44,11 @@ def torchrun(folder: str, option_file: str, nproc: int, resume: bool, timeout: f
                            f'{(err.stderr or "")[-3000:]}') from None
     seconds = time.monotonic() - start
     if proc.returncode != 0:
+        said = '\n'.join([line for line in proc.stderr.splitlines() if line.startswith('error: ')][-4:])
         raise RuntimeError(f'torchrun in {folder} failed (exit status {proc.returncode}) after {seconds:.0f} s:\n'
-                           f'{proc.stderr[-4000:]}')
-    return {'seconds': round(seconds, 1), 'command': ' '.join(args[1:])}
+                           f'{said}\n{proc.stderr[-4000:]}')  # the ranks' own error lines first: torchrun's follow
+    result = {'seconds': round(seconds, 1), 'command': ' '.join(args[1:])}
+    return dict(result, stderr=proc.stderr) if output else result
 
 
 def read_log(experiment: str) -> str:

@@ -45,9 +45,13 @@ def step_functions(root: str, data: str, work: str, dry_run: bool, seconds: floa
         from tola_plugin.lab.gpu_check.resume_step import resume_step
         return resume_step(root, data, os.path.join(work, 'resume'), dry_run)
 
+    def shared_gpu():
+        from tola_plugin.lab.gpu_check.shared_gpu_step import shared_gpu_step
+        return shared_gpu_step(root, data, os.path.join(work, 'shared_gpu'), dry_run)
+
     return {
         'smoke': smoke, 'demo_model': demo_model, 'memory': memory, 'precision': precision, 'inference': inference,
-        'cuda_tests': cuda_tests, 'resume': resume
+        'cuda_tests': cuda_tests, 'resume': resume, 'shared_gpu': shared_gpu
     }
 
 
