@@ -42,7 +42,7 @@ lint: setup
 # The GPU check's end-to-end dry runs (marked gpu_dry_run: minutes each, one process apiece) run apart, in
 # test-gpu-dry-run, so that make test stays under 10 minutes on 2 cores; CI runs both.
 test: setup
-	$(PY) -m pytest -q -n 2 -m "not gpu_dry_run" tests
+	$(PY) -m pytest -q -n 2 --dist worksteal -m "not gpu_dry_run" tests
 
 test-gpu-dry-run: setup
 	$(PY) -m pytest -q -n 2 -m gpu_dry_run tests
@@ -51,7 +51,7 @@ test-gpu-dry-run: setup
 # each precision, exact resume, the 200-step route (docs/testing.md). They fail, naming why, where no GPU is usable
 # (--require-cuda; make test skips them there). One worker: the GPU is shared.
 test-cuda: setup
-	$(PY) -m pytest -q -m cuda -rs --require-cuda tests
+	$(PY) -m pytest -q -m cuda -rs --require-cuda tests/test_cuda.py
 
 # The GPU check (docs/training_gpus.md, "The GPU check"). gpu-carry: what a lease that sends this checkout carries
 # beside it (build/gpu_carry); there: `bash tools/gpu_check.sh REPORT_DIR`. gpu-bundle: one folder to copy to any GPU

@@ -3,6 +3,7 @@ skipping everything, and the checks of tests/test_cuda.py can fail (run here on 
 pass on the CPU's real route is the GPU check's dry run, which runs every cuda test's body on the CPU:
 tests/test_gpu_check.py)."""
 import os
+import re
 import subprocess
 
 import pytest
@@ -35,6 +36,7 @@ def test_the_200_step_check_fails_on_a_broken_route(tmp_path, monkeypatch, kind)
         test_cuda.test_200_step_route_on_cuda(tmp_path)
 
 
+@pytest.mark.heavy
 def test_make_test_cuda_fails_naming_why_where_no_gpu_is_usable():
     """``make test-cuda`` asked to test a GPU: on this machine (no usable CUDA) every cuda test fails with the
     reason, and make exits non-zero (it used to exit 0 with 10 skipped)."""
@@ -44,7 +46,8 @@ def test_make_test_cuda_fails_naming_why_where_no_gpu_is_usable():
     proc = subprocess.run(['make', '-s', 'test-cuda'], cwd=REPO, capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode != 0, proc.stdout[-3000:]
     assert f'no CUDA GPU is usable: {conftest.cuda_unusable()}' in proc.stdout
-    assert ' 10 errors' in proc.stdout.splitlines()[-1] and 'skipped' not in proc.stdout.splitlines()[-1]
+    last = proc.stdout.splitlines()[-1]
+    assert re.match(r'(.* )?10 errors in ', last) and 'skipped' not in last and 'passed' not in last, last
 
 
 def test_the_reason_names_a_driver_this_torch_cannot_use(monkeypatch):
@@ -55,3 +58,14 @@ def test_the_reason_names_a_driver_this_torch_cannot_use(monkeypatch):
                                                'CUDA 13.0, cannot use it')
     monkeypatch.setattr(distributed, 'nvidia_driver_version', lambda: None)
     assert 'sees no CUDA device (no NVIDIA driver is loaded)' in conftest.cuda_unusable()
+
+
+def test_every_test_marked_cuda_is_where_make_test_cuda_looks():
+    """``make test-cuda`` (and the GPU check's step 5) run tests/test_cuda.py only: no other test file is marked."""
+    elsewhere = [
+        name for name in sorted(os.listdir(os.path.dirname(__file__)))
+        if name.startswith('test_') and name.endswith('.py') and name != 'test_cuda.py'
+        and re.search(r'mark\.cuda\b',
+                      open(os.path.join(os.path.dirname(__file__), name), encoding='utf-8').read())
+    ]
+    assert elsewhere == []

@@ -1,6 +1,8 @@
 """The CPU backend (OpenVINO, in its worker process) and the runtime decision of the inference entry points: parity
 with the torch route on a tiny model where OpenVINO qualifies, the on-disk cache of the converted stages, backend /
 device / TF32 resolution (CUDA simulated). What happens where a path is broken: tests/test_runtime_qualification.py."""
+import contextlib
+import io
 import json
 import os
 import time
@@ -19,6 +21,7 @@ from tola_plugin.runtime import openvino_worker, qualification, serving
 from tola_plugin.runtime.model_digest import file_sha256
 from tola_plugin.runtime.routed_stages import RoutedStages
 from tola_plugin.runtime.text_prior_stages import PRIOR_STAGES
+from tola_plugin.utils import progress
 from tola_plugin.utils.devices import resolve_device
 from inference_testing import write_tiny_merged
 from numerics import within
@@ -29,22 +32,30 @@ pytestmark = [pytest.mark.usefixtures('one_thread'), pytest.mark.openvino]
 
 @pytest.fixture(scope='module')
 def converted(tmp_path_factory):
-    """(merged file, torch network, OpenVINO pipeline) of the tiny model: converted and qualified once for the module
-    (skipped, with the verdict, where OpenVINO fp32 does not qualify on this machine: the fallback is tested with
-    simulated failures)."""
+    """(merged file, torch network, OpenVINO pipeline, what converting it said on stderr) of the tiny model: converted
+    and qualified once for the module, in a user cache of the module's own (so converted here, whatever the user's
+    cache holds; skipped, with the verdict, where OpenVINO fp32 does not qualify on this machine: the fallback is
+    tested with simulated failures)."""
     path = write_tiny_merged(tmp_path_factory.mktemp('ov') / 'tiny_merged.safetensors')
-    try:
-        pipe = TOLAPipeline.from_merged(path, backend='openvino', batch_size=2)
-    except serving.NoPathLeft as err:
-        pytest.skip(f'OpenVINO fp32 does not qualify on this machine: {err}')
-    yield path, TOLANet.load_for_inference(path), pipe
-    pipe.close()
+    said = io.StringIO()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv('XDG_CACHE_HOME', str(tmp_path_factory.mktemp('ov_cache')))
+        patch.setattr(qualification.CACHE, 'memory', {})
+        try:
+            with pytest.MonkeyPatch.context() as quick, contextlib.redirect_stderr(said):
+                quick.setattr(progress, 'LINE_SECONDS', 0.0)  # a line for every stage converted
+                pipe = TOLAPipeline.from_merged(path, backend='openvino', batch_size=2)
+        except serving.NoPathLeft as err:
+            pytest.skip(f'OpenVINO fp32 does not qualify on this machine: {err}')
+        yield path, TOLANet.load_for_inference(path), pipe, said.getvalue()
+        pipe.close()
 
 
+@pytest.mark.heavy  # the module's conversion and qualification (its fixture): a minute
 @pytest.mark.numerics
 @pytest.mark.parametrize('shape', [(2, 3, 128, 512), (1, 3, 32, 256)])  # batch and image size stay dynamic
 def test_openvino_matches_the_torch_route(converted, shape):
-    _, ref_net, pipe = converted
+    _, ref_net, pipe, _ = converted
     ov_net = pipe.net
     assert pipe.plan.backend == 'openvino' and isinstance(ov_net.stage_runner, RoutedStages)
     assert ref_net.stage_runner.dtypes is None  # not placed: its own torch runner
@@ -68,7 +79,7 @@ def test_openvino_matches_the_torch_route(converted, shape):
 def test_openvino_text_prior_matches_the_torch_route(converted, shape):
     """The text prior on OpenVINO (its encoder and greedy steps in the worker, the loop here) reads the ids of the
     torch route (fp32, incremental, stopped at END) and confidences within the qualification's bound."""
-    _, ref_net, pipe = converted
+    _, ref_net, pipe, _ = converted
     assert isinstance(pipe.net.stage_runner, RoutedStages) and pipe.net.stage_runner.text
     lq = torch.rand(*shape, generator=torch.Generator().manual_seed(7 * shape[-1]))
     ids, probs = pipe.net.decode_text(lq)
@@ -84,7 +95,7 @@ def test_openvino_text_prior_matches_the_torch_route(converted, shape):
 def test_stage_timing_reports_the_text_prior_on_openvino(converted, monkeypatch):
     """The benchmark's 'text prior' column holds the prior's time on OpenVINO: the worker's encoder and decoder
     steps run inside it."""
-    path, _, _ = converted
+    path, _, _, _ = converted
     worker_seconds = {'text': 0.0}
     real = openvino_client.OpenVINOWorker.run
 
@@ -108,7 +119,7 @@ def test_stage_timing_reports_the_text_prior_on_openvino(converted, monkeypatch)
 def test_the_plan_gives_the_stages_their_precision(converted):
     """The precisions are the plan's, given to the worker when it starts (no stage reads torch's autocast state); a
     new precision is decided again (and qualified) through the pipeline; the plan names what OpenVINO compiled."""
-    path, _, pipe = converted
+    path, _, pipe, _ = converted
     fp32 = {stage: torch.float32 for stage in pipe.plan.dtypes}
     assert pipe.plan.dtypes == fp32 and set(pipe.runtime.worker.dtypes.values()) == {torch.float32}
     with pytest.raises(ValueError, match="placed network is its runtime's decision"):
@@ -127,7 +138,7 @@ def test_the_plan_gives_the_stages_their_precision(converted):
 
 
 def test_converted_stages_are_reused(converted, monkeypatch):
-    path, _, _ = converted
+    path, _, _, _ = converted
     monkeypatch.setattr(OVS.StageCache, 'build', lambda self, *a: pytest.fail('converted again'))
     pipe = TOLAPipeline.from_merged(path, backend='openvino', batch_size=1)  # keyed by the merged file's SHA-256
     assert np.isfinite(pipe(np.zeros((32, 128, 3), np.uint8)).image).all()
@@ -137,19 +148,11 @@ def test_converted_stages_are_reused(converted, monkeypatch):
     assert os.listdir(OVS.compiled_cache_dir())  # OpenVINO's own cache of the compiled stages
 
 
-def test_the_conversion_shows_its_progress_with_the_time_left(converted, tmp_path, monkeypatch, capfd):
+def test_the_conversion_shows_its_progress_with_the_time_left(converted):
     """Converting is never a silent wait: a line before it, then (stderr not a terminal: a log) the bar's lines as
     the child converts each stage, weighted by the stage's parameters, with the time left, and the total at the
-    end."""
-    from tola_plugin.runtime.stage_source import StageSource
-    from tola_plugin.utils import progress
-    path, net, _ = converted
-    monkeypatch.setenv('XDG_CACHE_HOME', str(tmp_path))
-    monkeypatch.setattr(progress, 'LINE_SECONDS', 0.0)  # a line for every stage
-    source = StageSource(net.idm, net.vae, net.transocr, path)
-    capfd.readouterr()
-    OVS.StageCache(file_sha256(path)).build(source)
-    err = capfd.readouterr().err
+    end (what the module's conversion said)."""
+    err = converted[3]
     assert 'converting TransOCR, the IDM and the VAE for OpenVINO once for this model' in err
     steps = [line for line in err.splitlines() if line.startswith('OpenVINO conversion: ')]
     assert [s.split('(')[1].split(' done')[0] for s in steps] == list(OVS.STAGES), err
@@ -209,7 +212,7 @@ def test_stale_or_corrupt_entries_are_found(tmp_path, monkeypatch):
 
 def test_other_weights_get_their_own_entry(converted, tmp_path):
     """A merged file with other values is another key: never the stale stages of the first."""
-    path, _, _ = converted
+    path, _, _, _ = converted
     other = tmp_path / 'other.safetensors'
     net = TOLANet.from_merged(path)
     with torch.no_grad():
@@ -284,7 +287,7 @@ def test_device_backend_precision_and_tf32_are_decided_in_one_place(monkeypatch)
 
 
 def test_pipeline_uses_openvino_on_the_cpu_by_default(converted):
-    path, _, _ = converted
+    path, _, _, _ = converted
     pipe = TOLAPipeline.from_merged(path, batch_size=2)
     assert pipe.backend == 'openvino' and pipe.plan.backend == 'openvino' and pipe.device == torch.device('cpu')
     plain = TOLAPipeline.from_merged(path, backend='torch', batch_size=2)
@@ -297,7 +300,7 @@ def test_pipeline_uses_openvino_on_the_cpu_by_default(converted):
 
 
 def test_batch_size_follows_the_free_memory(converted, monkeypatch):
-    _, ref_net, _ = converted
+    _, ref_net, _, _ = converted
     per_window = batching.window_bytes(ref_net)
     assert per_window == batching.WINDOW_ACTIVATIONS * ref_net.vae.config.block_out_channels[0] * 128 * 512 * 4
     for free, expected in ((0, 1), (3 * per_window, 1), (7 * per_window, 3), (10**15, batching.MAX_AUTO_BATCH)):
