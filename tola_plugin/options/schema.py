@@ -2,9 +2,9 @@
 user registers): the known keys of the strict option check (``options/checks.py``).
 
 BasicSR's models read their options where they use them; the keys each of BasicSR 1.4.2's models reads are listed
-here (``BASICSR_MODEL_KEYS``; ``tests/test_reliability_option_schema.py`` reads BasicSR's sources and checks that
-nothing is missing). A registered model declares the keys it reads **in addition to its base classes'** as class
-attributes, next to the code that reads them::
+here (``BASICSR_MODEL_KEYS``; ``tests/test_options_reader.py::test_the_schema_covers_every_key_basicsr_reads``
+reads BasicSR's sources and checks that nothing is missing). A registered model declares the keys it reads **in
+addition to its base classes'** as class attributes, next to the code that reads them::
 
     @MODEL_REGISTRY.register()
     class TextSRModel(SRModel):

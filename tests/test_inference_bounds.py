@@ -1,7 +1,7 @@
 """Issue "Bounded inputs, outputs that never lie", the library side: one image budget read from the header before
 decoding (problems 1-2), every decoding error one "not a decodable image" failure (1), bounds of the work checked
 before it (3-4, also on the web page and in the evaluation), photos of any shape with --detect (5), one image's
-failure isolated from its batch (6), float ranges (10). The folder runs are in test_reliability_folder_run.py.
+failure isolated from its batch (6), float ranges (10). The folder runs are in test_inference_folder_run.py.
 
 Bombs are PNGs written with zlib (tests/reliability_testing.py): 3000x3000 black pixels in 9 KB, decodable, and a
 header of 40000x40000 (1.6 gigapixels) over a few rows.

@@ -6,7 +6,7 @@
 - 5, 9: every path built from user text stays in its folder and fits the file system (``utils/user_paths.py``);
 - 8: a rerun's stale-temporary sweep lists each output folder once.
 
-tola-infer runs with the identity stand-in restorer (tests/inference_testing.py), as in test_reliability_folder_run.
+tola-infer runs with the identity stand-in restorer (tests/inference_testing.py), as in test_inference_folder_run.
 """
 import contextlib
 import json

@@ -1,7 +1,7 @@
 """Issue 48, item 6: a mistake on the command line is one line naming the option and what was expected, never a
 library's error (``[Errno 2] No such file or directory: ''``), a traceback, a run that fails every image, a message
 about ranks in a one-process run or a 301-digit echo. (``train.total_iter: -5`` and ``--force_yml a=b=c``:
-tests/test_reliability_overrides.py.)"""
+tests/test_options_overrides.py.)"""
 import os
 
 import pytest
