@@ -42,7 +42,7 @@ lint: setup
 # The GPU check's end-to-end dry runs (marked gpu_dry_run: minutes each, one process apiece) run apart, in
 # test-gpu-dry-run, so that make test stays under 10 minutes on 2 cores; CI runs both.
 test: setup
-	$(PY) -m pytest -q -n 2 --dist worksteal -m "not gpu_dry_run" tests
+	$(PY) -m pytest -q -n 2 -m "not gpu_dry_run" tests
 
 test-gpu-dry-run: setup
 	$(PY) -m pytest -q -n 2 -m gpu_dry_run tests

@@ -91,24 +91,9 @@ def cuda_test_device() -> str:
     return 'cpu' if os.environ.get(CUDA_ON_CPU) == '1' else 'cuda'
 
 
-def heavy_first(items):
-    """Modules with a test marked ``heavy`` first, that test at their head, each module's tests kept together (its
-    module fixtures are made once): the workers of ``-n 2`` take the long tests early and end together, instead of
-    one running a minute-long test alone at the end (longest first is how a schedule of uneven jobs is kept short)."""
-    first_index, heavy_module = {}, set()
-    for index, item in enumerate(items):
-        first_index.setdefault(item.module, index)
-        if item.get_closest_marker('heavy') is not None:
-            heavy_module.add(item.module)
-    order = {id(item): index for index, item in enumerate(items)}
-    items.sort(key=lambda i: (i.module not in heavy_module, first_index[i.module], i.get_closest_marker('heavy') is
-                              None, order[id(i)]))
-
-
 def pytest_collection_modifyitems(config, items):
-    """Heavy tests first (``heavy_first``). Tests marked ``cuda`` are skipped, with the reason, where no CUDA GPU is
-    usable; with ``--require-cuda`` (make test-cuda: asked to test a GPU) they fail with it instead."""
-    heavy_first(items)
+    """Tests marked ``cuda`` are skipped, with the reason, where no CUDA GPU is usable; with ``--require-cuda``
+    (make test-cuda: asked to test a GPU) they fail with it instead."""
     reason = cuda_unusable()
     if not reason or cuda_test_device() == 'cpu':
         return

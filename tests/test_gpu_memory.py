@@ -131,7 +131,6 @@ def tiny_training_options():
     return opt
 
 
-@pytest.mark.heavy
 def test_estimator_is_linear_in_the_batch():
     opt = tiny_training_options()
     net, losses = M.meta_network(opt['network_g']), M.meta_losses(opt['train'])

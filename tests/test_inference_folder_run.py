@@ -321,7 +321,6 @@ def test_evaluation_csv_cells_never_start_a_formula(tmp_path):
 
 
 # ------------------------------------------------------------------- issue 43 item 1: outputs that never move
-@pytest.mark.heavy
 @pytest.mark.parametrize('backend', ['torch', pytest.param('openvino', marks=pytest.mark.openvino)])
 def test_outputs_do_not_depend_on_the_batch_size(tmp_path, backend):
     """The same folder with --batch-size 1 and 4 (and the default, from the free memory) gives the same bytes: every

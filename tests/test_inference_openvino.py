@@ -51,7 +51,6 @@ def converted(tmp_path_factory):
         pipe.close()
 
 
-@pytest.mark.heavy  # the module's conversion and qualification (its fixture): a minute
 @pytest.mark.numerics
 @pytest.mark.parametrize('shape', [(2, 3, 128, 512), (1, 3, 32, 256)])  # batch and image size stay dynamic
 def test_openvino_matches_the_torch_route(converted, shape):

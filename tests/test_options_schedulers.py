@@ -81,7 +81,6 @@ def test_resume_keeps_the_option_files_scheduler_settings():
         assert not lines  # nothing differs: nothing said
 
 
-@pytest.mark.heavy
 @pytest.mark.usefixtures('one_thread')
 def test_a_finished_run_extended_with_longer_periods_resumes(rendered_sets, tmp_path, monkeypatch, caplog):
     from tola_plugin.train import run

@@ -38,7 +38,6 @@ def verdicts(tmp_path, monkeypatch):
     monkeypatch.setattr(qualification.CACHE, 'memory', {})
 
 
-@pytest.mark.heavy
 def test_bf16_in_the_idm_is_refused_on_the_demo_model(demo, verdicts):
     """bf16 everywhere (as asked) on the demo backbone's inputs: each stage is within its own bound, as it was under
     the one uniform bound, but ẑ0 moves by several times its bound (the IDM's ε̂ error x 101.6) and the image falls
@@ -128,7 +127,6 @@ def tiny(tmp_path_factory):
 MIXED = {'vae_encoder': FP32, 'mom': BF16, 'idm': FP32, 'lrc': BF16, 'vae_decoder': BF16}
 
 
-@pytest.mark.heavy
 def test_a_plan_per_stage_is_honoured_on_torch(tiny, verdicts, monkeypatch):
     """'auto' with a precision per stage (MoM, LRC and the VAE decoder in bf16, the rest fp32): qualified in its
     child and its route, and each stage of the forward runs in its own precision, nothing else."""

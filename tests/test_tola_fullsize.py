@@ -36,7 +36,6 @@ def materialize_float64(net: torch.nn.Module, seed: int) -> torch.nn.Module:
     return net
 
 
-@pytest.mark.heavy
 @pytest.mark.numerics
 def test_full_size_default_path_equals_the_reference_route_float64():
     """Merged vs unmerged LoRA and cached vs full-prefix decoding are equal in exact arithmetic: both run in float64

@@ -182,7 +182,6 @@ def test_folder_model_runs_the_folder_measurement_alone(result, tmp_path):
         benchmark_inference.parse_args(args[:2] + ['--folder-lines', '0'])
 
 
-@pytest.mark.heavy
 def test_precision_table(tmp_path, monkeypatch):
     """``--precision-table`` (docs/inference.md, "Precision"): each stage alone, then every stage, in bf16 and fp16
     on torch and OpenVINO against fp32, and each per-stage plan's speed with its ẑ0 error; the tiny model stands in
