@@ -73,7 +73,8 @@ def run_stage(request, inputs):
     return np.array(request.infer(inputs)[0], dtype=np.float32, copy=True)
 
 
-def serve(reader: Connection, writer: Connection) -> int:
+def answer_requests(reader: Connection, writer: Connection) -> int:
+    """The parent's requests ('load', 'run' a stage, 'exit'), one reply each, until it exits or closes the pipe."""
     requests, kept = {}, {}
     while True:
         try:
@@ -108,7 +109,7 @@ def main(argv=None) -> int:
     writer = Connection(int(args[1]), readable=False)
     if mappings():  # Linux
         PageTrimmer().start()
-    return serve(reader, writer)
+    return answer_requests(reader, writer)
 
 
 if __name__ == '__main__':
