@@ -35,19 +35,19 @@ from typing import Dict, List, Optional
 
 import torch
 
-from tola_plugin.archs.precision import autocast, stage_dtypes
+from tola_plugin.archs.precision import LOW_PRECISIONS, autocast, stage_dtypes
 from tola_plugin.archs.stage_runner import StageRunner
 from tola_plugin.archs.vae_arch import LATENT_SCALE
 from tola_plugin.data.image_io import list_image_files, read_image_file
 from tola_plugin.data.text_line_source import to_canvas
 from tola_plugin.lab.benchmarks.stage_timing import STAGES, StageTimer, TimedRunner
 from tola_plugin.lab.gpu_check.configs import model_option_file
-from tola_plugin.lab.gpu_check.precision_step import LOW, compute_dtype, tf32
+from tola_plugin.lab.gpu_check.precision_step import compute_dtype, tf32
 from tola_plugin.metrics.image_metrics import float_psnr
 from tola_plugin.utils.process_tree import TreeTimeout, run_tree
 
-PRECISIONS = ('fp32', 'auto') + LOW  # tola-infer's; fp32 first: the reference
-STAGE_PRECISIONS = ('fp32', 'tf32') + LOW
+ROW_PRECISIONS = ('fp32', 'auto') + LOW_PRECISIONS  # tola-infer's; fp32 first: the reference
+STAGE_PRECISIONS = ('fp32', 'tf32') + LOW_PRECISIONS
 DRY_RUN_LINES = 1
 REFUSED = 'no path can run'  # tola-infer's error when every path of the request is outside the bounds
 RUN_TIMEOUT_S = 300
@@ -356,7 +356,7 @@ def inference_step(root: str, work: str, dry_run: bool, seconds: float = 0.0, cl
     env = dict(os.environ, OMP_NUM_THREADS='1') if dry_run else dict(os.environ)  # the tiny network: one thread
     demo, bound = export_demo_model(work), image_bound_db()
     rows, reference = [], None
-    for precision in precisions(PRECISIONS, dry_run, ('fp32', 'auto')):
+    for precision in precisions(ROW_PRECISIONS, dry_run, ('fp32', 'auto')):
         row = quality_row(demo, lines, work, device, precision, env, reference, bound)
         reference = row.get('images') if reference is None else reference
         rows.append(row)

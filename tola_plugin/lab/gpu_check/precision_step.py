@@ -16,7 +16,7 @@ from typing import Dict, List, Optional
 import cv2
 import torch
 
-from tola_plugin.archs.precision import PRECISIONS, autocast, full_precision, precision_dtype, stage_dtypes
+from tola_plugin.archs.precision import LOW_PRECISIONS, autocast, full_precision, precision_dtype, stage_dtypes
 from tola_plugin.archs.vae_arch import LATENT_SCALE
 from tola_plugin.data.image_io import read_image_file
 from tola_plugin.metrics.image_metrics import float_psnr
@@ -67,14 +67,10 @@ def degraded_lines(data: str, count: int):
     return torch.stack(lr), torch.stack(hr)
 
 
-#: the low precisions (archs.precision's explicit choices below fp32): the rows computed in autocast
-LOW = tuple(p for p in PRECISIONS if p not in ('fp32', 'auto'))
-
-
 def compute_dtype(precision: str) -> torch.dtype:
     """The autocast dtype of a row: a low precision's own; fp32 for 'fp32', 'tf32' (fp32 with TF32 matmuls) and
     'auto' (the runtime's, not an autocast dtype)."""
-    return precision_dtype(precision) if precision in LOW else torch.float32
+    return precision_dtype(precision) if precision in LOW_PRECISIONS else torch.float32
 
 
 @contextlib.contextmanager
@@ -113,7 +109,7 @@ def row_of(net, ref: Dict, lq: torch.Tensor, stage: str, precision: str) -> Dict
     sa, s1 = float(net.sqrt_alpha_bar), float(net.sqrt_one_minus_alpha_bar)
     with torch.inference_mode(), tf32(precision == 'tf32'):
         if stage == 'route':
-            switched = net.set_switches(precision=precision if precision in LOW else 'fp32')
+            switched = net.set_switches(precision=precision if precision in LOW_PRECISIONS else 'fp32')
             try:
                 out = switched(lq, noise_seeds=list(range(len(lq))), return_intermediates=True)
             finally:
