@@ -49,7 +49,8 @@ def shared_gpu_step(root: str, data: str, work: str, dry_run: bool) -> Dict:
         compare_states(os.path.join(models, f'net_g_{first}.pth'), os.path.join(models, 'net_g_latest.pth'))
         if os.path.isfile(os.path.join(models, f'net_g_{first}.pth')) else {'differ': 0})
     one = outputs['one rank resumed']
-    said = [line for line in one.splitlines() if line.startswith('error: ')]  # the rank's, before torchrun's report
+    # the rank's line, once (torchrun's failure quotes the ranks' error lines before its output's tail)
+    said = list(dict.fromkeys(line for line in one.splitlines() if line.startswith('error: ')))
     refused = (
         runs['one rank resumed'].get('failed') and len(said) == 1 and REFUSAL in said[0]
         and 'num_replicas 2 then, 1 now' in said[0] and 'exitcode  : 2' in one)
