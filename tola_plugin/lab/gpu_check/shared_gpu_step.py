@@ -53,10 +53,10 @@ def shared_gpu_step(root: str, data: str, work: str, dry_run: bool) -> Dict:
     said = list(dict.fromkeys(line for line in one.splitlines() if line.startswith('error: ')))
     refused = (
         runs['one rank resumed'].get('failed') and len(said) == 1 and REFUSAL in said[0]
-        and 'num_replicas 2 then, 1 now' in said[0] and 'exitcode  : 2' in one)
+        and 'num_replicas 2 then, 1 now' in said[0] and re.search(r'exitcode\s*:\s*2\b', one))
     shared = bool(SHARED.search(outputs['two ranks'])) if on_gpu else None
     passed = (not runs['two ranks'].get('failed') and not runs['two ranks resumed'].get('failed')
-              and resumed_from[:1] == [str(first)] and moved['differ'] > 0 and bool(refused) and shared is not False)
+              and resumed_from == [str(first)] and moved['differ'] > 0 and bool(refused) and shared is not False)
     return {
         'passed': passed, 'devices': torch.cuda.device_count() if on_gpu else 0, 'backend': 'gloo',
         'precision': common['precision'], 'gradient_checkpointing': list(CHECKPOINTABLE), 'shared_said': shared,
