@@ -2,7 +2,7 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup demo demo-baseline restore-demo web lint test test-gpu-dry-run test-cuda test-isa margins gpu-carry gpu-bundle clean
+.PHONY: setup demo demo-baseline restore-demo web lint test test-end-to-end test-gpu-dry-run test-cuda test-isa margins gpu-carry gpu-bundle clean
 
 setup: $(VENV)/.installed
 
@@ -39,10 +39,14 @@ lint: setup
 
 # Two worker processes (pytest-xdist): the suite is CPU-bound and CI has 2 cores. OpenVINO runs in worker processes
 # of its own (tola_plugin/runtime), never in a test process, so one session holds every test (docs/testing.md).
-# The GPU check's end-to-end dry runs (marked gpu_dry_run: minutes each, one process apiece) run apart, in
-# test-gpu-dry-run, so that make test stays under 10 minutes on 2 cores; CI runs both.
+# Two tiers run apart so that make test stays under 10 minutes on 2 cores; CI runs all three (tests/test_suite_tiers.py):
+# the pipelines run end to end through the launchers in processes of their own or a docs page command by command
+# (marked end_to_end: tens of seconds each), and the GPU check's carry, bundle and dry runs (marked gpu_dry_run).
 test: setup
-	$(PY) -m pytest -q -n 2 -m "not gpu_dry_run" tests
+	$(PY) -m pytest -q -n 2 -m "not gpu_dry_run and not end_to_end" tests
+
+test-end-to-end: setup
+	$(PY) -m pytest -q -n 2 -m end_to_end tests
 
 test-gpu-dry-run: setup
 	$(PY) -m pytest -q -n 2 -m gpu_dry_run tests

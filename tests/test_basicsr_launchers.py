@@ -154,6 +154,7 @@ def read_logs(folder, prefix):
     return ''.join(open(p, encoding='utf-8').read() for p in sorted(glob.glob(os.path.join(folder, f'{prefix}_*.log'))))
 
 
+@pytest.mark.end_to_end
 def test_checkout_train_py_then_python_m_resume_then_test_py(rendered_sets, tmp_path):
     """A BasicSR checkout: its train.py trains TOLA, the installed package's ``python -m basicsr.train`` resumes the
     same experiment (run from the checkout, its outputs go there), its test.py tests the result."""
@@ -205,6 +206,7 @@ def render_ctr_layout(root):
     render_pairs(os.path.join(root, 'datasets', 'CTR-TSR-Test'), 2, seed=1)
 
 
+@pytest.mark.end_to_end
 def test_side_by_side_doc_commands(tmp_path, monkeypatch, one_thread):  # noqa: F811
     """docs/baselines.md, "One comparison" and "Text-aware baselines": every command in order (TOLA and each baseline
     trained one iteration of a tiny network and tested by BasicSR's launchers), then the evaluation table."""
@@ -245,6 +247,7 @@ def test_side_by_side_doc_commands(tmp_path, monkeypatch, one_thread):  # noqa: 
     assert all(f'| {m} |' in table for m in methods)
 
 
+@pytest.mark.end_to_end
 def test_own_data_doc_commands(tmp_path, monkeypatch, capsys, caplog, one_thread):  # noqa: F811
     """docs/own_data.md as written: every command in order, from an empty folder outside the repository, with the
     shipped demo backbone and no ImageNet file (40 rendered lines instead of 200; the option files unchanged); the
@@ -412,6 +415,7 @@ def test_baseline_files_are_stock_basicsr_with_our_data(name):
     check_options(dict(opt, num_gpu=0, is_train='train' in opt, datasets=datasets))  # as parse_options would
 
 
+@pytest.mark.end_to_end
 def test_the_demo_s_plain_cnn_row_trains_tests_and_is_scored(rendered_sets, tmp_path):
     """docs/demo_backbone.md's RRDBNet row, on 8 + 2 rendered lines laid out as demo_data/: its training file (two
     iterations), its test file (the held-out lines at native size, restored x4 to the HR's size) and tola-evaluate on

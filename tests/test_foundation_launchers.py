@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 from conftest import REPO, free_port, run_launcher, write_options
@@ -34,6 +35,7 @@ def read_log(exp_dir):
     return ''.join(open(p, encoding='utf-8').read() for p in sorted(glob.glob(os.path.join(exp_dir, 'train_*.log'))))
 
 
+@pytest.mark.end_to_end
 def test_train_validate_checkpoint_resume_and_test(rendered_sets, tmp_path):
     opt_file = write_options(tmp_path / 'train.yml', tiny_options(rendered_sets, 'tiny_rrdb'))
     run_launcher(['-m', 'tola_plugin.train', '-opt', opt_file], cwd=tmp_path)
@@ -94,6 +96,7 @@ def check_ddp_run(exp, outputs):
     assert 'End of training' in log, outputs[0][0][-2000:]
 
 
+@pytest.mark.end_to_end
 def test_two_node_torchrun_gloo_ddp(rendered_sets, tmp_path):
     """Multi-node torchrun (c10d rendezvous) as two node groups of one process each on 127.0.0.1."""
     opt_file = write_options(tmp_path / 'ddp.yml', tiny_options(rendered_sets, 'tiny_rrdb_ddp', total_iter=4, freq=4))
@@ -107,6 +110,7 @@ def test_two_node_torchrun_gloo_ddp(rendered_sets, tmp_path):
     check_ddp_run(tmp_path / 'experiments' / 'tiny_rrdb_ddp', outputs)
 
 
+@pytest.mark.end_to_end
 def test_slurm_launcher_two_tasks(rendered_sets, tmp_path):
     """BasicSR's --launcher slurm: two tasks as srun starts them on two nodes (SLURM_* variables, scontrol naming
     the first host), on one machine, on the CPU."""

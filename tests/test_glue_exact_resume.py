@@ -10,11 +10,13 @@ The resumed run must skip the two batches already seen, continue every RNG strea
 global RNG; validation must not move it), cross into epoch 1 and end with exactly the uninterrupted run's
 LoRA + LRC weights. It also finds the killed run's lock and replaces it as stale.
 """
+import pytest
 import torch
 
 from tola_testing import kill_then_resume, one_thread, resume_options  # noqa: F401
 
 
+@pytest.mark.end_to_end
 def test_sigkill_between_saves_then_auto_resume_equals_an_uninterrupted_run(rendered_sets, tmp_path, monkeypatch,
                                                                             caplog, capsys, one_thread):  # noqa: F811
     log, expected, got = kill_then_resume(resume_options(rendered_sets, tmp_path), tmp_path, monkeypatch, caplog)

@@ -86,6 +86,7 @@ def hidden_fonts(tmp_path):
     return str(path)
 
 
+@pytest.mark.gpu_dry_run
 def test_the_checkout_and_its_carry_fit_a_lease_with_wheels_for_each_python(carry):
     manifest = json.loads((carry / 'MANIFEST.json').read_text(encoding='utf-8'))
     total = manifest['checkout_bytes'] + sum(B.folder_bytes(str(carry)).values())
@@ -109,6 +110,7 @@ def test_the_checkout_and_its_carry_fit_a_lease_with_wheels_for_each_python(carr
         assert len((carry / 'data' / phase / 'labels.tsv').read_text(encoding='utf-8').splitlines()) == lines
 
 
+@pytest.mark.gpu_dry_run
 def test_the_bundle_is_under_its_limit_and_its_wheels_install_for_this_python(bundle, tmp_path):
     manifest = json.loads((bundle / 'MANIFEST.json').read_text(encoding='utf-8'))
     assert manifest['bytes'] < sum(B.folder_bytes(str(bundle)).values()) <= B.LIMIT_BYTES
@@ -435,6 +437,7 @@ def test_a_signal_to_the_check_kills_the_running_step_and_reports_it_interrupted
     assert f'| {R.STEP_TITLES["smoke"]} | INTERRUPTED by {name}' in markdown
 
 
+@pytest.mark.gpu_dry_run
 def test_the_private_folder_is_keyed_by_python_and_wheels(carry, tmp_path):
     """A folder installed by another Python or from other wheels (a dry run made in the bundle) is never reused."""
     site = tmp_path / 'site'
@@ -450,6 +453,7 @@ def test_the_private_folder_is_keyed_by_python_and_wheels(carry, tmp_path):
     assert (site / 'tola_plugin_hook.pth').is_file() and (site / 'sitecustomize.py').is_file()  # the import hook
 
 
+@pytest.mark.gpu_dry_run
 def test_a_python_without_its_abi_wheels_is_refused_naming_them(carry, tmp_path):
     fake = tmp_path / 'python3.9'
     fake.write_text('#!/bin/sh\necho cp39\n')

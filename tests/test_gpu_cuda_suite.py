@@ -36,6 +36,7 @@ def test_the_200_step_check_fails_on_a_broken_route(tmp_path, monkeypatch, kind)
         test_cuda.test_200_step_route_on_cuda(tmp_path)
 
 
+@pytest.mark.end_to_end
 def test_make_test_cuda_fails_naming_why_where_no_gpu_is_usable():
     """``make test-cuda`` asked to test a GPU: on this machine (no usable CUDA) every cuda test fails with the
     reason, and make exits non-zero (it used to exit 0 with 10 skipped)."""

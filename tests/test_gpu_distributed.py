@@ -217,6 +217,7 @@ def test_launchers_destroy_the_process_group_even_after_an_error(launcher):
     assert not dist.is_initialized()
 
 
+@pytest.mark.end_to_end
 def test_a_failing_rank_ends_the_torchrun_job_without_waiting_out_a_timeout(rendered_sets, tmp_path):
     """2 ranks on gloo, rank 1 raising mid-step while rank 0 waits in the gradient all-reduce, with a
     ``destroy_process_group`` that blocks as NCCL's can: the failing rank ends at once, torchrun stops rank 0, and its

@@ -87,11 +87,13 @@ def resume_on_two_ranks(tmp_path, iters_of_rank):
     return [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
 
 
+@pytest.mark.end_to_end
 def test_every_rank_resumes_the_state_rank_zero_chose(tmp_path):
     """Rank 1 sees a newer state (6) than rank 0 (4): both resume from 4, rank 0's choice."""
     assert resume_on_two_ranks(tmp_path, [[2, 4], [2, 4, 6]]) == [{'iter': 4}, {'iter': 4}]
 
 
+@pytest.mark.end_to_end
 def test_a_rank_without_the_chosen_state_is_an_error_on_every_rank(tmp_path):
     """Rank 1's filesystem lags (its newest is 2): every rank stops with the same error naming rank 1 and 4.state."""
     results = resume_on_two_ranks(tmp_path, [[2, 4], [2]])

@@ -4,6 +4,7 @@ our test launcher with the hook switched off."""
 import glob
 import os
 
+import pytest
 import torch
 
 from conftest import free_port, run_launcher, write_options
@@ -11,6 +12,7 @@ from launcher_testing import make_checkout
 from tola_testing import REPO, load_yaml, tiny_backbone, tiny_demo_options
 
 
+@pytest.mark.end_to_end
 def test_two_process_gloo_ddp_train_validate_and_test(rendered_sets, tmp_path):
     opt = tiny_demo_options(rendered_sets, 'tola_ddp', total_iter=2, freq=2)
     opt_file = write_options(tmp_path / 'ddp.yml', opt)
