@@ -240,3 +240,78 @@ def test_processes_sharing_a_gpu_share_its_memory(monkeypatch):
     usable, where = usable_memory({'num_gpu': 1, 'dist': True})
     assert usable == int(0.9 * 80 * GIB / 2) and where == "90% of the GPU's 80.00 GiB of memory shared by 2 processes"
     assert usable_memory({'num_gpu': 1, 'dist': False})[0] == int(0.9 * 80 * GIB)
+
+
+# torch's message for a CUDA allocation that failed, as torch 2.x writes it
+TORCH_OOM = ('CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.11 GiB of which 1.25 '
+             'GiB is free. Including non-PyTorch memory, this process has 77.80 GiB memory in use. Of the allocated '
+             'memory 75.10 GiB is allocated by PyTorch. If reserved but unallocated memory is large try setting '
+             'PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.')
+SAID = ('error: out of GPU memory (CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.11 '
+        'GiB of which 1.25 GiB is free.): the run needs more of the GPU than is free (another process may hold some); '
+        'lower datasets:train:batch_size_per_gpu (train:accumulate_grad_batches keeps the batch), or set '
+        'network_g:gradient_checkpointing: [idm, vae_encoder, vae_decoder] or network_g:precision: bf16; '
+        'tola-estimate-memory -opt FILE says what fits')
+
+
+def out_of_memory_at(iteration, monkeypatch):
+    """TOLAModel's step ``iteration`` fails to allocate on the GPU (simulated on the CPU: torch's OutOfMemoryError
+    with its message, raised after the forward, as CUDA raises it)."""
+    import torch
+
+    from tola_plugin.models.tola_model import TOLAModel
+    step = TOLAModel.optimize_parameters
+
+    def step_out_of_memory(self, current_iter):
+        if current_iter == iteration:
+            self.net_g(self.lq)
+            raise torch.cuda.OutOfMemoryError(TORCH_OOM)
+        return step(self, current_iter)
+
+    monkeypatch.setattr(TOLAModel, 'optimize_parameters', step_out_of_memory)
+
+
+def test_out_of_gpu_memory_mid_run_ends_in_one_line_saying_what_to_change(rendered_sets, tmp_path, monkeypatch, capsys):
+    """Out of GPU memory at the second step (another process took memory after the start's bound): one line with
+    torch's figures and the options that make the run fit, exit status 2, no traceback; the run had started, so its
+    folder and first iteration's log stay."""
+    out_of_memory_at(2, monkeypatch)
+    code = launch(tmp_path, monkeypatch, tiny_demo_options(rendered_sets, 'oom', total_iter=3, freq=3))
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert code == 2 and err[-1] == SAID and not any('Traceback' in line for line in err), err
+    assert (tmp_path / 'experiments' / 'oom' / 'models').is_dir()
+
+
+def test_basicsr_s_own_launcher_says_the_same_line(monkeypatch, capsys):
+    """``python -m basicsr.train`` (its script's uncaught error goes to the excepthook the plugin installs): the same
+    one line and exit status; any other RuntimeError keeps its traceback (a bug)."""
+    import torch
+
+    from tola_plugin.basicsr_glue import launchers
+    from tola_plugin.utils import cli_errors
+    exits = []
+    monkeypatch.setattr(sys, 'excepthook', lambda *args: exits.append('traceback'))
+    monkeypatch.setattr(cli_errors.os, '_exit', exits.append)
+    monkeypatch.setattr(launchers, '_end_after_error', lambda: exits.append('cleaned'))
+    cli_errors.install_excepthook(launchers._end_after_error, translate=launchers.out_of_gpu_memory)
+    error = torch.cuda.OutOfMemoryError(TORCH_OOM)
+    sys.excepthook(type(error), error, None)
+    assert capsys.readouterr().err.strip() == SAID and exits == ['cleaned', 2]
+    exits.clear()
+    error = RuntimeError('CUDA error: an illegal memory access was encountered')
+    sys.excepthook(type(error), error, None)
+    assert exits == ['traceback']
+
+
+@pytest.mark.parametrize('message, told', [
+    (TORCH_OOM, True),
+    ('cuDNN error: CUDNN_STATUS_ALLOC_FAILED', True),
+    ('CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`', True),
+    ('CUDA error: an illegal memory access was encountered', False),
+])
+def test_what_counts_as_out_of_gpu_memory(message, told):
+    from tola_plugin.basicsr_glue.resource_bounds import out_of_gpu_memory
+    said = out_of_gpu_memory(RuntimeError(message))
+    assert (said is not None) == told
+    if told:
+        assert str(said).startswith(f'out of GPU memory ({message[:40]}') and 'batch_size_per_gpu' in str(said)

@@ -218,17 +218,25 @@ def test_launchers_destroy_the_process_group_even_after_an_error(launcher):
 
 
 @pytest.mark.end_to_end
-def test_a_failing_rank_ends_the_torchrun_job_without_waiting_out_a_timeout(rendered_sets, tmp_path):
-    """2 ranks on gloo, rank 1 raising mid-step while rank 0 waits in the gradient all-reduce, with a
-    ``destroy_process_group`` that blocks as NCCL's can: the failing rank ends at once, torchrun stops rank 0, and its
-    summary names the error. Whatever else could end the job takes an hour (that blocked call, the process group's
-    timeout rank 0 waits in): a job that ends within the test's 10 minutes ended at the failure, and no load on the
-    machine can make it look as if it had not."""
+@pytest.mark.parametrize('kind, error, cause', [
+    ('error', 'planted failure of rank 1 at iteration 2', 'planted failure of rank 1 at iteration 2'),
+    ('oom', 'out of GPU memory (CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has a total capacity of 79.11 '
+     'GiB of which 1.25 GiB is free.): the run needs more of the GPU than is free',
+     'OutOfMemoryError: CUDA out of memory'),
+])
+def test_a_failing_rank_ends_the_torchrun_job_without_waiting_out_a_timeout(rendered_sets, tmp_path, kind, error,
+                                                                            cause):
+    """2 ranks on gloo, rank 1 raising mid-step (a bug, or out of GPU memory) while rank 0 waits in the gradient
+    all-reduce, with a ``destroy_process_group`` that blocks as NCCL's can: the failing rank ends at once, naming the
+    error (out of memory: in one line saying what to change), torchrun stops rank 0, and its summary names the error.
+    Whatever else could end the job takes an hour (that blocked call, the process group's timeout rank 0 waits in): a
+    job that ends within the test's 10 minutes ended at the failure, and no load on the machine can make it look as if
+    it had not."""
     opt = tiny_demo_options(rendered_sets, 'tola_fail', total_iter=4, freq=4)
     opt['dist_params']['timeout_minutes'] = 60  # the wait a launcher that missed the failure would end in
     proc = subprocess.Popen([
         sys.executable, '-m', 'torch.distributed.run', '--nproc_per_node=2', f'--master_port={free_port()}',
-        os.path.join(TESTS, 'train_then_raise.py'), '1', '2', '-opt',
+        os.path.join(TESTS, 'train_then_raise.py'), '1', '2', kind, '-opt',
         write_options(tmp_path / 'fail.yml', opt), '--launcher', 'pytorch'
     ], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
                             env=dict(os.environ, OMP_NUM_THREADS='1'))
@@ -239,10 +247,11 @@ def test_a_failing_rank_ends_the_torchrun_job_without_waiting_out_a_timeout(rend
         _, stderr = proc.communicate()
         pytest.fail(f'the job was still running after 600 s, waiting out a timeout:\n{stderr[-3000:]}')
     assert proc.returncode != 0, f'exit status {proc.returncode}'
-    error = 'planted failure of rank 1 at iteration 2'
     assert f'error: rank 1 of 2 failed: {error}' in stderr
+    ranks = stderr[:stderr.index('failed (exitcode')]  # before torchrun's own lines
+    assert ('Traceback' in ranks) == (kind == 'error')  # a bug's traceback; out of memory is the options' to fix
     root_cause = stderr[stderr.index('Root Cause'):]
-    assert 'rank      : 1' in root_cause and error in root_cause, root_cause  # torchrun's summary names it
+    assert 'rank      : 1' in root_cause and cause in root_cause, root_cause  # torchrun's summary names it
 
 
 def test_data_parallel_refused_for_frozen_backbones():

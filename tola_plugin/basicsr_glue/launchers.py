@@ -21,6 +21,7 @@ from basicsr.utils import make_exp_dirs as _original_make_exp_dirs
 
 from tola_plugin.basicsr_glue import distributed, failed_start
 from tola_plugin.basicsr_glue.option_parsing import read_options
+from tola_plugin.basicsr_glue.resource_bounds import out_of_gpu_memory
 from tola_plugin.basicsr_glue.resume_state import load_resume_state
 from tola_plugin.options.start_checks import check_data_paths
 from tola_plugin.utils import run_lock
@@ -56,8 +57,8 @@ def run_pipeline(pipeline) -> int:
     tola_plugin.train`` / ``.test`` do: every ``torch.load`` weights-only; afterwards the run's locks are released and
     a distributed run's process group destroyed (torchrun / srun: NCCL warns, and may leak, when a group is never
     destroyed). A rank of several that raises ends its process at once instead, naming the error
-    (``distributed.end_failed_rank``: destroying the group could wait on the other ranks for the whole timeout).
-    -> 0."""
+    (``distributed.end_failed_rank``: destroying the group could wait on the other ranks for the whole timeout); out
+    of GPU memory is one line saying what to change (``resource_bounds.out_of_gpu_memory``). -> 0."""
     failed_start.reset()
     try:
         with weights_only_loads():
@@ -65,8 +66,11 @@ def run_pipeline(pipeline) -> int:
     except Exception as err:
         run_lock.release_all()
         failed_start.clean_up()  # a start that failed leaves no experiments/<name>/, tb_logger/<name>/
+        told = out_of_gpu_memory(err)  # one line saying what to change, not a traceback
         if distributed.distributed_world() > 1:
-            distributed.end_failed_rank(err)
+            distributed.end_failed_rank(told or err)
+        if told:
+            raise told from err
         raise
     finally:
         run_lock.release_all()
@@ -131,7 +135,7 @@ def _adopt_launcher_script(namespace: dict, root_path: str) -> str:
         return root_path  # not a launcher (e.g. a test calling parse_options)
     _give_launcher_our_functions(namespace)
     if namespace.get('__name__') == '__main__':  # BasicSR's own script: no run_tool around it
-        install_excepthook(_end_after_error)
+        install_excepthook(_end_after_error, translate=out_of_gpu_memory)
     if not _installed_package_root(root_path):
         return root_path
     cwd = os.getcwd()

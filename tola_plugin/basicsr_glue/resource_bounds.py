@@ -13,6 +13,9 @@
 -   Workers: ``num_worker_per_gpu`` beyond the cores this process may run on (shared by its GPUs and the local
     processes) only adds processes and memory; it is capped there with a warning (the plugin's datasets draw per
     sample, not per worker, so the samples do not change; BasicSR's own seed per worker id).
+-   Out of GPU memory during the run (``out_of_gpu_memory``: another process took some, fragmentation, a longer
+    line than the bound measured): the launchers end with one line naming torch's figures and the options that make
+    the run fit, instead of a traceback; a rank of several ends the job with it (``launchers.run_pipeline``).
 -   ``dataset_enlarge_ratio``: every epoch the sampler holds ``len(dataset) * ratio`` indices (``BYTES_PER_INDEX``
     each): refused at start when even one sample's would not fit, and when the sampler is made (the dataset's length
     known; a failed start removes its folders) when they do not.
@@ -227,6 +230,32 @@ def logger_left_unset():
             basicsr_logger.initialized_logger.pop('basicsr', None)
             log.handlers[:], log.propagate = handlers, propagate
             log.setLevel(level)
+
+
+class GPUMemoryError(OptionError):
+    """The run asked more of its GPU than was free (one line, exit status 2: the options must change)."""
+
+
+def is_out_of_device_memory(err: BaseException) -> bool:
+    """Whether ``err`` is an allocation failure on a GPU: torch's OutOfMemoryError, or cuDNN/cuBLAS failing to
+    allocate a workspace (a RuntimeError naming it)."""
+    text = str(err)
+    return isinstance(err, torch.cuda.OutOfMemoryError) or isinstance(err, RuntimeError) and any(
+        s in text for s in ('out of memory', 'CUDNN_STATUS_ALLOC_FAILED', 'CUBLAS_STATUS_ALLOC_FAILED'))
+
+
+def out_of_gpu_memory(err: BaseException) -> Optional[GPUMemoryError]:
+    """A GPUMemoryError saying what to change, for an allocation failure on a GPU (``is_out_of_device_memory``);
+    None for any other error. torch's figures are kept up to its 'is free.' (what was asked, the GPU, what is free)."""
+    if not is_out_of_device_memory(err):
+        return None
+    text = ' '.join(str(err).split())
+    figures = text[:text.index('is free.') + len('is free.')] if 'is free.' in text else text[:300]
+    return GPUMemoryError(
+        f'out of GPU memory ({figures}): the run needs more of the GPU than is free (another process may hold some); '
+        'lower datasets:train:batch_size_per_gpu (train:accumulate_grad_batches keeps the batch), or set '
+        'network_g:gradient_checkpointing: [idm, vae_encoder, vae_decoder] or network_g:precision: bf16; '
+        'tola-estimate-memory -opt FILE says what fits')
 
 
 def bound_resources(opt: Mapping) -> None:

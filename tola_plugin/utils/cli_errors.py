@@ -69,13 +69,17 @@ def run_checked(main: Callable[[], Optional[int]], debug: bool):
         sys.exit(USAGE_EXIT_STATUS)
 
 
-def install_excepthook(cleanup: Callable[[], None]) -> None:
+def install_excepthook(cleanup: Callable[[], None],
+                       translate: Callable[[BaseException], Optional[BaseException]] = lambda err: None) -> None:
     """For a script whose ``main`` is not ours (BasicSR's launchers): an uncaught ValueError, KeyError or OSError
-    ends the process as ``run_tool`` would (one line, exit status 2, after ``cleanup`` and the logs' flush), unless
-    ``--debug``; anything else keeps Python's traceback."""
+    (or an error ``translate`` turns into one) ends the process as ``run_tool`` would (one line, exit status 2, after
+    ``cleanup`` and the logs' flush), unless ``--debug``; anything else keeps Python's traceback."""
     previous = sys.excepthook
 
     def one_line(kind, err, traceback):
+        told = None if debug_requested() else translate(err)
+        if told is not None:
+            kind, err = type(told), told
         if not issubclass(kind, INPUT_ERRORS) or debug_requested():
             return previous(kind, err, traceback)
         say(error_line(err))

@@ -10,11 +10,12 @@ the CPU (one iteration of 32x128 lines), where no peak is read."""
 import gc
 import statistics
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 import torch
 
 from tola_plugin.archs.tola_adaptation import CHECKPOINTABLE
+from tola_plugin.basicsr_glue.resource_bounds import is_out_of_device_memory
 from tola_plugin.lab.gpu_check.configs import training_options
 from tola_plugin.models.memory_estimate import GIB, estimate
 from tola_plugin.utils import cuda_math
@@ -48,16 +49,6 @@ def predicted_bytes(result: Dict, parts, batch: int) -> int:
     return fixed + batch * row['per_sample_bytes']
 
 
-def failure_kind(err: RuntimeError) -> Optional[str]:
-    """'out of memory' for an allocation failure (torch's OutOfMemoryError, or cuDNN/cuBLAS failing to allocate its
-    workspace), None for any other error."""
-    text = str(err)
-    if isinstance(err, torch.cuda.OutOfMemoryError) or any(
-            s in text for s in ('out of memory', 'CUDNN_STATUS_ALLOC_FAILED', 'CUBLAS_STATUS_ALLOC_FAILED')):
-        return 'out of memory'
-    return None
-
-
 def measure(model, batch: Dict, precision: str, tf32: bool, parts, iterations: int, device: torch.device) -> Dict:
     """Peak memory and seconds of ``iterations`` optimizer steps of ``model`` in one configuration; the peak is
     reset after the first (warm-up) iteration, whose seconds (cuDNN's trials) are reported apart."""
@@ -81,8 +72,8 @@ def measure(model, batch: Dict, precision: str, tf32: bool, parts, iterations: i
         if cuda:
             peak = torch.cuda.max_memory_allocated(device)
     except RuntimeError as err:
-        kind = failure_kind(err)
-        return {'out_of_memory' if kind else 'error': f'{type(err).__name__}: {str(err).splitlines()[0][:300]}'}
+        kind = 'out_of_memory' if is_out_of_device_memory(err) else 'error'
+        return {kind: f'{type(err).__name__}: {str(err).splitlines()[0][:300]}'}
     finally:
         model.optimizer_g.zero_grad(set_to_none=True)
         model.output = None

@@ -56,7 +56,8 @@ NOT_TESTED = (
     'more than one node (torchrun across machines, slurm)', 'the official DiffTSR and TransOCR weights (they cannot '
     'travel: the full-size backbone here has random weights; quality on a GPU is judged on the demo backbone)',
     'the paper\'s full training (100K iterations, batch 64 on 4 GPUs): minutes of it at most',
-    'an out-of-memory error on one rank of many (the launchers bound memory at start: docs/reliability.md)')
+    'a real out-of-memory error on one rank of many (simulated on the CPU: the rank ends the job in one line saying '
+    'what to change, tests/test_gpu_distributed.py; the launchers bound memory at start: docs/reliability.md)')
 
 
 def announce(message: str) -> None:
