@@ -207,7 +207,9 @@ def test_training_stops_at_its_deadline_keeps_the_stage_and_resumes_it(tmp_path,
     folder = tmp_path / 'shipped'
     folder.mkdir()
     shutil.copy(os.path.join(os.path.dirname(demo_checkpoint_paths()[0]), 'manifest.json'), folder)
+    before = json.loads((folder / 'manifest.json').read_text(encoding='utf-8')).get('continued', {}).get('transocr')
     record = install_transocr(write_options(tmp_path / 'on.yml', dict(options, work_dir=work)), 'cmd', str(folder))
+    assert record['previous'] == before  # the shipped one's record, kept with the one replacing it
     stored = load_file(str(folder / TRANSOCR_FILE))
     assert all(t.dtype == torch.float16 for t in stored.values() if t.is_floating_point())
     manifest = json.loads((folder / 'manifest.json').read_text(encoding='utf-8'))

@@ -75,7 +75,8 @@ def install_backbone(state: str, folder: Optional[str] = None, command: str = ''
 def install_transocr(opt_path: str, command: str = '', folder: Optional[str] = None) -> Dict:
     """The TransOCR of the run of ``opt_path`` (its work_dir's stage file, finished or stopped at its deadline) as the
     shipped one in ``folder`` (default: the package's), float16; its accuracy on the run's held-out pool measured on
-    the stored file; recorded under the manifest's ``continued``. -> that record."""
+    the stored file; recorded under the manifest's ``continued`` (the record it replaces under its ``previous``). -> that
+    record."""
     from tola_plugin.archs.backbone_builder import load_transocr
     from tola_plugin.lab.demo.pool import build_pool
     from tola_plugin.lab.demo.scores import transocr_accuracy
@@ -100,7 +101,8 @@ def install_transocr(opt_path: str, command: str = '', folder: Optional[str] = N
                   val_acc_hr=transocr_accuracy(ocr, val.hr,
                                                val.labels), val_acc_lr=transocr_accuracy(ocr, val.lr, val.labels))
     manifest = read_json_dict(os.path.join(folder, MANIFEST_FILE))
-    manifest.setdefault('continued', {})['transocr'] = record
+    record['previous'] = manifest.setdefault('continued', {}).get('transocr')  # the one it replaces, with its history
+    manifest['continued']['transocr'] = record
     manifest['file_mb'][TRANSOCR_FILE] = round(os.path.getsize(os.path.join(folder, TRANSOCR_FILE)) / 1e6, 3)
     with open(os.path.join(folder, MANIFEST_FILE), 'w', encoding='utf-8') as f:
         json.dump(manifest, f, indent=1, ensure_ascii=False)
