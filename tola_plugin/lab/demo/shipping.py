@@ -75,7 +75,7 @@ def install_backbone(state: str, folder: Optional[str] = None, command: str = ''
 def install_transocr(opt_path: str, command: str = '', folder: Optional[str] = None) -> Dict:
     """The TransOCR of the run of ``opt_path`` (its work_dir's stage file, finished or stopped at its deadline) as the
     shipped one in ``folder`` (default: the package's), float16; its accuracy on the run's held-out pool measured on
-    the stored file; recorded under the manifest's ``continued`` (the record it replaces under its ``previous``). -> that
+    the stored file; recorded under the manifest's ``continued`` (the record it replaces under ``previous``). -> that
     record."""
     from tola_plugin.archs.backbone_builder import load_transocr
     from tola_plugin.lab.demo.pool import build_pool
