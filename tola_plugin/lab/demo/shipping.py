@@ -74,9 +74,8 @@ def install_backbone(state: str, folder: Optional[str] = None, command: str = ''
 
 def install_transocr(opt_path: str, command: str = '', folder: Optional[str] = None) -> Dict:
     """The TransOCR of the run of ``opt_path`` (its work_dir's stage file, finished or stopped at its deadline) as the
-    shipped one in ``folder`` (default: the package's), float16; its accuracy on the run's held-out pool measured on
-    the stored file; recorded under the manifest's ``continued`` (the record it replaces under ``previous``). -> that
-    record."""
+    shipped one in ``folder`` (default: the package's), float16, measured on the run's held-out pool as stored, and
+    recorded in the manifest's ``continued`` (with the record it replaces as ``previous``). -> that record."""
     from tola_plugin.archs.backbone_builder import load_transocr
     from tola_plugin.lab.demo.pool import build_pool
     from tola_plugin.lab.demo.scores import transocr_accuracy
@@ -95,14 +94,13 @@ def install_transocr(opt_path: str, command: str = '', folder: Optional[str] = N
         chinese_chars=data.get('chinese_chars'), degradation=data.get('degradation'),
         category_probs=data.get('category_probs'), fonts=data.get('fonts'))
     ocr = load_transocr(os.path.join(folder, TRANSOCR_FILE))
-    record = dict({k: v
-                   for k, v in stages[key].items() if k not in ('inputs', 'made_with')}, option_file=opt_path,
-                  command=command, source=source, stored='float16', date=datetime.date.today().isoformat(),
-                  val_acc_hr=transocr_accuracy(ocr, val.hr,
-                                               val.labels), val_acc_lr=transocr_accuracy(ocr, val.lr, val.labels))
+    kept = {k: v for k, v in stages[key].items() if k not in ('inputs', 'made_with')}
+    record = dict(kept, option_file=opt_path, command=command, source=source, stored='float16',
+                  date=datetime.date.today().isoformat(), val_acc_hr=transocr_accuracy(ocr, val.hr, val.labels),
+                  val_acc_lr=transocr_accuracy(ocr, val.lr, val.labels))
     manifest = read_json_dict(os.path.join(folder, MANIFEST_FILE))
-    record['previous'] = manifest.setdefault('continued', {}).get('transocr')  # the one it replaces, with its history
-    manifest['continued']['transocr'] = record
+    continued = manifest.setdefault('continued', {})
+    record['previous'], continued['transocr'] = continued.get('transocr'), record
     manifest['file_mb'][TRANSOCR_FILE] = round(os.path.getsize(os.path.join(folder, TRANSOCR_FILE)) / 1e6, 3)
     with open(os.path.join(folder, MANIFEST_FILE), 'w', encoding='utf-8') as f:
         json.dump(manifest, f, indent=1, ensure_ascii=False)
