@@ -20,34 +20,29 @@ from tola_plugin.ocr.transocr_recognizer import read_text
 from tola_testing import REPO, load_yaml, one_thread  # noqa: F401  (fixture)
 
 LINES = 6  # the first of make demo's 32 held-out lines
-READ_LINES = 12  # the first lines the text prior reads (TransOCR alone is cheap)
 TEST_OPTIONS = os.path.join(REPO, 'options', 'demo', 'test_TOLA_demo.yml')
 
 
 @pytest.fixture(scope='module')
 def restored(tmp_path_factory, one_thread):  # noqa: F811
-    """(LR, TOLA, HR) uint8 RGB images of the first ``LINES`` held-out lines, and what the shipped TransOCR reads of
-    the first ``READ_LINES`` LR lines (hits, lines)."""
+    """(LR, TOLA, HR) uint8 RGB images of the first ``LINES`` held-out lines."""
     from basicsr.archs import build_network
 
     from tola_plugin.data.text_degradation_dataset import TextDegradationDataset
     opt = load_yaml(TEST_OPTIONS)
     folder = str(tmp_path_factory.mktemp('held_out'))
-    write_rendered_lines(READ_LINES, seed=1, out=folder, chinese_chars='demo')  # make demo: --num 32 --seed 1
+    write_rendered_lines(LINES, seed=1, out=folder, chinese_chars='demo')  # make demo: --num 32 --seed 1, first ones
     data = dict(opt['datasets']['test_1'], dataroot_gt=folder, labels=os.path.join(folder, 'labels.tsv'), phase='val',
                 scale=1)
     dataset = TextDegradationDataset(data)
     net = build_network(opt['network_g']).eval()
     net.load_adaptation_checkpoint('demo')
-    items = [dataset[i] for i in range(READ_LINES)]
+    items = [dataset[i] for i in range(LINES)]
     lq = torch.stack([it['lq'] for it in items])
-    seeds = [image_noise_seed(os.path.basename(it['lq_path']), opt['val']['noise_seed']) for it in items[:LINES]]
+    seeds = [image_noise_seed(os.path.basename(it['lq_path']), opt['val']['noise_seed']) for it in items]
     with torch.no_grad():
-        out = net(lq[:LINES], noise_seeds=seeds)
-        reads = read_text(net.transocr, lq)
-    hits = sum(normalize(r.text, lower=True) == normalize(it['text'], lower=True) for r, it in zip(reads, items))
-    gt = torch.stack([it['gt'] for it in items[:LINES]])
-    return tensor_to_uint8(lq[:LINES]), tensor_to_uint8(out), tensor_to_uint8(gt), (hits, len(items))
+        out = net(lq, noise_seeds=seeds)
+    return tensor_to_uint8(lq), tensor_to_uint8(out), tensor_to_uint8(torch.stack([it['gt'] for it in items]))
 
 
 def ssim_y8(pred: np.ndarray, ref: np.ndarray) -> float:
@@ -60,7 +55,7 @@ def test_the_shipped_model_restores_held_out_lines_as_its_record_says(restored):
     """Structure (SSIM) above the input on these lines, as on all 32; PSNR at least the record's gain on 32 lines less
     0.5 dB (six lines scatter around the mean of 32 by tenths of a dB; one forward pass's float32 rounding by far less
     than 0.01 dB), so a change that made the model fall further below its input fails here."""
-    lr, tola, hr, _ = restored
+    lr, tola, hr = restored
     psnr = {k: np.mean([psnr_y8(a, b) for a, b in zip(v, hr)]) for k, v in (('LR', lr), ('TOLA', tola))}
     ssim = {k: np.mean([ssim_y8(a, b) for a, b in zip(v, hr)]) for k, v in (('LR', lr), ('TOLA', tola))}
     recorded = demo_adaptation_record()['held_out']
@@ -70,11 +65,26 @@ def test_the_shipped_model_restores_held_out_lines_as_its_record_says(restored):
     assert psnr['TOLA'] - psnr['LR'] >= gain - 0.5, (psnr, gain)
 
 
-def test_the_shipped_text_prior_reads_held_out_lines(restored):
-    """The TransOCR shipped reads LR lines it never saw (the issue's target: half of the backbone's 64 held-out LR
-    lines; 0.41 of make demo's 32, as recorded): at least a third of these twelve (it reads 5; the ones it reads with
-    confidence 0.80-1.00, so one forward pass's rounding cannot flip them); the one shipped before it reads 3."""
-    hits, lines = restored[3]
-    recorded = demo_adaptation_record()['held_out']['LR']['t_acc']
-    assert recorded >= 0.4, recorded
-    assert hits >= lines / 3, (hits, lines)
+def test_the_shipped_text_prior_reads_held_out_lines(tmp_path, one_thread):  # noqa: F811
+    """The TransOCR shipped (the text prior) reads LR lines it never saw: make demo's 32 held-out lines degraded x4,
+    rendered in the one CJK font make setup installs (WenQuanYi Micro Hei; which lines read depends on the fonts, and
+    a machine may have others). It reads 11 (0.34: one font of the three it was trained on; 0.41 of the lines in all
+    three, as its record says), the one shipped before it 7: fewer than 9 fails. The lines it reads it reads with
+    confidence 0.8-1.0, so one forward pass's rounding cannot unread them."""
+    from tola_plugin.archs.backbone_builder import load_transocr
+    from tola_plugin.checkpoints.demo_backbone import demo_checkpoint_paths
+    from tola_plugin.data.text_degradation_dataset import TextDegradationDataset
+    from tola_plugin.data.text_render import system_cjk_fonts
+    fonts = [f for f in system_cjk_fonts() if os.path.basename(f) == 'wqy-microhei.ttc']
+    assert fonts, 'no wqy-microhei.ttc (fc-list :lang=zh): make setup installs it (fonts-wqy-microhei)'
+    write_rendered_lines(32, seed=1, out=str(tmp_path), chinese_chars='demo', fonts=fonts)
+    data = dict(
+        load_yaml(TEST_OPTIONS)['datasets']['test_1'], dataroot_gt=str(tmp_path), labels=str(tmp_path / 'labels.tsv'),
+        phase='val', scale=1)
+    dataset = TextDegradationDataset(data)
+    items = [dataset[i] for i in range(len(dataset))]
+    with torch.no_grad():
+        reads = read_text(load_transocr(demo_checkpoint_paths()[1]).eval(), torch.stack([it['lq'] for it in items]))
+    hits = sum(normalize(r.text, lower=True) == normalize(it['text'], lower=True) for r, it in zip(reads, items))
+    assert demo_adaptation_record()['held_out']['LR']['t_acc'] >= 0.4  # what the package claims of make demo's lines
+    assert hits >= 9, f'{hits} of 32 read'
