@@ -249,9 +249,9 @@ TORCH_OOM = ('CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total 
              'PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation.')
 SAID = ('error: out of GPU memory (CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.11 '
         'GiB of which 1.25 GiB is free.): the run needs more of the GPU than is free (another process may hold some); '
-        'network_g:precision: bf16 needs less; a training run also fits with a lower datasets:train:batch_size_per_gpu '
-        '(train:accumulate_grad_batches keeps the batch) or network_g:gradient_checkpointing: [idm, vae_encoder, '
-        'vae_decoder]; tola-estimate-memory -opt FILE says what fits')
+        'a training run fits with a lower datasets:train:batch_size_per_gpu (train:accumulate_grad_batches keeps the '
+        'batch), network_g:gradient_checkpointing: [idm, vae_encoder, vae_decoder] or network_g:precision: bf16, a '
+        'test run with smaller images; tola-estimate-memory -opt FILE says what fits')
 
 
 def out_of_memory_at(iteration, monkeypatch):

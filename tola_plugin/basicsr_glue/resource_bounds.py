@@ -253,9 +253,9 @@ def out_of_gpu_memory(err: BaseException) -> Optional[GPUMemoryError]:
     figures = text[:text.index('is free.') + len('is free.')] if 'is free.' in text else text[:300]
     return GPUMemoryError(
         f'out of GPU memory ({figures}): the run needs more of the GPU than is free (another process may hold some); '
-        'network_g:precision: bf16 needs less; a training run also fits with a lower datasets:train:batch_size_per_gpu '
-        '(train:accumulate_grad_batches keeps the batch) or network_g:gradient_checkpointing: [idm, vae_encoder, '
-        'vae_decoder]; tola-estimate-memory -opt FILE says what fits')
+        'a training run fits with a lower datasets:train:batch_size_per_gpu (train:accumulate_grad_batches keeps the '
+        'batch), network_g:gradient_checkpointing: [idm, vae_encoder, vae_decoder] or network_g:precision: bf16, a '
+        'test run with smaller images; tola-estimate-memory -opt FILE says what fits')
 
 
 def bound_resources(opt: Mapping) -> None:
