@@ -31,7 +31,7 @@ import sys
 import traceback
 from typing import Dict, Mapping, Optional
 
-from tola_plugin.options.dist_params import BACKENDS
+from tola_plugin.options.dist_params import PROCESS_GROUP_BACKENDS
 from tola_plugin.utils.cli_errors import INPUT_ERRORS, USAGE_EXIT_STATUS, error_line
 from tola_plugin.utils.procfs import nvidia_driver_version  # noqa: F401  (callers and tests use it from here)
 from tola_plugin.utils.user_text import say
@@ -42,8 +42,8 @@ def process_group_backend(num_gpu: int, requested: Optional[str] = None) -> str:
     overrides it, except nccl for a CPU model (NCCL moves CUDA tensors only)."""
     if requested is None:
         return 'nccl' if num_gpu > 0 else 'gloo'
-    if requested not in BACKENDS:
-        raise ValueError(f'dist_params.backend: expected one of {BACKENDS} (or leave it out), got {requested!r}')
+    if requested not in PROCESS_GROUP_BACKENDS:
+        raise ValueError(f'dist_params.backend: expected one of {PROCESS_GROUP_BACKENDS} or none, got {requested!r}')
     if requested == 'nccl' and num_gpu == 0:
         raise ValueError('dist_params.backend: nccl needs the model on CUDA, but num_gpu is 0 (this run trains on the '
                          'CPU): use gloo or leave dist_params.backend out (nccl on CUDA, gloo on the CPU)')

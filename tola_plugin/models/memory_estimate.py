@@ -143,7 +143,7 @@ def training_iteration(net: TOLANet, losses: Mapping[str, nn.Module], batch: int
     return total
 
 
-def stage_modules(net: TOLANet, losses: Mapping[str, nn.Module]) -> Dict[nn.Module, str]:
+def module_stages(net: TOLANet, losses: Mapping[str, nn.Module]) -> Dict[nn.Module, str]:
     stages = {net.vae.encoder: 'VAE encoder', net.idm: 'IDM', net.vae.decoder: 'VAE decoder'}
     if net.lrc is not None:
         stages[net.lrc] = 'LRC'
@@ -157,7 +157,7 @@ def stage_modules(net: TOLANet, losses: Mapping[str, nn.Module]) -> Dict[nn.Modu
 def saved_activations(net: TOLANet, losses: Mapping[str, nn.Module], size: Sequence[int],
                       batch: int = 1) -> Dict[str, int]:
     """Bytes autograd keeps for the backward pass of one iteration on ``batch`` samples, by stage."""
-    counter = SavedTensors(stage_modules(net, losses), parameter_storages(net, *losses.values()))
+    counter = SavedTensors(module_stages(net, losses), parameter_storages(net, *losses.values()))
     with counter():
         training_iteration(net, losses, batch, size, backward=False)
     return dict(counter.by_stage)

@@ -35,7 +35,7 @@ from basicsr.models.base_model import BaseModel
 from basicsr.utils.registry import ARCH_REGISTRY, DATASET_REGISTRY, LOSS_REGISTRY, METRIC_REGISTRY, MODEL_REGISTRY
 
 from tola_plugin.options import schema
-from tola_plugin.options.dist_params import BACKENDS, DIST_PARAMS_KEYS, process_group_timeout
+from tola_plugin.options.dist_params import DIST_PARAMS_KEYS, PROCESS_GROUP_BACKENDS, process_group_timeout
 from tola_plugin.options.reader import OptionError
 from tola_plugin.utils.devices import cuda_device_count
 from tola_plugin.utils.user_paths import check_name
@@ -515,9 +515,9 @@ def check_run_options(opt: Mapping) -> None:
     if not isinstance(params, Mapping):
         raise OptionError(f'dist_params: expected a mapping, got {type(params).__name__}')
     check_keys(params, DIST_PARAMS_KEYS, 'dist_params', 'the process group')
-    if params.get('backend') is not None and params['backend'] not in BACKENDS:
-        raise OptionError(f'dist_params.backend: expected one of {BACKENDS} (or leave it out: nccl on CUDA, gloo on '
-                          f'the CPU), got {params["backend"]!r}')
+    if params.get('backend') is not None and params['backend'] not in PROCESS_GROUP_BACKENDS:
+        raise OptionError(f'dist_params.backend: expected one of {PROCESS_GROUP_BACKENDS} (or none: nccl on CUDA, gloo '
+                          f'on the CPU), got {params["backend"]!r}')
     port = params.get('port')
     if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536):
         raise OptionError(f'dist_params.port: expected a TCP port number, got {port!r}')

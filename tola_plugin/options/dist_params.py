@@ -11,7 +11,7 @@ import datetime
 from typing import Mapping, Optional
 
 DEFAULT_TIMEOUT_MINUTES = 60
-BACKENDS = ('nccl', 'gloo')
+PROCESS_GROUP_BACKENDS = ('nccl', 'gloo')
 DIST_PARAMS_KEYS = ('backend', 'port', 'timeout_minutes')
 
 

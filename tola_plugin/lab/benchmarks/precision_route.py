@@ -25,7 +25,7 @@ from tola_plugin.runtime.plan import FP32, BackendPrecision
 from tola_plugin.runtime.serving import Runtime
 from tola_plugin.utils import procfs
 
-BACKENDS = ('torch', 'openvino')
+TABLE_BACKENDS = ('torch', 'openvino')  # the engines the precision table measures (not runtime.plan.BACKENDS' choices)
 LOW = (torch.bfloat16, torch.float16)
 ALL = 'all'  # the row of a precision on every stage (``BackendPrecision.uniform``: the VAE decoder fp32 under fp16)
 
@@ -74,7 +74,7 @@ def which_stage(path: BackendPrecision) -> str:
     return low[0] if len(low) == 1 and path != BackendPrecision.uniform(path.backend, path.dtypes[low[0]]) else ALL
 
 
-def error_table(net, lq: torch.Tensor, hr: Optional[torch.Tensor] = None, backends: Sequence[str] = BACKENDS,
+def error_table(net, lq: torch.Tensor, hr: Optional[torch.Tensor] = None, backends: Sequence[str] = TABLE_BACKENDS,
                 precisions: Sequence[torch.dtype] = LOW, say=print) -> Dict:
     """The errors (``errors``) of every ``stage_paths`` path of each backend on ``lq`` against the fp32 torch route
     of the inference TOLANet ``net`` -> {'reference': sizes of the fp32 route's latents, 'rows': [{'backend',
@@ -180,7 +180,7 @@ def plan_paths(backend: str, precisions: Sequence[str]) -> List[BackendPrecision
 
 def precision_benchmark(opt_path: str, checkpoint=None, random_weights: bool = False,
                         precisions: Sequence[str] = ('fp32', 'bf16'), lines: int = 8, repeats: int = 3,
-                        backends: Sequence[str] = BACKENDS, say=print) -> Dict:
+                        backends: Sequence[str] = TABLE_BACKENDS, say=print) -> Dict:
     """tools/benchmark_inference.py --precision-table: the errors of each stage in bf16 and fp16 on the demo
     backbone's frozen route (``frozen_demo_net``, ``lines`` held-out rendered lines) and on the option file's network
     (full size with ``random_weights``; the qualification's probe, ``precisions``), and the speed of each per-stage
