@@ -92,7 +92,7 @@ def test_training_refuses_fp16(tmp_path, rendered_sets):
     opt['train'].pop('perceptual_opt')
     opt['network_g']['precision'] = 'fp16'
     with pytest.raises(ValueError, match='network_g.precision: training in fp16'), warnings.catch_warnings():
-        warnings.simplefilter('ignore')  # fp16 on a CPU without AMX-FP16 also warns that it is slow
+        warnings.simplefilter('ignore')  # fp16 on a CPU without fp16 instructions also warns that it is slow
         build_model(opt)
 
 

@@ -26,7 +26,7 @@ def resolve(precision):
 
 
 # CPUs: none (emulated bf16), bf16 instructions measured slower (a Xeon without AMX), measured faster (AMD EPYC, AMX),
-# and with fp16 instructions measured faster too (AMX-FP16)
+# and with fp16 instructions measured faster too (AVX512-FP16 or AMX-FP16)
 @pytest.mark.parametrize('native_bf16, speedup, fp16_instructions', [(False, None, False), (True, 0.55, False),
                                                                      (True, 2.4, False), (True, 2.4, True)])
 def test_resolution_on_cpu(monkeypatch, native_bf16, speedup, fp16_instructions):
@@ -34,7 +34,7 @@ def test_resolution_on_cpu(monkeypatch, native_bf16, speedup, fp16_instructions)
     monkeypatch.setattr(plan, 'cpu_has_native_bf16', lambda: native_bf16)
     monkeypatch.setattr(plan, 'cpu_has_fp16_instructions', lambda: fp16_instructions)
     monkeypatch.setattr(P, 'cpu_has_native_bf16', lambda: native_bf16)
-    monkeypatch.setattr(P, 'cpu_has_amx_fp16', lambda: fp16_instructions)
+    monkeypatch.setattr(P, 'cpu_has_fp16_instructions', lambda: fp16_instructions)
     monkeypatch.setattr(bf16_speed, 'speedup', lambda precision: measured.append(precision) or {'speedup': speedup})
     faster = native_bf16 and speedup >= bf16_speed.AUTO_MIN_SPEEDUP
     assert resolve('fp32') == (torch.float32, [])

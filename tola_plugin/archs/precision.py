@@ -5,7 +5,7 @@ TransOCR text prior always runs in fp32).
 Low precision runs through ``torch.autocast`` per stage (weights stay fp32; each stage's output is returned as fp32).
 An explicit 'bf16' or 'fp16' is the user's choice and runs as asked on every stage (``stage_dtypes``; under fp16 the
 VAE decoder runs in fp32: this VAE family overflows fp16), with a warning where it will be slower than fp32 (bf16
-without the CPU's bf16 instructions, fp16 without AMX-FP16, bf16 on a GPU without native bf16). 'auto' is the runtime
+without the CPU's bf16 instructions, fp16 without fp16 ones, bf16 on a GPU without native bf16). 'auto' is the runtime
 decision's to make (``tola_plugin/runtime``): the inference entry points choose a precision per stage among the fast
 ones that keep the one-step latent and the image within the qualification's bounds on this machine; a network run
 without that decision (training, BasicSR's validation, a TOLANet called directly) computes 'auto' in fp32. So 'auto'
@@ -23,6 +23,8 @@ from typing import Dict, Iterator
 
 import torch
 
+from tola_plugin.utils.procfs import cpuinfo
+
 PRECISIONS = ('fp32', 'bf16', 'fp16', 'auto')
 LOW_PRECISIONS = ('bf16', 'fp16')  # the fast precisions, each measured and judged against fp32
 _DTYPES = {'fp32': torch.float32, 'bf16': torch.bfloat16, 'fp16': torch.float16}
@@ -35,9 +37,11 @@ def cpu_has_native_bf16() -> bool:
     return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
 
 
-def cpu_has_amx_fp16() -> bool:
-    """Whether this CPU has AMX-FP16, the unit that makes fp16 faster than fp32."""
-    return bool(torch.cpu._is_amx_fp16_supported())
+def cpu_has_fp16_instructions() -> bool:
+    """Whether this CPU computes fp16 in hardware (AVX512-FP16 or AMX-FP16, by its flags or torch's check); without
+    them fp16 is emulated, slower than fp32. The one answer for the warning here and the runtime's plan."""
+    return bool({'avx512_fp16', 'amx_fp16'} & set((cpuinfo() or {}).get('flags', '').split())
+                or torch.cpu._is_amx_fp16_supported())
 
 
 def cuda_has_native_bf16(device) -> bool:
@@ -63,8 +67,8 @@ def _slow_on_cpu(dtype: torch.dtype) -> str:
     """Why ``dtype`` is slower than fp32 on this CPU ('' when it need not be)."""
     if dtype == torch.bfloat16 and not cpu_has_native_bf16():
         return 'this CPU has no bf16 instructions (AVX512-BF16/AMX): bf16 is emulated, many times slower than fp32'
-    if dtype == torch.float16 and not cpu_has_amx_fp16():
-        return 'this CPU has no AMX-FP16: fp16 convolutions and matmuls are slower than fp32'
+    if dtype == torch.float16 and not cpu_has_fp16_instructions():
+        return 'this CPU has no fp16 instructions (AVX512-FP16/AMX-FP16): fp16 is emulated, slower than fp32'
     return ''
 
 

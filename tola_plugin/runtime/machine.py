@@ -27,11 +27,6 @@ def cpu_flags() -> frozenset:
     return frozenset((cpuinfo() or {}).get('flags', '').split())
 
 
-def cpu_has_fp16_instructions() -> bool:
-    """Whether this CPU computes fp16 in hardware (AVX512-FP16 or AMX-FP16); without them fp16 is emulated."""
-    return bool({'avx512_fp16', 'amx_fp16'} & cpu_flags())
-
-
 def cpu_flags_digest() -> str:
     """12 hex digits of the CPU's flag list: a virtual machine can show one CPU model with other flags (AMX on or
     off), and the kernels follow the flags."""

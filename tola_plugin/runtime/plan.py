@@ -7,10 +7,10 @@ from typing import Dict, List, Optional, Tuple
 
 import torch
 
-from tola_plugin.archs.precision import (PRECISIONS, STAGE_NAMES, StageDtypes, cpu_has_native_bf16,
-                                         cuda_has_fp16_tensor_cores, cuda_has_native_bf16, dtype_name, precision_dtype)
+from tola_plugin.archs.precision import (PRECISIONS, STAGE_NAMES, StageDtypes, cpu_has_fp16_instructions,
+                                         cpu_has_native_bf16, cuda_has_fp16_tensor_cores, cuda_has_native_bf16,
+                                         dtype_name, precision_dtype)
 from tola_plugin.runtime import bf16_speed
-from tola_plugin.runtime.machine import cpu_has_fp16_instructions
 
 BACKENDS = ('auto', 'openvino', 'torch')
 FP32 = torch.float32

@@ -43,7 +43,7 @@ from typing import Dict, Optional, Tuple
 
 import torch
 
-from tola_plugin.archs.precision import cpu_has_native_bf16
+from tola_plugin.archs.precision import cpu_has_fp16_instructions, cpu_has_native_bf16
 from tola_plugin.archs.tola_arch import TOLANet
 from tola_plugin.lab.benchmarks.complexity import route_macs
 from tola_plugin.lab.benchmarks.folder_throughput import folder_markdown, folder_throughput
@@ -60,7 +60,6 @@ from tola_plugin.lab.benchmarks.stage_timing import (STAGES, StageTimer, median_
 from tola_plugin.lab.benchmarks.training_timing import training_iterations
 from tola_plugin.metrics.image_metrics import float_psnr
 from tola_plugin.runtime import qualification
-from tola_plugin.runtime.machine import cpu_has_fp16_instructions
 from tola_plugin.runtime.openvino_stages import openvino_missing
 from tola_plugin.runtime.serving import NoPathLeft
 from tola_plugin.utils.user_text import say
