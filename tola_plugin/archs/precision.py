@@ -23,7 +23,7 @@ from typing import Dict, Iterator
 
 import torch
 
-from tola_plugin.utils.procfs import cpuinfo
+from tola_plugin.utils.procfs import cpu_flags
 
 PRECISIONS = ('fp32', 'bf16', 'fp16', 'auto')
 LOW_PRECISIONS = ('bf16', 'fp16')  # the fast precisions, each measured and judged against fp32
@@ -40,8 +40,7 @@ def cpu_has_native_bf16() -> bool:
 def cpu_has_fp16_instructions() -> bool:
     """Whether this CPU computes fp16 in hardware (AVX512-FP16 or AMX-FP16, by its flags or torch's check); without
     them fp16 is emulated, slower than fp32. The one answer for the warning here and the runtime's plan."""
-    return bool({'avx512_fp16', 'amx_fp16'} & set((cpuinfo() or {}).get('flags', '').split())
-                or torch.cpu._is_amx_fp16_supported())
+    return bool({'avx512_fp16', 'amx_fp16'} & cpu_flags() or torch.cpu._is_amx_fp16_supported())
 
 
 def cuda_has_native_bf16(device) -> bool:

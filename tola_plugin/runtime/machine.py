@@ -7,7 +7,7 @@ from importlib import metadata
 
 import torch
 
-from tola_plugin.utils.procfs import cpuinfo
+from tola_plugin.utils.procfs import cpu_flags, cpuinfo
 
 #: environment variables that make torch, MKL, oneDNN or OpenVINO run other kernels than the CPU's best
 KERNEL_VARIABLES = ('ATEN_CPU_CAPABILITY', 'MKL_ENABLE_INSTRUCTIONS', 'ONEDNN_MAX_CPU_ISA', 'DNNL_MAX_CPU_ISA')
@@ -20,11 +20,6 @@ def cpu_model() -> str:
     name = fields.get('model name') or platform.processor() or platform.machine() or 'unknown CPU'
     ids = [f'{k} {fields[k]}' for k in ('cpu family', 'model', 'stepping') if k in fields]
     return f'{name} ({", ".join(ids)})' if ids else name
-
-
-def cpu_flags() -> frozenset:
-    """This CPU's flags (/proc/cpuinfo; empty where there is none)."""
-    return frozenset((cpuinfo() or {}).get('flags', '').split())
 
 
 def cpu_flags_digest() -> str:

@@ -93,6 +93,11 @@ def cpuinfo() -> Optional[Dict[str, str]]:
     return fields
 
 
+def cpu_flags() -> frozenset:
+    """This CPU's flags (``cpuinfo``'s 'flags'; empty where there is none)."""
+    return frozenset((cpuinfo() or {}).get('flags', '').split())
+
+
 def nvidia_driver_version(path: str = NVIDIA_DRIVER_FILE) -> Optional[str]:
     """The loaded NVIDIA kernel driver's version ('535.104.05'), or None when no NVIDIA driver is loaded."""
     try:
