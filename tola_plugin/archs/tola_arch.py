@@ -129,9 +129,18 @@ class TOLANet(TOLAAdaptationMixin, TOLALoadingMixin, nn.Module):
 
     def use_stage_runner(self, runner: StageRunner) -> StageRunner:
         """Run the stages with ``runner`` from now on (``stage_runner.py``: the one way to change how this network
-        runs, for a runtime); returns the runner it replaces."""
+        runs, for a runtime that holds it for its lifetime); returns the runner it replaces. For a block, ``running``."""
         previous, self.stage_runner = self.stage_runner, runner
         return previous
+
+    @contextlib.contextmanager
+    def running(self, runner: StageRunner):
+        """The stages run with ``runner`` for the block, the runner before it back afterwards (an error included)."""
+        previous = self.use_stage_runner(runner)
+        try:
+            yield runner
+        finally:
+            self.use_stage_runner(previous)
 
     def switches(self) -> Dict:
         """The inference switches as they are now ({name: value})."""

@@ -136,18 +136,14 @@ def record_reference(net, device: torch.device) -> Dict[str, Tuple]:
         return out.to(device)
 
     recorder = RoutedStages(runner, StageDtypes.uniform(FP32), 'the fp32 torch route (recorded)', text=False)
-    previous = net.use_stage_runner(recorder)
     image = probe_image().to(device)
-    try:
-        with torch.inference_mode():
-            factor = float(net.sqrt_one_minus_alpha_bar / net.sqrt_alpha_bar)
-            cases[ROUTE] = (factor, record_route(net, device))
-            network_input = net.transocr.preprocess(image)
-            memory = prior_stage_modules(net.transocr)['text_encoder'](network_input)
-            cases['text_encoder'] = ([network_input.cpu()], memory.float().cpu())
-            cases[TEXT_PRIOR] = ([image.cpu()], tuple(t.cpu() for t in net.decode_text(image)))
-    finally:
-        net.use_stage_runner(previous)
+    with net.running(recorder), torch.inference_mode():
+        factor = float(net.sqrt_one_minus_alpha_bar / net.sqrt_alpha_bar)
+        cases[ROUTE] = (factor, record_route(net, device))
+        network_input = net.transocr.preprocess(image)
+        memory = prior_stage_modules(net.transocr)['text_encoder'](network_input)
+        cases['text_encoder'] = ([network_input.cpu()], memory.float().cpu())
+        cases[TEXT_PRIOR] = ([image.cpu()], tuple(t.cpu() for t in net.decode_text(image)))
     return cases
 
 

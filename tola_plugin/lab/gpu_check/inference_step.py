@@ -167,19 +167,18 @@ class ImageStagesTF32:
 def running(net, path, device: str, everywhere_tf32: bool = False, variants=()):
     """``net`` running ``path`` with ``variants`` (of ``VARIANTS``; ``everywhere_tf32``: TF32 on every stage, the
     text prior too, as ``allow_tf32`` asks) -> a function placing a batch for it; all put back after."""
-    previous = net.use_stage_runner(StageRunner(path.dtypes, path.name))
+    runner = StageRunner(path.dtypes, path.name)
     if 'TF32 on the image stages' in variants:
-        net.use_stage_runner(TimedRunner(net.stage_runner, ImageStagesTF32()))
+        runner = TimedRunner(runner, ImageStagesTF32())
     layout = torch.channels_last if 'channels_last' in variants else torch.contiguous_format
     benchmark, torch.backends.cudnn.benchmark = torch.backends.cudnn.benchmark, 'cudnn.benchmark' in variants
     net.to(memory_format=layout)
     try:
-        with torch.inference_mode(), tf32(everywhere_tf32):
+        with net.running(runner), torch.inference_mode(), tf32(everywhere_tf32):
             yield lambda batch: batch.to(device, memory_format=layout)
     finally:
         net.to(memory_format=torch.contiguous_format)
         torch.backends.cudnn.benchmark = benchmark
-        net.use_stage_runner(previous)
 
 
 def batch_sweep(call, lines: torch.Tensor, device: str, cap: int, clock=time.perf_counter) -> Dict:
