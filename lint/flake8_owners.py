@@ -23,6 +23,9 @@ OWN007 the precision choices written out outside ``archs/precision.py`` (``PRECI
        and ``'fp16'``, or a dict literal mapping them to torch dtypes.
 OWN008 ``/proc`` read, or a PID's liveness tested, outside ``utils/procfs.py``: a string beginning with ``/proc``,
        ``os.kill(pid, 0)``.
+OWN009 Algorithm 1's stages written out outside ``archs/stages.py`` (``STAGES``: names, labels, verbs): a tuple,
+       list or set literal holding both VAE stages by name ('vae_encoder', 'vae_decoder') or by label ('VAE
+       encode', 'VAE decode'), or a dict literal with both as values (per-stage data, keyed by stage, is not a copy).
 
 ``PENDING`` lists the files a code does not yet hold to, each with why; the list shrinks to nothing.
 """
@@ -42,6 +45,7 @@ OWNERS = {
     'OWN007': ('archs/precision.py', "the precision choices written out; use tola_plugin.archs.precision's PRECISIONS "
                '(tola_cli: tola_cli.defaults.PRECISIONS)'),
     'OWN008': ('utils/procfs.py', '/proc read or a PID tested by hand; use tola_plugin.utils.procfs'),
+    'OWN009': ('archs/stages.py', "the stages written out; read tola_plugin.archs.stages' STAGES"),
 }
 #: code -> {file or folder of the package: why it does not hold to the code yet}
 PENDING = {}
@@ -143,6 +147,13 @@ def _precision_choices(node: ast.AST) -> bool:
     return {'bf16', 'fp16'} <= values
 
 
+def _stage_list(node: ast.AST) -> bool:
+    """A literal holding both VAE stages, by name or by label (its values, for a dict)."""
+    items = node.values if isinstance(node, ast.Dict) else node.elts
+    values = {i.value for i in items if isinstance(i, ast.Constant) and isinstance(i.value, str)}
+    return {'vae_encoder', 'vae_decoder'} <= values or {'VAE encode', 'VAE decode'} <= values
+
+
 def findings(tree: ast.AST):
     """(line, column, code) of every copy of an owned concept in ``tree``."""
     for node in ast.walk(tree):
@@ -150,6 +161,8 @@ def findings(tree: ast.AST):
             yield node.lineno, node.col_offset, 'OWN006'
         elif isinstance(node, (ast.Tuple, ast.List, ast.Set, ast.Dict)) and _precision_choices(node):
             yield node.lineno, node.col_offset, 'OWN007'
+        elif isinstance(node, (ast.Tuple, ast.List, ast.Set, ast.Dict)) and _stage_list(node):
+            yield node.lineno, node.col_offset, 'OWN009'
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and (node.value == '/proc'
                                                                                  or node.value.startswith('/proc/')):
             yield node.lineno, node.col_offset, 'OWN008'

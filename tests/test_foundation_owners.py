@@ -284,10 +284,10 @@ def test_copies_outside_the_owners_fail_the_lint(tmp_path):
 def test_speaking_precisions_and_proc_outside_their_owners_fail_the_lint(tmp_path):
     """lint/flake8_owners.py (make lint): one way to speak to the user (utils/user_text.say: OWN006), the precision
     choices written once (archs/precision.py, mirrored by tola_cli/defaults.py: OWN007), one reader of /proc and of
-    a PID's liveness (utils/procfs.py: OWN008). A copy anywhere else is flagged, the runtime and the pipeline included
-    (nothing is pending since issue 44's two parts merged); the owners and the mirror are not; what only looks alike
-    is not a copy (a progress bar on stderr, a print to stdout, a library's logger set quiet, per-precision data, a
-    default pair of precisions)."""
+    a PID's liveness (utils/procfs.py: OWN008), the stages written once (archs/stages.py: OWN009). A copy anywhere
+    else is flagged, the runtime and the pipeline included (nothing is pending since issue 44's two parts merged); the
+    owners and the mirror are not; what only looks alike is not a copy (a progress bar on stderr, a print to stdout, a
+    library's logger set quiet, per-precision or per-stage data, a default pair of precisions)."""
     copies = [
         'import logging', 'import os', 'import sys', 'import traceback', '', 'import torch', '', '', 'def say(m):',
         "    print(m, file=sys.stderr, flush=True)", "    sys.stderr.write(m)", '    traceback.print_exc()',
@@ -295,14 +295,18 @@ def test_speaking_precisions_and_proc_outside_their_owners_fail_the_lint(tmp_pat
         "DTYPES = {'bf16': torch.bfloat16, 'fp16': torch.float16}", "STAT = f'/proc/{os.getpid()}/stat'",
         'os.kill(1, 0)', "BOUNDS = {'fp16': {'psnr_db': 40.0}, 'bf16': {'psnr_db': 25.0}}  # not copies",
         "DEFAULT = ('fp32', 'bf16')", "print('a table row')", "logging.getLogger('matplotlib').setLevel(logging.ERROR)",
-        'os.kill(1, 15)', ''
+        'os.kill(1, 15)', "ORDER = ('vae_encoder', 'idm', 'vae_decoder')",
+        "ROW = ['text prior', 'VAE encode', 'VAE decode']",
+        "TIMED = {'vae_encoder': 'VAE encode', 'vae_decoder': 'VAE decode'}",
+        "BOUND = {'vae_encoder': 0.2, 'vae_decoder': 0.1}  # per-stage data, not a copy", ''
     ]
-    flagged_lines = {6: (9, 10, 11, 12, 13), 7: (14, 15), 8: (16, 17)}
+    flagged_lines = {6: (9, 10, 11, 12, 13), 7: (14, 15), 8: (16, 17), 9: (23, 24, 25)}
     files = {
         'tola_plugin/demo/copies.py': (), 'tola_plugin/utils/user_text.py': ('OWN006', ),
         'tola_plugin/archs/precision.py': ('OWN007', ), 'tola_plugin/utils/procfs.py': ('OWN008', ),
-        'tola_plugin/runtime/serving.py': (), 'tola_plugin/inference/pipeline.py': (),
-        'tola_cli/defaults.py': ('OWN007', ), 'tola_cli/other.py': (), 'tools/tool.py': ()
+        'tola_plugin/archs/stages.py': ('OWN009', ), 'tola_plugin/runtime/serving.py': (),
+        'tola_plugin/inference/pipeline.py': (), 'tola_cli/defaults.py': ('OWN007', ), 'tola_cli/other.py': (),
+        'tools/tool.py': ()
     }
     out = lint_flags('OWN', tmp_path, 'tola_plugin', 'tola_cli', 'tools', files=dict.fromkeys(files, '\n'.join(copies)),
                      lines=True)

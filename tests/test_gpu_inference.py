@@ -69,12 +69,12 @@ def test_the_batch_sweep_stops_where_memory_runs_out_or_the_throughput_saturates
 def test_tf32_on_the_image_stages_leaves_the_text_prior_ieee_and_every_switch_is_put_back(monkeypatch):
     net = TOLANet(**tiny_net_opt(idm_lora=False, vae_lora=False)).eval()
     seen = {}
-    for method in ('encode', 'denoise', 'decode', 'read_text'):
+    for method in ('encode', 'encode_text', 'denoise', 'correct', 'decode', 'read_text'):
         original = getattr(StageRunner, method)
 
-        def record(self, *args, _method=method, _original=original):
+        def record(self, *args, _method=method, _original=original, **kwargs):
             seen[_method] = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-            return _original(self, *args)
+            return _original(self, *args, **kwargs)
 
         monkeypatch.setattr(StageRunner, method, record)
     monkeypatch.setattr(torch.backends.cudnn, 'benchmark', False)  # BasicSR's training pipeline sets it process-wide
@@ -85,7 +85,8 @@ def test_tf32_on_the_image_stages_leaves_the_text_prior_ieee_and_every_switch_is
         assert lq.is_contiguous(memory_format=torch.channels_last) and torch.backends.cudnn.benchmark != benchmark
         net(lq, noise_seeds=[0])
     assert seen == {
-        'encode': (True, True), 'denoise': (True, True), 'decode': (True, True), 'read_text': (False, False)
+        'encode': (True, True), 'denoise': (True, True), 'decode': (True, True), 'read_text': (False, False),
+        'encode_text': (False, False), 'correct': (False, False)
     }
     assert net.stage_runner is runner and torch.backends.cudnn.benchmark == benchmark
     assert all(p.is_contiguous() for p in net.parameters())

@@ -12,6 +12,7 @@ import torch
 import tola_plugin
 from tola_plugin.archs.precision import STAGE_NAMES, StageDtypes
 from tola_plugin.archs.stage_runner import StageRunner
+from tola_plugin.archs.stages import PLANNED, STAGES
 from tola_plugin.inference import pipeline
 from tola_plugin.inference.pipeline import TOLAPipeline
 from tola_plugin.lab.benchmarks import peak_memory
@@ -26,27 +27,24 @@ NETWORK_PARTS = ('idm', 'vae', 'transocr', 'mom', 'lrc', 'stage_runner', 'plan',
 
 
 class Recording(StageRunner):
-    """Torch's runner, recording each call (stage, input shape)."""
+    """Torch's runner, recording each call (verb, first tensor's shape)."""
 
     def __init__(self):
         super().__init__()
         self.calls = []
 
-    def encode(self, net, image):
-        self.calls.append(('encode', tuple(image.shape)))
-        return super().encode(net, image)
 
-    def denoise(self, net, sample, timestep, context):
-        self.calls.append(('denoise', tuple(sample.shape)))
-        return super().denoise(net, sample, timestep, context)
+def _recorded(verb):
 
-    def decode(self, net, latent):
-        self.calls.append(('decode', tuple(latent.shape)))
-        return super().decode(net, latent)
+    def call(self, net, first, *args, **kwargs):
+        self.calls.append((verb, None if first is None else tuple(first.shape)))
+        return getattr(StageRunner, verb)(self, net, first, *args, **kwargs)
 
-    def read_text(self, net, images, max_steps, incremental, stop_at_end):
-        self.calls.append(('read_text', tuple(images.shape)))
-        return super().read_text(net, images, max_steps, incremental, stop_at_end)
+    return call
+
+
+for _stage in STAGES:
+    setattr(Recording, _stage.verb, _recorded(_stage.verb))
 
 
 @pytest.fixture(scope='module')
@@ -68,8 +66,17 @@ def test_the_forward_runs_its_stages_through_the_one_runner(net):
     finally:
         assert net.use_stage_runner(own) is recording
     assert torch.equal(out, expected)  # the same torch modules: the same bits
-    assert [name for name, _ in recording.calls] == ['read_text', 'encode', 'denoise', 'decode']
-    assert recording.calls[2][1] == (1, 6, 8, 32)  # [z_t, z_LR]
+    # all six stages of the table, once each, in its order (archs/stages.py), the one way a forward computes them
+    assert [name for name, _ in recording.calls] == [s.verb for s in STAGES]
+    assert dict(recording.calls)['denoise'] == (1, 6, 8, 32) and dict(recording.calls)['correct'] == (1, 6, 8, 32)
+
+
+def test_the_stage_table_is_the_one_vocabulary():
+    """Every name that means a stage comes from ``archs/stages.STAGES``: the precision's stages are its planned ones,
+    each verb is the torch runner's method, the names and labels are unique."""
+    assert STAGE_NAMES == PLANNED == tuple(StageDtypes.uniform(torch.float32)) and 'text_prior' not in PLANNED
+    assert all(callable(getattr(StageRunner, s.verb, None)) for s in STAGES)
+    assert len({s.name for s in STAGES}) == len({s.label for s in STAGES}) == len({s.verb for s in STAGES}) == 6
 
 
 def test_a_runner_with_fixed_dtypes_sets_each_stage_and_owns_the_precision(net):

@@ -10,7 +10,7 @@ from torch import nn
 from tola_plugin.archs.tola_arch import TOLANet
 from tola_plugin.lab.benchmarks import inference_report, machine_ceiling, stage_timing
 from tola_plugin.lab.benchmarks.stage_bounds import KERNEL_SLACK, stage_bounds, stage_macs, stage_traffic
-from tola_plugin.lab.benchmarks.stage_timing import STAGES, uniform_precisions
+from tola_plugin.lab.benchmarks.stage_timing import LABELS, uniform_precisions
 from tola_testing import one_thread, tiny_net_opt  # noqa: F401
 
 CEILING = {'fp32': 100.0, 'bf16': 400.0}  # GFLOP/s
@@ -44,11 +44,11 @@ def test_each_stage_is_bound_by_the_larger_of_compute_and_traffic_or_by_the_kern
 def test_macs_are_filed_under_the_timed_stages():
     counted = {'TransOCR encoder': 3, 'VAE encoder': 5, 'IDM': 7, 'LRC': 11, 'VAE decoder': 13}
     assert stage_macs(counted) == {'text prior': 3, 'VAE encode': 5, 'IDM': 7, 'LRC': 11, 'VAE decode': 13}
-    assert set(stage_macs(counted)) <= set(STAGES)
+    assert set(stage_macs(counted)) <= set(LABELS)
 
 
 def result_with(default_s, ref_s=8.0):
-    stages = {s: 0.0 for s in STAGES}
+    stages = {s: 0.0 for s in LABELS}
     timings = {
         'reference batch 1': dict(route='reference', dtype='fp32', batch=1, per_image_s=ref_s,
                                   stage_precisions=uniform_precisions('fp32'), stages_s=dict(stages, IDM=ref_s / 2)),
@@ -112,10 +112,10 @@ def test_stage_traffic_counts_every_layer_call_of_each_stage():
 
 
 @pytest.mark.usefixtures('one_thread')
-def test_the_stage_timer_times_every_stage_through_the_runner_and_hooks_and_leaves_the_network_as_it_was():
-    """``StageTimer`` changes how the network runs only by ``use_stage_runner`` (issue 44: no network attribute is
-    swapped) and hooks: each of the six stages is timed, the stages fit in the forward, the output is the untimed
-    network's, and ``close`` gives the network its own runner back with no hook left."""
+def test_the_stage_timer_times_every_stage_through_the_runner_and_leaves_the_network_as_it_was():
+    """``StageTimer`` changes how the network runs only by ``use_stage_runner`` (no network attribute is swapped, no
+    hook): each of the six stages is timed, the stages fit in the forward, the output is the untimed network's, and
+    ``close`` gives the network its own runner back."""
     torch.manual_seed(0)
     net = TOLANet(**tiny_net_opt()).eval()
     own, lq = net.stage_runner, torch.rand(1, 3, 32, 128)
@@ -124,7 +124,7 @@ def test_the_stage_timer_times_every_stage_through_the_runner_and_hooks_and_leav
     attributes = dict(vars(net))
     timer = stage_timing.StageTimer(net)
     out, total, stages = stage_timing.restore(net, timer, lq)
-    assert set(stages) == set(STAGES) and all(s > 0 for s in stages.values()) and sum(stages.values()) <= total
+    assert set(stages) == set(LABELS) and all(s > 0 for s in stages.values()) and sum(stages.values()) <= total
     assert torch.equal(out['image'], plain) and timer.current is None
     timer.close()
     assert net.stage_runner is own and dict(vars(net)) == attributes

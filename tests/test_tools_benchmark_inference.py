@@ -9,8 +9,8 @@ import yaml
 
 import tola_plugin  # noqa: F401
 from tola_plugin.archs.precision import STAGE_NAMES, StageDtypes, cpu_has_native_bf16, precision_dtype
+from tola_plugin.archs.stages import LABEL
 from tola_plugin.lab.benchmarks import folder_throughput, inference_inputs, peak_memory, stage_timing
-from tola_plugin.lab.benchmarks.stage_timing import TIMED_STAGE
 from conftest import REPO, render_pairs
 from figure_testing import annotations, capture_figures, scatter_points
 from inference_testing import write_tiny_merged
@@ -65,7 +65,7 @@ def test_benchmark_reports_every_route_precision_and_target(result):
     timed = {'reference', 'auto'} | (routes - passed)
     assert set(data['timings']) == {f'{n} batch 1' for n in timed} | {'auto batch 2'}
     for row in data['timings'].values():
-        assert set(row['stages_s']) == set(stage_timing.STAGES)
+        assert set(row['stages_s']) == set(stage_timing.LABELS)
         assert row['per_image_s'] == pytest.approx(row['total_s'] / row['batch'])
         if row['batch'] == 1:  # the stages are parts of the forward (the rest: noise, q-sample, ẑ0 formulas)
             assert sum(row['stages_s'].values()) <= row['total_s']
@@ -73,7 +73,7 @@ def test_benchmark_reports_every_route_precision_and_target(result):
         backend, precision = name.split()
         row = data['timings'][f'{name} batch 1']
         assert row['stage_precisions']['text prior'] == 'fp32'
-        computed = {stage: row['stage_precisions'][TIMED_STAGE[stage]] for stage in STAGE_NAMES}
+        computed = {stage: row['stage_precisions'][LABEL[stage]] for stage in STAGE_NAMES}
         if backend == 'torch':  # one precision on every stage, as asked (fp32 and bf16 have no exception)
             assert set(computed.values()) == {precision} and row['dtype'] == precision
         else:  # what OpenVINO compiled: fp32 on a stage where it has no kernel in the precision asked (a CPU
@@ -232,7 +232,7 @@ def test_the_precision_table_times_the_plans_auto_tries():
 def test_the_latency_figure_reads_the_auto_row_of_files_that_named_it_default():
     """The row "default" ran auto's plan while the entry points default to fp32: it is "auto" now; older files
     (docs/benchmarks/) still plot."""
-    from tola_plugin.evaluation.plots import read_benchmark_json
+    from tola_plugin.commands.evaluation.plots import read_benchmark_json
     path = os.path.join(REPO, 'docs', 'benchmarks', 'inference_cpu_2core_xeon.json')
     seconds = json.loads(open(path, encoding='utf-8').read())['timings']['default batch 1']['per_image_s']
     assert read_benchmark_json(path, 'TOLA') == ({'TOLA': seconds}, {})

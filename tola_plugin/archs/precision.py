@@ -23,13 +23,13 @@ from typing import Dict, Iterator
 
 import torch
 
+from tola_plugin.archs.stages import PLANNED
 from tola_plugin.utils.procfs import cpu_flags
 
 PRECISIONS = ('fp32', 'bf16', 'fp16', 'auto')
 LOW_PRECISIONS = ('bf16', 'fp16')  # the fast precisions, each measured and judged against fp32
 _DTYPES = {'fp32': torch.float32, 'bf16': torch.bfloat16, 'fp16': torch.float16}
-#: the stages of Algorithm 1 whose compute dtype a precision sets, in the forward's order
-STAGE_NAMES = ('vae_encoder', 'mom', 'idm', 'lrc', 'vae_decoder')
+STAGE_NAMES = PLANNED  # the stages whose compute dtype a precision sets (``archs/stages.py``), in the forward's order
 
 
 def cpu_has_native_bf16() -> bool:

@@ -1,11 +1,11 @@
-"""How a TOLANet runs the stages of Algorithm 1 that a runtime may take over, and in which precision each computes:
-one object, ``StageRunner``, that ``TOLANet.forward`` calls (``net.stage_runner``).
+"""How a TOLANet runs the six stages of Algorithm 1 (``archs/stages.py``), and in which precision each computes: one
+object, ``StageRunner``, that ``TOLANet.forward`` calls (``net.stage_runner``), one method (verb) a stage.
 
-The stages: ``encode`` (the VAE encoder: image -> the posterior of z_LR), ``denoise`` (the IDM: [z_t, z_LR], t, C_cond
--> ε̂), ``decode`` (the VAE decoder: latent / s -> image) and ``read_text`` (TransOCR's greedy reading for the text
-prior); ``stage_dtypes``: each stage's compute dtype (``archs/precision.STAGE_NAMES``: the MoM text encoder and the
-LRC, which always run in the network's torch modules, included). The forward keeps Algorithm 1's own arithmetic and
-wraps each stage in its ``autocast``; a runner computes the stage only.
+The verbs: ``read_text`` (TransOCR's greedy reading for the text prior), ``encode`` (the VAE encoder: image -> the
+posterior of z_LR), ``encode_text`` (the MoM text encoder: tokens -> C_cond), ``denoise`` (the IDM: [z_t, z_LR], t,
+C_cond -> ε̂), ``correct`` (the LRC: [z_LR, r] -> Δr), ``decode`` (the VAE decoder: latent / s -> image);
+``stage_dtypes``: each planned stage's compute dtype. The forward keeps Algorithm 1's own arithmetic and wraps each
+stage in its ``autocast``; a runner computes the stage only.
 
 This module's ``StageRunner`` is torch's, every network's by default: the network's own modules. The runtime
 (``tola_plugin.runtime``) builds another (``runtime/routed_stages.RoutedStages``: OpenVINO's worker, or the recorder
@@ -38,6 +38,14 @@ class StageRunner:
         """Image (B, 3, H, W) in [0, 1] -> the posterior of the unscaled z_LR (diffusers' DiagonalGaussianDistribution:
         ``mode()``, ``sample(generator)``, ``mean``)."""
         return net.vae.encode(image).latent_dist
+
+    def encode_text(self, net, tokens, confidences, batch: int, like: torch.Tensor) -> torch.Tensor:
+        """IDM tokens (B, 24) with confidences (B, 24) or None -> C_cond (B, 24, C) (``TOLANet.text_context``)."""
+        return net.text_context(tokens, confidences, batch, like)
+
+    def correct(self, net, latent_and_residual: torch.Tensor) -> torch.Tensor:
+        """cat[z_LR, r] (B, 6, h, w) -> Δr (B, 3, h, w): the LRC."""
+        return net.lrc(latent_and_residual)
 
     def denoise(self, net, sample: torch.Tensor, timestep: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
         """[z_t, z_LR] (B, 6, h, w), timestep (B,) long, C_cond (B, 24, C) -> ε̂ (B, 3, h, w)."""

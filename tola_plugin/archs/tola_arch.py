@@ -129,7 +129,7 @@ class TOLANet(TOLAAdaptationMixin, TOLALoadingMixin, nn.Module):
 
     def use_stage_runner(self, runner: StageRunner) -> StageRunner:
         """Run the stages with ``runner`` from now on (``stage_runner.py``: the one way to change how this network
-        runs, for a runtime that holds it for its lifetime); returns the runner it replaces. For a block, ``running``."""
+        runs, for a runtime holding it for its lifetime); returns the runner it replaces. For a block: ``running``."""
         previous, self.stage_runner = self.stage_runner, runner
         return previous
 
@@ -209,7 +209,7 @@ class TOLANet(TOLAAdaptationMixin, TOLALoadingMixin, nn.Module):
             z_t = self.sqrt_alpha_bar * z_lr + self.sqrt_one_minus_alpha_bar * eps
             # 4. MoM once: C_cond from confidence-scaled token embeddings (I_cond feeds only the TDM: skipped).
             with autocast(dtypes['mom'], device):
-                context = full_precision(self.text_context(tokens, confidences, batch=lq.shape[0], like=z_lr))
+                context = full_precision(runner.encode_text(self, tokens, confidences, lq.shape[0], z_lr))
             # 5. LoRA-adapted IDM once on [z_t, z_LR] (z_t first, both unscaled, as DiffTSR); its output
             # convolution computes ε̂ in fp32 (idm_unet_arch.FullPrecisionOutputConv2d).
             t = torch.full((lq.shape[0], ), self.timestep, dtype=torch.long, device=device)
@@ -221,7 +221,7 @@ class TOLANet(TOLAAdaptationMixin, TOLALoadingMixin, nn.Module):
             if self.lrc is not None:
                 r = z_lr - z0
                 with autocast(dtypes['lrc'], device):
-                    delta_r = full_precision(self.lrc(torch.cat([z_lr, r], 1)))
+                    delta_r = full_precision(runner.correct(self, torch.cat([z_lr, r], 1)))
                 z0_corr = z_lr - (r + delta_r)
             else:
                 r, delta_r, z0_corr = None, None, z0

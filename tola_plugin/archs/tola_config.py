@@ -25,6 +25,7 @@ from basicsr.utils.registry import ARCH_REGISTRY
 from tola_plugin.archs.backbone_builder import BACKBONE_INITS
 from tola_plugin.archs.diffusion_schedule import NUM_TRAIN_TIMESTEPS
 from tola_plugin.archs.precision import PRECISIONS
+from tola_plugin.archs.stages import STAGES
 from tola_plugin.archs.vae_arch import LATENT_MODES
 from tola_plugin.options.checks import check_keys, check_typed_block
 
@@ -35,7 +36,8 @@ CONFIDENCES = ('predicted', 'uniform')
 CONTEXT_ROUTES = ('mom', 'direct')
 NOISE_MODES = ('gaussian', 'zero')
 TEXT_DECODINGS = ('incremental', 'full_prefix')
-CHECKPOINTABLE = ('idm', 'vae_encoder', 'vae_decoder')  # gradient checkpointing: parts with large activations
+#: gradient checkpointing's parts: the stages with large activations, the image stages a runtime serves
+CHECKPOINTABLE = tuple(s.name for s in STAGES if s.servable and s.planned)
 PAPER_LRC = {'type': 'LatentResidualCorrection'}  # (h, g, n) = (32, 16, 1): 180,323 parameters (Table S3)
 
 
@@ -127,7 +129,7 @@ class TOLAConfig:
 
     Backbone (architecture unless said):
         backbone_init: 'checkpoint' (the official ``DiffTSR.ckpt`` / ``transocr.pth``, strict), 'demo' (the small
-            backbone trained here and shipped in ``tola_plugin/demo/backbone``, strict; the checkpoint paths are
+            backbone trained here and shipped in ``tola_plugin/assets/demo/backbone``, strict; the checkpoint paths are
             not used), 'random' (modules built from ``*_config``, weights drawn from ``random_seed``: tests and
             benchmarks) or 'empty' (modules built from ``*_config``, no weight drawn: every weight is loaded next,
             as when a merged file is rebuilt).

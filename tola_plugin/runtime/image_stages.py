@@ -12,11 +12,13 @@ from typing import Dict
 import torch
 from torch import nn
 
+from tola_plugin.archs import stages
 from tola_plugin.archs.precision import autocast, full_precision
 from tola_plugin.runtime.text_prior_stages import PRIOR_STAGES
 
-#: the stages whose precision follows the plan on every backend (the torch route runs the text prior in fp32 always)
-IMAGE_STAGES = ('vae_encoder', 'vae_decoder', 'idm')
+#: the stages a runtime serves whose precision follows the plan (``archs/stages.py``); the largest, the IDM, last
+IMAGE_STAGES = tuple(
+    sorted((s.name for s in stages.STAGES if s.servable and s.planned), key=lambda name: name == 'idm'))
 STAGES = PRIOR_STAGES + IMAGE_STAGES  # every stage a runtime converts; conversion order: the largest last (peak memory)
 
 

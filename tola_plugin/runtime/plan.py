@@ -18,7 +18,7 @@ FP32 = torch.float32
 #: stage whose low precision moved the one-step latent most first (measured on the demo backbone's frozen route,
 #: docs/inference.md "Precision": VAE encoder bf16 3.6 % of |z_LR|, IDM fp16 1.3 %, VAE decoder bf16 0: its error
 #: reaches the image only)
-NARROWING = ('vae_encoder', 'mom', 'idm', 'lrc', 'vae_decoder')
+NARROWING = STAGE_NAMES  # the forward's order (archs/stages.py), which is also that order
 
 
 @dataclass(frozen=True)

@@ -55,12 +55,12 @@ from tola_plugin.lab.benchmarks.peak_memory import peak_rss
 from tola_plugin.lab.benchmarks.precision_quality import quality
 from tola_plugin.lab.benchmarks.precision_route import precision_benchmark, precision_markdown
 from tola_plugin.lab.benchmarks.stage_bounds import stage_traffic
-from tola_plugin.lab.benchmarks.stage_timing import (STAGES, StageTimer, median_row, restore, stage_precisions,
+from tola_plugin.lab.benchmarks.stage_timing import (LABELS, StageTimer, median_row, restore, stage_precisions,
                                                      uniform_precisions)
 from tola_plugin.lab.benchmarks.training_timing import training_iterations
 from tola_plugin.metrics.image_metrics import float_psnr
 from tola_plugin.runtime import qualification
-from tola_plugin.runtime.openvino_stages import openvino_missing
+from tola_plugin.runtime.openvino.stages import openvino_missing
 from tola_plugin.runtime.serving import NoPathLeft
 from tola_plugin.utils.user_text import say
 
@@ -88,7 +88,7 @@ def run_benchmark(opt_path: str, checkpoint=None, random_weights: bool = False, 
     backends = ['torch'] + ([] if openvino_missing() else ['openvino'])
     result = {
         'machine': machine(), 'command': command, 'random_weights': random_weights, 'repeats': repeats,
-        'stages': list(STAGES), 'ceiling_gflops': matmul_ceiling(), 'copy_gbps': copy_bandwidth()
+        'stages': list(LABELS), 'ceiling_gflops': matmul_ceiling(), 'copy_gbps': copy_bandwidth()
     }
     say(f"matmul ceiling: {result['ceiling_gflops']}, copy bandwidth {result['copy_gbps']:.1f} GB/s")
     try:

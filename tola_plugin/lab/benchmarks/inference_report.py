@@ -5,7 +5,7 @@ from typing import Dict, List, Optional
 
 from tola_plugin.lab.benchmarks.folder_throughput import folder_markdown
 from tola_plugin.lab.benchmarks.stage_bounds import KERNEL_SLACK, stage_bounds, stage_macs
-from tola_plugin.lab.benchmarks.stage_timing import STAGES, uniform_precisions
+from tola_plugin.lab.benchmarks.stage_timing import LABELS, uniform_precisions
 
 #: the issue's targets (2-core CPU with native bf16, batch 1, full size)
 TARGETS = {
@@ -86,17 +86,17 @@ def bounds_table(result: Dict) -> List[str]:
     lines = [
         '', f"What bounds each stage (its time over its roofline: the larger of its MACs at the matmul ceiling and "
         f"its bytes at the copy bandwidth, {result['copy_gbps']:.1f} GB/s; over {KERNEL_SLACK}x: the runtime's "
-        "kernels):", '', f'| route | precision | {" | ".join(STAGES)} |', '|---|---|' + '---|' * len(STAGES)
+        "kernels):", '', f'| route | precision | {" | ".join(LABELS)} |', '|---|---|' + '---|' * len(LABELS)
     ]
     for name, stages in rows.items():
         row = result['timings'][name]
         cells = [(f"{stages[s]['bound']} {stages[s]['x_roofline']:.1f}x" if stages[s]['x_roofline'] else 'kernels')
-                 if s in stages else '' for s in STAGES]
+                 if s in stages else '' for s in LABELS]
         lines.append(f"| {row['route']} | {row['dtype']} | {' | '.join(cells)} |")
     macs = stage_macs(result['macs'])
     lines.append('per stage: ' + ', '.join(f"{s} {macs.get(s, 0) / 1e9:.1f} GMAC, "
                                            f"{result['stage_elements'].get(s, 0) * 4 / 1e9:.2f} GB in fp32"
-                                           for s in STAGES))
+                                           for s in LABELS))
     return lines
 
 
@@ -109,11 +109,11 @@ def route_error(result: Dict, route: str) -> str:
 def markdown(result: Dict) -> str:
     ceiling = result.get('ceiling_gflops', {})
     lines = [
-        f'| route | precision (as computed) | ẑ0 error | batch | {" | ".join(STAGES)} | s / image | GMAC/s | share of '
-        'ceiling | ideal s | x ideal |', '|---|---|---:|---:|' + '---:|' * (len(STAGES) + 5)
+        f'| route | precision (as computed) | ẑ0 error | batch | {" | ".join(LABELS)} | s / image | GMAC/s | share of '
+        'ceiling | ideal s | x ideal |', '|---|---|---:|---:|' + '---:|' * (len(LABELS) + 5)
     ]
     for row in result['timings'].values():
-        stages = ' | '.join(f"{row['stages_s'][s]:.2f}" for s in STAGES)
+        stages = ' | '.join(f"{row['stages_s'][s]:.2f}" for s in LABELS)
         rate = result['route_gmac'] / row['per_image_s'] if result.get('route_gmac') else float('nan')
         ideal = ideal_seconds(result, row['stage_precisions'])
         share = ideal / row['per_image_s'] if ceiling else float('nan')  # of the ceiling of each stage's precision

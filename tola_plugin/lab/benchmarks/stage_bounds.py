@@ -11,6 +11,7 @@ from typing import Dict, Optional
 import torch
 
 from tola_plugin.archs.precision import PRECISIONS, precision_dtype
+from tola_plugin.archs.stages import LABEL
 from tola_plugin.lab.benchmarks.stage_timing import StageTimer, restore
 
 #: above this many times its roofline time a stage is bound by the runtime's kernels (the issue's bound for the
@@ -18,8 +19,8 @@ from tola_plugin.lab.benchmarks.stage_timing import StageTimer, restore
 KERNEL_SLACK = 1.5
 #: the stage of the benchmark's timers each of ``complexity.route_macs``'s counts belongs to
 MACS_STAGE = {
-    'TransOCR encoder': 'text prior', 'VAE encoder': 'VAE encode', 'IDM': 'IDM', 'LRC': 'LRC',
-    'VAE decoder': 'VAE decode'
+    'TransOCR encoder': LABEL['text_prior'], 'VAE encoder': LABEL['vae_encoder'], 'IDM': LABEL['idm'],
+    'LRC': LABEL['lrc'], 'VAE decoder': LABEL['vae_decoder']
 }
 BYTES_PER_ELEMENT = {p: precision_dtype(p).itemsize for p in PRECISIONS if p != 'auto'}
 

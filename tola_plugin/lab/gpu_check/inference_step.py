@@ -37,10 +37,11 @@ import torch
 
 from tola_plugin.archs.precision import LOW_PRECISIONS, autocast, stage_dtypes
 from tola_plugin.archs.stage_runner import StageRunner
+from tola_plugin.archs.stages import STAGES
 from tola_plugin.archs.vae_arch import LATENT_SCALE
 from tola_plugin.data.image_io import list_image_files, read_image_file
 from tola_plugin.data.text_line_source import to_canvas
-from tola_plugin.lab.benchmarks.stage_timing import STAGES, StageTimer, TimedRunner
+from tola_plugin.lab.benchmarks.stage_timing import LABELS, StageTimer, TimedRunner
 from tola_plugin.lab.gpu_check.configs import model_option_file
 from tola_plugin.lab.gpu_check.precision_step import compute_dtype, tf32
 from tola_plugin.metrics.image_metrics import float_psnr
@@ -155,12 +156,13 @@ def peak_gib(device: str, reset: bool = False):
 
 
 class ImageStagesTF32:
-    """A ``stage_timing.TimedRunner`` timer that times nothing: the image stages (VAE encoder, IDM, VAE decoder) in
-    TF32, the text prior's reading in IEEE fp32 (TF32 could flip its argmax ids)."""
+    """A ``stage_timing.TimedRunner`` timer that times nothing: the image stages a runtime serves (VAE encoder, IDM,
+    VAE decoder) in TF32, the others in IEEE fp32 (the text prior's: TF32 could flip its argmax ids)."""
+    SERVED = {s.label for s in STAGES if s.servable and s.planned}
 
-    def timed(self, stage: str, fn, *args):
-        with tf32(stage != 'text prior'):
-            return fn(*args)
+    def timed(self, stage: str, fn, *args, **kwargs):
+        with tf32(stage in self.SERVED):
+            return fn(*args, **kwargs)
 
 
 @contextlib.contextmanager
@@ -244,7 +246,7 @@ def speed_row(net, canvases: torch.Tensor, device: str, name: str, path, cap: in
         row.update(
             seconds_per_line=round(statistics.median(seconds), 4), peak_gib=peak_gib(device), finite=finite,
             stages_s={s: round(statistics.median(t.get(s, 0.0) for t in stages), 4)
-                      for s in STAGES}, **batch_sweep(call, lines, device, cap, clock))
+                      for s in LABELS}, **batch_sweep(call, lines, device, cap, clock))
     return row
 
 

@@ -6,7 +6,7 @@ import json
 import os
 from typing import Dict, List
 
-from tola_plugin.lab.benchmarks.stage_timing import STAGES
+from tola_plugin.lab.benchmarks.stage_timing import LABELS
 from tola_plugin.utils.atomic_files import write_json, write_text
 
 JSON_FILE, MARKDOWN_FILE = 'gpu_check.json', 'gpu_check.md'
@@ -113,7 +113,7 @@ def _inference(s: Dict) -> List[str]:
         r.get('psnr_vs_fp32_db_min', '')
     ] for r in s['rows']]
     speed = [[r['row'], r['plan'], 'not run: ' + r['not_run']] if 'not_run' in r else [
-        r['row'], r['plan'], r['seconds_per_line'], *(r['stages_s'][k] for k in STAGES), r['peak_gib'], r['best_batch'],
+        r['row'], r['plan'], r['seconds_per_line'], *(r['stages_s'][k] for k in LABELS), r['peak_gib'], r['best_batch'],
         r['lines_per_s'],
         r.get('vs_auto', ''), 'yes' if r['finite'] else 'NO'
     ] for r in s['speed']]
@@ -130,7 +130,7 @@ def _inference(s: Dict) -> List[str]:
         '', f'Speed, warm: {s["model"]}, batch 1 end to end and per stage (s), the best batch; auto\'s line '
         f'{t["auto_seconds_per_line"]} s, target at most {t["at_most_s"]} s: {"met" if t["met"] else "NOT met"}.', ''
     ] + table(
-        ['row', 'plan', 's / line'] + list(STAGES) + ['peak GiB', 'best batch', 'lines / s', 'vs auto', 'all finite'],
+        ['row', 'plan', 's / line'] + list(LABELS) + ['peak GiB', 'best batch', 'lines / s', 'vs auto', 'all finite'],
         speed) + [''] + table(['stage precision', 'VAE encoder s', 'IDM s', 'VAE decoder s'],
                               [[r['precision'], r['vae_encoder'], r['idm'], r['vae_decoder']]
                                for r in s['stage_seconds']])
