@@ -94,11 +94,11 @@ setup(
     py_modules=['tola_plugin_hook', 'tola_plugin_shim'],
     cmdclass=CMDCLASS,
     package_data={
-        'tola_plugin.vocab': ['*.txt'],
-        'tola_plugin.demo': ['backbone/*.safetensors', 'backbone/*.json',
-                             'backbone/*.pth'],  # the demo model trained here
-        'tola_plugin.samples': ['*.png', '*.tsv', '*.md'],  # DiffTSR test LR images (Apache-2.0)
-        'tola_plugin.rendered_samples': ['*.png', '*.tsv', '*.md']
+        'tola_plugin.assets.vocab': ['*.txt'],
+        'tola_plugin.assets.demo': ['backbone/*.safetensors', 'backbone/*.json',
+                                    'backbone/*.pth'],  # the demo model trained here
+        'tola_plugin.assets.samples': ['*.png', '*.tsv', '*.md'],  # DiffTSR test LR images (Apache-2.0)
+        'tola_plugin.assets.rendered_samples': ['*.png', '*.tsv', '*.md']
     },  # examples of tola-web
     include_package_data=True,
     python_requires='>=3.10',

@@ -19,14 +19,14 @@ import os
 #: layer of each folder or top-level module, bottom (0) to top; the table docs/architecture.md draws. Inside
 #: ``tola_plugin`` by name; outside it by path from the repository's root (a folder ends with '/').
 LAYERS = {
-    'utils': 0, 'text': 0, 'vocab': 0, 'version': 0, 'registry_index': 0, 'demo': 0, 'tola_plugin_shim.py': 0,
+    'utils': 0, 'text': 0, 'version': 0, 'registry_index': 0, 'tola_plugin_shim.py': 0,
     'data': 1, 'checkpoints': 1, 'options': 1, 'metric_weights': 1,
-    'archs': 2, 'samples': 2, 'rendered_samples': 2, 'basicsr_glue': 2, 'data_preparation': 2,
+    'archs': 2, 'assets': 2, 'basicsr_glue': 2,
     'ocr': 3, 'metrics': 3, 'losses': 3, 'runtime': 3,
     'inference': 4, 'models': 4,
-    'evaluation': 5, 'web': 5,
+    'commands': 5, 'web': 5,
     'train': 6, 'test': 6, '__init__': 6,
-    'lab/__init__': 7, 'lab/ablations': 7, 'lab/benchmarks': 7, 'lab/demo': 7,
+    'lab/__init__': 7, 'lab/ablations': 7, 'lab/benchmarks': 7, 'lab/browser': 7, 'lab/demo': 7,
     'lab/gpu_check': 8,
     'tola_cli/': 9,
     'tools/': 10, 'tola_plugin_hook.py': 10,

@@ -17,8 +17,8 @@ import yaml
 
 import tola_plugin  # noqa: F401  (registers everything before any test builds from options)
 from tola_plugin.basicsr_glue import distributed
+from tola_plugin.commands.data_preparation.rendered_lines import write_rendered_pairs
 from tola_plugin.data.text_render import system_cjk_fonts
-from tola_plugin.data_preparation.rendered_lines import write_rendered_pairs
 import numerics
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

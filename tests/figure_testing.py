@@ -1,7 +1,7 @@
-"""What a figure of ``evaluation/plots.py`` shows, read from matplotlib's objects (not from the written file)."""
+"""What a figure of ``commands/evaluation/plots.py`` shows, read from matplotlib's objects (not the written file)."""
 import numpy as np
 
-from tola_plugin.evaluation import plots
+from tola_plugin.commands.evaluation import plots
 
 
 def capture_figures(monkeypatch):

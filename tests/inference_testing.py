@@ -4,11 +4,12 @@ import numpy as np
 import torch
 
 from tola_plugin.archs.tola_arch import TOLANet
-from tola_plugin.data_preparation.photo_render import PhotoLine
+from tola_plugin.commands.data_preparation.photo_render import PhotoLine
 from tola_plugin.ocr.recognition import Recognition
 from tola_testing import tiny_net_opt
 
-# Five lines at different angles (one upside down) and sizes on a 480x640 "photo" (data_preparation/photo_render.py).
+# Five lines at different angles (one upside down) and sizes on a 480x640 "photo"
+# (commands/data_preparation/photo_render.py).
 PHOTO_LINES = (PhotoLine('Restore text', 0, (200, 70),
                          40), PhotoLine('文本图像超分', 12, (330, 200), 44), PhotoLine('ONE STEP 2025', -10, (260, 330), 36),
                PhotoLine('TOLA', 30, (520, 400), 36), PhotoLine('Upside down', 180, (160, 440), 32))

@@ -16,7 +16,7 @@ import basicsr
 from basicsr.archs import build_network
 from basicsr.utils.registry import ARCH_REGISTRY
 
-from tola_plugin.evaluation.records import basicsr_output_names
+from tola_plugin.commands.evaluation.records import basicsr_output_names
 from tola_plugin.inference.demo_model import is_demo_model
 from tola_plugin.options.checks import check_options
 from conftest import REPO, render_pairs, run_launcher, write_options
@@ -115,7 +115,7 @@ def test_import_tola_plugin_is_light_and_registers_on_basicsrs_first_import(tmp_
              'light = [m for m in ("torch", "basicsr", "tola_plugin.basicsr_glue") if m in sys.modules]\n'
              'from tola_plugin.utils import cli_errors\n'
              'from tola_plugin.options import reader\n'
-             'from tola_plugin.data_preparation import dataset_split\n'
+             'from tola_plugin.commands.data_preparation import dataset_split\n'
              'still = [m for m in ("torch", "basicsr") if m in sys.modules]\n'
              'from basicsr.utils.registry import ARCH_REGISTRY\n'
              'import basicsr.utils.options as options\n'
@@ -328,7 +328,7 @@ def test_own_data_doc_commands(tmp_path, monkeypatch, capsys, caplog, one_thread
     record = json.loads((work / 'results' / 'photo' / 'photo.json').read_text(encoding='utf-8'))
     assert record['detected'] and len(record['lines']) >= 3 and record['outscale'] == 1.0  # "at its own size"
     assert all(isinstance(line['pasted'], bool) for line in record['lines'])
-    photo = cv2.imread(os.path.join(REPO, 'tola_plugin', 'rendered_samples', 'photo.png'))
+    photo = cv2.imread(os.path.join(REPO, 'tola_plugin', 'assets', 'rendered_samples', 'photo.png'))
     assert cv2.imread(str(work / 'results' / 'photo' / 'photo.png')).shape == photo.shape
 
 

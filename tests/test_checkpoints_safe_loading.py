@@ -14,7 +14,7 @@ from basicsr.losses import build_loss
 
 import tola_plugin  # noqa: F401
 from tola_plugin import metric_weights as W
-from tola_plugin.rendered_samples import samples_dir
+from tola_plugin.assets.rendered_samples import samples_dir
 from metric_weight_fakes import write_fake_metric_weights
 
 

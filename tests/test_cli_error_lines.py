@@ -95,7 +95,7 @@ def test_a_web_host_that_cannot_be_listened_on_is_said_at_once(capsys, host, why
 
 def test_export_to_a_folder_is_refused_before_the_network_is_built(tmp_path, monkeypatch):
     """``tola-export-merged --out`` naming a folder built the network, then ended in ``[Errno 21] Is a directory``."""
-    from tola_plugin.archs import weight_files
+    from tola_plugin.commands import weight_files
 
     def never(*args, **kwargs):
         raise AssertionError('the network was built')

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import tola_plugin  # noqa: F401
+from tola_plugin.commands.evaluation.runner import evaluate_methods
 from tola_plugin.data.text_line_source import FolderLineSource
-from tola_plugin.evaluation.runner import evaluate_methods
 from tola_plugin.inference.pipeline import TOLAPipeline
 from inference_testing import StandInRestorer
 

@@ -10,12 +10,12 @@ import pytest
 from basicsr.data import build_dataset
 
 import tola_plugin  # noqa: F401
+from tola_plugin.commands.data_preparation import rt50_screening
+from tola_plugin.commands.data_preparation.dataset_split import split_indices
+from tola_plugin.commands.data_preparation.image_checks import (RT50_THRESHOLDS, dhash, failed_quality_rules,
+                                                                gray_entropy, hamming, image_stats, label_category)
 from tola_plugin.data.fudanvi_lmdb import shared_lmdb_env
 from tola_plugin.data.text_line_source import LmdbLineSource
-from tola_plugin.data_preparation import rt50_screening
-from tola_plugin.data_preparation.dataset_split import split_indices
-from tola_plugin.data_preparation.image_checks import (RT50_THRESHOLDS, dhash, failed_quality_rules, gray_entropy,
-                                                       hamming, image_stats, label_category)
 from tola_plugin.utils.cli_errors import UsageError
 
 
@@ -346,7 +346,7 @@ def test_build_realce200_end_to_end(tmp_path):
     first = dict(zip(head, manifest[1].split('\t')))
     assert first['lr_source'] == 'val/13mm/img1.jpg' and first['ref_source'] == 'val/52mm/img1.jpg'
     assert (first['x0'], first['y0'], first['x1'], first['y1']) == ('10', '10', '210', '60')
-    from tola_plugin.data_preparation.image_checks import sha256_file
+    from tola_plugin.commands.data_preparation.image_checks import sha256_file
     assert first['sha256_lr'] == sha256_file(str(out / 'lr' / 'R001.png'))
     ds = build_dataset({
         'type': 'PairedTextDataset', 'phase': 'val', 'name': 'r', 'io_backend': {'type': 'disk'},

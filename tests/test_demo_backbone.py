@@ -1,4 +1,4 @@
-"""The shipped demo backbone (tola_plugin/demo/backbone): strict loading into the networks the demo option files
+"""The shipped demo backbone (tola_plugin/assets/demo/backbone): strict loading into the networks the demo option files
 build, its manifest, the merged export, and tools/train_demo_backbone.py end to end on a tiny configuration."""
 import json
 import os
@@ -15,7 +15,7 @@ from test_eval_recognizers import cjk_font
 from tola_plugin.archs.tola_arch import TOLANet
 from tola_plugin.checkpoints.demo_backbone import (DIFFTSR_FILE, TRANSOCR_FILE, demo_adaptation_record,
                                                    demo_checkpoint_paths, demo_manifest)
-from tola_plugin.evaluation.records import read_labels
+from tola_plugin.commands.evaluation.records import read_labels
 from tola_plugin.inference.color_fix import COLOR_FIXES
 from conftest import write_options
 from figure_testing import capture_figures, grid_cells
@@ -62,8 +62,8 @@ def test_demo_files_load_strictly_into_the_demo_option_networks(demo_net):
 
 
 def test_the_shipped_adaptation_is_make_demos_and_says_how_it_was_made():
-    """tola_plugin/demo/backbone/tola_demo_adaptation.pth: an adaptation checkpoint (1 MB) trained by the option file
-    its record names (make demo's, continued), the record naming the commands, threads, machine, its sha256 and size,
+    """tola_plugin/assets/demo/backbone/tola_demo_adaptation.pth: an adaptation checkpoint (1 MB) trained by the option
+    file its record names (make demo's, continued), the record naming the commands, threads, machine, its sha256, size,
     and the network_g of options/demo/test_TOLA_demo.yml; it loads strictly into that network
     (path:pretrain_network_g=demo) and only with the demo backbone."""
     import hashlib
@@ -101,7 +101,8 @@ def test_manifest_says_how_the_backbone_was_made():
         assert finals and all(v == v and abs(v) < 1e6 for v in finals)  # present and finite
         assert isinstance(record['seconds'], float)  # how long the stage took is recorded (not asserted)
     # the committed files come from the committed option file; output_dir says where they were written, not how
-    # they were made (the folder moved from tola_plugin/demo_backbone to tola_plugin/demo/backbone after training)
+    # they were made (the folder moved from tola_plugin/demo_backbone to tola_plugin/demo/backbone after training, then
+    # to tola_plugin/assets/demo/backbone)
     made = {k: v for k, v in manifest['options'].items() if k != 'output_dir'}
     assert made == {k: v for k, v in options.items() if k != 'output_dir'}
     assert os.path.realpath(os.path.join(REPO, options['output_dir'])) == os.path.realpath(folder)
@@ -280,8 +281,8 @@ def test_demo_report_writes_images_metrics_and_grid(rendered_sets, tmp_path, one
 
 
 def test_bundled_real_samples_are_listed_and_small():
+    from tola_plugin.assets.samples import sample_labels, sample_paths
     from tola_plugin.data.image_io import read_image_file
-    from tola_plugin.samples import sample_labels, sample_paths
     paths = sample_paths()
     assert 4 <= len(paths) <= 6 and sum(os.path.getsize(p) for p in paths) <= 600_000
     assert sorted(sample_labels()) == sorted(os.path.basename(p) for p in paths)

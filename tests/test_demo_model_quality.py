@@ -12,8 +12,8 @@ import torch
 
 from tola_plugin.archs.tola_arch import image_noise_seed
 from tola_plugin.checkpoints.demo_backbone import demo_adaptation_record
+from tola_plugin.commands.data_preparation.rendered_lines import write_rendered_lines
 from tola_plugin.data.image_io import tensor_to_uint8
-from tola_plugin.data_preparation.rendered_lines import write_rendered_lines
 from tola_plugin.metrics.image_metrics import psnr_y8
 from tola_plugin.metrics.text_metrics import normalize
 from tola_plugin.ocr.transocr_recognizer import read_text

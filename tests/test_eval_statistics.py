@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from tola_plugin.evaluation.statistics import CONFIDENCE, N_RESAMPLES, mcnemar_exact, paired_bootstrap
+from tola_plugin.commands.evaluation.statistics import CONFIDENCE, N_RESAMPLES, mcnemar_exact, paired_bootstrap
 
 
 def test_mcnemar_textbook_example():

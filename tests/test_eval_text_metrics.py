@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from tola_plugin.evaluation.diagnostics import CONFIDENCE_BINS, confidence_bin, text_category
+from tola_plugin.commands.evaluation.diagnostics import CONFIDENCE_BINS, confidence_bin, text_category
 from tola_plugin.metrics.text_metrics import EditOps, edit_distance, edit_operations, ned, normalize, recognition_scores
 
 # FudanVI's published TransOCR predictions (tests/data/eval/ctr_benchmark/README.md; web gzipped here).

@@ -11,8 +11,8 @@ from PIL import Image
 from test_eval_recognizers import SOFTMAX_TOL, cjk_font, forced, render_line, tiny_transocr  # noqa: E402
 
 from tola_cli import diagnose, evaluate, plot_results  # tools/diagnose.py, ...: their aliases in a clone
-from tola_plugin.evaluation import records as R
-from tola_plugin.evaluation.runner import evaluate_methods
+from tola_plugin.commands.evaluation import records as R
+from tola_plugin.commands.evaluation.runner import evaluate_methods
 from tola_plugin.inference.prior_csv import read_prior_csv, write_prior_csv
 from tola_plugin.metrics.text_metrics import ned
 from tola_plugin.utils.atomic_files import write_json
@@ -422,8 +422,8 @@ def test_transocr_checkpoint_demo_is_accepted_and_a_missing_file_refused_before_
     def no_work(*args, **kwargs):
         raise AssertionError('work started before the missing checkpoint was named')
 
-    monkeypatch.setattr('tola_plugin.evaluation.runner.upscale_folder', no_work)
-    monkeypatch.setattr('tola_plugin.evaluation.runner.R.list_images', no_work)
+    monkeypatch.setattr('tola_plugin.commands.evaluation.runner.upscale_folder', no_work)
+    monkeypatch.setattr('tola_plugin.commands.evaluation.runner.R.list_images', no_work)
     with pytest.raises(FileNotFoundError, match="TransOCR checkpoint .--transocr-checkpoint. not found at 'absent.pth'"
                        ".*or demo"):
         evaluate_methods({'s': str(dataset / 'same')}, str(tmp_path / 'o'), reference_dir=str(dataset / 'hr'),

@@ -64,12 +64,14 @@ def test_the_nvidia_driver_version_file(tmp_path):
 
 
 def test_the_sample_packages_have_one_reader():
-    """``tola_plugin.samples`` and ``tola_plugin.rendered_samples`` hold files only; their functions are
+    """``tola_plugin.assets.samples`` and ``tola_plugin.assets.rendered_samples`` hold files only; their functions are
     ``data.sample_images``' bound to them."""
-    from tola_plugin import rendered_samples, samples
-    for package, module in (('tola_plugin.samples', samples), ('tola_plugin.rendered_samples', rendered_samples)):
+    from tola_plugin.assets import rendered_samples, samples
+    for package, module in (('tola_plugin.assets.samples', samples), ('tola_plugin.assets.rendered_samples',
+                                                                      rendered_samples)):
         assert module.samples_dir() == sample_folder(package) == os.path.dirname(module.__file__)
         assert module.sample_paths() == sample_paths(package) and len(sample_paths(package)) >= 4
         assert all(p.endswith('.png') and os.path.dirname(p) == sample_folder(package) for p in sample_paths(package))
-    assert sorted(samples.sample_labels()) == sorted(os.path.basename(p) for p in sample_paths('tola_plugin.samples'))
-    assert sample_labels('tola_plugin.rendered_samples')['line_1x4.png'] == 'Text2025'
+    assert sorted(samples.sample_labels()) == sorted(
+        os.path.basename(p) for p in sample_paths('tola_plugin.assets.samples'))
+    assert sample_labels('tola_plugin.assets.rendered_samples')['line_1x4.png'] == 'Text2025'

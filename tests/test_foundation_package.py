@@ -90,10 +90,10 @@ def test_vocab_files_are_byte_identical_package_data():
     assert len(idm_alphabet()) == 6735 and len(set(idm_alphabet())) == 6735
     assert len(transocr_classes()) == 7937
     for name, digest in VOCAB_SHA256.items():
-        with open(os.path.join(PKG, 'vocab', name), 'rb') as f:
+        with open(os.path.join(PKG, 'assets', 'vocab', name), 'rb') as f:
             assert hashlib.sha256(f.read()).hexdigest() == digest, f'{name} is no longer the official alphabet'
     setup_py = open(os.path.join(REPO, 'setup.py'), encoding='utf-8').read()
-    assert "'tola_plugin.vocab': ['*.txt']" in setup_py
+    assert "'tola_plugin.assets.vocab': ['*.txt']" in setup_py
 
 
 def digest(folder):

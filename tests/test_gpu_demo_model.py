@@ -7,7 +7,7 @@ import os
 import pytest
 from safetensors import safe_open
 
-from tola_plugin.data_preparation.image_checks import sha256_file
+from tola_plugin.commands.data_preparation.image_checks import sha256_file
 from tola_plugin.lab.demo.fonts import demo_characters, write_font_subsets
 from tola_plugin.lab.gpu_check.configs import read_yaml
 from tola_plugin.lab.gpu_check.demo_model_step import (ADAPTATION_FILE, DRY_RUN_BACKBONE, GPU_BACKBONE, MAX_FILE_BYTES,

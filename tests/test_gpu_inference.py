@@ -100,5 +100,46 @@ def test_each_speed_row_is_named_for_what_it_runs_and_past_the_deadline_is_not_r
     assert [r['row'] for r in rows] == [
         'auto: torch fp32 (fp16: idm)', 'fp32 (IEEE)', 'fp32 + TF32 (every stage, the text prior too)',
         'fp32 + TF32 on the image stages', 'fp16: torch fp32 (fp16: idm)', 'auto + cudnn.benchmark',
-        'auto + channels_last', 'auto + TF32 on the image stages'
+        'auto + channels_last', 'auto + TF32 on the image stages', 'auto + torch.compile'
     ] and all(r['not_run'] for r in rows)
+
+
+def test_a_variant_says_after_how_many_lines_its_warm_up_pays_back_and_compiling_needs_its_time(monkeypatch):
+    """``pays_back_after_lines``: a variant's extra first-call seconds over the seconds it saves a line (none when it
+    saves nothing); the torch.compile row is not begun with less than ``COMPILE_S`` left."""
+    timing = {'auto + cudnn.benchmark': (0.05, 2.0), 'auto + channels_last': (0.2, 0.5)}
+
+    def fake_row(net, canvases, device, name, path, cap, everywhere, variants):
+        per_line, first = timing.get(name, (0.1, 0.5))
+        return {'row': name, 'plan': path.name, 'seconds_per_line': per_line, 'first_call_s': first}
+
+    monkeypatch.setattr(infer_step, 'speed_row', fake_row)
+    fp32 = BackendPrecision.uniform('torch', torch.float32)
+    now = [0.0]
+    rows = {
+        r['row']: r
+        for r in infer_step.speed_rows(None, None, 'cuda', {'fp32': fp32, 'auto': fp32}, 64,
+                                       deadline=infer_step.COMPILE_S - 1, clock=lambda: now[0])
+    }
+    assert rows['auto + cudnn.benchmark']['vs_auto'] == 2.0
+    assert rows['auto + cudnn.benchmark']['pays_back_after_lines'] == 30  # (2.0 - 0.5) s / 0.05 s a line
+    assert rows['auto + channels_last']['pays_back_after_lines'] is None  # slower: never
+    assert rows['auto + TF32 on the image stages']['pays_back_after_lines'] is None  # saves nothing
+    assert rows['auto + torch.compile']['not_run'] and 'not_run' not in rows['auto + channels_last']
+
+
+def test_the_torch_compile_variant_runs_the_image_stages_compiled_and_computes_the_plain_route():
+    """The torch.compile row's runner (dynamo's eager backend on the CPU: the wiring the GPU's inductor uses) sends
+    the three image stages through compiled modules and gives the plain route's image; the row puts everything
+    back."""
+    torch.manual_seed(0)
+    net = TOLANet(**tiny_net_opt(idm_lora=False, vae_lora=False)).eval()
+    lq, fp32 = torch.rand(1, 3, 32, 128), BackendPrecision.uniform('torch', torch.float32)
+    with torch.inference_mode():
+        plain = net(lq, noise_seeds=[0])
+    runner = net.stage_runner
+    with infer_step.running(net, fp32, 'cpu', variants=('torch.compile', )) as place:
+        assert net.stage_runner.name == 'torch fp32 + torch.compile'
+        compiled = net(place(lq), noise_seeds=[0])
+    assert torch.equal(compiled, plain)  # the same aten operations, traced: the same bits
+    assert net.stage_runner is runner

@@ -15,6 +15,7 @@ from basicsr.models import build_model
 
 from tola_plugin.archs.tola_adaptation import CHECKPOINTABLE
 from tola_plugin.archs.tola_arch import TOLANet
+from tola_plugin.commands import estimate_memory as E
 from tola_plugin.models import memory_estimate as M
 from tola_plugin.utils.cli_errors import UsageError
 from numerics import equivalent
@@ -146,12 +147,12 @@ def test_estimator_is_linear_in_the_batch():
     assert 0 < every < peaks[1] - peaks[0]  # checkpointing everything needs less per sample
     inference = [M.peak_inference(net, SIZE, b) for b in (1, 2, 3)]
     assert inference[2] - inference[1] == inference[1] - inference[0] > 0
-    assert M.largest_batch(fixed=2 * M.GIB, per_sample=M.GIB, capacity_gib=10, reserve=0.1) == 7
-    assert M.largest_batch(fixed=20 * M.GIB, per_sample=M.GIB, capacity_gib=10) == 0
+    assert E.largest_batch(fixed=2 * E.GIB, per_sample=E.GIB, capacity_gib=10, reserve=0.1) == 7
+    assert E.largest_batch(fixed=20 * E.GIB, per_sample=E.GIB, capacity_gib=10) == 0
 
 
 def test_estimate_memory_tool(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(M, 'checkpoint_choices', lambda: [(), ('vae_decoder', )])  # two of the eight: time
+    monkeypatch.setattr(E, 'checkpoint_choices', lambda: [(), ('vae_decoder', )])  # two of the eight: time
     sys.path.insert(0, os.path.join(REPO, 'tools'))
     try:
         import estimate_memory
@@ -164,7 +165,7 @@ def test_estimate_memory_tool(tmp_path, capsys, monkeypatch):
         ['-opt', str(opt_file), '--size', '32', '128', '--capacities', '1', '2', '--json',
          str(out)]) == 0
     result = json.loads(out.read_text())
-    assert [r['gradient_checkpointing'] for r in result['training']] == [list(c) for c in M.checkpoint_choices()]
+    assert [r['gradient_checkpointing'] for r in result['training']] == [list(c) for c in E.checkpoint_choices()]
     for row in result['training'] + [result['inference']]:
         assert row['per_sample_bytes'] == row['peak_batch2_bytes'] - row['peak_batch1_bytes'] > 0
         assert len(row['largest_batch']) == 2 and row['largest_batch'][0] <= row['largest_batch'][1]

@@ -8,8 +8,8 @@ import pytest
 from PIL import Image
 
 from tola_plugin import TOLAPipeline
+from tola_plugin.commands.data_preparation.photo_render import render_photo
 from tola_plugin.data.image_io import convert_array, convert_pil, decode_image, read_image_file, write_image
-from tola_plugin.data_preparation.photo_render import render_photo
 from tola_plugin.ocr.ppocr import PPOCRv4Detector
 from inference_testing import PHOTO_LINES, StandInRestorer
 

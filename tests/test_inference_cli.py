@@ -12,7 +12,7 @@ import torch
 from PIL import Image
 
 from tola_cli import infer
-from tola_plugin.data_preparation.photo_render import render_photo
+from tola_plugin.commands.data_preparation.photo_render import render_photo
 from tola_plugin.inference.prior_csv import read_prior_csv
 from inference_testing import PHOTO_LINES, InkDetector, InkReader, write_tiny_merged
 from tola_testing import one_thread  # noqa: F401

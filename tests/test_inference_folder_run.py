@@ -309,7 +309,7 @@ def test_prior_csv_cells_never_start_a_formula(tmp_path, stand_in):
 
 
 def test_evaluation_csv_cells_never_start_a_formula(tmp_path):
-    from tola_plugin.evaluation.records import read_per_image_csv, write_per_image_csv
+    from tola_plugin.commands.evaluation.records import read_per_image_csv, write_per_image_csv
     path = str(tmp_path / 'per_image.csv')
     rows = [dict(filename=f'{i}.png', gt=text, t_pred=text, psnr=-1.5) for i, text in enumerate(FORMULAS)]
     write_per_image_csv(path, rows)

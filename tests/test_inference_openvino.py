@@ -15,10 +15,11 @@ from tola_plugin.archs.tola_arch import TOLANet
 from tola_plugin.inference import batching
 from tola_plugin.inference.pipeline import TOLAPipeline
 from tola_plugin.lab.benchmarks import stage_timing
-from tola_plugin.runtime import openvino_client
-from tola_plugin.runtime import openvino_stages as OVS
-from tola_plugin.runtime import openvino_worker, qualification, serving
+from tola_plugin.runtime import qualification, serving
 from tola_plugin.runtime.model_digest import file_sha256
+from tola_plugin.runtime.openvino_backend import client as openvino_client
+from tola_plugin.runtime.openvino_backend import stages as OVS
+from tola_plugin.runtime.openvino_backend import worker as openvino_worker
 from tola_plugin.runtime.routed_stages import RoutedStages
 from tola_plugin.runtime.text_prior_stages import PRIOR_STAGES
 from tola_plugin.utils import progress
@@ -127,7 +128,7 @@ def test_the_plan_gives_the_stages_their_precision(converted):
         pipe.set_switches(precision='fp16')  # decided again: qualified here, or an error naming why not
         worker = pipe.runtime.worker
         assert worker.dtype_of('idm') == torch.float16 and worker.dtype_of('vae_decoder') == torch.float32
-        assert pipe.plan.dtypes['idm'] == worker.compiled_dtypes['idm']  # what it computes
+        assert pipe.plan.dtypes['idm'] == worker.compiled['idm']  # what it computes
         assert np.isfinite(pipe(np.zeros((32, 128, 3), np.uint8)).image).all()
     except serving.NoPathLeft as err:
         assert 'openvino fp16 (fp32: vae_decoder)' in str(err)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tola_plugin import TOLAPipeline
-from tola_plugin.data_preparation.photo_render import render_photo
+from tola_plugin.commands.data_preparation.photo_render import render_photo
 from tola_plugin.inference.demo_model import demo_model_path, is_demo_model
 from tola_plugin.inference.photo_geometry import expand_quad, reading_quad
 from tola_plugin.inference.restoration import reads_as_well

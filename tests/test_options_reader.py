@@ -79,10 +79,11 @@ def test_a_python_tag_runs_nothing_in_tola_infer_and_the_tools(tmp_path, monkeyp
     path = tmp_path / 'evil.yml'
     path.write_text(PYTHON_TAG.format(mark=mark) + 'network_g: {type: TOLANet}\n', encoding='utf-8')
     image = tmp_path / 'line.png'
-    image.write_bytes(open(os.path.join(REPO, 'tola_plugin', 'rendered_samples', 'line_1x4.png'), 'rb').read())
+    image.write_bytes(
+        open(os.path.join(REPO, 'tola_plugin', 'assets', 'rendered_samples', 'line_1x4.png'), 'rb').read())
     with pytest.raises(OptionError, match='evil.yml: line 1: the tag !!python/object/apply'):
         infer.main(['-i', str(image), '-o', str(tmp_path / 'out'), '-opt', str(path), '--device', 'cpu'])
-    from tola_plugin.archs.weight_files import export_merged
+    from tola_plugin.commands.weight_files import export_merged
     with pytest.raises(OptionError, match='evil.yml: line 1'):
         export_merged(str(path), str(tmp_path / 'merged.safetensors'))
     assert not mark.exists()
@@ -156,7 +157,8 @@ def test_tola_infer_opt_with_a_syntax_error_is_one_line(tmp_path, monkeypatch, c
     path = tmp_path / 'broken.yml'
     path.write_text('network_g:\n  type: TOLANet\n  lora_rank: [4\n', encoding='utf-8')
     image = tmp_path / 'line.png'
-    image.write_bytes(open(os.path.join(REPO, 'tola_plugin', 'rendered_samples', 'line_1x4.png'), 'rb').read())
+    image.write_bytes(
+        open(os.path.join(REPO, 'tola_plugin', 'assets', 'rendered_samples', 'line_1x4.png'), 'rb').read())
     monkeypatch.setattr(sys, 'argv', ['tola-infer'])
     with pytest.raises(SystemExit) as exit_info:
         infer.cli(['-i', str(image), '-o', str(tmp_path / 'out'), '-opt', str(path), '--device', 'cpu'])
@@ -447,8 +449,8 @@ def test_labels_files_are_utf8_with_an_optional_bom(tmp_path):
 
 def test_text_inputs_are_bounded_before_they_are_read(tmp_path):
     """Labels, CSV and JSON inputs over 256 MB are refused from their size (sparse files: nothing is written)."""
+    from tola_plugin.commands.evaluation.plots import read_benchmark_json
     from tola_plugin.data.text_labels import read_labels_tsv
-    from tola_plugin.evaluation.plots import read_benchmark_json
     from tola_plugin.inference.prior_csv import read_prior_csv
     for name, read, what in (('labels.tsv', read_labels_tsv, 'labels file'), ('prior.csv', read_prior_csv, 'CSV file'),
                              ('bench.json', lambda p: read_benchmark_json(p, 'TOLA'), 'benchmark_inference.py JSON')):

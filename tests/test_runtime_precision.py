@@ -154,7 +154,7 @@ def test_a_plan_per_stage_is_honoured_on_openvino(tiny, verdicts, monkeypatch):
                 for stage in ('vae_encoder', 'idm', 'vae_decoder')
                 } == {'vae_encoder': FP32, 'idm': FP32, 'vae_decoder': BF16}
         assert worker.dtype_of('text_encoder') == worker.dtype_of('text_decoder') == FP32
-        computed = worker.compiled_dtypes
+        computed = worker.compiled
         assert pipe.plan.dtypes == dict(MIXED, **{s: computed[s] for s in ('vae_encoder', 'idm', 'vae_decoder')})
         assert computed['idm'] == computed['vae_encoder'] == FP32  # asked fp32: never lower
         seen = spy_stages(pipe.net, monkeypatch)
@@ -175,7 +175,7 @@ def test_openvino_computing_another_precision_is_reported_as_such(tiny, verdicts
     monkeypatch.setattr(qualification, 'IMAGE_RMS_BOUND', float('inf'))
     pipe = TOLAPipeline.from_merged(tiny, switches={'precision': 'bf16'}, backend='openvino', batch_size=1)
     try:
-        assert pipe.runtime.worker.compiled_dtypes['idm'] == FP32
+        assert pipe.runtime.worker.compiled['idm'] == FP32
         assert pipe.plan.path.name == 'openvino fp32 (bf16: mom, lrc)' and pipe.plan.requested.name == 'openvino bf16'
         line = pipe.describe_runtime()
         assert line.startswith('runtime: cpu, openvino fp32 (bf16: mom, lrc) (asked backend openvino, precision bf16)')

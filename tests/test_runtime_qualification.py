@@ -16,8 +16,10 @@ import torch
 
 from tola_plugin.archs.tola_arch import TOLANet
 from tola_plugin.inference.pipeline import TOLAPipeline
-from tola_plugin.runtime import openvino_client, openvino_stages, plan, qualification
+from tola_plugin.runtime import plan, qualification
 from tola_plugin.runtime.child_process import ChildFailure, run_child
+from tola_plugin.runtime.openvino_backend import client as openvino_client
+from tola_plugin.runtime.openvino_backend import stages as openvino_stages
 from tola_plugin.runtime.serving import NoPathLeft
 from conftest import REPO
 from inference_testing import write_tiny_merged
@@ -292,7 +294,7 @@ def test_torch_low_precision_qualifies_in_a_child(model, verdicts, bf16_first, m
     assert pipe.plan.path.name == 'torch fp32 (bf16: vae_decoder)' and 'qualified on this machine' in pipe.plan.reason
     assert pipe.net.stage_dtypes('cpu')['vae_decoder'] == torch.bfloat16 and np.isfinite(pipe(LINE).image).all()
     qualification.forget()
-    monkeypatch.setattr('tola_plugin.runtime.serving.python_command',
+    monkeypatch.setattr('tola_plugin.runtime.torch_backend.python_command',
                         lambda module=None, script=None: [sys.executable, '-c', 'import os; os.abort()'])
     with pytest.raises(NoPathLeft, match='died by SIGABRT'):
         TOLAPipeline.from_merged(model, switches={'precision': 'bf16'}, backend='torch', batch_size=1)
@@ -451,7 +453,7 @@ def test_a_worker_killed_while_loading_is_passed_over_for_this_run_only(model, v
     pipe = TOLAPipeline.from_merged(model, batch_size=1)
     assert pipe.plan.path.name == 'torch fp32' and 'killed from outside while loading' in pipe.plan.passed_over[0][1]
     assert not verdicts.exists() or not [k for k in entries(verdicts) if 'openvino' in k]
-    real_worker = os.path.join(os.path.dirname(openvino_client.__file__), 'openvino_worker.py')
+    real_worker = os.path.join(os.path.dirname(openvino_client.__file__), 'worker.py')
     monkeypatch.setattr(openvino_client, 'WORKER', real_worker)
     monkeypatch.setattr(openvino_client.OpenVINOWorker, 'run', kill_worker_at('idm', {0}))  # in the probe
     pipe = TOLAPipeline.from_merged(model, batch_size=1)

@@ -146,7 +146,8 @@ def test_the_worker_starts_without_torch_or_numpy_from_the_package():
     import subprocess
     import sys
 
-    from tola_plugin.runtime import openvino_worker, resident_memory, stage_weights
+    from tola_plugin.runtime import resident_memory, stage_weights
+    from tola_plugin.runtime.openvino_backend import worker as openvino_worker
     code = ('import runpy, sys\n'
             f'worker = runpy.run_path({openvino_worker.__file__!r}, run_name="worker")\n'
             'assert worker["PageTrimmer"]().rss_file() >= 0\n'

@@ -323,7 +323,7 @@ def test_names_module_helpers_keep_temporary_names_within_name_max():
 def test_evaluation_method_names_stay_in_the_output_folder(tmp_path, method, needle):
     """A method's name becomes file names (per_image/<name>.csv, upscaled/<name>/): '..' or a name too long for the
     file system is refused before any metric runs."""
-    from tola_plugin.evaluation.runner import evaluate_methods
+    from tola_plugin.commands.evaluation.runner import evaluate_methods
     folder = tmp_path / 'restored'
     folder.mkdir()
     write_png(folder / 'a.png')

@@ -50,7 +50,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from tola_plugin.data_preparation.realce200 import build_realce200
+    from tola_plugin.commands.data_preparation.realce200 import build_realce200
     return build_realce200(args.root, args.out, args.split, args.lr_focal, args.ref_focal, args.anno_encoding,
                            args.count, args.seed, args.min_chars, args.max_chars, args.min_box_width,
                            args.min_box_height, args.aspect, args.min_ref_sharpness, args.min_contrast,

@@ -24,7 +24,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    from tola_plugin.archs.weight_files import convert_difftsr
+    from tola_plugin.commands.weight_files import convert_difftsr
     return convert_difftsr(args.input, args.output, args.components, args.verify)
 
 

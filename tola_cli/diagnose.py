@@ -40,7 +40,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from tola_plugin.evaluation.diagnostics import diagnose_evaluations
+    from tola_plugin.commands.evaluation.diagnostics import diagnose_evaluations
     text = diagnose_evaluations(args.eval_dir, args.baseline, args.method, args.out, args.eval_dir_baseline,
                                 args.prior_csv, args.recognizer, args.resamples, args.seed, args.plots)
     print(text, end='')

@@ -1,7 +1,8 @@
 """GPU memory of one TOLA training iteration and of inference, per sample, for every gradient-checkpointing choice,
 and the largest batch per GPU that fits 24/40/48/80/96 GB: measured on the meta device (no weights are read, nothing
 is computed; its time on a CPU: docs/training_gpus.md). What is and is not measured:
-``tola_plugin/models/memory_estimate.py``; the table for options/train/train_TOLA.yml: docs/training_gpus.md.
+``tola_plugin/models/memory_estimate.py`` (the report: ``tola_plugin/commands/estimate_memory.py``); the table for
+options/train/train_TOLA.yml: docs/training_gpus.md.
 
     tola-estimate-memory -opt options/train/train_TOLA.yml
     tola-estimate-memory -opt options/train/train_TOLA.yml --size 128 512 --json results/memory.json
@@ -28,7 +29,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from tola_plugin.models.memory_estimate import estimate_option_file  # (the package registers the plugin)
+    from tola_plugin.commands.estimate_memory import estimate_option_file  # (the package registers the plugin)
     return estimate_option_file(args.opt, args.size, args.capacities, args.reserve, args.json)
 
 

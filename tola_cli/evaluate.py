@@ -90,7 +90,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from tola_plugin.evaluation.runner import evaluate_methods
+    from tola_plugin.commands.evaluation.runner import evaluate_methods
     metrics = [m.strip() for m in args.metrics.split(',') if m.strip()] if args.metrics else None
     evaluate_methods(
         dict(args.method), args.out, reference_dir=args.reference, labels_path=args.labels, metrics=metrics,

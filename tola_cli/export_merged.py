@@ -40,7 +40,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    from tola_plugin.archs.weight_files import export_merged
+    from tola_plugin.commands.weight_files import export_merged
     return export_merged(args.opt, args.out, args.checkpoint, args.verify, args.force_yml)
 
 

@@ -39,7 +39,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from tola_plugin.data_preparation.degraded_test_set import write_test_set
+    from tola_plugin.commands.data_preparation.degraded_test_set import write_test_set
     return write_test_set(args.out, args.lmdb, args.images, args.labels, args.index_list, args.scale, args.seed,
                           args.skip_invalid_labels)
 

@@ -62,7 +62,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from tola_plugin.evaluation import plots
+    from tola_plugin.commands.evaluation import plots
     if args.figure == 'latency':
         paths = plots.plot_quality_latency(args.out, args.latency, args.benchmark, args.benchmark_method,
                                            args.benchmark_route, args.summary, args.highlight)

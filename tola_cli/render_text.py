@@ -48,7 +48,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    from tola_plugin.data_preparation.rendered_lines import write_rendered_lines
+    from tola_plugin.commands.data_preparation.rendered_lines import write_rendered_lines
     return write_rendered_lines(args.num, args.seed, args.out, args.labels, args.lmdb, args.lq_out, args.lq_scale,
                                 args.font, args.texts, args.category_probs, args.chinese_chars, args.height, args.width,
                                 args.format)

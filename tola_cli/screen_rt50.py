@@ -62,7 +62,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from tola_plugin.data_preparation.rt50_screening import build_rt50
+    from tola_plugin.commands.data_preparation.rt50_screening import build_rt50
     lengths = {
         'chinese': tuple(args.chinese_len), 'english': tuple(args.english_len), 'numeric': tuple(args.numeric_len)
     }

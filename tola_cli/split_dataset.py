@@ -30,7 +30,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from tola_plugin.data_preparation.dataset_split import write_split
+    from tola_plugin.commands.data_preparation.dataset_split import write_split
     return write_split(args.out_dir, args.lmdb, args.index_list, args.num, args.val_fraction, args.method, args.seed)
 
 

@@ -26,7 +26,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from tola_plugin.data_preparation.restore_samples import write_restore_samples
+    from tola_plugin.commands.data_preparation.restore_samples import write_restore_samples
     return write_restore_samples(args.out, args.scale, args.seed, args.font)
 
 

@@ -2,7 +2,7 @@
 """Figure of docs/restore.md: for text lines of several aspects, the input | the input stretched to 128x512 and
 restored (DiffTSR's and the old tool's route) | restored with its aspect kept (TOLAPipeline); then a photo with the
 lines PP-OCRv4 found | the photo restored in place. With --before-after: before | after for the six real lines of
-tola_plugin/samples (PP-OCRv4's readings, the labels) and the photo (why a line was left out).
+tola_plugin/assets/samples (PP-OCRv4's readings, the labels) and the photo (why a line was left out).
 
     python tools/make_restore_samples.py --out demo_data/restore_samples
     python tools/plot_restore_figure.py --samples demo_data/restore_samples --out docs/images/restore_figure.png \\
@@ -24,8 +24,9 @@ def parse_args(argv=None):
     parser.add_argument('--out', required=True, help='output PNG')
     parser.add_argument('--model', help='merged TOLA model (default: the demo model, shipped with the package)')
     parser.add_argument('--device', default='cpu')
-    parser.add_argument('--before-after', action='store_true',
-                        help='the samples of tola_plugin/samples and the photo, before | after, with their readings')
+    parser.add_argument(
+        '--before-after', action='store_true',
+        help='the samples of tola_plugin/assets/samples and the photo, before | after, with their readings')
     return parser.parse_args(argv)
 
 

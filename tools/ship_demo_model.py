@@ -6,12 +6,12 @@ r"""Install a trained demo model into the package and record its scores, measure
     python tools/ship_demo_model.py --adaptation experiments/NAME/models/net_g_latest.pth --provenance run.json
     # the shipped adaptation re-measured with a TransOCR trained on (docs/demo_backbone.md, "The TransOCR trained on"):
     python tools/ship_demo_model.py --transocr-run options/demo/train_demo_backbone_transocr_on.yml \
-        --adaptation tola_plugin/demo/backbone/tola_demo_adaptation.pth --provenance run.json
+        --adaptation tola_plugin/assets/demo/backbone/tola_demo_adaptation.pth --provenance run.json
     # a backbone and adaptation the GPU check's demo_model step brought back (its report's demo_model/ folder):
     python tools/ship_demo_model.py --backbone-state build/demo_model_state \
         --adaptation build/demo_model_state/adaptation.pth --provenance run.json
 
-Writes tola_plugin/demo/backbone/ (the backbone files in float16 and manifest.json with --backbone-state;
+Writes tola_plugin/assets/demo/backbone/ (the backbone files in float16 and manifest.json with --backbone-state;
 tola_demo_adaptation.pth and .json), after restoring make demo's 32 held-out lines with the test launcher
 (build/ship_demo_model/results/demo_TOLA_shipped/: images, metrics.json, grid.png). ``--provenance``: a JSON file of
 how the adaptation was made (what, commands, option_file, objective, iterations, batch_size, num_threads,

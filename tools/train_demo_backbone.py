@@ -7,7 +7,7 @@ Stages (docs/demo_backbone.md): line pool -> VAE -> TransOCR -> latent cache -> 
 is kept in ``work_dir`` (``<stage>.safetensors``) and reused when the tool is run again, so an interrupted run
 resumes at the stage it was in (delete a stage file to retrain it; a new VAE or TransOCR also retrains the
 IDM stage, which reads their latents and text priors). The result goes to ``output_dir`` (default: the package's
-``tola_plugin/demo/backbone``): ``difftsr_demo.safetensors``, ``transocr_demo.safetensors`` and ``manifest.json``
+``tola_plugin/assets/demo/backbone``): ``difftsr_demo.safetensors``, ``transocr_demo.safetensors`` and ``manifest.json``
 (how they were made).
 Deterministic given ``seed`` and ``num_threads`` on a CPU. ``device: cuda`` in the option file trains on a GPU;
 ``--deadline`` stops a run in time (the stage in progress resumes next time), ``--init-dir`` continues from an

@@ -13,7 +13,7 @@ import sys
 
 from tola_cli.command import run_command
 
-EXAMPLE = 'line_1x10.png'  # tola_plugin/rendered_samples: a 320x32 line, Chinese and Latin
+EXAMPLE = 'line_1x10.png'  # tola_plugin/assets/rendered_samples: a 320x32 line, Chinese and Latin
 
 
 def parse_args(argv=None):
@@ -33,8 +33,8 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     from tola_cli import web  # after parsing: --help and usage errors import nothing heavy
+    from tola_plugin.lab.browser.screenshot import screenshot_web_demo
     from tola_plugin.utils.user_text import say
-    from tola_plugin.web.screenshot import screenshot_web_demo
     web_args = ['--port', '0'] + (['--model', args.model] if args.model else []) + (['--detect'] if args.detect else [])
     status = screenshot_web_demo(lambda: web.main(web_args, block=False), args.out, args.example, args.width,
                                  args.timeout, args.overwrite)

@@ -38,7 +38,7 @@ from tola_plugin.utils.procfs import meminfo_bytes
 from tola_plugin.utils.tensor_memory import saved_bytes_per_sample, trainable_bytes, weight_bytes
 
 GIB = 2**30
-RESERVE = 0.1  # share of the memory left to what the meta device does not see (as models/memory_estimate.py)
+RESERVE = 0.1  # share of the memory left to what the meta device does not see (as commands/estimate_memory.py)
 TEXT_LINE = (128, 512)  # the plugin's datasets' samples: a text line's canvas (data/text_line_source.py)
 #: bytes per index of an epoch, measured for ``torch.randperm(10**7).tolist()`` (the int64, the list's slot and
 #: the Python int: the sampler holds both; upstream's ``% len`` and rank slice add more)

@@ -1,4 +1,4 @@
-"""Where the small demo backbone's weight files are: ``tola_plugin/demo/backbone/``, shipped inside the package
+"""Where the small demo backbone's weight files are: ``tola_plugin/assets/demo/backbone/``, shipped inside the package
 (trained here by tools/train_demo_backbone.py, ``tola_plugin.lab.demo.training``).
 
 Files (package data, so an installed package has them too):
@@ -26,9 +26,9 @@ DEMO = 'demo'  # the value that names a demo file in an option (backbone_init, o
 
 
 def demo_backbone_dir() -> str:
-    """The folder of the shipped files: ``tola_plugin/demo/backbone/`` (package data, found beside this package's
+    """The folder of the shipped files: ``tola_plugin/assets/demo/backbone/`` (package data, found beside this package's
     modules without importing the demo code)."""
-    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'demo', 'backbone')
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'assets', 'demo', 'backbone')
 
 
 def demo_checkpoint_paths() -> Tuple[str, str]:

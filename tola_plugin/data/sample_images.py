@@ -1,6 +1,6 @@
-"""The sample images shipped as package data, read in one place: ``tola_plugin.samples`` (real low-resolution lines
-of DiffTSR's test set, with labels) and ``tola_plugin.rendered_samples`` (rendered lines and a photo). Each package
-holds only its files; its ``samples_dir`` and ``sample_paths`` (``sample_labels``) are these functions bound to it."""
+"""The sample images shipped as package data, read in one place: ``tola_plugin.assets.samples`` (real low-resolution
+lines of DiffTSR's test set, with labels) and ``tola_plugin.assets.rendered_samples`` (rendered lines and a photo).
+Each holds only its files; its ``samples_dir``, ``sample_paths`` (``sample_labels``) are these functions bound to it."""
 import os
 from importlib import resources
 from typing import Dict, List
@@ -9,7 +9,7 @@ from tola_plugin.data.text_labels import read_labels_tsv
 
 
 def sample_folder(package: str) -> str:
-    """The folder of the sample package ``package`` (e.g. 'tola_plugin.samples')."""
+    """The folder of the sample package ``package`` (e.g. 'tola_plugin.assets.samples')."""
     return str(resources.files(package))
 
 

@@ -90,11 +90,11 @@ def system_cjk_fonts() -> List[str]:
 def demo_chinese() -> str:
     """The demo's reduced Chinese pool: the 100 most frequent characters of the CTR benchmark's scene and web
     test labels (FudanVI, MIT) among ``common_chinese()``, most frequent first (package file
-    ``vocab/demo_chinese.txt``; docs/data.md says how it was counted)."""
-    text = resources.files('tola_plugin.vocab').joinpath('demo_chinese.txt').read_text(encoding='utf-8').strip()
+    ``assets/vocab/demo_chinese.txt``; docs/data.md says how it was counted)."""
+    text = resources.files('tola_plugin.assets.vocab').joinpath('demo_chinese.txt').read_text(encoding='utf-8').strip()
     stray = sorted(set(text) - set(common_chinese()))
     if stray or len(set(text)) != len(text):
-        raise ValueError(f'vocab/demo_chinese.txt must hold distinct characters of common_chinese(); bad: {stray}')
+        raise ValueError(f'assets/vocab/demo_chinese.txt must be distinct characters of common_chinese(); bad: {stray}')
     return text
 
 

@@ -1,6 +1,6 @@
 """Inference on real text images: ``TOLAPipeline`` (any size and aspect, whole photos) and its geometry, the folder
 run (``folder_run``) and the demo model from any folder (``demo_model``). The weight files it reads are written by
-``tola_plugin.archs.weight_files``; the web demo is ``tola_plugin.web``. ``TOLAPipeline``, ``LineResult`` and
+``tola_plugin.commands.weight_files``; the web demo is ``tola_plugin.web``. ``TOLAPipeline``, ``LineResult`` and
 ``Restoration`` are imported when first asked for, so that the folder run's planning imports no network.
 """
 _PIPELINE_NAMES = ('LineResult', 'Restoration', 'TOLAPipeline')

@@ -1,5 +1,5 @@
 """The demo model, wherever the user is: the shipped demo backbone with its shipped TOLA adaptation
-(``tola_plugin/demo/backbone/``), merged once into the user's cache and read from there by every later run.
+(``tola_plugin/assets/demo/backbone/``), merged once into the user's cache and read from there by every later run.
 
 - ``demo_model_path()``: the merged file ``<cache>/demo/TOLA_demo_merged-<digest>.safetensors`` (``<cache>``:
   ``$XDG_CACHE_HOME/tola-plugin``, ``utils/user_cache.py``), built on first use (seconds: the backbone is small)

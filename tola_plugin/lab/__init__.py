@@ -6,6 +6,7 @@ nothing in the package and no command line (``tola_cli/``) imports it (``make li
 - ``gpu_check``: the GPU check and its bundle (tools/gpu_check.py, tools/gpu_bundle.py, docs/training_gpus.md);
 - ``demo``: the demo backbone's training and ``make demo``'s report (tools/train_demo_backbone.py,
   tools/demo_report.py, tools/one_step_error.py, tools/plot_restore_figure.py); the weights it made ship in
-  ``tola_plugin/demo/backbone/``;
+  ``tola_plugin/assets/demo/backbone/``;
+- ``browser``: headless Chromium driving the web demo (the browser test; docs/web.md's screenshot: ``screenshot``);
 - ``ablations``: the option files of the paper's ablation rows (tools/make_tola_ablations.py).
 """

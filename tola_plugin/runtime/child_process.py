@@ -71,28 +71,12 @@ class ChildResult:
 def run_child(command: Sequence[str], what: str, timeout: float, env: Optional[Dict[str, str]] = None,
               cwd: Optional[str] = None, on_line: Optional[Callable[[str], None]] = None) -> ChildResult:
     """Run ``command`` to its end within ``timeout`` seconds; -> its output. A child that dies by a signal, exits
-    with a non-zero status or runs past the timeout (it is killed) raises ChildFailure naming ``what`` and how.
-    ``on_line``: called with each line of the child's stdout as it comes (its progress), not only at the end."""
-    import time
-    start = time.perf_counter()
-    if on_line is not None:
-        return _run_streaming(command, what, timeout, env, cwd, on_line, start)
-    try:
-        proc = subprocess.run(
-            list(command), capture_output=True, text=True, timeout=timeout, env=child_environment(env), cwd=cwd,
-            stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        raise ChildFailure(what, f'hung: still running after {timeout:g} s, killed') from None
-    if proc.returncode != 0:
-        raise ChildFailure(what, describe_exit(proc.returncode, proc.stderr), proc.returncode)
-    return ChildResult(proc.stdout, proc.stderr, time.perf_counter() - start)
-
-
-def _run_streaming(command, what, timeout, env, cwd, on_line, start) -> ChildResult:
-    """``run_child`` reading the child's stdout line by line (stderr collected by a thread, so neither pipe fills);
-    the timeout kills the child from a timer."""
+    with a non-zero status or runs past the timeout (killed by a timer) raises ChildFailure naming ``what`` and how.
+    ``on_line``: called with each line of the child's stdout as it comes (its progress), not only at the end; its
+    stderr is collected by a thread, so that neither pipe fills."""
     import threading
     import time
+    start = time.perf_counter()
     proc = subprocess.Popen(
         list(command), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_environment(env), cwd=cwd,
         stdin=subprocess.DEVNULL)
@@ -105,7 +89,8 @@ def _run_streaming(command, what, timeout, env, cwd, on_line, start) -> ChildRes
     try:
         for line in proc.stdout:
             lines.append(line)
-            on_line(line.rstrip('\n'))
+            if on_line is not None:
+                on_line(line.rstrip('\n'))
         proc.wait()
     finally:
         timer.cancel()
@@ -117,5 +102,5 @@ def _run_streaming(command, what, timeout, env, cwd, on_line, start) -> ChildRes
     if time.perf_counter() - start >= timeout and proc.returncode != 0:
         raise ChildFailure(what, f'hung: still running after {timeout:g} s, killed')
     if proc.returncode != 0:
-        raise ChildFailure(what, describe_exit(proc.returncode, stderr))
+        raise ChildFailure(what, describe_exit(proc.returncode, stderr), proc.returncode)
     return ChildResult(''.join(lines), stderr, time.perf_counter() - start)

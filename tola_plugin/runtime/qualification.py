@@ -8,7 +8,7 @@ fp32 torch route runs it here and records each stage's inputs and output and the
 image (``record_reference``). The candidate then shows two things:
 
 - **its stages** (guards against a crash, NaN or garbage): each stage run in the candidate's child (the OpenVINO
-  worker that would then serve, or ``torch_probe.py``) on the reference's stage inputs: finite and within its own
+  worker that would then serve, or ``torch_backend.py``'s) on the reference's stage inputs: finite and within its own
   measured relative RMS error (``STAGE_BOUNDS``, per stage and precision, ``check_output``); a path that runs the text
   prior's stages (OpenVINO) also reads the probe's text through them (``TEXT_PRIOR``: ids equal to the torch route's,
   confidences within ``PRIOR_BOUND``; the prior runs in fp32 on every path);
@@ -25,7 +25,6 @@ precision and the model's digest; it is written atomically and read by
 every later run. ``--requalify`` (``forget``) drops this machine's verdicts of a model.
 """
 import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Optional, Tuple
@@ -34,8 +33,8 @@ import numpy as np
 import torch
 
 from tola_plugin.archs.precision import StageDtypes, dtype_name
+from tola_plugin.assets.rendered_samples import samples_dir
 from tola_plugin.data.image_io import read_image_file
-from tola_plugin.rendered_samples import samples_dir
 from tola_plugin.runtime.image_stages import IMAGE_STAGES, run_torch_stage, stage_modules
 from tola_plugin.runtime.machine import device_identity, package_version
 from tola_plugin.runtime.plan import BackendPrecision
@@ -49,7 +48,7 @@ FORMAT = 'tola_plugin.qualification/4'
 #: a quarter of a 128x512 canvas: every layer and weight of the model in a quarter of the time; what depends on the
 #: shape alone is caught by the output check while serving
 PROBE_SHAPE = (1, 3, 64, 256)
-PROBE_LINE = 'line_1x4.png'  # of tola_plugin/rendered_samples: "Text2025", rendered, bicubic x4 down to 32x128
+PROBE_LINE = 'line_1x4.png'  # of tola_plugin/assets/rendered_samples: "Text2025", rendered, bicubic x4 down to 32x128
 ROUTE = 'route'  # the candidate's whole forward on the probe: {'z_lr', 'z0', 'image'}
 #: largest mean |Δẑ0| / mean |z_LR| of a route against the fp32 route (docs/inference.md, "Precision": the ẑ0 error
 #: at which the image of a model whose output follows ẑ0 reaches IMAGE_RMS_BOUND)
@@ -245,15 +244,6 @@ def compare(reference: Dict, outputs: Dict, path: BackendPrecision, checks=TORCH
     return Verdict(True, f'matches the fp32 torch route ({how})', errors)
 
 
-def save_cases(reference: Dict, path: str) -> None:
-    """The reference's stage inputs as an .npz (``<stage>.<i>``) for a child."""
-    arrays = {
-        f'{stage}.{i}': t.numpy()
-        for stage, (inputs, _) in reference.items() if stage in IMAGE_STAGES for i, t in enumerate(inputs)
-    }
-    np.savez(path, **arrays)
-
-
 # ------------------------------------------------------------------------------------------------------ verdicts
 def verdict_key(device: torch.device, path: BackendPrecision, digest: str) -> str:
     """The cache key of a verdict on ``path`` (module docstring)."""
@@ -303,10 +293,3 @@ def qualify(key: str, run_candidate: Callable[[], Dict], reference: Callable[[],
     verdict.seconds = round(time.perf_counter() - start, 2)
     store_verdict(key, verdict)
     return verdict
-
-
-def scratch_file(suffix: str) -> str:
-    """A private temporary file name (the caller removes it)."""
-    handle, path = tempfile.mkstemp(suffix=suffix, prefix='tola-qualify-')
-    os.close(handle)
-    return path

@@ -62,11 +62,6 @@ class StageSource:
             self._folder = None
 
 
-def load_stages(spec: Dict) -> Tuple[nn.Module, nn.Module, int]:
-    """In a child: (idm, vae, context_dim) of a ``StageSource.spec``, fp32, eval, on the CPU."""
-    return load_modules(spec, with_transocr=False)[:3]
-
-
 def load_modules(spec: Dict, with_transocr: bool = True) -> Tuple[nn.Module, nn.Module, int, Optional[nn.Module]]:
     """In a child: (idm, vae, context_dim, transocr or None without ``with_transocr``) of a ``StageSource.spec``,
     fp32, eval, on the CPU."""

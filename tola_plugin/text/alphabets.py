@@ -17,7 +17,7 @@ TRANSOCR_END = TRANSOCR_NUM_CLASSES - 1
 
 
 def _read(name: str) -> str:
-    return resources.files('tola_plugin.vocab').joinpath(name).read_text(encoding='utf-8')
+    return resources.files('tola_plugin.assets.vocab').joinpath(name).read_text(encoding='utf-8')
 
 
 @lru_cache(maxsize=None)

@@ -2,7 +2,7 @@
 variable is unset or empty, as the XDG base directory specification says). It holds what is measured or built once
 per machine and reused by every run: the bf16 speed measurement and the qualification verdicts of the fast paths
 (``runtime/bf16_speed.py``, ``runtime/qualification.py``) and the converted OpenVINO stages of models
-(``runtime/openvino_stages.py``). Deleting it is always safe: each entry is measured or built again when needed
+(``runtime/openvino_backend/stages.py``). Deleting it is always safe: each entry is measured or built again when needed
 (docs/inference.md, "The cache"). ``JsonCache`` is the one way an entry is kept there in JSON."""
 import os
 from typing import Dict, Iterable, Optional

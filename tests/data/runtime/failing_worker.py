@@ -1,4 +1,4 @@
-"""A stand-in for tola_plugin/runtime/openvino_worker.py that fails the way broken runtimes do, chosen by the
+"""A stand-in for tola_plugin/runtime/openvino_backend/worker.py that fails the way broken runtimes do, chosen by the
 environment variable FAILING_WORKER: 'segv-on-load' (dies by SIGSEGV when asked to compile), 'hang-on-load' (never
 answers), 'error-on-load' (answers with an error), 'killed-on-load' (dies by SIGKILL, as the OOM killer or a user ends
 it). Started as the worker is: ``python failing_worker.py READ WRITE``."""

@@ -60,7 +60,7 @@ from tola_plugin.lab.benchmarks.stage_timing import (LABELS, StageTimer, median_
 from tola_plugin.lab.benchmarks.training_timing import training_iterations
 from tola_plugin.metrics.image_metrics import float_psnr
 from tola_plugin.runtime import qualification
-from tola_plugin.runtime.openvino.stages import openvino_missing
+from tola_plugin.runtime.openvino_backend.stages import openvino_missing
 from tola_plugin.runtime.serving import NoPathLeft
 from tola_plugin.utils.user_text import say
 

@@ -19,8 +19,8 @@ from typing import Dict, List, Optional
 import cv2
 import numpy as np
 
+from tola_plugin.commands.data_preparation.photo_render import PhotoLine, render_photo
 from tola_plugin.data.text_render import CATEGORIES, DEFAULT_CATEGORY_PROBS, chinese_pool, random_text
-from tola_plugin.data_preparation.photo_render import PhotoLine, render_photo
 from tola_plugin.inference.line_geometry import to_canvas_height
 from tola_plugin.inference.paste_judge import INK_MAX_DELTA_E, SEAM_MAX_DELTA_E, ColourCheck, check_colours
 from tola_plugin.inference.photo_geometry import expand_quad, reading_quad, rectify, scale_quad

@@ -4,10 +4,11 @@ the one-step latent ẑ0 (which carries ε̂'s error x 101.6 at t = 999) and the
 
 ``frozen_demo_net`` is a model whose output follows ẑ0: the demo backbone's one-step route without LoRA and LRC, so
 its image is the decoder of ẑ0 (the demo model's LRC learned to restore from z_LR and discards ẑ0, which would hide
-the error). The tables are measured with the runtime's ``Runtime.unqualified`` (each path run as it is, OpenVINO
+the error). The tables are measured with ``unqualified`` (each path run as it is, OpenVINO
 reporting the precision it compiled), on rendered lines (``benchmarks/inference_inputs.rendered_lines``) or the
 qualification's probe.
 """
+import contextlib
 import os
 import statistics
 import time
@@ -96,7 +97,7 @@ def error_table(net, lq: torch.Tensor, hr: Optional[torch.Tensor] = None, backen
             for path in ([BackendPrecision.uniform(backend, FP32)] if backend != 'torch' else []) + stage_paths(
                     backend, precisions):
                 try:
-                    with runtime.unqualified(path) as running:
+                    with unqualified(runtime, path) as (running, _):
                         out = route(net, lq)
                 except RuntimeError as err:
                     say(f'{path.name}: not measured: {err}')
@@ -112,11 +113,27 @@ def error_table(net, lq: torch.Tensor, hr: Optional[torch.Tensor] = None, backen
     return {'lines': int(lq.shape[0]), 'shape': list(lq.shape[1:]), 'reference': sizes, 'rows': rows}
 
 
-def cpu_seconds(runtime: Runtime) -> float:
-    """CPU seconds this process and the runtime's OpenVINO worker have used (user + system): what a route costs on a
-    machine shared with other work, where its wall time depends on the others' load."""
+@contextlib.contextmanager
+def unqualified(runtime: Runtime, path: BackendPrecision):
+    """``runtime``'s network runs ``path`` for the block without qualifying it: what these tables measure, the errors
+    of paths that do not qualify among them. Yields (the path as it computes, its backend), a backend of its own,
+    closed after. An OpenVINO path that cannot start is a RuntimeError naming why."""
+    backend = runtime.new_backends()[path.backend]
+    try:
+        runner = backend.start(path)
+        runner.name += ' (not qualified: measured)'
+        with runtime.net.running(runner):
+            yield BackendPrecision(path.backend, runner.dtypes), backend
+    finally:
+        backend.close()
+
+
+def cpu_seconds(backend) -> float:
+    """CPU seconds this process and ``backend``'s OpenVINO worker (if it has one) have used (user + system): what a
+    route costs on a machine shared with other work, where its wall time depends on the others' load."""
     used = time.process_time()
-    fields = procfs.stat_fields(runtime.worker.proc.pid) if runtime.worker is not None else None
+    worker = getattr(backend, 'worker', None)
+    fields = procfs.stat_fields(worker.proc.pid) if worker is not None else None
     if fields is not None:
         used += (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')  # utime, stime
     return used
@@ -124,7 +141,7 @@ def cpu_seconds(runtime: Runtime) -> float:
 
 def plan_speeds(net, lq: torch.Tensor, paths: Sequence[BackendPrecision], repeats: int = 3,
                 say=print) -> Dict[str, Dict]:
-    """Seconds per line of the inference TOLANet ``net`` on ``lq`` with each path (``Runtime.unqualified``), wall and
+    """Seconds per line of the inference TOLANet ``net`` on ``lq`` with each path (``unqualified``), wall and
     CPU (``cpu_seconds``), the paths interleaved, a warm-up each, median of ``repeats``; and each path's route errors
     against fp32 torch -> {path name: {'computed', 'seconds', 'cpu_seconds', 'all_s', errors...}}."""
     runtime = Runtime(net, 'cpu', 'torch', say=say)
@@ -134,12 +151,12 @@ def plan_speeds(net, lq: torch.Tensor, paths: Sequence[BackendPrecision], repeat
         reference = route(net, lq)
         for repeat in range(repeats + 1):
             for path in paths:
-                with runtime.unqualified(path) as running:
+                with unqualified(runtime, path) as (running, backend):
                     route(net, lq[:1])  # the worker's first call compiles for the shape
-                    start, cpu = time.perf_counter(), cpu_seconds(runtime)
+                    start, cpu = time.perf_counter(), cpu_seconds(backend)
                     result = route(net, lq)
                     seconds = (time.perf_counter() - start) / lq.shape[0]
-                    used = (cpu_seconds(runtime) - cpu) / lq.shape[0]
+                    used = (cpu_seconds(backend) - cpu) / lq.shape[0]
                 if repeat:
                     times[path.name].append((seconds, used))
                 else:

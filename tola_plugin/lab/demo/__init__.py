@@ -1,5 +1,5 @@
 """The demo model's lab (docs/demo_backbone.md): how the small DiffTSR-shaped backbone shipped in
-``tola_plugin/demo/backbone/`` was trained, and what ``make demo`` reports about it:
+``tola_plugin/assets/demo/backbone/`` was trained, and what ``make demo`` reports about it:
 
 - ``training``: the backbone's training run (tools/train_demo_backbone.py is its command line), with ``pool``
   (rendered + degraded lines generated once into .npy files), ``training_stages`` (the VAE, TransOCR and IDM/MoM
@@ -9,5 +9,5 @@
 - ``restore_figure``: the figure of docs/restore.md, lines of any aspect and a photo restored
   (tools/plot_restore_figure.py).
 
-It uses the evaluation protocol (``tola_plugin.evaluation``) and everything below.
+It uses the evaluation protocol (``tola_plugin.commands.evaluation``) and everything below.
 """

@@ -17,11 +17,11 @@ import torch
 
 from tola_plugin.archs.backbone_builder import load_transocr, transocr_checkpoint_of
 from tola_plugin.checkpoints.demo_backbone import demo_adaptation_record
+from tola_plugin.commands.evaluation import records as R
+from tola_plugin.commands.evaluation.plots import comparison_grid, load_grid_rows
+from tola_plugin.commands.evaluation.runner import evaluate_methods
 from tola_plugin.data.image_io import read_image_file, tensor_to_uint8, write_image
 from tola_plugin.data.text_degradation_dataset import TextDegradationDataset, held_out_dataset_opt
-from tola_plugin.evaluation import records as R
-from tola_plugin.evaluation.plots import comparison_grid, load_grid_rows
-from tola_plugin.evaluation.runner import evaluate_methods
 from tola_plugin.inference.color_fix import COLOR_FIXES, apply_color_fix
 from tola_plugin.metrics.image_metrics import mean_psnr_y8
 from tola_plugin.ocr.ppocr import ppocrv4_unavailable

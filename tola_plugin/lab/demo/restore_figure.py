@@ -1,7 +1,7 @@
 """The figures of docs/restore.md (tools/plot_restore_figure.py): for the text lines of several aspects of
 tools/make_restore_samples.py, the input | the input stretched to 128x512 and restored (DiffTSR's and the old tool's
 route) | restored with its aspect kept (TOLAPipeline); then the photo with the lines PP-OCRv4 found | the photo
-restored in place (``plot_restore_figure``). And before | after for the real lines of tola_plugin/samples and the
+restored in place (``plot_restore_figure``). And before | after for the real lines of tola_plugin/assets/samples and the
 photo, with PP-OCRv4's readings and why a line was left out (``plot_samples_before_after``). The PNGs are
 palette-quantised to stay small (docs/ figures are committed).
 """
@@ -102,12 +102,12 @@ def _reading(line) -> str:
 
 
 def plot_samples_before_after(samples: str, out: str, model: Optional[str] = None, device: str = 'cpu') -> int:
-    """The figure docs/restore.md's "Samples and figure" shows: each real low-resolution line of tola_plugin/samples,
+    """The figure docs/restore.md's "Samples and figure" shows: each real low-resolution line of the assets' samples,
     before | after as tola-infer restores it (its defaults), with PP-OCRv4's readings and the label; then the photo of
     ``samples`` (tools/make_restore_samples.py) before (its lines outlined: green pasted, red left as they were) |
     after | after with every line pasted (``paste='all'``), and why each line left out was. Written to the PNG ``out``,
     palette-quantised; prints its size. -> 0."""
-    from tola_plugin.samples import sample_labels, sample_paths
+    from tola_plugin.assets.samples import sample_labels, sample_paths
     photo_path = os.path.join(samples, 'photo.png')
     if not os.path.isfile(photo_path):
         raise FileNotFoundError(f'{samples} lacks photo.png; write the samples with tools/make_restore_samples.py')

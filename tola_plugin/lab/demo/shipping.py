@@ -1,5 +1,5 @@
-"""Install a trained demo model into the package (``tola_plugin/demo/backbone/``) and measure it there: the scores the
-package records are those of the stored files, on ``make demo``'s 32 held-out lines, through the test launcher and
+"""Install a trained demo model into the package (``tola_plugin/assets/demo/backbone/``), measure it there: the scores
+the package records are those of the stored files, on ``make demo``'s 32 held-out lines, through the test launcher and
 the demo report (tools/ship_demo_model.py is the command line; docs/demo_backbone.md, "Shipping a demo model").
 
 - ``install_backbone``: a backbone trained elsewhere (the GPU check's demo_model step packs its stage files): the VAE,
@@ -21,7 +21,7 @@ import yaml
 
 from tola_plugin.checkpoints.demo_backbone import (ADAPTATION_FILE, ADAPTATION_RECORD, DIFFTSR_FILE, MANIFEST_FILE,
                                                    TRANSOCR_FILE, demo_backbone_dir)
-from tola_plugin.data_preparation.image_checks import sha256_file
+from tola_plugin.commands.data_preparation.image_checks import sha256_file
 from tola_plugin.options.reader import read_option_file as read_yaml
 from tola_plugin.utils.atomic_files import read_json_dict
 
@@ -112,7 +112,7 @@ def held_out_lines(root: str) -> str:
     folder, num, seed = HELD_OUT
     folder = os.path.join(root, folder)
     if not os.path.isfile(os.path.join(folder, 'labels.tsv')):
-        from tola_plugin.data_preparation.rendered_lines import write_rendered_lines
+        from tola_plugin.commands.data_preparation.rendered_lines import write_rendered_lines
         write_rendered_lines(num, seed=seed, out=folder, chinese_chars='demo')
     return folder
 

@@ -29,8 +29,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from packaging.utils import canonicalize_name, parse_wheel_filename
 
-from tola_plugin.data_preparation.image_checks import sha256_file
-from tola_plugin.data_preparation.rendered_lines import write_rendered_lines, write_rendered_pairs
+from tola_plugin.commands.data_preparation.image_checks import sha256_file
+from tola_plugin.commands.data_preparation.rendered_lines import write_rendered_lines, write_rendered_pairs
 from tola_plugin.lab.gpu_check.environment import IMAGE_MODULES, tested_versions
 from tola_plugin.utils.atomic_files import write_json
 from tola_plugin.utils.cli_errors import UsageError

@@ -58,7 +58,7 @@ def pack_state(work: str, out: str) -> Dict[str, str]:
     """The backbone's stage files of ``work`` (finished and partial) in float16, and its ``stages.json`` with each
     recorded input digest (the IDM's record names its VAE file's) rewritten to the float16 file's, so the next run
     that unpacks them reuses and resumes exactly what this one finished and left. -> {file written: its sha256}."""
-    from tola_plugin.data_preparation.image_checks import sha256_file
+    from tola_plugin.commands.data_preparation.image_checks import sha256_file
     from tola_plugin.lab.demo.shipping import to_float16
     os.makedirs(out, exist_ok=True)
     digests = {}
@@ -119,7 +119,7 @@ def adaptation_options(root: str, work: str, backbone_out: str, fonts, carried: 
     """``make demo``'s adaptation of the trained backbone, sized to ``seconds``: its lines rendered here with the
     carried fonts; from the carried adaptation ``carried`` when given. -> {'option_file', 'total_iter'}."""
     from tola_plugin.checkpoints.demo_backbone import DIFFTSR_FILE, TRANSOCR_FILE
-    from tola_plugin.data_preparation.rendered_lines import write_rendered_lines
+    from tola_plugin.commands.data_preparation.rendered_lines import write_rendered_lines
     size = DRY_ADAPTATION if dry_run else GPU_ADAPTATION
     lines = os.path.join(work, 'adaptation_lines')
     if not os.path.isfile(os.path.join(lines, 'labels.tsv')):

@@ -14,14 +14,17 @@
   random adaptation weights, exported merged) on the same lines, one row per way of running it, each named for what
   it runs: auto's plan as qualified on the demo model, IEEE fp32, fp32 with TF32 (every stage; the image stages
   only), each other served plan, and auto's plan with each of ``VARIANTS`` (cuDNN's benchmark mode, channels-last,
-  TF32 on its fp32 image stages), none of them a default until a GPU shows it wins. Per row: seconds per line end to
+  TF32 on its fp32 image stages, the image stages through torch.compile), none of them a default until a GPU shows it
+  wins; the first call's seconds (a compilation's warm-up) and, for a faster variant, after how many lines it pays
+  that back. Per row: seconds per line end to
   end at batch 1 and per stage (text prior, VAE encode, MoM text, IDM, LRC, VAE decode), peak GiB, lines per second
   at the best batch that fits (``batch_sweep``), every value finite before the clamp. Then each stage's warm seconds
   in IEEE fp32, fp32 with TF32, bf16 and fp16. ``target``: auto's line within ``TARGET_S``.
 
 Dry run: the tiny network on the CPU, one line, batches up to 2; tola-infer in fp32 and auto only (bf16's refusal on
 the demo backbone is tests/test_runtime_precision.py's; fp16 is emulated on CPUs without fp16 instructions, many
-times slower); TF32 and cuDNN's switches run but change nothing there."""
+times slower); TF32 and cuDNN's switches run but change nothing there; torch.compile traces with dynamo's eager
+backend (the wiring; inductor takes minutes a stage on a CPU)."""
 import contextlib
 import glob
 import importlib.resources
@@ -45,6 +48,8 @@ from tola_plugin.lab.benchmarks.stage_timing import LABELS, StageTimer, TimedRun
 from tola_plugin.lab.gpu_check.configs import model_option_file
 from tola_plugin.lab.gpu_check.precision_step import compute_dtype, tf32
 from tola_plugin.metrics.image_metrics import float_psnr
+from tola_plugin.runtime.image_stages import stage_modules
+from tola_plugin.runtime.routed_stages import RoutedStages
 from tola_plugin.utils.process_tree import TreeTimeout, run_tree
 
 ROW_PRECISIONS = ('fp32', 'auto') + LOW_PRECISIONS  # tola-infer's; fp32 first: the reference
@@ -55,7 +60,8 @@ RUN_TIMEOUT_S = 300
 BATCH_CAP, DRY_RUN_BATCH_CAP = 64, 2  # the speed table's largest batch
 SATURATION = 1.05  # a batch gaining less than this over half its size ends the sweep
 # item 2 of issue 50, each timed on auto's plan: kept (made a default) only where it wins on a GPU
-VARIANTS = ('cudnn.benchmark', 'channels_last', 'TF32 on the image stages')
+VARIANTS = ('cudnn.benchmark', 'channels_last', 'TF32 on the image stages', 'torch.compile')
+COMPILE_S = 240  # left at least for the torch.compile row on a GPU: inductor compiles three full-size stages
 TARGET_S = 0.066  # one warm line end to end with auto's plan: half the paper's 0.132 s (RTX PRO 6000)
 RESERVE_S = 60  # kept from the step's time for a speed row begun last (cuDNN's trials), the stage table, the result
 
@@ -169,7 +175,7 @@ class ImageStagesTF32:
 def running(net, path, device: str, everywhere_tf32: bool = False, variants=()):
     """``net`` running ``path`` with ``variants`` (of ``VARIANTS``; ``everywhere_tf32``: TF32 on every stage, the
     text prior too, as ``allow_tf32`` asks) -> a function placing a batch for it; all put back after."""
-    runner = StageRunner(path.dtypes, path.name)
+    runner = compiled_runner(net, path, device) if 'torch.compile' in variants else StageRunner(path.dtypes, path.name)
     if 'TF32 on the image stages' in variants:
         runner = TimedRunner(runner, ImageStagesTF32())
     layout = torch.channels_last if 'channels_last' in variants else torch.contiguous_format
@@ -181,6 +187,18 @@ def running(net, path, device: str, everywhere_tf32: bool = False, variants=()):
     finally:
         net.to(memory_format=torch.contiguous_format)
         torch.backends.cudnn.benchmark = benchmark
+        if 'torch.compile' in variants:
+            torch._dynamo.reset()  # the compiled stages' caches and CUDA graphs go with the row
+
+
+def compiled_runner(net, path, device: str) -> RoutedStages:
+    """``path`` with its image stages (``image_stages.stage_modules``) through torch.compile: on a GPU inductor with
+    CUDA graphs (mode 'reduce-overhead', for batch 1's launch overhead), on a CPU dynamo's eager backend (a dry run).
+    Each output is cloned: a CUDA graph's next replay reuses its output's memory."""
+    options = {'mode': 'reduce-overhead'} if device.startswith('cuda') else {'backend': 'eager'}
+    compiled = {stage: torch.compile(module, **options) for stage, module in stage_modules(net.idm, net.vae).items()}
+    return RoutedStages(lambda stage, *tensors: compiled[stage](*tensors).clone(), path.dtypes,
+                        f'{path.name} + torch.compile', text=False)
 
 
 def batch_sweep(call, lines: torch.Tensor, device: str, cap: int, clock=time.perf_counter) -> Dict:
@@ -226,7 +244,11 @@ def speed_row(net, canvases: torch.Tensor, device: str, name: str, path, cap: in
             return net(batch, noise_seeds=list(range(len(batch))))
 
         peak_gib(device, reset=True)
+        synchronize(device)
+        start = clock()
         call(lines[:1])
+        synchronize(device)
+        row['first_call_s'] = round(clock() - start, 3)  # the warm-up: cuDNN's trials, a compilation
         seconds, finite = [], True
         for i in range(len(lines)):
             synchronize(device)
@@ -250,11 +272,13 @@ def speed_row(net, canvases: torch.Tensor, device: str, name: str, path, cap: in
     return row
 
 
-def speed_rows(net, canvases, device: str, paths: Dict, cap: int, deadline: float, clock=time.monotonic) -> List[Dict]:
+def speed_rows(net, canvases, device: str, paths: Dict, cap: int, deadline: float, clock=time.monotonic,
+               compile_s: float = COMPILE_S) -> List[Dict]:
     """The speed table on the full-size network: auto's plan as qualified, IEEE fp32, fp32 with TF32 on every stage
     and on the image stages only, each other served plan (``paths``: tola-infer's precision -> the path it chose),
     then auto's plan with each of ``VARIANTS`` (its ``vs_auto``: auto's seconds per line over its own; kept only
-    where it wins). A row that would start past ``deadline`` (on ``clock``) is listed as not run."""
+    where it wins; ``pays_back_after_lines``: its extra warm-up over what it saves a line). A row that would start
+    past ``deadline`` (on ``clock``; the torch.compile row ``compile_s`` before it) is listed as not run."""
     fp32, auto = paths['fp32'], paths['auto']
     plan = [(f'auto: {auto.name}', auto, False, ()), ('fp32 (IEEE)', fp32, False, ()),
             ('fp32 + TF32 (every stage, the text prior too)', fp32, True, ()),
@@ -263,12 +287,16 @@ def speed_rows(net, canvases, device: str, paths: Dict, cap: int, deadline: floa
     plan += [(f'auto + {v}', auto, False, (v, )) for v in VARIANTS]
     rows = []
     for name, path, everywhere, variants in plan:
-        if clock() > deadline:
+        if clock() > deadline - (compile_s if 'torch.compile' in variants else 0):
             rows.append({'row': name, 'plan': path.name, 'not_run': 'the step\'s time ran out'})
             continue
         rows.append(speed_row(net, canvases, device, name, path, cap, everywhere, variants))
-        if name.startswith('auto + ') and 'seconds_per_line' in rows[0]:
-            rows[-1]['vs_auto'] = round(rows[0]['seconds_per_line'] / rows[-1]['seconds_per_line'], 3)
+        first, row = rows[0], rows[-1]
+        if name.startswith('auto + ') and 'seconds_per_line' in first:
+            row['vs_auto'] = round(first['seconds_per_line'] / row['seconds_per_line'], 3)
+            saved = first['seconds_per_line'] - row['seconds_per_line']
+            row['pays_back_after_lines'] = math.ceil(max(0.0, row['first_call_s'] - first['first_call_s']) /
+                                                     saved) if saved > 0 else None
     return rows
 
 
@@ -346,7 +374,7 @@ def inference_step(root: str, work: str, dry_run: bool, seconds: float = 0.0, cl
     from tola_plugin.archs.tola_arch import TOLANet
     deadline = clock() + (seconds - RESERVE_S if seconds else float('inf'))
     device = 'cpu' if dry_run else 'cuda'
-    samples = str(importlib.resources.files('tola_plugin.samples'))  # real LR lines of DiffTSR's test set
+    samples = str(importlib.resources.files('tola_plugin.assets.samples'))  # real LR lines of DiffTSR's test set
     lines = os.path.join(work, 'lines')
     os.makedirs(lines, exist_ok=True)
     files = [os.path.join(samples, name) for name in list_image_files(samples)][:DRY_RUN_LINES if dry_run else None]
@@ -374,7 +402,8 @@ def inference_step(root: str, work: str, dry_run: bool, seconds: float = 0.0, cl
         if 'refused' not in row:
             paths[row['precision']] = chosen_path(demo, device, row['precision'])
             row['plan'] = paths[row['precision']].name
-    speed = speed_rows(timed, canvases, device, paths, DRY_RUN_BATCH_CAP if dry_run else BATCH_CAP, deadline)
+    speed = speed_rows(timed, canvases, device, paths, DRY_RUN_BATCH_CAP if dry_run else BATCH_CAP, deadline,
+                       compile_s=0 if dry_run else COMPILE_S)  # a dry run's dynamo traces in seconds
     stages = stage_seconds(timed, canvases[:1], device, precisions(STAGE_PRECISIONS, dry_run, ('fp32', 'bf16')),
                            1 if dry_run else 5)
     served = [r for r in rows if 'refused' not in r]

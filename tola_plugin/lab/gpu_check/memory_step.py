@@ -16,8 +16,8 @@ import torch
 
 from tola_plugin.archs.tola_adaptation import CHECKPOINTABLE
 from tola_plugin.basicsr_glue.resource_bounds import is_out_of_device_memory
+from tola_plugin.commands.estimate_memory import GIB, estimate
 from tola_plugin.lab.gpu_check.configs import training_options
-from tola_plugin.models.memory_estimate import GIB, estimate
 from tola_plugin.utils import cuda_math
 
 # (precision, TF32, checkpointed parts); the first row that must fit a GPU of 40 GB or more: fp32, all checkpointed

@@ -115,7 +115,9 @@ def _inference(s: Dict) -> List[str]:
     speed = [[r['row'], r['plan'], 'not run: ' + r['not_run']] if 'not_run' in r else [
         r['row'], r['plan'], r['seconds_per_line'], *(r['stages_s'][k] for k in LABELS), r['peak_gib'], r['best_batch'],
         r['lines_per_s'],
-        r.get('vs_auto', ''), 'yes' if r['finite'] else 'NO'
+        r.get('first_call_s', ''),
+        r.get('vs_auto', ''),
+        r.get('pays_back_after_lines', ''), 'yes' if r['finite'] else 'NO'
     ] for r in s['speed']]
     t = s['target']
     return [
@@ -130,7 +132,8 @@ def _inference(s: Dict) -> List[str]:
         '', f'Speed, warm: {s["model"]}, batch 1 end to end and per stage (s), the best batch; auto\'s line '
         f'{t["auto_seconds_per_line"]} s, target at most {t["at_most_s"]} s: {"met" if t["met"] else "NOT met"}.', ''
     ] + table(
-        ['row', 'plan', 's / line'] + list(LABELS) + ['peak GiB', 'best batch', 'lines / s', 'vs auto', 'all finite'],
+        ['row', 'plan', 's / line'] + list(LABELS) +
+        ['peak GiB', 'best batch', 'lines / s', 'first call s', 'vs auto', 'pays back after (lines)', 'all finite'],
         speed) + [''] + table(['stage precision', 'VAE encoder s', 'IDM s', 'VAE decoder s'],
                               [[r['precision'], r['vae_encoder'], r['idm'], r['vae_decoder']]
                                for r in s['stage_seconds']])

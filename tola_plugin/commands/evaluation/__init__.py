@@ -1,7 +1,5 @@
-"""The paper's evaluation protocol (Evaluation Protocol, supplementary Metric Implementations, Tables S9-S13). A
-consumer of the rest of the package, like ``tools/``: nothing below imports it (the demo report does, from above).
-
-Modules (none of them downloads anything):
+"""The paper's evaluation protocol (Evaluation Protocol, supplementary Metric Implementations, Tables S9-S13): nothing
+below imports it (the demo report does, from above). Modules (none of them downloads anything):
 
 - ``runner``: restored folders against references and labels: per-image metrics (``tola_plugin.metrics``) and
   recognizers (``tola_plugin.ocr``), FID, per-image CSVs and summaries (tola-evaluate).
@@ -13,5 +11,4 @@ Modules (none of them downloads anything):
   (tola-plot-results).
 
 The measurements of the tools (benchmarks, MACs) are the lab's (``tola_plugin.lab.benchmarks``), as are the ablations'
-option files (``tola_plugin.lab.ablations``); the training-memory estimate is ``tola_plugin.models.memory_estimate``.
-"""
+option files (``tola_plugin.lab.ablations``)."""

@@ -2,11 +2,11 @@
 
 A cache entry (``<cache>/openvino/<key>/``; ``key`` = the model's digest and the OpenVINO version) holds each stage
 as IR (``<stage>.xml`` + ``.bin``, fp32 weights: portable across CPUs) plus a manifest with each file's size and
-SHA-256. The IR is converted from the torch modules in a child process (``openvino_convert.py``), in a private folder
+SHA-256. The IR is converted from the torch modules in a child process (``convert.py``), in a private folder
 renamed into place when complete, so two processes converting the same model never see each other's half-written
 files. An entry that is incomplete, of another format or version, whose XML fails its hash or whose weights fail
 their size (or, when their mtime changed, their hash) is converted again; an entry that fails to load in the worker
-is rebuilt once (``openvino_client``). Compiling an IR for this CPU and a precision is cached by OpenVINO itself in
+is rebuilt once (``backend.py``). Compiling an IR for this CPU and a precision is cached by OpenVINO itself in
 ``openvino/compiled/`` (its ``CACHE_DIR``, keyed by the model, the settings, the CPU and the version).
 """
 import json
@@ -20,7 +20,7 @@ from tola_plugin.runtime.child_process import python_command, run_child
 from tola_plugin.runtime.image_stages import STAGES
 from tola_plugin.runtime.machine import package_version
 from tola_plugin.runtime.model_digest import sha256_of
-from tola_plugin.runtime.openvino_convert import PROGRESS
+from tola_plugin.runtime.openvino_backend.convert import PROGRESS
 from tola_plugin.runtime.stage_source import StageSource
 from tola_plugin.utils.atomic_files import read_json_dict, write_json
 from tola_plugin.utils.progress import Progress
@@ -34,9 +34,7 @@ CONVERT_TIMEOUT = 3600.0  # seconds: about a minute at full size on 2 cores
 
 def openvino_missing() -> str:
     """Why the OpenVINO backend cannot run here ('' when it can), without importing OpenVINO."""
-    if not package_version('openvino'):
-        return 'openvino is not installed; pip install "tola-plugin[openvino]"'
-    return ''
+    return '' if package_version('openvino') else 'openvino is not installed; pip install "tola-plugin[openvino]"'
 
 
 def compiled_cache_dir() -> str:
@@ -47,7 +45,7 @@ def compiled_cache_dir() -> str:
 
 
 def _advance(bar: Progress, line: str) -> None:
-    """One PROGRESS line of the conversion child (``openvino_convert``): the bar advances by the stage's share of the
+    """One PROGRESS line of the conversion child (``convert.py``): the bar advances by the stage's share of the
     parameters (what its conversion time follows), so the time left is estimated from the work left."""
     parts = line.split()
     if len(parts) == 4 and parts[0] == PROGRESS:
@@ -125,7 +123,7 @@ class StageCache:
             note(f'converting TransOCR, the IDM and the VAE for OpenVINO once for this model (minutes at full size, '
                  f'under a minute for a model of the demo backbone); cached in {self.folder}')
             command = python_command(
-                module='tola_plugin.runtime.openvino_convert') + [json.dumps(source.spec()), staging]
+                module='tola_plugin.runtime.openvino_backend.convert') + [json.dumps(source.spec()), staging]
             with Progress('OpenVINO conversion', total=100, unit='%') as bar:
                 run_child(command, 'the OpenVINO conversion', CONVERT_TIMEOUT, on_line=lambda line: _advance(bar, line))
             seconds = self.write_manifest(staging, round(time.perf_counter() - start, 1))

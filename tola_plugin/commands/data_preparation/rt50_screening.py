@@ -12,10 +12,10 @@ import os
 import sys
 from typing import Dict, List, Mapping, Sequence, Tuple
 
+from tola_plugin.commands.data_preparation.image_checks import (failed_quality_rules, hamming, image_stats,
+                                                                label_category, sha256_file, write_tsv)
 from tola_plugin.data.image_io import read_image_file, write_image
 from tola_plugin.data.text_line_source import canvas_rgb8
-from tola_plugin.data_preparation.image_checks import (failed_quality_rules, hamming, image_stats, label_category,
-                                                       sha256_file, write_tsv)
 from tola_plugin.text.normalize import normalize_text
 from tola_plugin.utils.atomic_files import read_text_file
 from tola_plugin.utils.cli_errors import UsageError

@@ -1,4 +1,4 @@
-"""The parent's side of the OpenVINO worker (``openvino_worker.py``): start it, have it compile each stage in its
+"""The parent's side of the OpenVINO worker (``worker.py``): start it, have it compile each stage in its
 precision (the path's ``StageDtypes``, turned into OpenVINO's precision hints here, at the process boundary; the text
 prior's in fp32), learn the precision OpenVINO actually compiled each in (``compiled``: a hint it cannot honour on
 this CPU is replaced by what it can), run stages on CPU tensors, and
@@ -24,7 +24,7 @@ from tola_plugin.archs.precision import StageDtypes
 from tola_plugin.runtime.child_process import ChildFailure, child_environment, describe_exit, python_command
 from tola_plugin.runtime.image_stages import IMAGE_STAGES
 
-WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'openvino_worker.py')
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'worker.py')
 HINTS = {torch.float32: 'f32', torch.bfloat16: 'bf16', torch.float16: 'f16'}
 DTYPES = {hint: dtype for dtype, hint in HINTS.items()}
 #: the text prior's stages compile in fp32 on every path, as torch runs them: in bf16 its greedy ids differed from
@@ -46,8 +46,8 @@ class Kept:
 class OpenVINOWorker:
     """One worker process serving the stages of one cache entry (``stages``: stage -> IR), each image stage compiled in
     its precision of ``dtypes`` (a path's), the text prior's in fp32 (``PRIOR_DTYPE``; ``dtype_of``); ``precisions``:
-    each stage's precision as OpenVINO compiled it, as its kernels compute it ('f32', 'bf16', 'f16';
-    ``compiled_dtypes`` as torch dtypes, ``compiled`` as the path's ``StageDtypes``)."""
+    each stage's precision as OpenVINO compiled it, as its kernels compute it ('f32', 'bf16', 'f16'; ``compiled``
+    as the path's ``StageDtypes``)."""
 
     def __init__(self, stages: Dict[str, str], dtypes: StageDtypes, threads: int, cache_dir: Optional[str]):
         for name in IMAGE_STAGES:
@@ -79,23 +79,14 @@ class OpenVINOWorker:
         return self.dtypes[stage] if stage in IMAGE_STAGES else PRIOR_DTYPE
 
     @property
-    def compiled_dtypes(self) -> Dict[str, torch.dtype]:
-        """stage -> the dtype OpenVINO compiled it in (its kernels' precision)."""
-        return {stage: DTYPES[precision] for stage, precision in self.precisions.items()}
-
-    @property
     def compiled(self) -> StageDtypes:
         """The path's dtypes as the worker computes them: each image stage in the precision OpenVINO compiled."""
-        compiled = self.compiled_dtypes
-        return self.dtypes.replace(**{stage: compiled[stage] for stage in IMAGE_STAGES})
-
-    def _stderr_tail(self) -> str:
-        self.stderr.seek(0)
-        return self.stderr.read().decode('utf-8', 'replace')
+        return self.dtypes.replace(**{stage: DTYPES[self.precisions[stage]] for stage in IMAGE_STAGES})
 
     def _died(self) -> ChildFailure:
         code = self.proc.wait()
-        return ChildFailure(self.what, describe_exit(code, self._stderr_tail()), code)
+        self.stderr.seek(0)
+        return ChildFailure(self.what, describe_exit(code, self.stderr.read().decode('utf-8', 'replace')), code)
 
     def call(self, message: Dict, timeout: float) -> Dict:
         """Send ``message``, wait ``timeout`` seconds for the reply. The worker dead or hung (then killed):

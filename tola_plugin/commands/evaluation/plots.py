@@ -17,8 +17,8 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from tola_plugin.commands.evaluation.records import read_labels
 from tola_plugin.data.image_io import read_image_file, write_figure
-from tola_plugin.evaluation.records import read_labels
 from tola_plugin.utils.atomic_files import read_json, read_text_file
 from tola_plugin.utils.cli_errors import UsageError
 

@@ -8,9 +8,9 @@ from typing import Optional
 
 import cv2
 
+from tola_plugin.commands.data_preparation.photo_render import PhotoLine, render_photo
 from tola_plugin.data.image_io import write_image
 from tola_plugin.data.text_render import TextLineRenderer
-from tola_plugin.data_preparation.photo_render import PhotoLine, render_photo
 from tola_plugin.utils.user_text import say
 
 # (width : height of the HR canvas, text); the canvas is 128 rows high

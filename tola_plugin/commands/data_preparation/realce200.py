@@ -14,10 +14,10 @@ from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
+from tola_plugin.commands.data_preparation.image_checks import hamming, image_stats, sha256_file, write_tsv
 from tola_plugin.data.image_io import list_image_files, read_image_file, write_image
 from tola_plugin.data.text_labels import ocr_text
 from tola_plugin.data.text_line_source import canvas_rgb8
-from tola_plugin.data_preparation.image_checks import hamming, image_stats, sha256_file, write_tsv
 from tola_plugin.text.alphabets import transocr_classes
 from tola_plugin.utils.cli_errors import UsageError
 from tola_plugin.utils.user_text import say

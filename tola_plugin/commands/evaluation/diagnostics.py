@@ -24,10 +24,10 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from tola_plugin.evaluation import records as R
-from tola_plugin.evaluation.plots import recognition_diagnostics_figure
-from tola_plugin.evaluation.records import PREFIX, SUMMARY_METRICS
-from tola_plugin.evaluation.statistics import N_RESAMPLES, mcnemar_exact, paired_bootstrap
+from tola_plugin.commands.evaluation import records as R
+from tola_plugin.commands.evaluation.plots import recognition_diagnostics_figure
+from tola_plugin.commands.evaluation.records import PREFIX, SUMMARY_METRICS
+from tola_plugin.commands.evaluation.statistics import N_RESAMPLES, mcnemar_exact, paired_bootstrap
 from tola_plugin.inference.prior_csv import read_prior_csv
 from tola_plugin.metrics.text_metrics import EditOps, edit_operations, normalize
 from tola_plugin.utils.atomic_files import read_json, write_json, write_text

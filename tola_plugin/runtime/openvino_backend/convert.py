@@ -1,8 +1,9 @@
-"""Converts TOLA's stages to OpenVINO IR, in a child process of ``openvino_stages.StageCache.build`` (OpenVINO never
-loads into the user's process): ``python -m tola_plugin.runtime.openvino_convert SPEC_JSON OUT_DIR`` reads the IDM,
-VAE and TransOCR of ``stage_source.load_modules(SPEC)`` and writes ``<stage>.xml`` / ``.bin`` for each stage into
-OUT_DIR (fp32 weights: the precision is chosen when the IR is compiled; batch, image size and the text prior's
-decoded length dynamic)."""
+"""Converts TOLA's stages to OpenVINO IR, in a child process of ``stages.StageCache.build`` (OpenVINO never
+loads into the user's process): ``python -m tola_plugin.runtime.openvino_backend.convert SPEC_JSON OUT_DIR`` reads
+the IDM, VAE and TransOCR of ``stage_source.load_modules(SPEC)`` and writes ``<stage>.xml`` / ``.bin`` for each stage
+into OUT_DIR (fp32 weights: the precision is chosen when the IR is compiled; batch, image size and the text prior's
+decoded length dynamic). The folder is not named ``openvino``: a script run by path beside it would import it as
+OpenVINO."""
 import json
 import os
 import sys
@@ -45,7 +46,7 @@ PROGRESS = 'progress'  # a stdout line ``progress <stage> <its weight> <total we
 
 def convert(spec, out_dir: str) -> None:
     """Convert every stage; after each, one PROGRESS line on stdout (weight: the stage's parameters, which its
-    conversion time follows) for the parent's progress bar (``openvino_stages.StageCache.build``)."""
+    conversion time follows) for the parent's progress bar (``stages.StageCache.build``)."""
     import openvino as ov
     idm, vae, context_dim, transocr = load_modules(spec)
     modules = dict(stage_modules(idm, vae), **prior_stage_modules(transocr))

@@ -1,13 +1,13 @@
 """A screenshot of the web demo (tools/web_screenshot.py, docs/web.md): a running tola-web page opened in headless
-Chromium (``tola_plugin.web.headless_browser``), an example restored, the whole page saved as a PNG.
+Chromium (``tola_plugin.lab.browser.headless_browser``), an example restored, the whole page saved as a PNG.
 """
 import base64
 import os
 from typing import Callable
 
 from tola_plugin.data.image_io import write_file_bytes
+from tola_plugin.lab.browser.headless_browser import find_chromium, quit_chromium, restore_in_page, start_chromium
 from tola_plugin.web.examples import example_paths
-from tola_plugin.web.headless_browser import find_chromium, quit_chromium, restore_in_page, start_chromium
 
 
 def find_example(example: str) -> str:

@@ -14,9 +14,9 @@ import numpy as np
 
 from tola_plugin import metric_weights as W
 from tola_plugin.checkpoints.demo_backbone import DEMO, transocr_file
+from tola_plugin.commands.evaluation import records as R
 from tola_plugin.data.image_io import DEFAULT_MAX_PIXELS, WHITE, check_max_pixels, read_image_file, write_image
 from tola_plugin.data.text_line_source import canvas_rgb8
-from tola_plugin.evaluation import records as R
 from tola_plugin.metrics.image_metrics import (DEFAULT_COLOR_SPACE, PAIRED_METRICS, PairedImageMetrics,
                                                fid_between_dirs, images_to_tensor)
 from tola_plugin.metrics.text_metrics import ned, normalize

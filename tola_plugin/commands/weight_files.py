@@ -6,9 +6,8 @@
 - ``convert_difftsr`` (tools/convert_difftsr.py): the official DiffTSR.ckpt as a safetensors file in our (diffusers)
   layout, which ``load_difftsr`` and every option file's ``difftsr_checkpoint`` accept in place of the .ckpt.
 
-Both can check what they wrote (``verify``) and then report a failed check as one ``error:`` line and status 1
-(the tools' convention, ``tola_plugin.utils.cli_errors``).
-"""
+Both can check what they wrote (``verify``), a failed check reported as one ``error:`` line and status 1 (the tools'
+convention, ``tola_plugin.utils.cli_errors``)."""
 import os
 import sys
 from typing import Optional, Sequence

@@ -1,9 +1,9 @@
 """The OpenVINO worker: a child process that compiles TOLA's stages (OpenVINO IR), each in the precision its parent
-asks, and runs them on the arrays its parent sends. Started by ``openvino_client.py``; OpenVINO is only ever loaded
+asks, and runs them on the arrays its parent sends. Started by ``client.py``; OpenVINO is only ever loaded
 here, so a crash of its kernels ends this process and the parent falls back to another path (docs/inference.md,
 "Qualification").
 
-    python openvino_worker.py READ_FD WRITE_FD
+    python worker.py READ_FD WRITE_FD
 
 Messages (pickled dicts over ``multiprocessing.connection``): {'op': 'load', 'stages': {name: xml}, 'hints': {name:
 'f32' | 'bf16' | 'f16'}, 'threads': n, 'cache_dir': path or None} -> {'ok': True, 'version', 'seconds', 'precisions':
