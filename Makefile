@@ -30,7 +30,7 @@ web: setup
 	$(PY) -m tola_cli.web $(WEB_ARGS)
 
 # BasicSR's style (setup.cfg): flake8, isort and yapf must leave the tree unchanged. Seconds; CI runs it first.
-LINT_PATHS := tola_plugin tola_cli tools tests lint setup.py tola_plugin_hook.py tola_plugin_shim.py
+LINT_PATHS := tola_plugin tola_lab tola_cli tools tests lint setup.py tola_plugin_hook.py tola_plugin_shim.py
 lint: setup
 	$(PY) -m flake8 $(LINT_PATHS)
 	$(PY) -m isort --check-only --diff $(LINT_PATHS)

@@ -90,7 +90,9 @@ setup(
     description='TOLA: Text-aware One-step Latent Adaptation of DiffTSR, as a BasicSR plugin',
     long_description=open('README.md', encoding='utf-8').read(),
     long_description_content_type='text/markdown',
-    packages=find_packages(include=['tola_plugin', 'tola_plugin.*', 'tola_cli']),
+    # what a user imports (tola_plugin), the command lines (tola_cli) and the maintainers' lab (tola_lab: benchmarks,
+    # the GPU check, the demo model's training; docs/architecture.md, "The lab ships in the wheel")
+    packages=find_packages(include=['tola_plugin', 'tola_plugin.*', 'tola_lab', 'tola_lab.*', 'tola_cli']),
     py_modules=['tola_plugin_hook', 'tola_plugin_shim'],
     cmdclass=CMDCLASS,
     package_data={
@@ -98,8 +100,9 @@ setup(
         'tola_plugin.assets.demo': ['backbone/*.safetensors', 'backbone/*.json',
                                     'backbone/*.pth'],  # the demo model trained here
         'tola_plugin.assets.samples': ['*.png', '*.tsv', '*.md'],  # DiffTSR test LR images (Apache-2.0)
-        'tola_plugin.assets.rendered_samples': ['*.png', '*.tsv', '*.md']
-    },  # examples of tola-web
+        'tola_plugin.assets.rendered_samples': ['*.png', '*.tsv', '*.md'],  # examples of tola-web
+        'tola_lab.gpu_check': ['image_stand_in/*.py']  # the dry run's stand-in for a GPU image (not a package)
+    },
     include_package_data=True,
     python_requires='>=3.10',
     # Ranges, not pins: pins for a reproducible environment live in requirements.txt.

@@ -1,7 +1,7 @@
 """flake8 plugin (setup.cfg ``[flake8:local-plugins]``): one owner per concept (docs/architecture.md, "Conventions"),
-in the package (``tola_plugin/``), its command lines (``tola_cli/``) and the repository's tools (``tools/``). A copy
-of an owned concept anywhere else is flagged, so that a new one cannot appear unnoticed. Written by hand: no
-published flake8 plugin knows this package's owners.
+in the package (``tola_plugin/``), the lab (``tola_lab/``), the command lines (``tola_cli/``) and the repository's
+tools (``tools/``). A copy of an owned concept anywhere else is flagged, so that a new one cannot appear unnoticed.
+Written by hand: no published flake8 plugin knows this package's owners.
 
 OWN001 float -> uint8 outside ``data/image_io.py`` (``to_uint8``, ``tensor_to_uint8``): an ``astype``/``to``/
        ``type`` to uint8 of a rounded or scaled value (``round``, ``rint``, ``* 255``, ``+ 0.5``), or BasicSR's
@@ -51,7 +51,7 @@ OWNERS = {
 PENDING = {}
 #: files outside the package that may hold a copy: the command lines' mirror of the package's choices (a test checks it)
 MIRRORS = {'OWN007': ('tola_cli', 'defaults.py')}
-CHECKED = ('tola_plugin', 'tola_cli', 'tools')
+CHECKED = ('tola_plugin', 'tola_lab', 'tola_cli', 'tools')
 ROUNDING = ('round', 'rint', 'around')
 SWAP_FLAGS = ('COLOR_BGR2RGB', 'COLOR_RGB2BGR')
 

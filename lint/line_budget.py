@@ -1,8 +1,11 @@
 """``make lint``: each wing of the package within its line budget (docs/architecture.md, "The package plan"), so that
 growth is a decision written in that table and not a drift. The table's rows name each wing's folders and top-level
 modules in backticks, and its ``budget`` column the most lines (of ``.py`` files, as ``wc -l`` counts them) the wing
-may hold; every folder and module of ``tola_plugin`` belongs to exactly one wing. Written by hand: a line count and
-a Markdown table.
+may hold; every folder and module of ``tola_plugin`` belongs to exactly one wing. A row may also name a top-level
+folder of the repository outside ``tola_plugin`` (``tola_lab/``: a name that is no entry of the package but a folder
+at the repository's root), whose ``.py`` lines count for its wing; such a folder too belongs to one wing at most.
+Names with a ``/`` inside (``tola_lab/benchmarks/``) describe a row and count nothing. Written by hand: a line count
+and a Markdown table.
 
     python lint/line_budget.py [REPO]     # exit 1 naming each wing over its budget (and what no wing claims)
 """
@@ -42,7 +45,8 @@ def py_lines(path: str) -> int:
 
 
 def check(repo: str) -> List[str]:
-    """What is wrong: each wing over its budget, each entry of the package no wing claims (or two claim)."""
+    """What is wrong: each wing over its budget, each entry of the package no wing claims (or two claim), each folder
+    outside the package two wings claim."""
     with open(os.path.join(repo, DOC), encoding='utf-8') as f:
         table = wing_table(f.read())
     if not table:
@@ -53,19 +57,24 @@ def check(repo: str) -> List[str]:
         for n in os.listdir(package)
         if (os.path.isdir(os.path.join(package, n)) and n != '__pycache__') or n.endswith('.py')
     }
-    owner: Dict[str, str] = {}
+    owner: Dict[str, str] = {}  # path from the repository's root (tola_plugin/archs, tola_lab) -> its wing
     problems = []
     for wing, names, budget in table:
-        mine = [e for e in entries if e.rstrip('/') in {n.rstrip('/') for n in names}]
-        for entry in mine:
-            if entry in owner:
-                problems.append(f'{PACKAGE}/{entry} is in two wings ({owner[entry]}, {wing}) in {DOC}')
-            owner[entry] = wing
-        lines = sum(py_lines(os.path.join(package, e)) for e in mine)
+        named = {n.rstrip('/') for n in names}
+        mine = [f'{PACKAGE}/{e}' for e in sorted(entries & named)]
+        mine += [  # top-level folders of the repository outside the package (an entry of the package comes first)
+            n for n in sorted(named - entries)
+            if n and '/' not in n and n != PACKAGE and os.path.isdir(os.path.join(repo, n))
+        ]
+        for path in mine:
+            if path in owner:
+                problems.append(f'{path} is in two wings ({owner[path]}, {wing}) in {DOC}')
+            owner[path] = wing
+        lines = sum(py_lines(os.path.join(repo, p)) for p in mine)
         if lines > budget:
             problems.append(f'wing {wing!r}: {lines:,} lines, over its budget of {budget:,} by {lines - budget:,} '
                             f'({DOC}, "The package plan"): remove lines, or raise the budget there as a decision')
-    problems += [f'{PACKAGE}/{e} is in no wing of {DOC}' for e in sorted(entries - set(owner))]
+    problems += [f'{PACKAGE}/{e} is in no wing of {DOC}' for e in sorted(entries) if f'{PACKAGE}/{e}' not in owner]
     return problems
 
 

@@ -114,7 +114,7 @@ def render_pairs(folder, num, seed, scale=4):
 
 
 #: a folder of the pre-rendered ``rendered_sets`` (train/, val/), used where no CJK font can render them: the GPU
-#: check carries one (tola_plugin/lab/gpu_check/bundle.py, ``FIXTURE``), since a GPU image has no such font
+#: check carries one (tola_lab/gpu_check/bundle.py, ``FIXTURE``), since a GPU image has no such font
 PRERENDERED = 'TOLA_TEST_RENDERED_SETS'
 
 

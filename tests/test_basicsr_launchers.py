@@ -379,8 +379,8 @@ def test_basicsr_output_names():
 def test_install_regular_wheel_registers_hook(tmp_path):
     """``pip install .`` (a wheel, not editable) into a fresh venv that sees this environment's dependencies but not
     its editable install: the hook's .pth lands in site-packages and registers the installed copy of the plugin
-    (tools/benchmark_startup.py builds its venvs the same way, with tola_plugin/lab/benchmarks/startup_benchmark.py)."""
-    from tola_plugin.lab.benchmarks import startup_benchmark as bench
+    (tools/benchmark_startup.py builds its venvs the same way, with tola_lab/benchmarks/startup_benchmark.py)."""
+    from tola_lab.benchmarks import startup_benchmark as bench
     python = bench.make_venv(str(tmp_path / 'venv'))
     bench.pip_install(python, bench.copy_sources(REPO, str(tmp_path / 'src')))
     site = bench.site_packages(python)
@@ -391,11 +391,13 @@ def test_install_regular_wheel_registers_hook(tmp_path):
     proc = subprocess.run([
         python, '-c', 'import importlib.util as u, sys, tola_plugin_hook; print(tola_plugin_hook.installed(), '
         '"torch" in sys.modules, "torchvision" in sys.modules, tola_plugin_hook.__file__, '
-        'sys.modules["tola_plugin_shim"].__file__, u.find_spec("tola_plugin").origin)'
+        'sys.modules["tola_plugin_shim"].__file__, u.find_spec("tola_plugin").origin, '
+        'u.find_spec("tola_lab.gpu_check.step_child").origin)'
     ], capture_output=True, text=True, timeout=300, cwd=tmp_path, check=True)
-    waiting, torch_imported, shim_run, hook_file, shim_file, plugin_file = proc.stdout.split()
+    waiting, torch_imported, shim_run, hook_file, shim_file, plugin_file, lab_file = proc.stdout.split()
     assert waiting == 'True' and torch_imported == 'False' and shim_run == 'False'  # nothing but the finder
     assert hook_file.startswith(site) and shim_file.startswith(site) and plugin_file.startswith(site)
+    assert lab_file.startswith(site)  # the lab: a package of its own in the same wheel
 
 
 @pytest.mark.parametrize('name', sorted(os.listdir(os.path.join(REPO, 'options', 'baselines'))))

@@ -5,7 +5,7 @@ deterministic algorithms, and the 200-step route drawing from a CPU generator.
 
 The CPU suite tests every CUDA-dependent decision with CUDA simulated; these run the real kernels. They compare
 structure and exact facts (shapes, ranges, dtypes, bit-identical resumed weights, float64 equivalences); float32 on
-the GPU against the CPU is the GPU check's precision step (tola_plugin/lab/gpu_check/precision_step.py). The GPU check's
+the GPU against the CPU is the GPU check's precision step (tola_lab/gpu_check/precision_step.py). The GPU check's
 dry run runs their bodies on the CPU (``TOLA_CUDA_TESTS_ON_CPU=1``: ``DEVICE`` is the CPU), so a test that cannot run
 without a GPU image's missing font or a broken fixture fails here first."""
 import glob

@@ -183,7 +183,7 @@ def test_training_stops_at_its_deadline_keeps_the_stage_and_resumes_it(tmp_path,
     """The run's clock is read once at the start (0) and once before every iteration: VAE (2 iterations) at 1 and 2,
     the IDM at 3 and 4 (a deadline of 4 s stops it after one iteration). The next run resumes the IDM at iteration 1
     and finishes; a third run in a new folder warm-starts every stage from the first one's files."""
-    from tola_plugin.lab.demo.training import train_demo_backbone as train
+    from tola_lab.demo.training import train_demo_backbone as train
     options = load_yaml(os.path.join(REPO, 'tests', 'data', 'demo_backbone', 'tiny_backbone.yml'))
     options['data']['fonts'] = [cjk_font()]
     options['vae']['iterations'], options['idm']['iterations'] = 2, 3
@@ -204,7 +204,7 @@ def test_training_stops_at_its_deadline_keeps_the_stage_and_resumes_it(tmp_path,
     log = capsys.readouterr().out
     assert all(f'{s}: starting from {os.path.join(work, s)}.safetensors' in log for s in ('vae', 'idm', 'transocr'))
     # a TransOCR trained on (here the first run's) installed as the shipped one: float16, measured, recorded
-    from tola_plugin.lab.demo.shipping import install_transocr
+    from tola_lab.demo.shipping import install_transocr
     folder = tmp_path / 'shipped'
     folder.mkdir()
     shutil.copy(os.path.join(os.path.dirname(demo_checkpoint_paths()[0]), 'manifest.json'), folder)
@@ -237,8 +237,8 @@ def test_demo_report_writes_images_metrics_and_grid(rendered_sets, tmp_path, one
     """The report rebuilds the held-out pairs of the test option file; with 'restored' = LR every gain is 0."""
     from basicsr.utils import imwrite, tensor2img
 
+    from tola_lab.demo.report import make_report, report_closing
     from tola_plugin.data.text_degradation_dataset import TextDegradationDataset
-    from tola_plugin.lab.demo.report import make_report, report_closing
     test = load_yaml(os.path.join(REPO, DEMO_OPTIONS[1]))
     ds = test['datasets']['test_1']
     ds.update(

@@ -416,7 +416,7 @@ def test_transocr_checkpoint_demo_is_accepted_and_a_missing_file_refused_before_
     head = (tmp_path / 'eval' / 'summary.md').read_text(encoding='utf-8').splitlines()[2]
     assert head == '| Method | T-ACC (demo TransOCR)↑ | T-NED (demo TransOCR)↑ |'
     report = {'held_out_lines': 2, 'TOLA_minus_LR': {'t_acc': 0.5}, 'LR': {'t_acc': 0.0}, 'TOLA': {'t_acc': 0.5}}
-    from tola_plugin.lab.demo.report import report_table
+    from tola_lab.demo.report import report_table
     assert report_table(report).splitlines()[0] == '| 2 held-out lines | demo TransOCR ACC |'
 
     def no_work(*args, **kwargs):

@@ -293,44 +293,50 @@ def test_the_layer_rule_covers_the_command_lines_the_tools_the_hook_and_the_shim
         'tola_cli/fine.py': 'import tola_plugin_shim  # noqa: F401\nfrom tola_plugin.inference import pipeline  '
         '# noqa: F401\n',
         'tola_cli/up.py': 'import tola_plugin_hook  # noqa: F401\n',
-        'tola_plugin/lab/gpu_check/up.py': 'def f():\n    from tola_cli import command\n    return command\n',
+        'tola_lab/gpu_check/up.py': 'def f():\n    from tola_cli import command\n    return command\n',
         'tola_plugin_shim.py': 'from tola_plugin.utils import devices  # noqa: F401\n',
         'tola_plugin_hook.py': 'import tola_cli.infer  # noqa: F401\nimport tola_plugin  # noqa: F401\n',
         'tools/up.py': 'import tola_plugin_hook  # noqa: F401\n',
     }
     out = lint_flags('LAY', tmp_path, 'tola_cli', 'tools', 'tola_plugin_hook.py', 'tola_plugin_shim.py', files=files)
-    assert out.returncode == 1 and out.places == [('tola_cli/up.py', 'LAY001'),
-                                                  ('tola_plugin/lab/gpu_check/up.py', 'LAY001'),
+    assert out.returncode == 1 and out.places == [('tola_cli/up.py', 'LAY001'), ('tola_lab/gpu_check/up.py', 'LAY001'),
                                                   ('tola_plugin_shim.py', 'LAY001'),
                                                   ('tools/up.py', 'LAY001')], out.output
-    assert 'tola_plugin.lab.gpu_check (layer 8) imports tola_cli/ (layer 9)' in out.stdout
+    assert 'tola_lab.gpu_check (layer 8) imports tola_cli/ (layer 9)' in out.stdout
     assert 'tola_plugin_shim.py (layer 0) imports tola_plugin.utils (layer 0)' in out.stdout
     assert 'tola_cli/ (layer 9) imports tola_plugin_hook.py (layer 10)' in out.stdout
     assert 'tools/ (layer 10) imports tola_plugin_hook.py (layer 10)' in out.stdout
 
 
 def test_the_lab_is_imported_by_the_lab_and_the_tools_only(tmp_path):
-    """The lab (tola_plugin/lab/: benchmarks, the GPU check, the demo model's training, the ablations' files) is
-    apart from what a user imports (docs/architecture.md, "The package plan"): the lab and tools/ may import it,
-    in the lab's own order (the GPU check uses the benchmarks, not the reverse); the package below it and the command
-    lines may not (LAY003), be it a whole folder of the lab or one module."""
+    """The lab (tola_lab/, a top-level package beside tola_plugin: benchmarks, the GPU check, the demo model's
+    training, the ablations' files) is apart from what a user imports (docs/architecture.md, "The package plan"): the
+    lab and tools/ may import it, in the lab's own order (the GPU check uses the benchmarks, not the reverse), and it
+    may import the package; the package and the command lines may not import it (LAY003), be it the whole lab, a
+    folder of it or one module; a folder of the lab without a layer is flagged (LAY002)."""
     files = {
-        'tools/fine.py': 'from tola_plugin.lab.benchmarks import complexity  # noqa: F401\n',
-        'tola_plugin/lab/gpu_check/fine.py': 'from tola_plugin.lab.benchmarks import complexity  # noqa: F401\n'
-        'from tola_plugin.inference import pipeline  # noqa: F401\n',
-        'tola_plugin/lab/benchmarks/up.py': 'from tola_plugin.lab.gpu_check import run  # noqa: F401\n',
-        'tola_plugin/inference/into_lab.py': 'from tola_plugin.lab import ablations  # noqa: F401\n',
-        'tola_plugin/models/into_lab.py': 'def f():\n    import tola_plugin.lab.demo.report\n    return f\n',
-        'tola_cli/into_lab.py': 'from tola_plugin.lab.benchmarks.complexity import route_macs  # noqa: F401\n',
+        'tools/fine.py': 'from tola_lab.benchmarks import complexity  # noqa: F401\n',
+        'tola_lab/gpu_check/fine.py': 'from tola_lab.benchmarks import complexity  # noqa: F401\n'
+        'from tola_plugin.inference import pipeline  # noqa: F401\nimport tola_plugin  # noqa: F401\n',
+        'tola_lab/benchmarks/up.py': 'from tola_lab.gpu_check import run  # noqa: F401\n',
+        'tola_lab/newfolder/x.py': 'import os  # noqa: F401\n',
+        'tola_plugin/inference/into_lab.py': 'from tola_lab import ablations  # noqa: F401\n',
+        'tola_plugin/models/into_lab.py': 'def f():\n    import tola_lab.demo.report\n    return f\n',
+        'tola_plugin/train.py': 'import tola_lab  # noqa: F401\n',
+        'tola_cli/into_lab.py': 'from tola_lab.benchmarks.complexity import route_macs  # noqa: F401\n',
     }
-    out = lint_flags('LAY', tmp_path, 'tola_plugin', 'tola_cli', 'tools', files=files)
+    out = lint_flags('LAY', tmp_path, 'tola_plugin', 'tola_lab', 'tola_cli', 'tools', files=files)
     assert out.returncode == 1 and out.places == [('tola_cli/into_lab.py', 'LAY003'),
+                                                  ('tola_lab/benchmarks/up.py', 'LAY001'),
+                                                  ('tola_lab/newfolder/x.py', 'LAY002'),
                                                   ('tola_plugin/inference/into_lab.py', 'LAY003'),
-                                                  ('tola_plugin/lab/benchmarks/up.py', 'LAY001'),
-                                                  ('tola_plugin/models/into_lab.py', 'LAY003')], out.output
-    assert 'tola_plugin.inference imports tola_plugin.lab.ablations: the lab is imported by the lab and tools/ only' \
+                                                  ('tola_plugin/models/into_lab.py', 'LAY003'),
+                                                  ('tola_plugin/train.py', 'LAY003')], out.output
+    assert 'tola_plugin.inference imports tola_lab.ablations: the lab is imported by the lab and tools/ only' \
         in out.stdout
-    assert 'tola_plugin.lab.benchmarks (layer 7) imports tola_plugin.lab.gpu_check (layer 8)' in out.stdout
+    assert 'tola_plugin.train imports tola_lab.__init__: the lab is imported by' in out.stdout
+    assert 'tola_lab.benchmarks (layer 7) imports tola_lab.gpu_check (layer 8)' in out.stdout
+    assert 'tola_lab.newfolder has no layer in lint/flake8_layers.py LAYERS' in out.stdout
 
 
 def test_a_wing_over_its_line_budget_fails_the_lint(tmp_path):
@@ -355,3 +361,39 @@ def test_a_wing_over_its_line_budget_fails_the_lint(tmp_path):
     assert over.returncode == 1 and "wing 'model': 2 lines, over its budget of 1 by 1" in over.stderr
     (package / 'web').mkdir()
     assert 'tola_plugin/web is in no wing of docs/architecture.md' in lint(2).stderr
+
+
+def test_a_wing_may_name_a_top_level_folder_outside_the_package(tmp_path):
+    """The lab's wing names `tola_lab/`, a top-level package beside tola_plugin (docs/architecture.md, "The package
+    plan"): lint/line_budget.py counts that folder's .py lines for its wing (names with a '/' inside only describe the
+    row), an entry of the package of the same name comes first, and every entry of tola_plugin still belongs to one
+    wing; a folder outside the package in two wings fails."""
+    package, lab = tmp_path / 'tola_plugin', tmp_path / 'tola_lab'
+    (package / 'core').mkdir(parents=True)
+    (package / 'core' / 'a.py').write_text('x = 1\ny = 2\n')
+    (lab / 'bench').mkdir(parents=True)
+    (lab / '__init__.py').write_text('"""The lab."""\n')
+    (lab / 'bench' / 'b.py').write_text('a = 1\nb = 2\nc = 3\n')
+    (lab / 'bench' / 'notes.txt').write_text('not\ncounted\n')
+    (tmp_path / 'core').mkdir()  # a top-level folder named like an entry of the package: the package's is counted
+    (tmp_path / 'core' / 'c.py').write_text('\n' * 50)
+    (tmp_path / 'docs').mkdir()
+    doc = ('| wing | folders and modules | files | lines | budget |\n|---|---|---:|---:|---:|\n'
+           '| model | `core/` | 1 | 2 | 2 |\n| lab | {lab} | 2 | 4 | {budget} |\n')
+
+    def lint(lab_names='`tola_lab/` (outside the package): `tola_lab/bench/`', budget=4):
+        (tmp_path / 'docs' / 'architecture.md').write_text(doc.format(lab=lab_names, budget=budget))
+        return subprocess.run(
+            [sys.executable, os.path.join(REPO, 'lint', 'line_budget.py'),
+             str(tmp_path)], capture_output=True, text=True, timeout=60)
+
+    assert lint().returncode == 0 and lint().stderr == ''
+    over = lint(budget=3)
+    assert over.returncode == 1 and "wing 'lab': 4 lines, over its budget of 3 by 1" in over.stderr, over.stderr
+    assert "wing 'model'" not in over.stderr
+    twice = lint('`tola_lab/`, `tola_lab`')
+    assert twice.returncode == 0, twice.stderr  # one folder named twice in one row counts once
+    doc = doc.replace('| model | `core/` |', '| model | `core/`, `tola_lab/` |').replace('| 2 | 2 |', '| 2 | 10 |')
+    assert 'tola_lab is in two wings (model, lab) in docs/architecture.md' in lint().stderr
+    (package / 'extra.py').write_text('e = 1\n')
+    assert 'tola_plugin/extra.py is in no wing of docs/architecture.md' in lint().stderr

@@ -25,15 +25,15 @@ import pytest
 import torch
 from packaging.utils import parse_wheel_filename
 
-from tola_plugin.lab.gpu_check import bundle as B
-from tola_plugin.lab.gpu_check import cuda_tests_step as C
-from tola_plugin.lab.gpu_check import environment as E
-from tola_plugin.lab.gpu_check import inference_step as infer_step
-from tola_plugin.lab.gpu_check import memory_step as M
-from tola_plugin.lab.gpu_check import precision_step as P
-from tola_plugin.lab.gpu_check import report as R
-from tola_plugin.lab.gpu_check import resume_step as S
-from tola_plugin.lab.gpu_check import run as G
+from tola_lab.gpu_check import bundle as B
+from tola_lab.gpu_check import cuda_tests_step as C
+from tola_lab.gpu_check import environment as E
+from tola_lab.gpu_check import inference_step as infer_step
+from tola_lab.gpu_check import memory_step as M
+from tola_lab.gpu_check import precision_step as P
+from tola_lab.gpu_check import report as R
+from tola_lab.gpu_check import resume_step as S
+from tola_lab.gpu_check import run as G
 from tola_plugin.utils import process_tree
 import conftest
 from tola_testing import REPO
@@ -120,9 +120,12 @@ def test_the_bundle_is_under_its_limit_and_its_wheels_install_for_this_python(bu
     for name in ('gpu_check.sh', 'tools/gpu_check.py', 'setup.cfg', 'requirements.txt', 'tests/test_cuda.py',
                  'options/train/train_TOLA.yml', f'{B.FIXTURE}/train/labels.tsv'):
         assert (bundle / name).is_file(), name
-    with zipfile.ZipFile(next(w for w in wheels if 'tola_plugin' in w)) as whl:  # the package, demo model, hook
-        assert {'tola_plugin/assets/demo/backbone/difftsr_demo.safetensors',
-                'tola_plugin_hook.pth'} <= set(whl.namelist())
+    with zipfile.ZipFile(next(w for w in wheels if 'tola_plugin' in w)) as whl:  # the package, demo model, hook, lab
+        assert {
+            'tola_plugin/assets/demo/backbone/difftsr_demo.safetensors', 'tola_plugin_hook.pth',
+            'tola_lab/gpu_check/step_child.py', 'tola_lab/gpu_check/image_stand_in/sitecustomize.py',
+            'tola_cli/infer.py'
+        } <= set(whl.namelist())
     here = f'{sys.version_info[0]}.{sys.version_info[1]}'
     mine = [w for w in wheels if B.wheel_fits(os.path.basename(w), here)]
     assert names_of(mine) == names_of(wheels)  # one of each for this Python too
@@ -132,7 +135,7 @@ def test_the_bundle_is_under_its_limit_and_its_wheels_install_for_this_python(bu
     assert proc.returncode == 0, proc.stderr[-3000:]
     code = ('import importlib, json, sys\n'
             'print(json.dumps({m: importlib.import_module(m).__file__ for m in sys.argv[1:]}))')
-    modules = ['tola_plugin'] + sorted(set(E.BUNDLED_MODULES.values()) - {'tola_plugin'})
+    modules = ['tola_plugin', 'tola_lab', 'tola_cli'] + sorted(set(E.BUNDLED_MODULES.values()) - {'tola_plugin'})
     proc = subprocess.run([sys.executable, '-c', code, *modules], capture_output=True, text=True, cwd=tmp_path,
                           env=dict(os.environ, PYTHONPATH=str(target), TOLA_PLUGIN_HOOK='0'))
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -389,7 +392,7 @@ os.replace(os.path.join(work, 'pids.part'), os.path.join(work, 'pids'))
 time.sleep(3600)
 """
 CHECK_WITH_SLEEPING_STEP = """import sys
-from tola_plugin.lab.gpu_check import run as G
+from tola_lab.gpu_check import run as G
 G.STEP_CHILD = 'sleeping_step'
 G.environment.check_imports = lambda *args: {}
 G.environment.machine = lambda: dict(python='3', torch='', torch_cuda=None, cuda_available=False, driver=None, gpus=[],

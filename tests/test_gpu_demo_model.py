@@ -1,4 +1,4 @@
-"""The GPU check's demo_model step (tola_plugin/lab/gpu_check/demo_model_step.py) in a dry run on the CPU: the tests'
+"""The GPU check's demo_model step (tola_lab/gpu_check/demo_model_step.py) in a dry run on the CPU: the tests'
 tiny backbone and a few adaptation iterations, rendered with the carried font subsets only; what it packs fits what a
 lease brings back, and a second lease that carries the packed files in resumes from them instead of starting over."""
 import json
@@ -7,12 +7,12 @@ import os
 import pytest
 from safetensors import safe_open
 
+from tola_lab.demo.fonts import demo_characters, write_font_subsets
+from tola_lab.gpu_check.configs import read_yaml
+from tola_lab.gpu_check.demo_model_step import (ADAPTATION_FILE, DRY_RUN_BACKBONE, GPU_BACKBONE, MAX_FILE_BYTES,
+                                                MAX_FILES, RECORD_FILE, STATE, carried_fonts, demo_model_step,
+                                                transocr_start)
 from tola_plugin.commands.data_preparation.image_checks import sha256_file
-from tola_plugin.lab.demo.fonts import demo_characters, write_font_subsets
-from tola_plugin.lab.gpu_check.configs import read_yaml
-from tola_plugin.lab.gpu_check.demo_model_step import (ADAPTATION_FILE, DRY_RUN_BACKBONE, GPU_BACKBONE, MAX_FILE_BYTES,
-                                                       MAX_FILES, RECORD_FILE, STATE, carried_fonts, demo_model_step,
-                                                       transocr_start)
 from tola_testing import REPO, one_thread  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.usefixtures('one_thread')

@@ -1,14 +1,14 @@
 """Inference on GPU machines, tested on a CPU with CUDA simulated: the 200-step route drawing its noise from a CPU
 generator for tensors on another device (the entry points' device, backend and TF32: test_inference_openvino.py);
-the GPU check's speed table (``lab/gpu_check/inference_step.py``): its batch sweep, TF32 on the image stages, its
+the GPU check's speed table (``tola_lab/gpu_check/inference_step.py``): its batch sweep, TF32 on the image stages, its
 rows."""
 import torch
 
+from tola_lab.gpu_check import inference_step as infer_step
 from tola_plugin.archs.difftsr_arch import difftsr_sample
 from tola_plugin.archs.diffusion_schedule import make_ldm_scheduler
 from tola_plugin.archs.stage_runner import StageRunner
 from tola_plugin.archs.tola_arch import TOLANet
-from tola_plugin.lab.gpu_check import inference_step as infer_step
 from tola_plugin.runtime.plan import BackendPrecision
 from tola_testing import tiny_net_opt
 

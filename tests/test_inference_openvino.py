@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import torch
 
+from tola_lab.benchmarks import stage_timing
 from tola_plugin.archs.tola_arch import TOLANet
 from tola_plugin.inference import batching
 from tola_plugin.inference.pipeline import TOLAPipeline
-from tola_plugin.lab.benchmarks import stage_timing
 from tola_plugin.runtime import qualification, serving
 from tola_plugin.runtime.model_digest import file_sha256
 from tola_plugin.runtime.openvino_backend import client as openvino_client

@@ -1,4 +1,4 @@
-"""tools/one_step_error.py and its measurements (tola_plugin/lab/demo/one_step_error.py) on the tiny backbone."""
+"""tools/one_step_error.py and its measurements (tola_lab/demo/one_step_error.py) on the tiny backbone."""
 import json
 import os
 import sys
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
+from tola_lab.demo.one_step_error import mean_over_batches, one_step_error
 from tola_plugin.archs.tola_arch import TOLANet
-from tola_plugin.lab.demo.one_step_error import mean_over_batches, one_step_error
 from tola_plugin.utils.cli_errors import run_tool
 from conftest import write_options
 from numerics import rel_err, within

@@ -409,7 +409,7 @@ def test_the_schema_covers_every_key_basicsr_reads():
 def test_every_shipped_option_file_passes_the_strict_check(path):
     opt = read_option_file(path)
     if 'model_type' not in opt:  # tools/train_demo_backbone.py's own format, held to that tool's strict check
-        from tola_plugin.lab.demo.training import read_options
+        from tola_lab.demo.training import read_options
         assert os.path.basename(path).startswith('train_demo_backbone') and read_options(path)['vae']
         return
     is_train = os.path.basename(path).startswith('train')

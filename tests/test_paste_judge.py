@@ -9,11 +9,11 @@ import pytest
 import torch
 from PIL import Image
 
+from tola_lab.demo.restore_figure import GAP, SAMPLE_W
 from tola_plugin import TOLAPipeline
 from tola_plugin.assets.samples import sample_paths
 from tola_plugin.commands.data_preparation.photo_render import render_photo
 from tola_plugin.inference.paste_judge import INK_MAX_DELTA_E, SEAM_MAX_DELTA_E, ColourCheck, check_colours
-from tola_plugin.lab.demo.restore_figure import GAP, SAMPLE_W
 from inference_testing import PHOTO_LINES, StandInRestorer
 from launcher_testing import doc_commands, run_doc_command
 

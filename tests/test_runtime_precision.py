@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
+from tola_lab.benchmarks.precision_route import frozen_demo_net
 from tola_plugin.archs.tola_arch import TOLANet
 from tola_plugin.inference.pipeline import TOLAPipeline
-from tola_plugin.lab.benchmarks.precision_route import frozen_demo_net
 from tola_plugin.runtime import plan, qualification
 from tola_plugin.runtime.image_stages import run_torch_stage, stage_modules
 from tola_plugin.runtime.plan import BackendPrecision

@@ -10,12 +10,12 @@ import pytest
 import torch
 
 import tola_plugin
+from tola_lab.benchmarks import peak_memory
 from tola_plugin.archs.precision import STAGE_NAMES, StageDtypes
 from tola_plugin.archs.stage_runner import StageRunner
 from tola_plugin.archs.stages import PLANNED, STAGES
 from tola_plugin.inference import pipeline
 from tola_plugin.inference.pipeline import TOLAPipeline
-from tola_plugin.lab.benchmarks import peak_memory
 from tola_plugin.runtime import serving
 from inference_testing import tiny_adapted_net, write_tiny_merged
 from tola_testing import one_thread  # noqa: F401

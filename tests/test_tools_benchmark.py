@@ -7,8 +7,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tola_lab.benchmarks.complexity import count_macs
 from tola_plugin.archs.lrc_arch import LatentResidualCorrection
-from tola_plugin.lab.benchmarks.complexity import count_macs
 from conftest import REPO, write_options
 
 

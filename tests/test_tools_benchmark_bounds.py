@@ -7,10 +7,10 @@ import pytest
 import torch
 from torch import nn
 
+from tola_lab.benchmarks import inference_report, machine_ceiling, stage_timing
+from tola_lab.benchmarks.stage_bounds import KERNEL_SLACK, stage_bounds, stage_macs, stage_traffic
+from tola_lab.benchmarks.stage_timing import LABELS, uniform_precisions
 from tola_plugin.archs.tola_arch import TOLANet
-from tola_plugin.lab.benchmarks import inference_report, machine_ceiling, stage_timing
-from tola_plugin.lab.benchmarks.stage_bounds import KERNEL_SLACK, stage_bounds, stage_macs, stage_traffic
-from tola_plugin.lab.benchmarks.stage_timing import LABELS, uniform_precisions
 from tola_testing import one_thread, tiny_net_opt  # noqa: F401
 
 CEILING = {'fp32': 100.0, 'bf16': 400.0}  # GFLOP/s

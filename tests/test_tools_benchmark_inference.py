@@ -8,9 +8,9 @@ import torch
 import yaml
 
 import tola_plugin  # noqa: F401
+from tola_lab.benchmarks import folder_throughput, inference_inputs, peak_memory, stage_timing
 from tola_plugin.archs.precision import STAGE_NAMES, StageDtypes, cpu_has_native_bf16, precision_dtype
 from tola_plugin.archs.stages import LABEL
-from tola_plugin.lab.benchmarks import folder_throughput, inference_inputs, peak_memory, stage_timing
 from conftest import REPO, render_pairs
 from figure_testing import annotations, capture_figures, scatter_points
 from inference_testing import write_tiny_merged
@@ -186,7 +186,7 @@ def test_precision_table(tmp_path, monkeypatch):
     """``--precision-table`` (docs/inference.md, "Precision"): each stage alone, then every stage, in bf16 and fp16
     on torch and OpenVINO against fp32, and each per-stage plan's speed with its ẑ0 error; the tiny model stands in
     for the demo backbone (converting that for OpenVINO takes a minute), on a quarter of a line."""
-    from tola_plugin.lab.benchmarks import precision_route
+    from tola_lab.benchmarks import precision_route
     from inference_testing import tiny_adapted_net
     monkeypatch.setattr(precision_route, 'frozen_demo_net', lambda: tiny_adapted_net().prepare_for_inference())
     real_lines = precision_route.demo_lines
@@ -222,7 +222,7 @@ def test_precision_table(tmp_path, monkeypatch):
 
 
 def test_the_precision_table_times_the_plans_auto_tries():
-    from tola_plugin.lab.benchmarks.precision_route import plan_paths
+    from tola_lab.benchmarks.precision_route import plan_paths
     assert [p.name for p in plan_paths('openvino', ['fp32', 'bf16', 'fp16'])] == [
         'openvino fp32', 'openvino fp32 (bf16: vae_encoder, vae_decoder)', 'openvino fp32 (bf16: vae_decoder)',
         'openvino bf16', 'openvino fp32 (fp16: idm)', 'openvino fp16 (fp32: vae_decoder)'

@@ -16,14 +16,14 @@ import numpy as np
 import pytest
 import torch
 
+from tola_lab.browser.headless_browser import (find_chromium, page_text, quit_chromium, restore_in_page, start_chromium,
+                                               urls_off_host)
 from tola_plugin.archs.tola_arch import image_noise_seed
 from tola_plugin.assets.rendered_samples import samples_dir
 from tola_plugin.data.image_io import read_image_file
 from tola_plugin.inference.demo_model import demo_model_path
 from tola_plugin.inference.image_kind import looks_like_a_photo
 from tola_plugin.inference.pipeline import LineResult, Restoration, TOLAPipeline
-from tola_plugin.lab.browser.headless_browser import (find_chromium, page_text, quit_chromium, restore_in_page,
-                                                      start_chromium, urls_off_host)
 from inference_testing import StandInRestorer, write_tiny_merged
 
 web_page = pytest.importorskip('tola_plugin.web.page', reason='gradio is not installed (the [web] extra)')

@@ -18,7 +18,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    from tola_plugin.lab.benchmarks.degradation_benchmark import benchmark_degradation
+    from tola_lab.benchmarks.degradation_benchmark import benchmark_degradation
     return benchmark_degradation(args.samples, args.seed)
 
 

@@ -39,7 +39,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    from tola_plugin.lab.benchmarks.efficiency_benchmark import benchmark_efficiency
+    from tola_lab.benchmarks.efficiency_benchmark import benchmark_efficiency
     return benchmark_efficiency(args.opt, args.random_weights, args.height, args.width, args.steps, args.repeats,
                                 args.esrgan, args.device, args.out)
 

@@ -10,14 +10,14 @@ matmul ceiling, the batched photo path, peak memory, and the precisions' quality
     python tools/benchmark_inference.py --folder-model experiments/demo_TOLA/TOLA_demo_merged.safetensors
     python tools/benchmark_inference.py --precision-table --random-weights --out results/benchmark/precision.json
 
-Routes (tola_plugin/lab/benchmarks/inference_benchmark.py): reference (DiffTSR's way), torch and openvino in each
+Routes (tola_lab/benchmarks/inference_benchmark.py): reference (DiffTSR's way), torch and openvino in each
 --precision, and default (what tola-infer, TOLAPipeline and tola-web run here by default). Prints a markdown table
 with seconds per image, GMAC/s and the share of the measured matmul ceiling, images per second of a folder run
 at the pipeline's own batch and at one window per call, the issue's targets met or not, and writes JSON
 (``tools/plot_results.py latency --benchmark`` reads it). Timed runs need a quiet machine. ``--precision-table``:
 instead, where each stage's low precision moves the one-step latent ẑ0 and the image (the demo backbone's frozen
 route on ``--lines`` rendered lines, and the option file's network on the qualification's probe) and the speed of
-each per-stage plan (``tola_plugin/lab/benchmarks/precision_route.py``; docs/inference.md, "Precision").
+each per-stage plan (``tola_lab/benchmarks/precision_route.py``; docs/inference.md, "Precision").
 """
 import argparse
 import os
@@ -77,7 +77,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from tola_plugin.lab.benchmarks.inference_benchmark import benchmark_and_write, fast_precisions
+    from tola_lab.benchmarks.inference_benchmark import benchmark_and_write, fast_precisions
     command = ' '.join(['python tools/benchmark_inference.py'] + list(sys.argv[1:] if argv is None else argv))
     precisions = args.precision or fast_precisions()
     benchmark_and_write(args.opt, args.checkpoint, args.random_weights, precisions, args.repeats, args.photo_lines,

@@ -30,7 +30,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from tola_plugin.lab.benchmarks.startup_benchmark import benchmark_startup
+    from tola_lab.benchmarks.startup_benchmark import benchmark_startup
     return benchmark_startup(REPO, args.runs, args.out, args.import_runs)
 
 

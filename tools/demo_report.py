@@ -24,7 +24,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from tola_plugin.lab.demo.report import make_report, report_closing, report_table
+    from tola_lab.demo.report import make_report, report_closing, report_table
     report = make_report(args.opt, args.grid_samples, args.results_dir)
     print(report_table(report))
     print(report_closing(report))

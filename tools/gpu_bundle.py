@@ -12,7 +12,7 @@ import argparse
 
 from tola_cli.command import run_command
 
-PYTHONS = ('3.10', '3.11', '3.12')  # tola_plugin.lab.gpu_check.bundle.PYTHON_VERSIONS (parsed before it is imported)
+PYTHONS = ('3.10', '3.11', '3.12')  # tola_lab.gpu_check.bundle.PYTHON_VERSIONS (parsed before it is imported)
 
 
 def parse_pythons(value: str):
@@ -42,7 +42,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from tola_plugin.lab.gpu_check.bundle import build_bundle, build_carry
+    from tola_lab.gpu_check.bundle import build_bundle, build_carry
     if args.checkout:
         build_carry(args.out or 'build/gpu_carry', args.wheel_cache, pythons=args.pythons)
     else:

@@ -15,7 +15,7 @@ import sys
 
 from tola_cli.command import run_command
 
-# tola_plugin.lab.gpu_check.run's (the tool parses before the heavy imports)
+# tola_lab.gpu_check.run's (the tool parses before the heavy imports)
 STEPS = ('smoke', 'demo_model', 'memory', 'precision', 'inference', 'cuda_tests', 'resume', 'shared_gpu')
 DEFAULT_STEPS = tuple(s for s in STEPS if s != 'demo_model')  # demo_model takes all the time it is given
 
@@ -56,7 +56,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from tola_plugin.lab.gpu_check.run import run_gpu_check
+    from tola_lab.gpu_check.run import run_gpu_check
     command = 'gpu_check.sh ' + ' '.join(sys.argv[1:] if argv is None else argv)
     return run_gpu_check(args.report_dir, args.bundle, args.data, args.dry_run, args.work, command, args.deadline,
                          args.steps)

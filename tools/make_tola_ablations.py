@@ -25,7 +25,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    from tola_plugin.lab.ablations import update_ablation_files
+    from tola_lab.ablations import update_ablation_files
     return update_ablation_files(OPTIONS_DIR, args.check)
 
 

@@ -22,7 +22,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    from tola_plugin.lab.benchmarks.photo_lines import measure_photo_lines
+    from tola_lab.benchmarks.photo_lines import measure_photo_lines
     measure_photo_lines(args.out, args.photos, args.seed, args.model, args.color_fix)
     return 0
 

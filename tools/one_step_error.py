@@ -33,7 +33,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from tola_plugin.lab.demo.one_step_error import measure_option_file  # torch and the networks: after parsing
+    from tola_lab.demo.one_step_error import measure_option_file  # torch and the networks: after parsing
     return measure_option_file(args.opt, args.checkpoint, args.frozen, args.num, args.batch, args.out)
 
 

@@ -32,7 +32,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from tola_plugin.lab.demo.restore_figure import plot_restore_figure, plot_samples_before_after
+    from tola_lab.demo.restore_figure import plot_restore_figure, plot_samples_before_after
     plot = plot_samples_before_after if args.before_after else plot_restore_figure
     return plot(args.samples, args.out, args.model, args.device)
 

@@ -43,8 +43,8 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from tola_plugin.lab.demo.report import report_table
-    from tola_plugin.lab.demo.shipping import install_backbone, install_transocr, ship_adaptation
+    from tola_lab.demo.report import report_table
+    from tola_lab.demo.shipping import install_backbone, install_transocr, ship_adaptation
     with open(args.provenance, encoding='utf-8') as f:
         provenance = json.load(f)
     command = 'python tools/ship_demo_model.py ' + ' '.join(sys.argv[1:] if argv is None else argv)

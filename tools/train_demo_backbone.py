@@ -40,7 +40,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    from tola_plugin.lab.demo.training import train_demo_backbone
+    from tola_lab.demo.training import train_demo_backbone
     command = 'python tools/train_demo_backbone.py ' + ' '.join(sys.argv[1:] if argv is None else argv)
     return train_demo_backbone(args.opt, args.work_dir, args.output_dir, args.only, command, args.deadline,
                                args.init_dir)

@@ -33,7 +33,7 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     from tola_cli import web  # after parsing: --help and usage errors import nothing heavy
-    from tola_plugin.lab.browser.screenshot import screenshot_web_demo
+    from tola_lab.browser.screenshot import screenshot_web_demo
     from tola_plugin.utils.user_text import say
     web_args = ['--port', '0'] + (['--model', args.model] if args.model else []) + (['--detect'] if args.detect else [])
     status = screenshot_web_demo(lambda: web.main(web_args, block=False), args.out, args.example, args.width,

@@ -1,5 +1,5 @@
 """Where the small demo backbone's weight files are: ``tola_plugin/assets/demo/backbone/``, shipped inside the package
-(trained here by tools/train_demo_backbone.py, ``tola_plugin.lab.demo.training``).
+(trained here by tools/train_demo_backbone.py, ``tola_lab.demo.training``).
 
 Files (package data, so an installed package has them too):
 - ``difftsr_demo.safetensors``: IDM, VAE and MoM in our layout (``tools/convert_difftsr.py``'s format, read by

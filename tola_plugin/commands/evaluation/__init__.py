@@ -10,5 +10,5 @@ below imports it (the demo report does, from above). Modules (none of them downl
 - ``plots``: quality-latency scatter, recognition diagnostics, comparison grids, also from the tools' files
   (tola-plot-results).
 
-The measurements of the tools (benchmarks, MACs) are the lab's (``tola_plugin.lab.benchmarks``), as are the ablations'
-option files (``tola_plugin.lab.ablations``)."""
+The measurements of the tools (benchmarks, MACs) are the lab's (``tola_lab.benchmarks``), as are the ablations'
+option files (``tola_lab.ablations``)."""
