@@ -241,16 +241,14 @@ def test_backend_resolution(monkeypatch):
 
 class _StandIn(torch.nn.Module):
     """Stands in for an inference TOLANet on a simulated GPU: records .to(); its precision switch, stages and stage
-    runner (``TOLANet.use_stage_runner``)."""
+    runner (``TOLANet.running``)."""
 
     def __init__(self, precision='fp32'):
         super().__init__()
         self.moves, self.precision, self.stage_runner = [], precision, None
         self.idm = self.vae = self.transocr = torch.nn.Identity()
 
-    def use_stage_runner(self, runner):
-        previous, self.stage_runner = self.stage_runner, runner
-        return previous
+    running = TOLANet.running
 
     def to(self, device):
         self.moves.append(torch.device(device))

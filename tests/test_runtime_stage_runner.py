@@ -1,6 +1,6 @@
 """How a network's stages run is one object installed in one place (docs/architecture.md, "How --precision travels"):
 ``TOLANet.stage_runner`` (torch's ``archs/stage_runner.StageRunner`` by default), which ``TOLANet.forward`` calls and
-a runtime replaces with ``TOLANet.use_stage_runner`` only; the precision request goes to the runtime, never into the
+a runtime replaces with ``TOLANet.running`` only; the precision request goes to the runtime, never into the
 network's config; the pipeline leaves serving to the runtime (``Runtime.serve``)."""
 import ast
 import os
@@ -53,18 +53,20 @@ def net():
 
 
 def test_the_forward_runs_its_stages_through_the_one_runner(net):
-    """Each stage a runtime may take over goes through ``stage_runner``; installing one is one call, which gives the
-    runner it replaces back; the network keeps no runtime field of its own."""
+    """Each stage goes through ``stage_runner``; installing one is one context manager, which puts the runner it
+    replaced back, an error included; the network keeps no runtime field of its own."""
     assert not hasattr(net, 'plan') and not hasattr(net, 'text_recognizer')
     assert type(net.stage_runner) is StageRunner and net.stage_runner.dtypes is None
     lq = torch.rand(1, 3, 32, 128, generator=torch.Generator().manual_seed(0))
     expected = net(lq, noise_seeds=[3])
     recording = Recording()
-    own = net.use_stage_runner(recording)
-    try:
+    own = net.stage_runner
+    with net.running(recording):
         out = net(lq, noise_seeds=[3])
-    finally:
-        assert net.use_stage_runner(own) is recording
+    assert net.stage_runner is own
+    with pytest.raises(RuntimeError, match='inside'), net.running(Recording()):
+        raise RuntimeError('inside')
+    assert net.stage_runner is own
     assert torch.equal(out, expected)  # the same torch modules: the same bits
     # all six stages of the table, once each, in its order (archs/stages.py), the one way a forward computes them
     assert [name for name, _ in recording.calls] == [s.verb for s in STAGES]
@@ -87,19 +89,16 @@ def test_a_runner_with_fixed_dtypes_sets_each_stage_and_owns_the_precision(net):
     assert mixed.name == 'fp32 (bf16: vae_decoder)' and hash(mixed) == hash(StageDtypes(dict(mixed)))
     with pytest.raises(ValueError, match='exactly the stages'):
         StageDtypes({'idm': torch.float32})
-    own = net.use_stage_runner(StageRunner(mixed, 'torch fp32 (bf16: vae_decoder)'))
-    try:
+    with net.running(StageRunner(mixed, 'torch fp32 (bf16: vae_decoder)')):
         assert net.stage_dtypes('cpu') == mixed
         with pytest.raises(ValueError, match=r'runtime.s decision \(torch fp32 \(bf16: vae_decoder\)\)'):
             net.set_switches(precision='bf16')
-    finally:
-        net.use_stage_runner(own)
     assert net.stage_dtypes('cpu') == StageDtypes.uniform(torch.float32)
 
 
 def test_no_network_part_is_swapped_outside_the_network():
     """No module of the package sets a network's modules or stage runner from outside (``x.idm = ...``,
-    ``setattr(x, 'vae', ...)``): the runtime installs its runner with ``use_stage_runner``, the one call."""
+    ``setattr(x, 'vae', ...)``): the runtime installs its runner with ``running``, the one way."""
     found = []
     for root, _, files in os.walk(PACKAGE):
         for name in files:

@@ -163,12 +163,12 @@ def test_basicsr_builds_the_network_of_its_options_and_the_config_follows_the_sw
     assert net.config.gradient_checkpointing == ('idm', )
 
     fp32 = StageDtypes.uniform(torch.float32)
-    own = net.use_stage_runner(StageRunner(fp32, 'torch fp32 (qualified)'))  # placed by a runtime: its decision
-    with pytest.raises(ValueError, match=r'the precision of a placed network is its runtime.s decision \(torch fp32'):
-        net.precision = 'bf16'
-    assert net.precision == 'fp32' and net.stage_dtypes('cpu') == fp32
-    net.set_switches(noise='gaussian')  # the other switches still change
-    net.use_stage_runner(own)  # its own torch runner again: the switch is its precision
+    with net.running(StageRunner(fp32, 'torch fp32 (qualified)')):  # placed by a runtime: its decision
+        with pytest.raises(ValueError, match=r'the precision of a placed network is its runtime.s decision \(torch'):
+            net.precision = 'bf16'
+        assert net.precision == 'fp32' and net.stage_dtypes('cpu') == fp32
+        net.set_switches(noise='gaussian')  # the other switches still change
+    # its own torch runner again: the switch is its precision
     net.precision = 'bf16'
     assert net.stage_dtypes('cpu') == StageDtypes.uniform(torch.bfloat16, training=net.training)
 

@@ -113,7 +113,7 @@ def test_stage_traffic_counts_every_layer_call_of_each_stage():
 
 @pytest.mark.usefixtures('one_thread')
 def test_the_stage_timer_times_every_stage_through_the_runner_and_leaves_the_network_as_it_was():
-    """``StageTimer`` changes how the network runs only by ``use_stage_runner`` (no network attribute is swapped, no
+    """``StageTimer`` changes how the network runs only by ``TOLANet.running`` (no network attribute is swapped, no
     hook): each of the six stages is timed, the stages fit in the forward, the output is the untimed network's, and
     ``close`` gives the network its own runner back."""
     torch.manual_seed(0)

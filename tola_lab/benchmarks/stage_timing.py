@@ -1,5 +1,6 @@
 """Seconds of each of the six calls Algorithm 1 makes (``StageTimer``), one timed restore, and the median row of a
 route's runs."""
+import contextlib
 import statistics
 import time
 import warnings
@@ -30,7 +31,7 @@ def stage_precisions(plan) -> Dict[str, str]:
 class StageTimer:
     """Wall-clock seconds of each stage of ``net``'s forward (``seconds``; ``current``: the stage running now, None
     between stages), without touching the network's attributes: a timing runner around the network's own, installed
-    with ``TOLANet.use_stage_runner`` (the one way to change how a network runs). ``close`` puts the network back."""
+    with ``TOLANet.running`` (the one way to change how a network runs). ``close`` puts the network back."""
 
     def __init__(self, net):
         self.seconds: Dict[str, float] = defaultdict(float)
@@ -39,7 +40,8 @@ class StageTimer:
         self.net = net
         self.sync = torch.cuda.synchronize if next(net.parameters()).is_cuda else (lambda: None)
         self.runner = TimedRunner(net.stage_runner, self)
-        net.use_stage_runner(self.runner)
+        self._installed = contextlib.ExitStack()
+        self._installed.enter_context(net.running(self.runner))
 
     def start(self, stage: str) -> None:
         self.sync()
@@ -58,9 +60,11 @@ class StageTimer:
             self.stop(stage)
 
     def close(self) -> None:
-        """The network's own runner back (unless a runtime has installed another since)."""
+        """The network's own runner back (unless a runtime has installed another since: that one stays)."""
         if self.net.stage_runner is self.runner:
-            self.net.use_stage_runner(self.runner.inner)
+            self._installed.close()
+        else:
+            self._installed.pop_all()
 
 
 class TimedRunner(StageRunner):

@@ -9,7 +9,7 @@ stage in its ``autocast``; a runner computes the stage only.
 
 This module's ``StageRunner`` is torch's, every network's by default: the network's own modules. The runtime
 (``tola_plugin.runtime``) builds another (``runtime/routed_stages.RoutedStages``: OpenVINO's worker, or the recorder
-of the qualification's reference) and installs it with ``TOLANet.use_stage_runner``, the one call that changes how a
+of the qualification's reference) and installs it with ``TOLANet.running``, the one way that changes how a
 network runs.
 """
 from typing import Optional, Tuple

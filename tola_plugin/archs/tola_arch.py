@@ -8,7 +8,7 @@ The network is built from a ``TOLAConfig`` (``tola_config.py``: every option, it
 options that change no weight are inference switches, changed through ``set_switches``. What is trained is
 ``TOLAAdaptationMixin``'s (``tola_adaptation.py``), the files ``TOLALoadingMixin``'s (``tola_loading.py``). How the
 encoder, the IDM, the decoder and the text prior's reading run, and each stage's precision, is the network's
-``stage_runner``'s (``stage_runner.py``: torch's by default; a runtime installs its own with ``use_stage_runner``).
+``stage_runner``'s (``stage_runner.py``: torch's by default; a runtime installs its own with ``running``).
 """
 import contextlib
 import inspect
@@ -65,7 +65,7 @@ class TOLANet(TOLAAdaptationMixin, TOLALoadingMixin, nn.Module):
     ``TOLANet(**options)`` (how BasicSR builds ``network_g``) or ``TOLANet.from_config(config)``: the options are
     ``TOLAConfig``'s (its docstring and docs/tola.md describe each), checked before anything is built; ``config``
     holds them, with the switches as they are now. The switches are attributes too (``timestep``, ``precision``,
-    ...; ``SWITCHES``). ``stage_runner``: how the stages run (``stage_runner.StageRunner``; ``use_stage_runner``).
+    ...; ``SWITCHES``). ``stage_runner``: how the stages run (``stage_runner.StageRunner``; ``running``).
     """
     timestep = Switch()
     latent = Switch()
@@ -127,20 +127,16 @@ class TOLANet(TOLAAdaptationMixin, TOLALoadingMixin, nn.Module):
             self.sqrt_alpha_bar, self.sqrt_one_minus_alpha_bar = schedule_constants(self.timestep)
         return self
 
-    def use_stage_runner(self, runner: StageRunner) -> StageRunner:
-        """Run the stages with ``runner`` from now on (``stage_runner.py``: the one way to change how this network
-        runs, for a runtime holding it for its lifetime); returns the runner it replaces. For a block: ``running``."""
-        previous, self.stage_runner = self.stage_runner, runner
-        return previous
-
     @contextlib.contextmanager
     def running(self, runner: StageRunner):
-        """The stages run with ``runner`` for the block, the runner before it back afterwards (an error included)."""
-        previous = self.use_stage_runner(runner)
+        """The stages run with ``runner`` (``stage_runner.py``) for the block, the runner before it back afterwards (an
+        error included): the one way to change how this network runs (a runtime holding the network for its
+        lifetime keeps the block open on an ``ExitStack``)."""
+        previous, self.stage_runner = self.stage_runner, runner
         try:
             yield runner
         finally:
-            self.use_stage_runner(previous)
+            self.stage_runner = previous
 
     def switches(self) -> Dict:
         """The inference switches as they are now ({name: value})."""

@@ -1,7 +1,7 @@
 """The runtime of one inference network, decided once and visible: ``Runtime(net, device, backend, precision=...)``
 plans (the device, the backend and the precision into one ``RuntimePlan``), has the path's backend start it
-(``torch_backend.py``, ``openvino/backend.py``: each hands back the stage runner installed in the network with
-``TOLANet.use_stage_runner``), and serves (``serve``: a batch on the current path; a path that fails while serving,
+(``torch_backend.py``, ``openvino_backend/backend.py``: each hands back the stage runner installed in the network with
+``TOLANet.running``), and serves (``serve``: a batch on the current path; a path that fails while serving,
 ``PATH_FAILURES``: a non-finite output, its worker dead or hung, is left for the next one that works, which runs the
 batch again: docs/reliability.md).
 
@@ -95,7 +95,9 @@ class Runtime:
         self._qualified_reason = ''
         if self.device.type == 'cuda':
             set_tf32(allow_tf32)
-        net.use_stage_runner(StageRunner())
+        # the network on its own torch runner for the runtime's life, each started path's runner above it
+        self._own_runner, self._path_runner = contextlib.ExitStack(), contextlib.ExitStack()
+        self._own_runner.enter_context(net.running(StageRunner()))
         net.to(self.device)
         self.weights = StageWeights(net, [*stage_modules(net.idm, net.vae).values(), net.transocr],
                                     source if self.device.type == 'cpu' else None)
@@ -113,7 +115,7 @@ class Runtime:
 
     @property
     def worker(self):
-        """The OpenVINO worker serving now (``openvino/client.OpenVINOWorker``), or None."""
+        """The OpenVINO worker serving now (``openvino_backend/client.OpenVINOWorker``), or None."""
         return self.backends['openvino'].worker
 
     # ------------------------------------------------------------------------------------------------ deciding
@@ -152,7 +154,7 @@ class Runtime:
         self.weights.load() if path.backend == 'torch' else self.weights.release()
         backend = self.backends[path.backend]
         if path.plain:
-            self.net.use_stage_runner(backend.start(path))
+            self._path_runner.enter_context(self.net.running(backend.start(path)))
             return '', path
         if cached is None:  # no silent wait: what runs now, once, and about how long
             self.say(f'qualifying {path.name} on this machine, once for this model (the plain fp32 route and it on '
@@ -165,7 +167,7 @@ class Runtime:
             if err.verdict is not None:  # OpenVINO crashed or failed loading: remembered like a wrong result
                 qualification.store_verdict(key, err.verdict)
             return str(err), path
-        self.net.use_stage_runner(runner)
+        self._path_runner.enter_context(self.net.running(runner))
         running = BackendPrecision(path.backend, runner.dtypes)
         verdict = qualification.qualify(key, lambda: backend.probe(path, self.reference()), self.reference, running,
                                         backend.checks)
@@ -281,11 +283,12 @@ class Runtime:
         """Every backend closed (the OpenVINO worker ended), the network back on its own torch runner."""
         for backend in self.backends.values():
             backend.close()
-        self.net.use_stage_runner(StageRunner())
+        self._path_runner.close()
 
     def close(self) -> None:
-        """End the worker, give the network its own torch runner back (it runs as its precision switch asks) and
-        remove what was exported for the children."""
+        """End the worker, give the network the runner it had before the runtime back (its own torch runner: it runs as
+        its precision switch asks) and remove what was exported for the children."""
         self._stop()
+        self._own_runner.close()
         self.weights.load()
         self.source.close()
