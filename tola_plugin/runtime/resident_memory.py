@@ -5,8 +5,8 @@ read again (madvise ``MADV_DONTNEED``: a page used again is mapped again, unchan
   weights of the stages OpenVINO serves: ``stage_weights.drop_mapped_pages``);
 - ``PageTrimmer``: a thread that keeps the weights files OpenVINO maps out of the OpenVINO worker's resident memory.
 
-The OpenVINO worker (``openvino_backend/worker.py``) starts in well under a second because it imports neither torch nor numpy
-through the package: keep this module's imports to the standard library and ``utils/procfs`` (``/proc``'s reader).
+The OpenVINO worker (``openvino_backend/worker.py``) starts in well under a second because it imports neither torch
+nor numpy through the package: keep this module's imports to the standard library and ``utils/procfs``.
 """
 import ctypes
 import os

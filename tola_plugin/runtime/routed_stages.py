@@ -1,7 +1,7 @@
 """The runtime's stage runner: a network's stages (``archs/stage_runner.StageRunner``'s calls) routed to one function
 ``call(stage, *tensors) -> output`` over the stages of ``image_stages.py`` and ``text_prior_stages.py``: the OpenVINO
-worker's run (``openvino_backend/backend.py``), or the recorder of the fp32 torch route that qualification compares against
-(``qualification.record_reference``). Installed with ``TOLANet.running``.
+worker's run (``openvino_backend/backend.py``), or the recorder of the fp32 torch route that qualification compares
+against (``qualification.record_reference``). Installed with ``TOLANet.running``.
 """
 from typing import Callable, Tuple
 
