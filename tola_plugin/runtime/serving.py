@@ -150,8 +150,8 @@ class Runtime:
         cached = key and qualification.cached_verdict(key)
         if cached is not None and not cached.qualified:  # not started only to fail again
             return f'{cached.reason} (verdict cached on this machine)', path
-        # one copy of each weight: torch's in this process only while torch runs the stages
-        self.weights.load() if path.backend == 'torch' else self.weights.release()
+        if path.backend != 'torch':  # one copy of each weight: torch's here only while torch runs (its start loads)
+            self.weights.release()
         backend = self.backends[path.backend]
         if path.plain:
             self._path_runner.enter_context(self.net.running(backend.start(path)))
