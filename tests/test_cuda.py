@@ -204,3 +204,25 @@ def test_200_step_route_on_cuda(tmp_path):
     assert torch.isfinite(out).all(), f'{int((~torch.isfinite(out)).sum())} non-finite values'
     assert 0 <= float(out.min()) <= float(out.max()) <= 1
     assert torch.equal(out, again), f'not repeatable: max difference {float((out - again).abs().max())}'
+
+
+def test_a_late_end_check_reads_the_text_the_immediate_one_reads(monkeypatch):
+    """The text prior's END read one step late through pinned memory and an event (``transocr_arch.cuda_copy``): on
+    the GPU the same steps and one more, as on the CPU (tests/test_transocr_arch.py)."""
+    model = TransOCR(embed_dim=16, pe_max_len=64, stem_channels=(4, 8), stage_channels=(8, 8, 16, 16),
+                     stage_blocks=(1, 1, 1, 1), num_heads=2, ff_dim=32).to(DEVICE).eval()
+    images = torch.rand(2, 3, 64, 256, device=DEVICE)
+    end = model.end_index
+    steps = [[5, 6], [end, 7], [8, 9], [9, end], [1, 1], [2, 2]]
+
+    def scripted(tokens, position, cache):
+        logits = torch.zeros(2, model.num_classes, device=DEVICE)
+        logits[torch.arange(2), torch.tensor(steps[position], device=DEVICE)] = 10.0 + position
+        return logits
+
+    monkeypatch.setattr(model, 'decode_step', scripted)
+    with torch.no_grad():
+        now_ids, now_probs = model.greedy_decode(images, max_steps=6, stop_at_end=True)
+        late_ids, late_probs = model.greedy_decode(images, max_steps=6, stop_at_end=True, late_stop=True)
+    assert now_ids.device.type == DEVICE and now_ids.shape == (2, 4) and late_ids.T.tolist() == steps[:5]
+    assert torch.equal(late_ids[:, :4], now_ids) and torch.equal(late_probs[:, :4], now_probs)

@@ -204,7 +204,7 @@ def test_gpu_check_dry_run_from_the_checkout_on_a_bare_interpreter_without_fonts
     steps = result['steps']
     assert list(steps) == list(G.DEFAULT_STEPS)  # demo_model only when asked for (tests/test_gpu_demo_model.py)
     outcomes = steps['cuda_tests']['outcomes']  # the bodies ran, on the CPU, from the carried fixture
-    assert len(outcomes) == C.EXPECTED and sum(o == 'passed' for o in outcomes.values()) == 7, outcomes
+    assert len(outcomes) == C.EXPECTED and sum(o == 'passed' for o in outcomes.values()) == 8, outcomes
     assert steps['resume']['resumed_from_iteration'] == ['2'] and steps['resume']['weights']['differ'] == 0
     assert steps['resume']['moved_after_resume_point']['differ'] > 0
     shared = steps['shared_gpu']  # on the CPU: gloo, two ranks, then refused to one in one line

@@ -100,7 +100,7 @@ def test_each_speed_row_is_named_for_what_it_runs_and_past_the_deadline_is_not_r
     assert [r['row'] for r in rows] == [
         'auto: torch fp32 (fp16: idm)', 'fp32 (IEEE)', 'fp32 + TF32 (every stage, the text prior too)',
         'fp32 + TF32 on the image stages', 'fp16: torch fp32 (fp16: idm)', 'auto + cudnn.benchmark',
-        'auto + channels_last', 'auto + TF32 on the image stages', 'auto + torch.compile'
+        'auto + channels_last', 'auto + TF32 on the image stages', 'auto + late END check', 'auto + torch.compile'
     ] and all(r['not_run'] for r in rows)
 
 
@@ -143,3 +143,19 @@ def test_the_torch_compile_variant_runs_the_image_stages_compiled_and_computes_t
         compiled = net(place(lq), noise_seeds=[0])
     assert torch.equal(compiled, plain)  # the same aten operations, traced: the same bits
     assert net.stage_runner is runner
+
+
+def test_the_late_end_check_variant_reads_the_prior_late_and_computes_the_plain_route(monkeypatch):
+    """The late END check's row runs the text prior with ``late_stop`` (the network's own decoding, asked for it) and
+    gives the plain route's image: the steps it decodes past the last END are never read."""
+    torch.manual_seed(0)
+    net = TOLANet(**tiny_net_opt(idm_lora=False, vae_lora=False)).eval()
+    lq, fp32 = torch.rand(1, 3, 32, 128), BackendPrecision.uniform('torch', torch.float32)
+    with torch.inference_mode():
+        plain = net(lq, noise_seeds=[0])
+    asked, decode = [], net.transocr.greedy_decode
+    monkeypatch.setattr(net.transocr, 'greedy_decode', lambda *a, **k: asked.append(
+        (k['stop_at_end'], k.get('late_stop', False))) or decode(*a, **k))
+    with infer_step.running(net, fp32, 'cpu', variants=('late END check', )) as place:
+        late = net(place(lq), noise_seeds=[0])
+    assert asked == [(True, True)] and torch.equal(late, plain)

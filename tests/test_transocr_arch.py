@@ -13,7 +13,7 @@ from basicsr.utils.registry import ARCH_REGISTRY
 
 import tola_plugin  # noqa: F401  (registers the arch)
 from tola_plugin.archs.precision import StageDtypes
-from tola_plugin.archs.transocr_arch import TransOCR, TransOCRLayerNorm
+from tola_plugin.archs.transocr_arch import EndFlag, TransOCR, TransOCRLayerNorm, cuda_copy
 from tola_plugin.ocr.transocr_recognizer import read_text
 from tola_plugin.runtime.routed_stages import RoutedStages
 from tola_plugin.runtime.text_prior_stages import prior_stage_modules
@@ -160,6 +160,47 @@ def test_stop_at_end_stops_once_every_image_has_ended(monkeypatch):
     # while an image has not ended, all steps run
     steps[3] = [9, 7]
     assert model.greedy_decode(images, max_steps=6, stop_at_end=True)[0].shape == (2, 6)
+
+
+def test_a_late_end_check_decodes_one_step_more_and_the_same_text(monkeypatch):
+    """``late_stop`` reads step k's "every image ended" after step k + 1 is queued (no wait on a GPU per step): the
+    same steps, one more, and the text prior and ``read_text`` read the same; never past ``max_steps``."""
+    model = tiny()
+    images = torch.rand(2, 3, 128, 512)
+    steps = [[5, 6], [TRANSOCR_END, 7], [8, 9], [9, TRANSOCR_END], [1, 1], [2, 2]]
+
+    def scripted(tokens, position, cache):
+        logits = torch.zeros(2, model.num_classes)
+        logits[torch.arange(2), torch.tensor(steps[position])] = 10.0 + position
+        return logits
+
+    monkeypatch.setattr(model, 'decode_step', scripted)
+    now_ids, now_probs = model.greedy_decode(images, max_steps=6, stop_at_end=True)
+    late_ids, late_probs = model.greedy_decode(images, max_steps=6, stop_at_end=True, late_stop=True)
+    assert now_ids.shape == (2, 4) and late_ids.T.tolist() == steps[:5]
+    assert torch.equal(late_ids[:, :4], now_ids) and torch.equal(late_probs[:, :4], now_probs)
+    for got, want in zip(transocr_to_idm(late_ids, late_probs), transocr_to_idm(now_ids, now_probs)):
+        assert torch.equal(got, want)
+    assert model.greedy_decode(images, max_steps=4, stop_at_end=True, late_stop=True)[0].shape == (2, 4)
+
+
+def test_the_end_flag_waits_only_for_the_step_before_on_simulated_cuda():
+    """CUDA simulated: each copy's wait is recorded; pushing step k waits for step k - 1's copy only (step k's kernels
+    are queued by then), and returns that step's flag."""
+    waited, copies = [], []
+
+    def copy(flag):
+        number = len(copies)
+        copies.append(number)
+        return flag.clone(), lambda: waited.append(number)
+
+    flag = EndFlag('cuda', copy=copy)
+    assert flag.push(torch.tensor([True, False])) is False and waited == []  # no step before the first
+    assert flag.push(torch.tensor([True, True])) is False and waited == [0]  # step 0's flag: not all ended
+    assert flag.push(torch.tensor([True, True])) is True and waited == [0, 1]  # step 1's: all ended
+    assert copies == [0, 1, 2]
+    assert EndFlag('cpu').copy(torch.tensor(True))[1] is None  # the CPU's flag is there at once: no wait
+    assert EndFlag(torch.device('cuda', 0)).copy is cuda_copy
 
 
 @pytest.mark.numerics

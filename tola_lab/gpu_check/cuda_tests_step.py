@@ -13,7 +13,7 @@ from typing import Dict, List
 from tola_plugin.utils.process_tree import TreeTimeout, run_tree
 
 TESTS = 'tests/test_cuda.py'  # every test marked cuda (make test-cuda selects them from tests/)
-EXPECTED = 10  # the tests of tests/test_cuda.py
+EXPECTED = 11  # the tests of tests/test_cuda.py
 MULTI_GPU_TESTS = ('test_two_rank_nccl_ddp', )  # skip themselves on one GPU
 # skipped on the CPU standing in for the GPU in a dry run (emulated there, many times slower)
 DRY_RUN_SKIPS = ('test_pipeline_and_tola_infer_in_each_precision[bf16]',

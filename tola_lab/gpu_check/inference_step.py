@@ -14,12 +14,12 @@
   random adaptation weights, exported merged) on the same lines, one row per way of running it, each named for what
   it runs: auto's plan as qualified on the demo model, IEEE fp32, fp32 with TF32 (every stage; the image stages
   only), each other served plan, and auto's plan with each of ``VARIANTS`` (cuDNN's benchmark mode, channels-last,
-  TF32 on its fp32 image stages, the image stages through torch.compile), none of them a default until a GPU shows it
-  wins; the first call's seconds (a compilation's warm-up) and, for a faster variant, after how many lines it pays
-  that back. Per row: seconds per line end to
-  end at batch 1 and per stage (text prior, VAE encode, MoM text, IDM, LRC, VAE decode), peak GiB, lines per second
-  at the best batch that fits (``batch_sweep``), every value finite before the clamp. Then each stage's warm seconds
-  in IEEE fp32, fp32 with TF32, bf16 and fp16. ``target``: auto's line within ``TARGET_S``.
+  TF32 on its fp32 image stages, the text prior's END read a step late: no host wait per greedy step, the image
+  stages through torch.compile), none of them a default until a GPU shows it wins; the first call's seconds (a
+  compilation's warm-up) and, for a faster variant, after how many lines it pays that back. Per row: seconds per line
+  end to end at batch 1 and per stage (text prior, VAE encode, MoM text, IDM, LRC, VAE decode), peak GiB, lines per
+  second at the best batch that fits (``batch_sweep``), every value finite before the clamp. Then each stage's warm
+  seconds in IEEE fp32, fp32 with TF32, bf16 and fp16. ``target``: auto's line within ``TARGET_S``.
 
 Dry run: the tiny network on the CPU, one line, batches up to 2; tola-infer in fp32 and auto only (bf16's refusal on
 the demo backbone is tests/test_runtime_precision.py's; fp16 is emulated on CPUs without fp16 instructions, many
@@ -60,7 +60,7 @@ RUN_TIMEOUT_S = 300
 BATCH_CAP, DRY_RUN_BATCH_CAP = 64, 2  # the speed table's largest batch
 SATURATION = 1.05  # a batch gaining less than this over half its size ends the sweep
 # item 2 of issue 50, each timed on auto's plan: kept (made a default) only where it wins on a GPU
-VARIANTS = ('cudnn.benchmark', 'channels_last', 'TF32 on the image stages', 'torch.compile')
+VARIANTS = ('cudnn.benchmark', 'channels_last', 'TF32 on the image stages', 'late END check', 'torch.compile')
 COMPILE_S = 240  # left at least for the torch.compile row on a GPU: inductor compiles three full-size stages
 TARGET_S = 0.066  # one warm line end to end with auto's plan: half the paper's 0.132 s (RTX PRO 6000)
 RESERVE_S = 60  # kept from the step's time for a speed row begun last (cuDNN's trials), the stage table, the result
@@ -176,6 +176,8 @@ def running(net, path, device: str, everywhere_tf32: bool = False, variants=()):
     """``net`` running ``path`` with ``variants`` (of ``VARIANTS``; ``everywhere_tf32``: TF32 on every stage, the
     text prior too, as ``allow_tf32`` asks) -> a function placing a batch for it; all put back after."""
     runner = compiled_runner(net, path, device) if 'torch.compile' in variants else StageRunner(path.dtypes, path.name)
+    if 'late END check' in variants:
+        runner = LateEndCheck(path.dtypes, path.name)
     if 'TF32 on the image stages' in variants:
         runner = TimedRunner(runner, ImageStagesTF32())
     layout = torch.channels_last if 'channels_last' in variants else torch.contiguous_format
@@ -189,6 +191,15 @@ def running(net, path, device: str, everywhere_tf32: bool = False, variants=()):
         torch.backends.cudnn.benchmark = benchmark
         if 'torch.compile' in variants:
             torch._dynamo.reset()  # the compiled stages' caches and CUDA graphs go with the row
+
+
+class LateEndCheck(StageRunner):
+    """Torch's stages, the text prior reading whether every line has ended one step late (``transocr_arch.EndFlag``:
+    no wait on the device per greedy step; at most one step more, never read)."""
+
+    def read_text(self, net, images, max_steps, incremental, stop_at_end):
+        return net.transocr.greedy_decode(images, max_steps=max_steps, incremental=incremental, stop_at_end=stop_at_end,
+                                          late_stop=True)
 
 
 def compiled_runner(net, path, device: str) -> RoutedStages:

@@ -361,7 +361,7 @@ class TransOCR(nn.Module):
         return self.decode(text_input, self.encode(images))
 
     def greedy_decode(self, images: torch.Tensor, max_steps: int = 24, incremental: bool = True,
-                      stop_at_end: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
+                      stop_at_end: bool = False, late_stop: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
         """Greedy autoregressive decoding from START for up to ``max_steps`` steps.
 
         Returns ids (B, S) long (argmax of the step softmax, START excluded) and probs (B, S) float in (0, 1]
@@ -376,6 +376,8 @@ class TransOCR(nn.Module):
         stop_at_end: stop after the first step at which every image has emitted END (at least once), so
             S <= max_steps; the steps after an image's END are never read by the text prior or ``read_text`` (ocr/).
             False (default): always ``max_steps`` steps (the official loop has no early stop).
+        late_stop: with ``stop_at_end``, read "every image ended" one step late (``EndFlag``: no wait on a GPU per
+            step); at most one step more (S <= max_steps still), which nothing reads.
         """
         memory = self.encode(images)
         if incremental:
@@ -389,17 +391,44 @@ class TransOCR(nn.Module):
                 return self.decode(tokens, memory)[:, -1]
 
         return greedy_loop(step, images.size(0), self.start_index, self.end_index, max_steps, stop_at_end,
-                           images.device)
+                           images.device, late_stop)
+
+
+class EndFlag:
+    """Whether every image has ended, read one step late: ``push(ended)`` starts copying this step's flag to the host
+    and returns the previous step's (False at the first). On CUDA (``cuda_copy``) only the previous step's copy is
+    waited for, while this step's kernels are queued: the device never idles for the host, as it does every step
+    for the immediate ``bool(ended.all())``. ``copy``: flag -> (host value, its wait or None) (tests inject it)."""
+
+    def __init__(self, device, copy=None):
+        self.copy = copy or (cuda_copy if torch.device(device).type == 'cuda' else lambda flag: (flag, None))
+        self.previous = (False, None)
+
+    def push(self, ended: torch.Tensor) -> bool:
+        (value, wait), self.previous = self.previous, self.copy(ended.all())
+        if wait is not None:
+            wait()
+        return bool(value)
+
+
+def cuda_copy(flag: torch.Tensor):
+    """A CUDA scalar -> (the pinned host tensor it is being copied into, the wait for that copy: an event's)."""
+    host = torch.empty((), dtype=flag.dtype, pin_memory=True)
+    host.copy_(flag, non_blocking=True)
+    event = torch.cuda.Event()
+    event.record()
+    return host, event.synchronize
 
 
 def greedy_loop(step: Callable[[torch.Tensor, int], torch.Tensor], batch: int, start_index: int, end_index: int,
-                max_steps: int, stop_at_end: bool, device) -> Tuple[torch.Tensor, torch.Tensor]:
+                max_steps: int, stop_at_end: bool, device, late_stop=False) -> Tuple[torch.Tensor, torch.Tensor]:
     """The greedy decoding loop of ``TransOCR.greedy_decode``, whatever computes a step (the torch decoder, or the
     decoder stage of another runtime: ``tola_plugin.runtime.text_prior_stages``): ``step(tokens, position)`` takes
     the decoder inputs so far (B, position + 1) long (START first) and returns the logits (B, C) of ``position``.
-    -> ids (B, S) long, probs (B, S) float (``greedy_decode``'s)."""
+    -> ids (B, S) long, probs (B, S) float (``greedy_decode``'s; ``late_stop``: its ``EndFlag``)."""
     tokens = torch.full((batch, 1), start_index, dtype=torch.long, device=device)
     ended = torch.zeros(batch, dtype=torch.bool, device=device)
+    flag = EndFlag(device) if late_stop else None
     ids, probs = [], []
     for position in range(max_steps):
         logits = step(tokens, position)
@@ -409,6 +438,6 @@ def greedy_loop(step: Callable[[torch.Tensor, int], torch.Tensor], batch: int, s
         tokens = torch.cat([tokens, index.view(-1, 1)], 1)
         if stop_at_end:
             ended |= index == end_index
-            if bool(ended.all()):
+            if flag.push(ended) if flag is not None else bool(ended.all()):
                 break
     return torch.stack(ids, 1), torch.stack(probs, 1)
