@@ -182,6 +182,8 @@ def test_a_late_end_check_decodes_one_step_more_and_the_same_text(monkeypatch):
     for got, want in zip(transocr_to_idm(late_ids, late_probs), transocr_to_idm(now_ids, now_probs)):
         assert torch.equal(got, want)
     assert model.greedy_decode(images, max_steps=4, stop_at_end=True, late_stop=True)[0].shape == (2, 4)
+    with pytest.raises(ValueError, match='needs stop_at_end=True'):
+        model.greedy_decode(images, max_steps=4, late_stop=True)  # nothing to read late: not silently ignored
 
 
 def test_the_end_flag_waits_only_for_the_step_before_on_simulated_cuda():

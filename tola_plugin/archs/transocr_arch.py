@@ -426,6 +426,8 @@ def greedy_loop(step: Callable[[torch.Tensor, int], torch.Tensor], batch: int, s
     decoder stage of another runtime: ``tola_plugin.runtime.text_prior_stages``): ``step(tokens, position)`` takes
     the decoder inputs so far (B, position + 1) long (START first) and returns the logits (B, C) of ``position``.
     -> ids (B, S) long, probs (B, S) float (``greedy_decode``'s; ``late_stop``: its ``EndFlag``)."""
+    if late_stop and not stop_at_end:
+        raise ValueError('greedy decoding: late_stop says when to read the stop at END; it needs stop_at_end=True')
     tokens = torch.full((batch, 1), start_index, dtype=torch.long, device=device)
     ended = torch.zeros(batch, dtype=torch.bool, device=device)
     flag = EndFlag(device) if late_stop else None
