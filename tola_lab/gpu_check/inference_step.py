@@ -199,7 +199,7 @@ class LateEndCheck(StageRunner):
 
     def read_text(self, net, images, max_steps, incremental, stop_at_end):
         return net.transocr.greedy_decode(images, max_steps=max_steps, incremental=incremental, stop_at_end=stop_at_end,
-                                          late_stop=True)
+                                          late_stop=stop_at_end)  # the full-prefix decoding reads no stop
 
 
 def compiled_runner(net, path, device: str) -> RoutedStages:
