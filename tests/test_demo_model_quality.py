@@ -24,10 +24,8 @@ TEST_OPTIONS = os.path.join(REPO, 'options', 'demo', 'test_TOLA_demo.yml')
 
 
 @pytest.fixture(scope='module')
-def restored(tmp_path_factory, one_thread):  # noqa: F811
-    """(LR, TOLA, HR) uint8 RGB images of the first ``LINES`` held-out lines."""
-    from basicsr.archs import build_network
-
+def held_out(tmp_path_factory, one_thread):  # noqa: F811
+    """(LR (B, 3, 128, 512), HR, the test launcher's noise seeds) of the first ``LINES`` held-out lines."""
     from tola_plugin.data.text_degradation_dataset import TextDegradationDataset
     opt = load_yaml(TEST_OPTIONS)
     folder = str(tmp_path_factory.mktemp('held_out'))
@@ -35,14 +33,35 @@ def restored(tmp_path_factory, one_thread):  # noqa: F811
     data = dict(opt['datasets']['test_1'], dataroot_gt=folder, labels=os.path.join(folder, 'labels.tsv'), phase='val',
                 scale=1)
     dataset = TextDegradationDataset(data)
-    net = build_network(opt['network_g']).eval()
-    net.load_adaptation_checkpoint('demo')
     items = [dataset[i] for i in range(LINES)]
-    lq = torch.stack([it['lq'] for it in items])
     seeds = [image_noise_seed(os.path.basename(it['lq_path']), opt['val']['noise_seed']) for it in items]
+    return torch.stack([it['lq'] for it in items]), torch.stack([it['gt'] for it in items]), seeds
+
+
+def _demo_network(adapted: bool):
+    from basicsr.archs import build_network
+    net = build_network(load_yaml(TEST_OPTIONS)['network_g']).eval()
+    if adapted:
+        net.load_adaptation_checkpoint('demo')
+    return net  # not adapted: fresh LoRA (B = 0) and LRC (zero output), the frozen one step
+
+
+@pytest.fixture(scope='module')
+def restored(held_out):
+    """(LR, TOLA, HR) uint8 RGB images of the first ``LINES`` held-out lines."""
+    lq, gt, seeds = held_out
     with torch.no_grad():
-        out = net(lq, noise_seeds=seeds)
-    return tensor_to_uint8(lq), tensor_to_uint8(out), tensor_to_uint8(torch.stack([it['gt'] for it in items]))
+        out = _demo_network(adapted=True)(lq, noise_seeds=seeds)
+    return tensor_to_uint8(lq), tensor_to_uint8(out), tensor_to_uint8(gt)
+
+
+def test_the_shipped_backbone_s_one_step_latent_is_closer_to_hr_than_the_lr_latent(held_out):
+    """The paper's premise on the shipped backbone (docs/demo_backbone.md, "The one-step path"): the frozen one-step ẑ0
+    nearer s·z_HR than s·z_LR is (0.232 against 0.377 on all 32 lines; the backbone before the path: 3.94)."""
+    from tola_lab.demo.one_step_error import one_step_error
+    lq, gt, _ = held_out
+    errors = one_step_error(_demo_network(adapted=False), lq, gt)
+    assert errors['z0_l1'] < 0.8 * errors['z_lr_l1'], errors
 
 
 def ssim_y8(pred: np.ndarray, ref: np.ndarray) -> float:
@@ -52,17 +71,19 @@ def ssim_y8(pred: np.ndarray, ref: np.ndarray) -> float:
 
 
 def test_the_shipped_model_restores_held_out_lines_as_its_record_says(restored):
-    """Structure (SSIM) above the input on these lines, as on all 32; PSNR at least the record's gain on 32 lines less
-    0.5 dB (six lines scatter around the mean of 32 by tenths of a dB; one forward pass's float32 rounding by far less
-    than 0.01 dB), so a change that made the model fall further below its input fails here."""
+    """Above the input in PSNR and SSIM on these lines, as on all 32 (+0.49 dB, +0.088 there; +0.73 dB, +0.10 on these
+    six), and PSNR at least the record's gain on 32 lines less 0.5 dB (six lines scatter around the mean of 32 by
+    tenths of a dB; one forward pass's float32 rounding by far less than 0.01 dB): a change that made the model fall
+    below its input fails here."""
     lr, tola, hr = restored
     psnr = {k: np.mean([psnr_y8(a, b) for a, b in zip(v, hr)]) for k, v in (('LR', lr), ('TOLA', tola))}
     ssim = {k: np.mean([ssim_y8(a, b) for a, b in zip(v, hr)]) for k, v in (('LR', lr), ('TOLA', tola))}
     recorded = demo_adaptation_record()['held_out']
-    assert recorded['TOLA']['ssim'] > recorded['LR']['ssim']  # what the package claims of all 32 lines ...
+    for metric in ('psnr', 'ssim'):  # what the package claims of all 32 lines ...
+        assert recorded['TOLA'][metric] > recorded['LR'][metric], metric
     assert ssim['TOLA'] > ssim['LR'], ssim  # ... holds on these
     gain = recorded['TOLA']['psnr'] - recorded['LR']['psnr']
-    assert psnr['TOLA'] - psnr['LR'] >= gain - 0.5, (psnr, gain)
+    assert psnr['TOLA'] - psnr['LR'] >= max(0.0, gain - 0.5), (psnr, gain)
 
 
 def test_the_shipped_text_prior_reads_held_out_lines(tmp_path, one_thread):  # noqa: F811

@@ -50,8 +50,9 @@ def test_bf16_in_the_idm_is_refused_on_the_demo_model(demo, verdicts):
     assert 'torch bf16: wrong results (route: moves ẑ0 by' in message and 'the IDM in bf16 alone' in message
     verdict = next(iter(qualification.CACHE.memory.values()))
     route = verdict['errors'][qualification.ROUTE]
-    assert route['z0'] > 3 * qualification.Z0_BOUND and route['image_rms'] > qualification.IMAGE_RMS_BOUND
-    assert verdict['errors']['idm_z0'] > 3 * qualification.Z0_BOUND
+    # measured: 5.9 % of |z_LR| on the backbone with the one-step path (docs/demo_backbone.md), 11-15 % before it
+    assert route['z0'] > 1.5 * qualification.Z0_BOUND and route['image_rms'] > qualification.IMAGE_RMS_BOUND
+    assert verdict['errors']['idm_z0'] > 1.5 * qualification.Z0_BOUND
     for stage in ('vae_encoder', 'idm', 'vae_decoder'):  # no stage alone is the problem
         assert verdict['errors'][stage] < qualification.STAGE_BOUNDS[stage][BF16]
 

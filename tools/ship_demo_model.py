@@ -7,6 +7,9 @@ r"""Install a trained demo model into the package and record its scores, measure
     # the shipped adaptation re-measured with a TransOCR trained on (docs/demo_backbone.md, "The TransOCR trained on"):
     python tools/ship_demo_model.py --transocr-run options/demo/train_demo_backbone_transocr_on.yml \
         --adaptation tola_plugin/assets/demo/backbone/tola_demo_adaptation.pth --provenance run.json
+    # an IDM trained on with the exact one-step path, and its adaptation (docs/demo_backbone.md, "The one-step path"):
+    python tools/ship_demo_model.py --idm-run options/demo/train_demo_backbone_one_step_path.yml \
+        --adaptation experiments/NAME/models/net_g_latest.pth --provenance run.json
     # a backbone and adaptation the GPU check's demo_model step brought back (its report's demo_model/ folder):
     python tools/ship_demo_model.py --backbone-state build/demo_model_state \
         --adaptation build/demo_model_state/adaptation.pth --provenance run.json
@@ -37,6 +40,9 @@ def parse_args(argv=None):
     parser.add_argument(
         '--transocr-run', metavar='OPT', help='option file of a TransOCR trained on from the shipped one '
         '(train_demo_backbone.py --only transocr --init-dir): its stage file installed first')
+    parser.add_argument(
+        '--idm-run', metavar='OPT', help='option file of an IDM trained on from the shipped one '
+        '(train_demo_backbone.py --only idm --init-dir): its stage file installed first')
     parser.add_argument('--work', default=os.path.join('build', 'ship_demo_model'), help='results folder')
     return parser.parse_args(argv)
 
@@ -44,7 +50,7 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     from tola_lab.demo.report import report_table
-    from tola_lab.demo.shipping import install_backbone, install_transocr, ship_adaptation
+    from tola_lab.demo.shipping import install_backbone, install_idm, install_transocr, ship_adaptation
     with open(args.provenance, encoding='utf-8') as f:
         provenance = json.load(f)
     command = 'python tools/ship_demo_model.py ' + ' '.join(sys.argv[1:] if argv is None else argv)
@@ -52,6 +58,8 @@ def main(argv=None) -> int:
         install_backbone(args.backbone_state, command=command)
     if args.transocr_run:
         print(json.dumps(install_transocr(args.transocr_run, command=command), indent=1))
+    if args.idm_run:
+        print(json.dumps(install_idm(args.idm_run, command=command), indent=1))
     record = ship_adaptation(args.adaptation, dict(provenance, shipped_with=command), ROOT, os.path.abspath(args.work))
     held = record['held_out']
     print(

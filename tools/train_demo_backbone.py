@@ -25,9 +25,10 @@ def parse_args(argv=None):
     parser.add_argument('--work-dir', help='override work_dir (pool, stage files, log)')
     parser.add_argument('--output-dir', help='override output_dir (the three result files)')
     parser.add_argument(
-        '--only', choices=('vae', 'transocr'),
+        '--only', choices=('vae', 'transocr', 'idm'),
         help='train just this stage (and the line pool), e.g. in a second process while the main '
-        'run trains the other; the main run then reuses it')
+        'run trains the other; the main run then reuses it. idm: on latents of --init-dir\'s vae.safetensors, '
+        'which it does not train (the stage file stays in work_dir: tools/ship_demo_model.py --idm-run installs it)')
     parser.add_argument(
         '--deadline', type=float, metavar='SECONDS',
         help='stop after SECONDS, keeping the current stage\'s partial file (exit status 3); the next run resumes it')

@@ -6,6 +6,8 @@ the demo report (tools/ship_demo_model.py is the command line; docs/demo_backbon
   IDM + MoM and TransOCR stage files composed into the two shipped files, stored in float16, and the manifest.
 - ``install_transocr``: a TransOCR trained on from the shipped one (tools/train_demo_backbone.py ``--only transocr
   --init-dir``), stored in float16, its held-out accuracy measured on the stored file, recorded in the manifest.
+- ``install_idm``: an IDM + MoM trained on from the shipped ones (``--only idm --init-dir``) beside the shipped VAE, the
+  frozen one-step route measured on the stored file, recorded in the manifest.
 - ``ship_adaptation``: an adaptation checkpoint (LoRA + LRC) copied in as the demo model, measured, and its record
   written (how it was made, given by the caller, and its held-out scores)."""
 import datetime
@@ -15,7 +17,7 @@ import platform
 import shutil
 import subprocess
 import sys
-from typing import Dict, Optional
+from typing import Dict, Optional, Sequence
 
 import yaml
 
@@ -26,23 +28,40 @@ from tola_plugin.options.reader import read_option_file as read_yaml
 from tola_plugin.utils.atomic_files import read_json_dict
 
 TEST_OPTIONS = 'options/demo/test_TOLA_demo.yml'
+STORED = 'idm float32, vae and mom float16'  # _save_backbone
 HELD_OUT = ('demo_data/tola_val', 32, 1)  # make demo's held-out lines: folder, lines, seed
 
 
-def to_float16(src: str, dst: str) -> None:
-    """A safetensors file with its floating-point tensors stored in float16 (metadata and other tensors kept)."""
+def to_float16(src: str, dst: str, keep: Sequence[str] = ()) -> None:
+    """A safetensors file with its floating-point tensors stored in float16 (metadata and other tensors kept); tensors
+    whose names start with one of ``keep`` stay in float32."""
     from safetensors import safe_open
     from safetensors.torch import save_file
     with safe_open(src, 'pt') as f:
         meta = f.metadata()
         tensors = {k: f.get_tensor(k) for k in f.keys()}
-    save_file({k: v.half() if v.is_floating_point() else v for k, v in tensors.items()}, dst, metadata=meta)
+    save_file(
+        {k: v.half() if v.is_floating_point() and not k.startswith(tuple(keep)) else v
+         for k, v in tensors.items()}, dst, metadata=meta)
+
+
+def _save_backbone(nets: Dict, path: str) -> None:
+    """The shipped backbone file: VAE and MoM in float16, the IDM in float32 (its ε̂ reaches ẑ0 times 101.6; the
+    one-step path's 1/√(1−ᾱ) = 1.00005 is 1 in float16), the path's weights written exactly again where a float16
+    stage file (a GPU's pack) rounded them."""
+    from tola_lab.demo.one_step_path import FixedPath, is_grafted
+    from tola_plugin.archs.backbone_builder import save_converted
+    if is_grafted(nets['idm']):
+        FixedPath(nets['idm']).restore()
+    save_converted(nets, path + '.tmp')
+    to_float16(path + '.tmp', path, keep=('idm.', ))
+    os.remove(path + '.tmp')
 
 
 def install_backbone(state: str, folder: Optional[str] = None, command: str = '') -> Dict:
     """Compose ``state``'s stage files (vae, idm + mom, transocr ``.safetensors`` and ``stages.json``) into the shipped
-    backbone files in ``folder`` (default: the package's), float16, with a manifest. -> the manifest."""
-    from tola_plugin.archs.backbone_builder import load_difftsr, save_converted
+    backbone files in ``folder`` (default: the package's; ``_save_backbone``; TransOCR float16), with a manifest."""
+    from tola_plugin.archs.backbone_builder import load_difftsr
     folder = folder or demo_backbone_dir()
     with open(os.path.join(state, 'stages.json'), encoding='utf-8') as f:
         stages = json.load(f)
@@ -53,13 +72,10 @@ def install_backbone(state: str, folder: Optional[str] = None, command: str = ''
     nets = dict(
         load_difftsr(os.path.join(state, 'vae.safetensors'), ('vae', )),
         **load_difftsr(os.path.join(state, 'idm.safetensors'), ('idm', 'mom')))
-    difftsr = os.path.join(folder, DIFFTSR_FILE)
-    save_converted(nets, difftsr + '.tmp')
-    to_float16(difftsr + '.tmp', difftsr)
-    os.remove(difftsr + '.tmp')
+    _save_backbone(nets, os.path.join(folder, DIFFTSR_FILE))
     to_float16(os.path.join(state, 'transocr.safetensors'), os.path.join(folder, TRANSOCR_FILE))
     manifest = {
-        'command': command, 'trained_from': state, 'stored': 'float16', 'stages': {
+        'command': command, 'trained_from': state, 'stored': STORED, 'stages': {
             s: {k: v
                 for k, v in stages[s].items() if k not in ('inputs', )}
             for s in ('vae', 'transocr', 'idm')
@@ -72,39 +88,74 @@ def install_backbone(state: str, folder: Optional[str] = None, command: str = ''
     return manifest
 
 
+def _stage_file(opt_path: str, stage: str, run: str):
+    """(stages.json's record of ``stage``, its file) of the run of ``opt_path``: finished or stopped at its deadline."""
+    work = read_yaml(opt_path)['work_dir']
+    stages = read_json_dict(os.path.join(work, 'stages.json')) or {}
+    key = stage if stage in stages else f'{stage}_partial'
+    source = os.path.join(work, f'{stage}.safetensors' if key == stage else f'{stage}.partial.safetensors')
+    if key not in stages or not os.path.isfile(source):
+        raise FileNotFoundError(f'{work}: no {stage} stage file ({stage}[.partial].safetensors with stages.json); '
+                                f'run {run} first')
+    return {k: v for k, v in stages[key].items() if k not in ('inputs', 'made_with')}, source
+
+
+def _val_pool(opt_path: str):
+    from tola_lab.demo.pool import build_pool
+    opt = read_yaml(opt_path)
+    data = opt['data']
+    return build_pool(
+        os.path.join(opt['work_dir'], 'val_pool'), int(data['val_lines']), int(data['val_seed']), 1,
+        chinese_chars=data.get('chinese_chars'), degradation=data.get('degradation'),
+        category_probs=data.get('category_probs'), fonts=data.get('fonts'))
+
+
+def _record_continued(folder: str, stage: str, record: Dict, files: Sequence[str]) -> Dict:
+    """``record`` as the manifest's ``continued[stage]``, the one it replaces kept as its ``previous``."""
+    manifest = read_json_dict(os.path.join(folder, MANIFEST_FILE))
+    continued = manifest.setdefault('continued', {})
+    record['previous'], continued[stage] = continued.get(stage), record
+    for name in files:
+        manifest['file_mb'][name] = round(os.path.getsize(os.path.join(folder, name)) / 1e6, 3)
+    with open(os.path.join(folder, MANIFEST_FILE), 'w', encoding='utf-8') as f:
+        json.dump(manifest, f, indent=1, ensure_ascii=False)
+    return record
+
+
 def install_transocr(opt_path: str, command: str = '', folder: Optional[str] = None) -> Dict:
     """The TransOCR of the run of ``opt_path`` (its work_dir's stage file, finished or stopped at its deadline) as the
     shipped one in ``folder`` (default: the package's), float16, measured on the run's held-out pool as stored, and
     recorded in the manifest's ``continued`` (with the record it replaces as ``previous``). -> that record."""
-    from tola_lab.demo.pool import build_pool
     from tola_lab.demo.scores import transocr_accuracy
     from tola_plugin.archs.backbone_builder import load_transocr
-    folder, opt = folder or demo_backbone_dir(), read_yaml(opt_path)
-    work = opt['work_dir']
-    stages = read_json_dict(os.path.join(work, 'stages.json')) or {}
-    key = 'transocr' if 'transocr' in stages else 'transocr_partial'
-    source = os.path.join(work, 'transocr.safetensors' if key == 'transocr' else 'transocr.partial.safetensors')
-    if key not in stages or not os.path.isfile(source):
-        raise FileNotFoundError(f'{work}: no TransOCR stage file (transocr[.partial].safetensors with stages.json); '
-                                f'run tools/train_demo_backbone.py -opt {opt_path} --only transocr first')
+    folder = folder or demo_backbone_dir()
+    kept, source = _stage_file(opt_path, 'transocr', f'tools/train_demo_backbone.py -opt {opt_path} --only transocr')
     to_float16(source, os.path.join(folder, TRANSOCR_FILE))
-    data = opt['data']
-    val = build_pool(
-        os.path.join(work, 'val_pool'), int(data['val_lines']), int(data['val_seed']), 1,
-        chinese_chars=data.get('chinese_chars'), degradation=data.get('degradation'),
-        category_probs=data.get('category_probs'), fonts=data.get('fonts'))
+    val = _val_pool(opt_path)
     ocr = load_transocr(os.path.join(folder, TRANSOCR_FILE))
-    kept = {k: v for k, v in stages[key].items() if k not in ('inputs', 'made_with')}
     record = dict(kept, option_file=opt_path, command=command, source=source, stored='float16',
                   date=datetime.date.today().isoformat(), val_acc_hr=transocr_accuracy(ocr, val.hr, val.labels),
                   val_acc_lr=transocr_accuracy(ocr, val.lr, val.labels))
-    manifest = read_json_dict(os.path.join(folder, MANIFEST_FILE))
-    continued = manifest.setdefault('continued', {})
-    record['previous'], continued['transocr'] = continued.get('transocr'), record
-    manifest['file_mb'][TRANSOCR_FILE] = round(os.path.getsize(os.path.join(folder, TRANSOCR_FILE)) / 1e6, 3)
-    with open(os.path.join(folder, MANIFEST_FILE), 'w', encoding='utf-8') as f:
-        json.dump(manifest, f, indent=1, ensure_ascii=False)
-    return record
+    return _record_continued(folder, 'transocr', record, (TRANSOCR_FILE, ))
+
+
+def install_idm(opt_path: str, command: str = '', folder: Optional[str] = None) -> Dict:
+    """The IDM + MoM of the run of ``opt_path`` (``--only idm``: its work_dir's stage file) in the shipped backbone file
+    of ``folder`` (default: the package's) beside its VAE (``_save_backbone``); the frozen one-step route measured on
+    the run's held-out pool from the stored files, recorded in the manifest's ``continued``. -> that record."""
+    from tola_lab.demo.scores import one_step_scores
+    from tola_plugin.archs.backbone_builder import load_difftsr
+    from tola_plugin.archs.tola_arch import TOLANet
+    folder = folder or demo_backbone_dir()
+    kept, source = _stage_file(opt_path, 'idm', f'tools/train_demo_backbone.py -opt {opt_path} --only idm')
+    difftsr = os.path.join(folder, DIFFTSR_FILE)
+    _save_backbone(dict(load_difftsr(difftsr, ('vae', )), **load_difftsr(source, ('idm', 'mom'))), difftsr)
+    net = TOLANet(backbone_init='checkpoint', difftsr_checkpoint=difftsr,
+                  transocr_checkpoint=os.path.join(folder, TRANSOCR_FILE), idm_lora=False, vae_lora=False,
+                  lrc=None).eval()  # the frozen one-step route, strictly loaded from the stored files
+    record = dict(kept, option_file=opt_path, command=command, source=source, stored=STORED,
+                  date=datetime.date.today().isoformat(), held_out_one_step=one_step_scores(net, _val_pool(opt_path)))
+    return _record_continued(folder, 'idm', record, (DIFFTSR_FILE, ))
 
 
 def held_out_lines(root: str) -> str:

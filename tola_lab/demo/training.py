@@ -13,6 +13,7 @@ import os
 import platform
 import sys
 import time
+from typing import Optional
 
 import torch
 
@@ -188,11 +189,25 @@ class StageTrainer:
         return tuple(m.cpu() for m in modules)
 
 
+def _digest(path: str) -> str:
+    with open(path, 'rb') as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def _frozen_vae(path: Optional[str], init_dir: Optional[str], device: str):
+    """``--only idm``'s VAE: ``init_dir``'s vae.safetensors, not trained."""
+    if path is None:
+        raise FileNotFoundError(f'--only idm encodes with a trained VAE: give --init-dir with vae.safetensors '
+                                f'(no such file in {init_dir!r})')
+    return load_difftsr(path, ('vae', ))['vae'].to(device)
+
+
 def train_demo_backbone(opt_path: str, work_dir: str = None, output_dir: str = None, only: str = None,
                         command: str = '', deadline_seconds: float = None, init_dir: str = None,
                         clock=time.monotonic) -> int:
-    """Run (or resume) the stages of ``opt_path`` (options/demo/train_demo_backbone.yml); ``only`` 'vae' or
-    'transocr' trains just that stage (and the line pool); ``command`` is recorded in the manifest;
+    """Run (or resume) the stages of ``opt_path`` (options/demo/train_demo_backbone.yml); ``only`` 'vae',
+    'transocr' or 'idm' trains just that stage (and the line pool; 'idm' encodes with ``init_dir``'s VAE, untrained);
+    ``command`` is recorded in the manifest;
     ``deadline_seconds``: stop (keeping the stage's partial file) when that many seconds of ``clock`` have passed;
     ``init_dir``: start each stage from that folder's ``<stage>.safetensors`` (an earlier run's, carried in).
     -> 0 when the result is written, 3 when the run stopped at its deadline (run again to resume)."""
@@ -252,7 +267,9 @@ def train_demo_backbone(opt_path: str, work_dir: str = None, output_dir: str = N
         return result
 
     try:
-        if only in (None, 'vae'):
+        if only == 'idm':  # the IDM alone, on latents of init_dir's VAE as it is (the shipped one, say)
+            vae = _frozen_vae(trainer.init_file('vae'), init_dir, device)
+        elif only in (None, 'vae'):
             vae, = trainer('vae', build_vae, load_vae, save_vae, train_vae)
             log(f'vae: held-out reconstruction PSNR {stages_run.get("vae")["val_psnr_reconstruction"]:.2f} dB')
 
@@ -286,19 +303,24 @@ def train_demo_backbone(opt_path: str, work_dir: str = None, output_dir: str = N
         # second process (--only transocr) can train it during the VAE and IDM stages.
         text_probs = iopt.get('text_probs')  # absent: train_idm's default, which uses predicted priors
         needs_prior = text_probs is None or float(text_probs.get('predicted', 0)) > 0
+        if only == 'idm' and needs_prior:
+            raise ValueError(f'{opt_path}: --only idm trains on ground-truth or empty text (idm.text_probs without '
+                             f"'predicted'); a TransOCR prior needs the whole run")
         if only == 'transocr' or (only is None and needs_prior):
             ocr = transocr_stage()
-        if only is not None:
+        if only in ('vae', 'transocr'):
             log(f'--only {only}: done')
             return 0
 
-        inputs = {s: stages_run.digest(s) for s in (('vae', 'transocr') if needs_prior else ('vae', ))}
+        inputs = ({'vae': _digest(trainer.init_file('vae'))} if only == 'idm' else
+                  {s: stages_run.digest(s)
+                   for s in (('vae', 'transocr') if needs_prior else ('vae', ))})
         t0 = time.time()
         cache = build_latent_cache(os.path.join(work, 'latents'), vae, ocr, pool, inputs=inputs, log=log)
         record = dict(record, latent_cache_seconds=round(time.time() - t0, 1))
 
-        def load_idm(path):
-            nets = load_difftsr(path, ('idm', 'mom'))
+        def load_idm(path):  # as the option file builds them (the norm's groups are not in the file's shapes)
+            nets = load_difftsr(path, ('idm', 'mom'), configs={'idm': iopt['config'], 'mom': iopt['mom_config']})
             return nets['idm'], nets['mom']
 
         def save_idm(modules, path):
@@ -313,9 +335,13 @@ def train_demo_backbone(opt_path: str, work_dir: str = None, output_dir: str = N
                                     int(iopt['iterations']), int(iopt['batch_size']), float(iopt['lr']),
                                     float(iopt.get('one_step_fraction', 0.5)), float(iopt.get('x0_weight', 1.0)),
                                     iopt.get('text_probs'), seed=seed + 3, log=log,
-                                    log_every=int(iopt.get('log_every', 50)), run=run)
+                                    log_every=int(iopt.get('log_every', 50)), run=run,
+                                    one_step_path=bool(iopt.get('one_step_path', False)))
 
         idm, mom = trainer('idm', build_idm, load_idm, save_idm, train_idm, inputs)
+        if only == 'idm':
+            log(f'--only idm: done ({stages_run.file("idm")})')
+            return 0
         if ocr is None:
             ocr = transocr_stage()
     except StoppedAtDeadline as stop:

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from diffusers.optimization import get_cosine_schedule_with_warmup
 
 from tola_lab.demo.latents import LatentCache
+from tola_lab.demo.one_step_path import FixedPath, graft
 from tola_lab.demo.pool import LinePool
 from tola_plugin.archs.diffusion_schedule import NUM_TRAIN_TIMESTEPS, make_ldm_scheduler
 from tola_plugin.archs.vae_arch import LATENT_SCALE
@@ -207,15 +208,19 @@ def text_condition(kind: str, cache: LatentCache, pool: LinePool, row: int, line
 
 def train_idm(idm, mom, cache: LatentCache, pool: LinePool, iterations: int, batch_size: int, lr: float,
               one_step_fraction: float = 0.5, x0_weight: float = 1.0, text_probs: Optional[Dict] = None,
-              warmup: int = 200, seed: int = 0, log: Log = print, log_every: int = 50,
-              run: Optional[StageRun] = None) -> Dict[str, float]:
+              warmup: int = 200, seed: int = 0, log: Log = print, log_every: int = 50, run: Optional[StageRun] = None,
+              one_step_path: bool = False) -> Dict[str, float]:
     """DiffTSR's objective for the IDM and the MoM text encoder (see the module docstring).
 
     The first round(batch_size · one_step_fraction) samples of a batch are at t = 999 with
     z_t = √ᾱ z_LR + √(1-ᾱ) ε (TOLA's Algorithm 1) and loss x0_weight · L1(ẑ0, z0); the others at t ~ U{0..999}
     with z_t = q_sample(z0) (diffusers' DDPM add_noise) and loss L1(ε̂, ε). z0 = 0.18215 · mode(VAE(HR));
     z_LR = mode(VAE(LR)), unscaled, as DiffTSR feeds it. ``text_probs``: probabilities of the text sources
-    {predicted, gt, empty}."""
+    {predicted, gt, empty}. ``one_step_path``: the IDM carries the exact t = 999 path of ``one_step_path.py`` (written
+    unless it holds it already, kept fixed after every step); it trains at t = 999 only (one_step_fraction 1)."""
+    if one_step_path and one_step_fraction != 1:
+        raise ValueError(f'one_step_path: the path is exact at t = 999 only, so the IDM trains there only '
+                         f'(one_step_fraction 1), got one_step_fraction {one_step_fraction}')
     probs = dict(text_probs or {'predicted': 0.5, 'gt': 0.4, 'empty': 0.1})
     unknown = sorted(set(probs) - set(TEXT_SOURCES))
     if unknown or not math.isclose(sum(probs.values()), 1.0, abs_tol=1e-6):
@@ -231,6 +236,9 @@ def train_idm(idm, mom, cache: LatentCache, pool: LinePool, iterations: int, bat
     alpha_bar = scheduler_ddpm.alphas_cumprod
     last_t = NUM_TRAIN_TIMESTEPS - 1
     s0, s1 = float(alpha_bar[last_t].double().sqrt()), float((1 - alpha_bar[last_t].double()).sqrt())
+    if one_step_path and graft(idm):
+        log('idm: the exact t = 999 path written (ẑ0 = s·z_LR before training)')
+    fixed = FixedPath(idm) if one_step_path else None
     params = list(idm.parameters()) + list(mom.text_encoder.parameters())
     optimizer, scheduler = _optimizer(params, lr, iterations, warmup, weight_decay=0.01, start=run.start)
     progress = Progress('idm', iterations, log_every, log, run.start)
@@ -270,6 +278,8 @@ def train_idm(idm, mom, cache: LatentCache, pool: LinePool, iterations: int, bat
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
+        if fixed is not None:
+            fixed.restore()
         scheduler.step()
         progress.update(it, scheduler.get_last_lr()[0], **{k: v.item() for k, v in losses.items()})
         it += 1
