@@ -209,12 +209,13 @@ def test_training_stops_at_its_deadline_keeps_the_stage_and_resumes_it(tmp_path,
     log = capsys.readouterr().out
     assert all(f'{s}: starting from {os.path.join(work, s)}.safetensors' in log for s in ('vae', 'idm', 'transocr'))
     # a TransOCR trained on (here the first run's) installed as the shipped one: float16, measured, recorded
-    from tola_lab.demo.shipping import install_transocr
+    from tola_lab.demo.shipping import install_stage
     folder = tmp_path / 'shipped'
     folder.mkdir()
     shutil.copy(os.path.join(os.path.dirname(demo_checkpoint_paths()[0]), 'manifest.json'), folder)
     before = json.loads((folder / 'manifest.json').read_text(encoding='utf-8')).get('continued', {}).get('transocr')
-    record = install_transocr(write_options(tmp_path / 'on.yml', dict(options, work_dir=work)), 'cmd', str(folder))
+    record = install_stage('transocr', write_options(tmp_path / 'on.yml', dict(options, work_dir=work)), 'cmd',
+                           str(folder))
     assert record['previous'] == before  # the shipped one's record, kept with the one replacing it
     stored = load_file(str(folder / TRANSOCR_FILE))
     assert all(t.dtype == torch.float16 for t in stored.values() if t.is_floating_point())

@@ -4,6 +4,7 @@ not written twice, and the backbone tool trains and installs an IDM that carries
 import json
 import os
 import shutil
+import sys
 
 import pytest
 import torch
@@ -113,7 +114,7 @@ def _options(tmp_path):
 
 
 def test_only_idm_trains_the_path_on_the_init_vae_and_installs_it(tmp_path, one_thread, capsys):  # noqa: F811
-    from tola_lab.demo.shipping import install_backbone, install_idm, to_float16
+    from tola_lab.demo.shipping import install_backbone, install_stage, to_float16
     from tola_lab.demo.training import train_demo_backbone as train
     options = _options(tmp_path)
     opt = write_options(tmp_path / 'idm.yml', options)
@@ -123,7 +124,9 @@ def test_only_idm_trains_the_path_on_the_init_vae_and_installs_it(tmp_path, one_
         train(opt, only='idm', init_dir=str(init))
     torch.manual_seed(0)
     save_converted({'vae': DiffTSRVAE(**options['vae']['config'])}, str(init / 'vae.safetensors'))
-    assert train(opt, only='idm', init_dir=str(init)) == 0
+    sys.path.insert(0, os.path.join(REPO, 'tools'))
+    import train_demo_backbone  # the docs' command line (docs/demo_backbone.md, "The one-step path")
+    assert train_demo_backbone.main(['-opt', opt, '--only', 'idm', '--init-dir', str(init), '--deadline', '4500']) == 0
     log = capsys.readouterr().out
     assert 'the exact t = 999 path written' in log and '--only idm: done' in log and 'vae:' not in log
     assert not os.path.exists(tmp_path / 'work' / 'transocr.safetensors')
@@ -136,7 +139,9 @@ def test_only_idm_trains_the_path_on_the_init_vae_and_installs_it(tmp_path, one_
     shutil.copytree(os.path.dirname(demo_checkpoint_paths()[0]), folder)
     small_vae = load_difftsr(str(init / 'vae.safetensors'), ('vae', ))['vae']
     save_converted({'vae': small_vae}, str(folder / DIFFTSR_FILE))  # a backbone file with the tiny run's VAE
-    record = install_idm(opt, 'cmd', str(folder))
+    with pytest.raises(ValueError, match=r"stage 'vae'.*moves the latent the IDM was trained in"):
+        install_stage('vae', opt, 'cmd', str(folder))
+    record = install_stage('idm', opt, 'cmd', str(folder))
     stored = load_file(str(folder / DIFFTSR_FILE))
     assert all(v.dtype == (torch.float32 if k.startswith('idm.') else torch.float16) for k, v in stored.items()
                if v.is_floating_point())

@@ -28,6 +28,7 @@ import sys
 from tola_cli.command import run_command
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STAGE_RUNS = {'transocr': 'a TransOCR', 'idm': 'an IDM'}  # installed in this order
 
 
 def parse_args(argv=None):
@@ -37,12 +38,10 @@ def parse_args(argv=None):
     parser.add_argument(
         '--backbone-state', help='stage files of a backbone trained elsewhere (vae, idm, transocr '
         '.safetensors + stages.json) to install first')
-    parser.add_argument(
-        '--transocr-run', metavar='OPT', help='option file of a TransOCR trained on from the shipped one '
-        '(train_demo_backbone.py --only transocr --init-dir): its stage file installed first')
-    parser.add_argument(
-        '--idm-run', metavar='OPT', help='option file of an IDM trained on from the shipped one '
-        '(train_demo_backbone.py --only idm --init-dir): its stage file installed first')
+    for stage, what in STAGE_RUNS.items():
+        parser.add_argument(
+            f'--{stage}-run', metavar='OPT', help=f'option file of {what} trained on from the shipped one '
+            f'(train_demo_backbone.py --only {stage} --init-dir): its stage file installed first')
     parser.add_argument('--work', default=os.path.join('build', 'ship_demo_model'), help='results folder')
     return parser.parse_args(argv)
 
@@ -50,16 +49,15 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     from tola_lab.demo.report import report_table
-    from tola_lab.demo.shipping import install_backbone, install_idm, install_transocr, ship_adaptation
+    from tola_lab.demo.shipping import install_backbone, install_stage, ship_adaptation
     with open(args.provenance, encoding='utf-8') as f:
         provenance = json.load(f)
     command = 'python tools/ship_demo_model.py ' + ' '.join(sys.argv[1:] if argv is None else argv)
     if args.backbone_state:
         install_backbone(args.backbone_state, command=command)
-    if args.transocr_run:
-        print(json.dumps(install_transocr(args.transocr_run, command=command), indent=1))
-    if args.idm_run:
-        print(json.dumps(install_idm(args.idm_run, command=command), indent=1))
+    for stage in STAGE_RUNS:
+        if getattr(args, f'{stage}_run'):
+            print(json.dumps(install_stage(stage, getattr(args, f'{stage}_run'), command=command), indent=1))
     record = ship_adaptation(args.adaptation, dict(provenance, shipped_with=command), ROOT, os.path.abspath(args.work))
     held = record['held_out']
     print(

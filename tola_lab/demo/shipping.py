@@ -4,10 +4,9 @@ the demo report (tools/ship_demo_model.py is the command line; docs/demo_backbon
 
 - ``install_backbone``: a backbone trained elsewhere (the GPU check's demo_model step packs its stage files): the VAE,
   IDM + MoM and TransOCR stage files composed into the two shipped files, stored in float16, and the manifest.
-- ``install_transocr``: a TransOCR trained on from the shipped one (tools/train_demo_backbone.py ``--only transocr
-  --init-dir``), stored in float16, its held-out accuracy measured on the stored file, recorded in the manifest.
-- ``install_idm``: an IDM + MoM trained on from the shipped ones (``--only idm --init-dir``) beside the shipped VAE, the
-  frozen one-step route measured on the stored file, recorded in the manifest.
+- ``install_stage``: one stage trained on from the shipped one (tools/train_demo_backbone.py ``--only <stage>
+  --init-dir``): a TransOCR (float16) or an IDM + MoM (beside the shipped VAE), measured on the stored files, recorded
+  in the manifest.
 - ``ship_adaptation``: an adaptation checkpoint (LoRA + LRC) copied in as the demo model, measured, and its record
   written (how it was made, given by the caller, and its held-out scores)."""
 import datetime
@@ -122,40 +121,36 @@ def _record_continued(folder: str, stage: str, record: Dict, files: Sequence[str
     return record
 
 
-def install_transocr(opt_path: str, command: str = '', folder: Optional[str] = None) -> Dict:
-    """The TransOCR of the run of ``opt_path`` (its work_dir's stage file, finished or stopped at its deadline) as the
-    shipped one in ``folder`` (default: the package's), float16, measured on the run's held-out pool as stored, and
-    recorded in the manifest's ``continued`` (with the record it replaces as ``previous``). -> that record."""
-    from tola_lab.demo.scores import transocr_accuracy
-    from tola_plugin.archs.backbone_builder import load_transocr
-    folder = folder or demo_backbone_dir()
-    kept, source = _stage_file(opt_path, 'transocr', f'tools/train_demo_backbone.py -opt {opt_path} --only transocr')
-    to_float16(source, os.path.join(folder, TRANSOCR_FILE))
-    val = _val_pool(opt_path)
-    ocr = load_transocr(os.path.join(folder, TRANSOCR_FILE))
-    record = dict(kept, option_file=opt_path, command=command, source=source, stored='float16',
-                  date=datetime.date.today().isoformat(), val_acc_hr=transocr_accuracy(ocr, val.hr, val.labels),
-                  val_acc_lr=transocr_accuracy(ocr, val.lr, val.labels))
-    return _record_continued(folder, 'transocr', record, (TRANSOCR_FILE, ))
-
-
-def install_idm(opt_path: str, command: str = '', folder: Optional[str] = None) -> Dict:
-    """The IDM + MoM of the run of ``opt_path`` (``--only idm``: its work_dir's stage file) in the shipped backbone file
-    of ``folder`` (default: the package's) beside its VAE (``_save_backbone``); the frozen one-step route measured on
-    the run's held-out pool from the stored files, recorded in the manifest's ``continued``. -> that record."""
-    from tola_lab.demo.scores import one_step_scores
-    from tola_plugin.archs.backbone_builder import load_difftsr
+def install_stage(stage: str, opt_path: str, command: str = '', folder: Optional[str] = None) -> Dict:
+    """The ``stage`` ('transocr' or 'idm') of the run of ``opt_path`` (tools/train_demo_backbone.py ``--only <stage>
+    --init-dir``: its work_dir's stage file, finished or stopped at its deadline) installed in the shipped files of
+    ``folder`` (default: the package's): TransOCR in float16; an IDM + MoM in the backbone file beside the shipped VAE
+    (``_save_backbone``); measured on the run's held-out pool from the stored files (TransOCR's accuracy; the frozen
+    one-step route), recorded in the manifest's ``continued[stage]``. -> that record."""
+    if stage not in ('transocr', 'idm'):
+        raise ValueError(f"install_stage: stage {stage!r}: 'transocr' or 'idm' (a VAE trained on moves the latent "
+                         f'the IDM was trained in: train the backbone again)')
+    from tola_lab.demo.scores import one_step_scores, transocr_accuracy
+    from tola_plugin.archs.backbone_builder import load_difftsr, load_transocr
     from tola_plugin.archs.tola_arch import TOLANet
     folder = folder or demo_backbone_dir()
-    kept, source = _stage_file(opt_path, 'idm', f'tools/train_demo_backbone.py -opt {opt_path} --only idm')
-    difftsr = os.path.join(folder, DIFFTSR_FILE)
-    _save_backbone(dict(load_difftsr(difftsr, ('vae', )), **load_difftsr(source, ('idm', 'mom'))), difftsr)
-    net = TOLANet(backbone_init='checkpoint', difftsr_checkpoint=difftsr,
-                  transocr_checkpoint=os.path.join(folder, TRANSOCR_FILE), idm_lora=False, vae_lora=False,
-                  lrc=None).eval()  # the frozen one-step route, strictly loaded from the stored files
-    record = dict(kept, option_file=opt_path, command=command, source=source, stored=STORED,
-                  date=datetime.date.today().isoformat(), held_out_one_step=one_step_scores(net, _val_pool(opt_path)))
-    return _record_continued(folder, 'idm', record, (DIFFTSR_FILE, ))
+    kept, source = _stage_file(opt_path, stage, f'tools/train_demo_backbone.py -opt {opt_path} --only {stage}')
+    val = _val_pool(opt_path)
+    difftsr, transocr = os.path.join(folder, DIFFTSR_FILE), os.path.join(folder, TRANSOCR_FILE)
+    if stage == 'transocr':
+        to_float16(source, transocr)
+        ocr = load_transocr(transocr)
+        stored, scores = 'float16', dict(
+            val_acc_hr=transocr_accuracy(ocr, val.hr, val.labels),
+            val_acc_lr=transocr_accuracy(ocr, val.lr, val.labels))
+    else:
+        _save_backbone(dict(load_difftsr(difftsr, ('vae', )), **load_difftsr(source, ('idm', 'mom'))), difftsr)
+        net = TOLANet(backbone_init='checkpoint', difftsr_checkpoint=difftsr, transocr_checkpoint=transocr,
+                      idm_lora=False, vae_lora=False, lrc=None).eval()  # the frozen one-step route, strictly loaded
+        stored, scores = STORED, dict(held_out_one_step=one_step_scores(net, val))
+    record = dict(kept, option_file=opt_path, command=command, source=source, stored=stored,
+                  date=datetime.date.today().isoformat(), **scores)
+    return _record_continued(folder, stage, record, (TRANSOCR_FILE if stage == 'transocr' else DIFFTSR_FILE, ))
 
 
 def held_out_lines(root: str) -> str:
