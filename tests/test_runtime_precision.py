@@ -20,7 +20,7 @@ from tola_testing import one_thread  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 FP32, BF16, FP16 = torch.float32, torch.bfloat16, torch.float16
-LINE = np.random.default_rng(0).integers(0, 256, (32, 200, 3), dtype=np.uint8)
+LINE = np.random.default_rng(0).integers(0, 256, (32, 128, 3), dtype=np.uint8)  # 1:4, one window
 
 
 @pytest.fixture(scope='module')

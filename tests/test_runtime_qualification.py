@@ -28,7 +28,7 @@ from tola_testing import one_thread  # noqa: F401
 pytestmark = [pytest.mark.usefixtures('one_thread'), pytest.mark.openvino]
 FAILING_WORKER = os.path.join(REPO, 'tests', 'data', 'runtime', 'failing_worker.py')
 BROKEN = []  # why OpenVINO fp32 does not qualify on this machine, if it does not
-LINE = np.random.default_rng(0).integers(0, 256, (32, 200, 3), dtype=np.uint8)
+LINE = np.random.default_rng(0).integers(0, 256, (32, 128, 3), dtype=np.uint8)  # 1:4, one window
 
 
 @pytest.fixture(scope='module')

@@ -17,7 +17,7 @@ from inference_testing import write_tiny_merged
 from tola_testing import one_thread  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures('one_thread')
-LINE = np.random.default_rng(0).integers(0, 256, (32, 200, 3), dtype=np.uint8)
+LINE = np.random.default_rng(0).integers(0, 256, (32, 128, 3), dtype=np.uint8)  # 1:4, one window
 
 
 @pytest.fixture(scope='module')

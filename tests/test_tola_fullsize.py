@@ -1,5 +1,6 @@
 """Full size (874M-parameter IDM, random weights) on CPU: the paper's trainable-parameter counts, and the reference
-route and the default inference path, one forward each, compute the same function."""
+route and the default inference path, one forward each, compute the same function (make test-end-to-end; the same
+at test size: tests/test_tola_inference.py, and the counts: tests/test_tola_lora.py, in make test)."""
 import gc
 import math
 
@@ -37,6 +38,7 @@ def materialize_float64(net: torch.nn.Module, seed: int) -> torch.nn.Module:
 
 
 @pytest.mark.numerics
+@pytest.mark.end_to_end  # 8 GB of float64 weights written, a minute of a 2-core CPU: the long tier's (setup.cfg)
 def test_full_size_default_path_equals_the_reference_route_float64():
     """Merged vs unmerged LoRA and cached vs full-prefix decoding are equal in exact arithmetic: both run in float64
     (8 GB of weights; a 32x128 input keeps the forwards at seconds: every layer is full size whatever the input)."""

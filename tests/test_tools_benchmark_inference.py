@@ -26,6 +26,10 @@ pytestmark = [pytest.mark.usefixtures('one_thread'), pytest.mark.openvino]
 # instructions, as make test-isa does) is reported as passed over, not timed; bf16 where the CPU has bf16
 # instructions (elsewhere it is emulated, minutes of the suite's time for nothing it would not test on another CPU)
 PRECISIONS = ('fp32', 'bf16') if cpu_has_native_bf16() else ('fp32', )
+# the tool run whole (every route, precision and target, the folder and quality runs: 1-2 minutes of a 2-core CPU)
+# is the end-to-end tier's (setup.cfg); its parts (stage timer, bounds, MACs) are make test's
+# (test_tools_benchmark_bounds.py, test_tools_benchmark.py)
+WHOLE_TOOL = pytest.mark.end_to_end
 
 
 @pytest.fixture(scope='module')
@@ -56,6 +60,7 @@ def result(tmp_path_factory):
 
 
 @pytest.mark.numerics
+@WHOLE_TOOL
 def test_benchmark_reports_every_route_precision_and_target(result):
     data, folder = result
     routes = {f'{b} {p}' for b in ('torch', 'openvino') for p in PRECISIONS}
@@ -128,6 +133,7 @@ def test_benchmark_reports_every_route_precision_and_target(result):
     assert 'Folder of 3 lines' in table and '| batch 1 | 1 |' in table
 
 
+@WHOLE_TOOL
 def test_peak_rss_child_measures_one_restore(result):
     _, folder = result
     lq = inference_inputs.rendered_lines(1)
@@ -140,6 +146,7 @@ def test_peak_rss_child_measures_one_restore(result):
     assert memory['user_peak_rss_bytes'] >= memory['import_rss_bytes']
 
 
+@WHOLE_TOOL
 def test_latency_figure_from_the_benchmark_json(result, tmp_path, monkeypatch):
     figures = capture_figures(monkeypatch)
     _, folder = result
@@ -168,6 +175,7 @@ def test_latency_figure_from_the_benchmark_json(result, tmp_path, monkeypatch):
         ])
 
 
+@WHOLE_TOOL
 def test_folder_model_runs_the_folder_measurement_alone(result, tmp_path):
     """``--folder-model MERGED`` (docs/inference.md, "Folders: one stream"): only the folder run, its table and JSON."""
     _, folder = result
@@ -182,6 +190,7 @@ def test_folder_model_runs_the_folder_measurement_alone(result, tmp_path):
         benchmark_inference.parse_args(args[:2] + ['--folder-lines', '0'])
 
 
+@WHOLE_TOOL
 def test_precision_table(tmp_path, monkeypatch):
     """``--precision-table`` (docs/inference.md, "Precision"): each stage alone, then every stage, in bf16 and fp16
     on torch and OpenVINO against fp32, and each per-stage plan's speed with its ẑ0 error; the tiny model stands in
