@@ -72,9 +72,9 @@ def ssim_y8(pred: np.ndarray, ref: np.ndarray) -> float:
 
 def test_the_shipped_model_restores_held_out_lines_as_its_record_says(restored):
     """Above the input in PSNR and SSIM on these lines, as on all 32 (+0.62 dB, +0.093 there; the model before it
-    +0.73 dB, +0.10 on these six), and PSNR at least the record's gain on 32 lines less 0.5 dB (six lines scatter around the mean of 32 by
-    tenths of a dB; one forward pass's float32 rounding by far less than 0.01 dB): a change that made the model fall
-    below its input fails here."""
+    +0.73 dB, +0.10 on these six), and PSNR at least the record's gain on 32 lines less 0.5 dB (six lines scatter
+    around the mean of 32 by tenths of a dB; one forward pass's float32 rounding by far less than 0.01 dB): a change
+    that made the model fall below its input fails here."""
     lr, tola, hr = restored
     psnr = {k: np.mean([psnr_y8(a, b) for a, b in zip(v, hr)]) for k, v in (('LR', lr), ('TOLA', tola))}
     ssim = {k: np.mean([ssim_y8(a, b) for a, b in zip(v, hr)]) for k, v in (('LR', lr), ('TOLA', tola))}
