@@ -175,8 +175,9 @@ def test_only_idm_refuses_text_priors_it_cannot_read(tmp_path):
         train(write_options(tmp_path / 'idm.yml', options), only='idm', init_dir=str(init))
 
 
-@pytest.mark.parametrize('name', ['train_demo_backbone_one_step_path.yml', 'train_demo_backbone_one_step_path_on.yml',
-                                  'train_demo_backbone_gpu.yml'])
+@pytest.mark.parametrize('name', [
+    'train_demo_backbone_one_step_path.yml', 'train_demo_backbone_one_step_path_on.yml', 'train_demo_backbone_gpu.yml'
+])
 def test_the_option_files_build_an_idm_the_path_fits(name):
     """The CPU runs of docs/demo_backbone.md and the GPU recipe: their IDM takes the path (graft's own check)."""
     idm = load_yaml(os.path.join(REPO, 'options', 'demo', name))['idm']
