@@ -77,7 +77,8 @@ def test_the_shipped_adaptation_is_make_demos_and_says_how_it_was_made():
     assert record['network_g'] == load_yaml(os.path.join(REPO, 'options', 'demo', 'test_TOLA_demo.yml'))['network_g']
     trained_by = load_yaml(os.path.join(REPO, record['option_file']))
     assert trained_by['network_g'] == dict(record['network_g'], backbone_init='demo')
-    assert 0 < record['iterations'] <= trained_by['train']['total_iter']  # the run may be stopped early: it says so
+    # the run may be stopped early (it says so); a GPU check's is sized to its time (total_iter recorded)
+    assert 0 < record['iterations'] <= record.get('total_iter', trained_by['train']['total_iter'])
     assert {'psnr', 'ssim', 'p_acc', 't_acc'} <= set(record['held_out']['TOLA']) and record['machine']
     network = {k: v for k, v in record['network_g'].items() if k != 'type'}
     net = TOLANet(**network)
@@ -87,11 +88,28 @@ def test_the_shipped_adaptation_is_make_demos_and_says_how_it_was_made():
 
 
 def test_manifest_says_how_the_backbone_was_made():
+    """The shipped backbone's manifest names how it was made: a GPU check's run (its stages trained by
+    options/demo/train_demo_backbone_gpu.yml, each started from the backbone shipped before it, whose manifest it keeps
+    as ``previous``) or the CPU's (options/demo/train_demo_backbone.yml and the stages trained on from it)."""
     manifest = demo_manifest()
     folder = os.path.dirname(demo_checkpoint_paths()[0])
     sizes = {f: os.path.getsize(os.path.join(folder, f)) for f in (DIFFTSR_FILE, TRANSOCR_FILE)}
     assert sum(sizes.values()) <= 30e6
     assert manifest['file_mb'] == {f: round(s / 1e6, 3) for f, s in sizes.items()}
+    if 'trained_from' in manifest:
+        gpu = load_yaml(os.path.join(REPO, 'options', 'demo', 'train_demo_backbone_gpu.yml'))
+        assert manifest['command'].startswith('python tools/ship_demo_model.py --backbone-state ')
+        assert manifest['trained_on'] and manifest['stored'] == STORED
+        for stage in ('vae', 'transocr', 'idm'):
+            record = manifest['stages'][stage]
+            assert record['made_with'][0] == gpu[stage]  # trained by the committed GPU option file ...
+            assert 0 < record['iterations_done'] == record['iterations'] <= gpu[stage]['iterations']  # ... finished
+            assert manifest['started_from'][stage] == f'the shipped demo {stage}'
+        manifest = manifest['previous']  # the backbone it started from
+    assert_cpu_manifest(manifest, folder)
+
+
+def assert_cpu_manifest(manifest, folder):
     options = load_yaml(os.path.join(REPO, 'options', 'demo', 'train_demo_backbone.yml'))
     assert manifest['command'].startswith('python tools/train_demo_backbone.py -opt ')
     assert manifest['seed'] == options['seed'] and manifest['num_threads'] == options['num_threads']
@@ -297,3 +315,28 @@ def test_bundled_real_samples_are_listed_and_small():
     assert all(read_image_file(p).shape == (128, 512, 3) for p in paths)
     readme = open(os.path.join(os.path.dirname(paths[0]), 'README.md'), encoding='utf-8').read()
     assert 'Apache-2.0' in readme and 'YuzheZhang-1999/DiffTSR' in readme
+
+
+def test_a_time_budget_sizes_the_stage_s_schedule_once_its_speed_is_measured():
+    """A stage with ``seconds`` (a GPU whose speed is not known in advance) times iterations 10-40 of its run on the
+    injected clock and cuts its total to what the budget allows; its cosine schedule then ends at that total."""
+    from tola_lab.demo.training_stages import Progress, StageRun, _optimizer, _resized
+    now = [0.0]
+    run = StageRun(start=5, seconds=100.0, clock=lambda: now[0])
+    param = torch.nn.Parameter(torch.zeros(1))
+    optimizer, scheduler = _optimizer([param], 1e-3, 1000, warmup=20, start=5)
+    progress = Progress('vae', 1000, 1000, lambda message: None, start=5)
+    it, total = 5, 1000
+    while it < total:
+        now[0] = 2.0 * (it - 5)  # 2 s an iteration
+        total, resized = _resized(run, it, total, optimizer, 20, progress)
+        scheduler = resized or scheduler
+        if it == 45:
+            assert total == 45 + int((100 - 80) / 2)  # iteration 40 of the run: 80 s spent, 20 left, 2 s each
+        optimizer.step()
+        scheduler.step()
+        it += 1
+    assert it == total == progress.total == 55 and scheduler.get_last_lr()[0] == pytest.approx(0.0, abs=1e-12)
+    assert StageRun(seconds=None).sized(40, 1000) is None  # no budget: the file's schedule
+    fast = StageRun(seconds=1e6, clock=lambda: 0.0)
+    assert [fast.sized(i, 1000) for i in (0, 10, 40)] == [None, None, 1000]  # at most the file's iterations

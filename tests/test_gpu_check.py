@@ -657,3 +657,19 @@ def test_downloads_are_refused_without_pyiqa(monkeypatch):
         with pytest.raises(RuntimeError, match='refusing to download'):
             torch.hub.download_url_to_file('https://example.com/x.pth', '/tmp/x')
     assert torch.hub.download_url_to_file is real
+
+
+def test_the_cuda_tests_stop_before_their_step_and_say_which_ran(tmp_path, monkeypatch):
+    """pytest gets the step's time less a margin, so a run that outlasts it is stopped by the step itself and reports
+    the tests done so far (-v: one line each), where a kill from outside would report nothing (as on 2026-11-30)."""
+    from tola_plugin.utils.process_tree import TreeTimeout
+    seen = {}
+
+    def slow(args, timeout, **kwargs):
+        seen.update(args=args, timeout=timeout)
+        raise TreeTimeout(args, timeout, 'tests/test_cuda.py::test_training_on_cuda PASSED\n', '', [1])
+
+    monkeypatch.setattr(C, 'run_tree', slow)
+    with pytest.raises(RuntimeError, match=r'(?s)ran past 132 s.*test_training_on_cuda PASSED'):
+        C.cuda_tests_step(REPO, str(tmp_path), str(tmp_path), False, seconds=142)
+    assert seen['timeout'] == 142 - C.KILL_MARGIN_S and '-v' in seen['args']

@@ -58,9 +58,10 @@ def _save_backbone(nets: Dict, path: str) -> None:
 
 
 def install_backbone(state: str, folder: Optional[str] = None, command: str = '') -> Dict:
-    """Compose ``state``'s stage files (vae, idm + mom, transocr ``.safetensors`` and ``stages.json``) into the shipped
-    backbone files in ``folder`` (default: the package's; ``_save_backbone``; TransOCR float16), with a manifest."""
-    from tola_plugin.archs.backbone_builder import load_difftsr
+    """Compose ``state``'s stage files (vae, idm + mom, transocr ``.safetensors`` and ``stages.json``; the GPU check's
+    ``demo_model.json`` when there) into the shipped backbone files in ``folder`` (default: the package's;
+    ``_save_backbone``; TransOCR float16), with a manifest that keeps the one it replaces as ``previous``."""
+    from tola_plugin.archs.backbone_builder import load_difftsr, load_transocr
     folder = folder or demo_backbone_dir()
     with open(os.path.join(state, 'stages.json'), encoding='utf-8') as f:
         stages = json.load(f)
@@ -68,19 +69,27 @@ def install_backbone(state: str, folder: Optional[str] = None, command: str = ''
     if unfinished:
         raise FileNotFoundError(f'{state}: stage(s) {unfinished} not finished (no <stage>.safetensors); run the GPU '
                                 f'check\'s demo_model step again with this state carried in')
+    run = read_json_dict(os.path.join(state, 'demo_model.json')) or {}
+    previous = read_json_dict(os.path.join(folder, MANIFEST_FILE))
     nets = dict(
         load_difftsr(os.path.join(state, 'vae.safetensors'), ('vae', )),
         **load_difftsr(os.path.join(state, 'idm.safetensors'), ('idm', 'mom')))
     _save_backbone(nets, os.path.join(folder, DIFFTSR_FILE))
     to_float16(os.path.join(state, 'transocr.safetensors'), os.path.join(folder, TRANSOCR_FILE))
+    ocr = load_transocr(os.path.join(folder, TRANSOCR_FILE))
+    parameters = {name: sum(p.numel() for p in m.parameters()) for name, m in dict(nets, transocr=ocr).items()}
     manifest = {
-        'command': command, 'trained_from': state, 'stored': STORED, 'stages': {
-            s: {k: v
-                for k, v in stages[s].items() if k not in ('inputs', )}
-            for s in ('vae', 'transocr', 'idm')
-        },
+        'command': command, 'trained_from': state, 'stored': STORED, 'trained_on': run.get('device'),
+        'started_from': run.get('started_from'), 'backbone_seconds': run.get('backbone_seconds'),
+        'held_out_one_step': [line for line in run.get('backbone_log_tail', [])
+                              if 'frozen one-step' in line], 'stages': {
+                                  s: {k: v
+                                      for k, v in stages[s].items() if k not in ('inputs', )}
+                                  for s in ('vae', 'transocr', 'idm')
+                              }, 'parameters': parameters,
         'file_mb': {f: round(os.path.getsize(os.path.join(folder, f)) / 1e6, 3)
-                    for f in (DIFFTSR_FILE, TRANSOCR_FILE)}, 'date': datetime.date.today().isoformat()
+                    for f in (DIFFTSR_FILE, TRANSOCR_FILE)}, 'date': datetime.date.today().isoformat(),
+        'previous': previous
     }
     with open(os.path.join(folder, MANIFEST_FILE), 'w', encoding='utf-8') as f:
         json.dump(manifest, f, indent=1, ensure_ascii=False)

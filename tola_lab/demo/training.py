@@ -112,8 +112,8 @@ class StageRecords:
         """Merge ``result`` under ``key`` (a stage, or ``<stage>_partial`` with ``stage`` given)."""
         stage = stage or key
         records = self._read()
-        records[key] = dict(result, iterations=int(self.opt[stage]['iterations']), made_with=self.made_with(stage),
-                            inputs=inputs)
+        records[key] = dict(result, iterations=int(result.get('iterations', self.opt[stage]['iterations'])),
+                            made_with=self.made_with(stage), inputs=inputs)
         tmp = self.path + f'.{os.getpid()}.tmp'
         with open(tmp, 'w', encoding='utf-8') as f:
             json.dump(records, f, indent=1)
@@ -169,8 +169,11 @@ class StageTrainer:
         else:
             modules = build()
         modules = self._to(modules)
-        result = train(modules, stages.StageRun(self.device, start, self.deadline, self.clock))
-        total = int(records.opt[stage]['iterations'])
+        budget = records.opt[stage].get('seconds')  # a GPU's stage: its schedule sized to this many seconds
+        result = train(
+            modules,
+            stages.StageRun(self.device, start, self.deadline, self.clock, None if budget is None else float(budget)))
+        total = int(result.get('iterations', records.opt[stage]['iterations']))
         if result['iterations_done'] < total:
             save(self._cpu(modules), partial_file)
             records.record(f'{stage}_partial', result, inputs, stage)
@@ -260,7 +263,7 @@ def train_demo_backbone(opt_path: str, work_dir: str = None, output_dir: str = N
                                   float(vopt['lr']), float(vopt.get('kl_weight', 1e-6)),
                                   float(vopt.get('lr_fraction', 0.5)), seed=seed + 1, log=log,
                                   log_every=int(vopt.get('log_every', 50)), run=run)
-        if result['iterations_done'] == int(vopt['iterations']):
+        if result['iterations_done'] == result['iterations']:
             k = stages.normalise_latent_scale(modules[0],
                                               stages.images(pool.hr, range(min(256, pool.num_lines)), device=device))
             result.update(latent_rescale=k, val_psnr_reconstruction=scores.vae_psnr(modules[0], val))
@@ -287,7 +290,7 @@ def train_demo_backbone(opt_path: str, work_dir: str = None, output_dir: str = N
             result = stages.train_transocr(modules[0], pool, int(topt['iterations']), int(topt['batch_size']),
                                            float(topt['lr']), float(topt.get('hr_fraction', 0.3)), seed=seed + 2,
                                            log=log, log_every=int(topt.get('log_every', 50)), run=run)
-            if result['iterations_done'] == int(topt['iterations']):
+            if result['iterations_done'] == result['iterations']:
                 result.update(
                     val_acc_hr=scores.transocr_accuracy(modules[0], val.hr, val.labels),
                     val_acc_lr=scores.transocr_accuracy(modules[0], val.lr, val.labels))

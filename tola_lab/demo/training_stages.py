@@ -14,11 +14,13 @@
    empty text (all pads), drawn per sample.
 Every stage is deterministic given its seed and the thread count (the caller fixes both). A ``StageRun`` says where a
 stage computes (CPU or CUDA), where its loop starts (a stage resumed from its partial file) and when it must stop (a
-deadline, read from an injectable clock); a stage stopped early returns ``iterations_done`` below its total.
+deadline, read from an injectable clock); a stage stopped early returns ``iterations_done`` below its total. A run with
+a time budget (``seconds``: a GPU whose speed is not known in advance) sizes its schedule to it once it has timed its
+first iterations.
 """
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Dict, Optional, Sequence
 
 import numpy as np
@@ -44,9 +46,27 @@ class StageRun:
     start: int = 0
     deadline: Optional[float] = None
     clock: Callable[[], float] = time.monotonic
+    seconds: Optional[float] = None  # this run's time budget: the total is cut to what it allows (``sized``)
+    timed: Sequence[int] = (10, 40)  # the iterations of this run between which its speed is measured
+    _marks: Dict[int, float] = field(default_factory=dict, repr=False)
 
     def stop(self) -> bool:
         return self.deadline is not None and self.clock() >= self.deadline
+
+    def sized(self, it: int, iterations: int) -> Optional[int]:
+        """Called before iteration ``it``: with a budget, the total that fits it (at most ``iterations``) once the
+        iterations ``timed`` have run, else None (keep the schedule)."""
+        if self.seconds is None:
+            return None
+        done = it - self.start
+        if done == 0 or done == self.timed[0]:
+            self._marks[done] = self.clock()
+        if done != self.timed[1]:
+            return None
+        now = self.clock()
+        per_it = max((now - self._marks[self.timed[0]]) / (self.timed[1] - self.timed[0]), 1e-9)
+        left = self.seconds - (now - self._marks[0])
+        return max(it + 1, min(iterations, it + int(left / per_it)))  # this iteration runs
 
 
 def images(array: np.ndarray, rows: Sequence[int], stride=(1, 1), device='cpu') -> torch.Tensor:
@@ -94,8 +114,22 @@ def _optimizer(params, lr: float, iterations: int, warmup: int, weight_decay: fl
                                                       last_epoch=start - 1)
 
 
+def _resized(run: StageRun, it: int, iterations: int, optimizer, warmup: int, progress: 'Progress'):
+    """(total, new scheduler or None): the schedule cut to ``run``'s time budget when it is measured (``sized``)."""
+    total = run.sized(it, iterations)
+    if total is None or total == iterations:
+        return iterations, None
+    progress.log(f'{progress.stage}: {total} iterations fit the {run.seconds:.0f} s budget (of {iterations})')
+    progress.total = total
+    return total, get_cosine_schedule_with_warmup(optimizer, min(warmup, total // 2), total, last_epoch=it - 1)
+
+
 def _finish(progress: 'Progress', it: int) -> Dict[str, float]:
-    return {**{f'final_{k}': v for k, v in progress.last.items()}, 'seconds': progress.seconds, 'iterations_done': it}
+    return {
+        **{f'final_{k}': v
+           for k, v in progress.last.items()}, 'seconds': progress.seconds, 'iterations_done': it,
+        'iterations': progress.total
+    }
 
 
 # --------------------------------------------------------------------------------------------------- VAE
@@ -115,6 +149,8 @@ def train_vae(vae, pool: LinePool, iterations: int, batch_size: int, crop: Seque
     vae.train()
     it = run.start
     while it < iterations and not run.stop():
+        iterations, resized = _resized(run, it, iterations, optimizer, warmup, progress)
+        scheduler = resized or scheduler
         batch = []
         for _ in range(batch_size):
             source = pool.lr if rng.random() < lr_fraction else pool.hr
@@ -169,6 +205,8 @@ def train_transocr(ocr, pool: LinePool, iterations: int, batch_size: int, lr: fl
     ocr.train()
     it = run.start
     while it < iterations and not run.stop():
+        iterations, resized = _resized(run, it, iterations, optimizer, warmup, progress)
+        scheduler = resized or scheduler
         lines = rng.integers(n, size=batch_size)
         use_hr = rng.random(batch_size) < hr_fraction
         rows_lr = rng.integers(pool.degradations, size=batch_size) * n + lines
@@ -249,6 +287,8 @@ def train_idm(idm, mom, cache: LatentCache, pool: LinePool, iterations: int, bat
     mom.train()
     it = run.start
     while it < iterations and not run.stop():
+        iterations, resized = _resized(run, it, iterations, optimizer, warmup, progress)
+        scheduler = resized or scheduler
         lines = rng.integers(n, size=batch_size)
         rows = rng.integers(k_deg, size=batch_size) * n + lines
         z0 = LATENT_SCALE * torch.from_numpy(np.stack([cache.z_hr[i] for i in lines])).to(device)

@@ -19,6 +19,7 @@ MULTI_GPU_TESTS = ('test_two_rank_nccl_ddp', )  # skip themselves on one GPU
 DRY_RUN_SKIPS = ('test_pipeline_and_tola_infer_in_each_precision[bf16]',
                  'test_pipeline_and_tola_infer_in_each_precision[fp16]')
 RUN_TIMEOUT_S = 480
+KILL_MARGIN_S = 10  # pytest is stopped this long before the step would be, so its output so far is reported
 FIXTURE_ENV = 'TOLA_TEST_RENDERED_SETS'  # tests/conftest.py's
 
 
@@ -60,11 +61,12 @@ def judge(results: Dict[str, str], dry_run: bool) -> List[str]:
     return problems
 
 
-def cuda_tests_step(root: str, data: str, work: str, dry_run: bool) -> Dict:
-    """Run ``pytest -m cuda`` in the folder ``root`` (a checkout or the bundle)."""
+def cuda_tests_step(root: str, data: str, work: str, dry_run: bool, seconds: float = RUN_TIMEOUT_S) -> Dict:
+    """Run ``pytest -m cuda`` in the folder ``root`` (a checkout or the bundle) within the step's ``seconds``; past
+    them, an error with the tests done so far (``-v``: one line each)."""
     junit = os.path.join(work, 'cuda_tests.xml')
     args = [
-        sys.executable, '-m', 'pytest', '-q', '-m', 'cuda', '-rs', '--require-cuda', '-p', 'no:cacheprovider',
+        sys.executable, '-m', 'pytest', '-v', '-m', 'cuda', '-rs', '--require-cuda', '-p', 'no:cacheprovider',
         f'--junitxml={junit}', TESTS
     ]
     # no third-party pytest plugins: the tests need none, and one installed beside (xdist, whose execnet the dry run's
@@ -74,10 +76,11 @@ def cuda_tests_step(root: str, data: str, work: str, dry_run: bool) -> Dict:
     if dry_run:
         env.update(TOLA_CUDA_TESTS_ON_CPU='1', OMP_NUM_THREADS='1')
     start = time.monotonic()
+    timeout = max(1.0, min(RUN_TIMEOUT_S, seconds - KILL_MARGIN_S))
     try:
-        proc = run_tree(args, timeout=RUN_TIMEOUT_S, cwd=root, env=env)
+        proc = run_tree(args, timeout=timeout, cwd=root, env=env)
     except TreeTimeout as err:
-        raise RuntimeError(f'pytest ran past {RUN_TIMEOUT_S} s and was killed; its output:\n'
+        raise RuntimeError(f'pytest ran past {timeout:.0f} s and was killed; its output:\n'
                            f'{(err.output or "")[-3000:]}') from None
     lines = [line for line in proc.stdout.splitlines() if line.strip()]
     results = outcomes(junit) if os.path.isfile(junit) else {}

@@ -3,14 +3,17 @@ what the next lease or this repository needs into ``out`` (at most ``MAX_FILES``
 
 1. The demo backbone (options/demo/train_demo_backbone_gpu.yml: the shipped sizes, longer schedules, larger batches):
    its line pool rendered on the machine's cores with the carried font subsets (``CARRY/fonts``: the image has no CJK
-   font), then VAE, IDM + MoM and TransOCR (``lab/demo/training``), stopping at the deadline with the stage in
-   progress kept. ``CARRY/demo_model_state`` (an earlier lease's packed files) is unpacked first, so its finished
-   stages are reused and its unfinished one resumes. The TransOCR starts from the shipped one when the option file
-   builds the same architecture (``transocr_start``: it reads already; the CPU trained it on for hours).
+   font), then VAE, IDM + MoM and TransOCR (``lab/demo/training``), each sized to its time budget, stopping at the
+   deadline with the stage in progress kept. ``CARRY/demo_model_state`` (an earlier lease's packed files) is unpacked
+   first, so its finished stages are reused and its unfinished one resumes. Each stage starts from the shipped one when
+   the option file builds the same architecture (``shipped_start``: the CPU trained them for hours).
 2. When the backbone is finished: TOLA's adaptation of it (options/demo/train_TOLA_demo.yml with the GPU's batch and
-   iterations that fit the time left; from the carried adaptation when there is one), through BasicSR's launcher.
+   iterations that fit the time left; from the carried adaptation when there is one, else from the shipped one when
+   the backbone started from the shipped stages), through BasicSR's launcher. Its lines render in a second process
+   while the backbone trains.
 3. Held-out scores of what was trained (the backbone's held-out pool: LR against TOLA, PSNR and TransOCR accuracy).
-4. ``out``: the stage files in float16 (``pack_state``), the adaptation, ``demo_model.json`` (the record) and the log.
+4. ``out``: the stage files (``pack_state``: float16, the IDM float32), the adaptation, ``demo_model.json`` (the
+   record) and the log.
 
 Measured for real here, not on the GPU: the scores the package ships with (tools/ship_demo_model.py, on the stored
 files). A dry run does all of it on the CPU with the tests' tiny backbone and a few iterations."""
@@ -25,6 +28,7 @@ from typing import Dict, Optional
 import torch
 
 from tola_lab.gpu_check.configs import read_yaml, write_yaml
+from tola_plugin.checkpoints.demo_backbone import demo_adaptation_path
 from tola_plugin.utils.process_tree import TreeTimeout, run_tree
 
 GPU_BACKBONE = 'options/demo/train_demo_backbone_gpu.yml'
@@ -55,7 +59,8 @@ def carried_fonts(data: str):
 
 
 def pack_state(work: str, out: str) -> Dict[str, str]:
-    """The backbone's stage files of ``work`` (finished and partial) in float16, and its ``stages.json`` with each
+    """The backbone's stage files of ``work`` (finished and partial) in float16 but the IDM (float32: its ε̂ reaches ẑ0
+    times 101.6, the shipped file keeps it so), and its ``stages.json`` with each
     recorded input digest (the IDM's record names its VAE file's) rewritten to the float16 file's, so the next run
     that unpacks them reuses and resumes exactly what this one finished and left. -> {file written: its sha256}."""
     from tola_lab.demo.shipping import to_float16
@@ -64,7 +69,7 @@ def pack_state(work: str, out: str) -> Dict[str, str]:
     digests = {}
     for path in sorted(glob.glob(os.path.join(work, '*.safetensors'))):
         target = os.path.join(out, os.path.basename(path))
-        to_float16(path, target)
+        to_float16(path, target, keep=('idm.', ))
         digests[sha256_file(path)] = sha256_file(target)
     records_path = os.path.join(work, 'stages.json')
     if os.path.isfile(records_path):
@@ -88,19 +93,34 @@ def unpack_state(state: str, work: str) -> bool:
     return True
 
 
-def transocr_start(opt: Dict, work: str) -> Optional[str]:
-    """A folder holding the shipped demo TransOCR as ``transocr.safetensors`` (the backbone training's ``init_dir``)
-    when ``opt``'s TransOCR has the shipped one's architecture, else None (the stage starts from random weights)."""
+def shipped_start(opt: Dict, work: str) -> Dict[str, str]:
+    """The backbone training's ``init_dir``: a folder holding the shipped demo model's stage files whose architecture
+    ``opt`` builds (the TransOCR; the VAE; the IDM + MoM when the VAE starts there too, its latent space being the
+    VAE's), so a GPU trains on from what the CPU trained for hours. -> {'folder', stage: 'the shipped ...'}; no
+    folder when none matches (every stage starts from random weights)."""
+    from tola_plugin.archs.backbone_builder import load_difftsr, save_converted
     from tola_plugin.checkpoints.demo_backbone import demo_checkpoint_paths
+    from tola_plugin.checkpoints.difftsr import read_converted
     from tola_plugin.checkpoints.transocr import read_transocr_safetensors
-    shipped = demo_checkpoint_paths()[1]
-    _, arch = read_transocr_safetensors(shipped)
-    if any(arch.get(k) != v for k, v in opt['transocr']['config'].items()):
-        return None
+    difftsr, transocr = demo_checkpoint_paths()
+    _, configs = read_converted(difftsr, ('vae', 'idm', 'mom'))
+    same = lambda mine, shipped: all(shipped.get(k) == v for k, v in mine.items())  # noqa: E731
+    matches = {
+        'transocr': same(opt['transocr']['config'],
+                         read_transocr_safetensors(transocr)[1]), 'vae': same(opt['vae']['config'], configs['vae'])
+    }
+    matches['idm'] = matches['vae'] and same(opt['idm']['config'], configs['idm']) and same(
+        opt['idm']['mom_config'], configs['mom'])
+    if not any(matches.values()):
+        return {}
     folder = os.path.join(work, 'init')
     os.makedirs(folder, exist_ok=True)
-    shutil.copy2(shipped, os.path.join(folder, 'transocr.safetensors'))
-    return folder
+    if matches['transocr']:
+        shutil.copy2(transocr, os.path.join(folder, 'transocr.safetensors'))
+    for stage, parts in (('vae', ('vae', )), ('idm', ('idm', 'mom'))):
+        if matches[stage]:  # in float32, as a stage file of a run
+            save_converted(load_difftsr(difftsr, parts), os.path.join(folder, f'{stage}.safetensors'))
+    return dict({s: f'the shipped demo {s}' for s, m in matches.items() if m}, folder=folder)
 
 
 def backbone_options(root: str, data: str, work: str, dry_run: bool) -> str:
@@ -114,26 +134,39 @@ def backbone_options(root: str, data: str, work: str, dry_run: bool) -> str:
     return write_yaml(os.path.join(work, 'backbone.yml'), opt)
 
 
-def adaptation_options(root: str, work: str, backbone_out: str, fonts, carried: Optional[str], dry_run: bool,
-                       seconds: float) -> Dict:
-    """``make demo``'s adaptation of the trained backbone, sized to ``seconds``: its lines rendered here with the
-    carried fonts; from the carried adaptation ``carried`` when given. -> {'option_file', 'total_iter'}."""
-    from tola_plugin.checkpoints.demo_backbone import DIFFTSR_FILE, TRANSOCR_FILE
+def adaptation_lines(work: str, fonts, dry_run: bool):
+    """Start rendering the adaptation's lines (seed 0, as ``make demo``'s) in a second process, so they are ready when
+    the backbone is. -> (the process, or None when they exist; their folder)."""
+    import multiprocessing
+
     from tola_plugin.commands.data_preparation.rendered_lines import write_rendered_lines
-    size = DRY_ADAPTATION if dry_run else GPU_ADAPTATION
     lines = os.path.join(work, 'adaptation_lines')
-    if not os.path.isfile(os.path.join(lines, 'labels.tsv')):
-        write_rendered_lines(size['lines'], seed=0, out=lines, fonts=fonts, chinese_chars='demo')
+    if os.path.isfile(os.path.join(lines, 'labels.tsv')):
+        return None, lines
+    size = DRY_ADAPTATION if dry_run else GPU_ADAPTATION
+    process = multiprocessing.get_context('spawn').Process(
+        target=write_rendered_lines, args=(size['lines'], ), kwargs=dict(seed=0, out=lines, fonts=fonts,
+                                                                         chinese_chars='demo'), daemon=True)
+    process.start()
+    return process, lines
+
+
+def adaptation_options(root: str, work: str, backbone_out: str, lines: str, start: Optional[str], dry_run: bool,
+                       seconds: float) -> Dict:
+    """``make demo``'s adaptation of the trained backbone on ``lines``, sized to ``seconds``; from the adaptation
+    checkpoint ``start`` when given. -> {'option_file', 'total_iter'}."""
+    from tola_plugin.checkpoints.demo_backbone import DIFFTSR_FILE, TRANSOCR_FILE
+    size = DRY_ADAPTATION if dry_run else GPU_ADAPTATION
     total = min(size['max_iter'], max(size['min_iter'], int(seconds / size['seconds_per_iteration'])))
     opt = read_yaml(os.path.join(root, ADAPTATION))
     opt['name'] = 'demo_TOLA_gpu'
     opt['num_gpu'] = 0 if dry_run else 1
     train_set = opt['datasets']['train']
     train_set.update(dataroot_gt=lines, labels=os.path.join(lines, 'labels.tsv'), batch_size_per_gpu=size['batch'],
-                     num_worker_per_gpu=0 if dry_run else 8, dataset_enlarge_ratio=100)
+                     num_worker_per_gpu=0 if dry_run else 12, dataset_enlarge_ratio=100)
     opt['network_g'].update(backbone_init='checkpoint', difftsr_checkpoint=os.path.join(backbone_out, DIFFTSR_FILE),
                             transocr_checkpoint=os.path.join(backbone_out, TRANSOCR_FILE))
-    opt['path']['pretrain_network_g'] = carried
+    opt['path']['pretrain_network_g'] = start
     train = opt['train']
     train['total_iter'] = total
     train['scheduler']['periods'] = [total]
@@ -180,31 +213,41 @@ def demo_model_step(root: str, data: str, work: str, dry_run: bool, out: str, se
     option_file = backbone_options(root, data, work, dry_run)
     opt = read_yaml(option_file)
     left = lambda: seconds - RESERVE_S - (time.monotonic() - start)  # noqa: E731
-    init = transocr_start(opt, work)
+    renderer, lines = adaptation_lines(work, fonts, dry_run)
+    shipped = shipped_start(opt, work)
     rc = train_demo_backbone(option_file, command=f'GPU check demo_model step ({"dry run" if dry_run else device})',
-                             deadline_seconds=max(left(), 1.0), init_dir=init)
+                             deadline_seconds=max(left(), 1.0), init_dir=shipped.get('folder'))
     with open(os.path.join(opt['work_dir'], 'stages.json'), encoding='utf-8') as f:
         stages = json.load(f)
     record = {
         'device': torch.cuda.get_device_name(0) if device == 'cuda' else 'cpu (dry run)', 'unpacked_state': unpacked,
-        'transocr_started_from': 'the shipped demo TransOCR' if init else 'random weights',
+        'started_from': {s: shipped.get(s, 'random weights')
+                         for s in ('vae', 'idm', 'transocr')},
         'backbone': 'finished' if rc == 0 else 'stopped at the deadline (resumes from the packed files)',
         'stages': stages, 'backbone_seconds': round(time.monotonic() - start, 1)
     }
     adaptation = None
     if rc == 0:
         carried = os.path.join(state, ADAPTATION_FILE)
-        sized = adaptation_options(root, work, opt['output_dir'], fonts, carried if os.path.isfile(carried) else None,
-                                   dry_run, max(left() - 30, 1.0))
-        record['adaptation'] = dict(sized, started_from=carried if os.path.isfile(carried) else 'fresh adapters')
+        begin = (carried if os.path.isfile(carried) else demo_adaptation_path() if 'idm' in shipped else None)
+        if renderer is not None:
+            renderer.join(max(left(), 1.0))
+            renderer.terminate()
+        sized = adaptation_options(root, work, opt['output_dir'], lines, begin, dry_run, max(left() - 30, 1.0))
+        record['adaptation'] = dict(sized, started_from=begin or 'fresh adapters')
         t0 = time.monotonic()
         try:
+            if not os.path.isfile(os.path.join(lines, 'labels.tsv')):
+                raise RuntimeError(f'the adaptation\'s lines were not rendered in time ({lines}; the renderer\'s '
+                                   f'exit code {renderer.exitcode})')
             proc = run_tree([sys.executable, '-m', 'tola_plugin.train', '-opt', sized['option_file']],
                             timeout=max(left(), 1.0), cwd=work)
             record['adaptation']['exit_status'] = proc.returncode
             record['adaptation']['output_tail'] = proc.stderr[-1500:] if proc.returncode else ''
         except TreeTimeout:
             record['adaptation']['exit_status'] = 'stopped at the deadline (its last checkpoint kept)'
+        except RuntimeError as error:
+            record['adaptation']['exit_status'] = str(error)
         record['adaptation']['seconds'] = round(time.monotonic() - t0, 1)
         adaptation = latest_adaptation(os.path.join(work, 'experiments', 'demo_TOLA_gpu'))
         if adaptation is not None:

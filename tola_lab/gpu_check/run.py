@@ -38,7 +38,7 @@ ESTIMATES_S = {
     'memory': 300,
     'precision': 25,
     'inference': 300,
-    'cuda_tests': 120,
+    'cuda_tests': 240,  # 114 on the H100 (the exact-resume test failing early); past 142 on an H200 (2026-11-30)
     'resume': 150,
     'shared_gpu': 150  # not yet run on a GPU: three torchrun starts of the demo backbone, as the resume step
 }  # demo_model: the least worth starting (it uses all the time left)

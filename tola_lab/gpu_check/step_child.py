@@ -35,7 +35,7 @@ def step_functions(root: str, data: str, work: str, dry_run: bool, seconds: floa
 
     def cuda_tests():
         from tola_lab.gpu_check.cuda_tests_step import cuda_tests_step
-        return cuda_tests_step(root, data, work, dry_run)
+        return cuda_tests_step(root, data, work, dry_run, seconds)
 
     def demo_model():
         from tola_lab.gpu_check.demo_model_step import demo_model_step
