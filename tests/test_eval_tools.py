@@ -81,6 +81,7 @@ def test_evaluate_transocr_known_answer(dataset, tmp_path):
         within(abs(r['t_conf'] - p_end) / p_end, SOFTMAX_TOL, 'END confidence in the per-image CSV')
 
 
+@pytest.mark.end_to_end  # the evaluation tool's whole run; each metric: the tests above
 def test_all_nine_metrics_end_to_end(dataset, tmp_path, monkeypatch):
     """Table 1's nine metrics through one call, learned metrics from a fake local TORCH_HOME."""
     from pyiqa.archs import fid_arch

@@ -49,6 +49,7 @@ def merged(opt):
     return dict(opt, is_train=True, dist=False)
 
 
+@pytest.mark.end_to_end  # each launcher in a process of its own; the refusal itself: the in-process tests below
 @pytest.mark.parametrize('launcher', ['tola_plugin.train', 'basicsr.train'])
 def test_a_batch_that_cannot_fit_is_refused_before_anything_is_made(rendered_sets, tmp_path, launcher):
     """``datasets:train:batch_size_per_gpu=1000000000`` grew to 11 GB until the OOM killer ended it."""
@@ -157,6 +158,7 @@ def test_workers_beyond_the_cores_are_capped_with_a_warning(rendered_sets, monke
     assert opt['datasets']['train']['num_worker_per_gpu'] == 4 and capsys.readouterr().err == ''
 
 
+@pytest.mark.end_to_end  # the launcher in a process of its own
 def test_an_epoch_too_small_for_one_batch_is_an_error_not_an_untrained_model(rendered_sets, tmp_path):
     """8 lines, batch 16, ratio 1: BasicSR's loader drops the incomplete batch, its loop ran every epoch empty, logged
     "End of training" and saved the untrained network as the run's result."""

@@ -151,6 +151,7 @@ def test_estimator_is_linear_in_the_batch():
     assert E.largest_batch(fixed=20 * E.GIB, per_sample=E.GIB, capacity_gib=10) == 0
 
 
+@pytest.mark.end_to_end  # the tool's whole run; the estimator: the tests above
 def test_estimate_memory_tool(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(E, 'checkpoint_choices', lambda: [(), ('vae_decoder', )])  # two of the eight: time
     sys.path.insert(0, os.path.join(REPO, 'tools'))

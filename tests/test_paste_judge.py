@@ -104,6 +104,7 @@ def test_a_faithful_line_is_pasted():
     assert TOLAPipeline(StandInRestorer())(photo).lines[0].ink_delta_e is None  # one line: no paste, no judge
 
 
+@pytest.mark.end_to_end  # a docs page's command, run whole
 def test_the_before_after_figure_runs_as_docs_restore_md_says(tmp_path, monkeypatch):
     """docs/restore.md's commands that make docs/images/samples_before_after.png, run literally (the demo model
     replaced by the identity, for speed): the figure is written, small, and holds what the page shows (the six
