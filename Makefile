@@ -37,16 +37,17 @@ lint: setup
 	$(PY) -m yapf --diff --recursive $(LINT_PATHS)
 	$(PY) lint/line_budget.py
 
-# Two worker processes (pytest-xdist): the suite is CPU-bound and CI has 2 cores. OpenVINO runs in worker processes
-# of its own (tola_plugin/runtime), never in a test process, so one session holds every test (docs/testing.md).
+# Two worker processes (pytest-xdist) that steal queued tests from each other (no idle worker at the end): the suite
+# is CPU-bound and CI has 2 cores. OpenVINO runs in worker processes of its own (tola_plugin/runtime), never in a test
+# process, so one session holds every test (docs/testing.md).
 # Two tiers run apart so that make test stays under 10 minutes on 2 cores; CI runs all three (tests/test_suite_tiers.py):
 # the pipelines run end to end through the launchers in processes of their own or a docs page command by command
 # (marked end_to_end: tens of seconds each), and the GPU check's carry, bundle and dry runs (marked gpu_dry_run).
 test: setup
-	$(PY) -m pytest -q -n 2 -m "not gpu_dry_run and not end_to_end" tests
+	$(PY) -m pytest -q -n 2 --dist worksteal -m "not gpu_dry_run and not end_to_end" tests
 
 test-end-to-end: setup
-	$(PY) -m pytest -q -n 2 -m end_to_end tests
+	$(PY) -m pytest -q -n 2 --dist worksteal -m end_to_end tests
 
 test-gpu-dry-run: setup
 	$(PY) -m pytest -q -n 2 -m gpu_dry_run tests
