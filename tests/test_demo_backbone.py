@@ -100,6 +100,8 @@ def test_manifest_says_how_the_backbone_was_made():
         gpu = load_yaml(os.path.join(REPO, 'options', 'demo', 'train_demo_backbone_gpu.yml'))
         assert manifest['command'].startswith('python tools/ship_demo_model.py --backbone-state ')
         assert manifest['trained_on'] and manifest['stored'] == STORED
+        one_step = manifest['held_out_one_step_float32']  # the run's frozen one step on its held-out pool
+        assert one_step['psnr_one_step'] > one_step['psnr_lr'] > 0
         for stage in ('vae', 'transocr', 'idm'):
             record = manifest['stages'][stage]
             assert record['made_with'][0] == gpu[stage]  # trained by the committed GPU option file ...

@@ -90,6 +90,7 @@ def test_dry_run_packs_what_a_lease_brings_back_and_the_next_lease_resumes(carry
     assert stages['idm']['inputs']['vae'] == sha256_file(str(out / 'vae.safetensors'))  # the packed file's digest
     record = json.loads((out / RECORD_FILE).read_text(encoding='utf-8'))
     assert set(record['held_out']) == {'psnr_lr', 'psnr_tola', 'transocr_acc_lr', 'transocr_acc_tola'}
+    assert set(record['held_out_one_step']) == {'psnr_lr', 'psnr_one_step', 'transocr_acc_lr', 'transocr_acc_one_step'}
     assert any('idm' in line for line in record['backbone_log_tail'])
 
     # The next lease carries the packed files in: every stage is reused, the adaptation starts from the carried one.

@@ -78,15 +78,11 @@ def install_backbone(state: str, folder: Optional[str] = None, command: str = ''
     to_float16(os.path.join(state, 'transocr.safetensors'), os.path.join(folder, TRANSOCR_FILE))
     ocr = load_transocr(os.path.join(folder, TRANSOCR_FILE))
     parameters = {name: sum(p.numel() for p in m.parameters()) for name, m in dict(nets, transocr=ocr).items()}
+    stages = {s: {k: v for k, v in stages[s].items() if k != 'inputs'} for s in ('vae', 'transocr', 'idm')}
     manifest = {
         'command': command, 'trained_from': state, 'stored': STORED, 'trained_on': run.get('device'),
         'started_from': run.get('started_from'), 'backbone_seconds': run.get('backbone_seconds'),
-        'held_out_one_step': [line for line in run.get('backbone_log_tail', [])
-                              if 'frozen one-step' in line], 'stages': {
-                                  s: {k: v
-                                      for k, v in stages[s].items() if k not in ('inputs', )}
-                                  for s in ('vae', 'transocr', 'idm')
-                              }, 'parameters': parameters,
+        'held_out_one_step_float32': run.get('held_out_one_step'), 'stages': stages, 'parameters': parameters,
         'file_mb': {f: round(os.path.getsize(os.path.join(folder, f)) / 1e6, 3)
                     for f in (DIFFTSR_FILE, TRANSOCR_FILE)}, 'date': datetime.date.today().isoformat(),
         'previous': previous

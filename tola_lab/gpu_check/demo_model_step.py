@@ -28,7 +28,8 @@ from typing import Dict, Optional
 import torch
 
 from tola_lab.gpu_check.configs import read_yaml, write_yaml
-from tola_plugin.checkpoints.demo_backbone import demo_adaptation_path
+from tola_plugin.checkpoints.demo_backbone import MANIFEST_FILE, demo_adaptation_path
+from tola_plugin.utils.atomic_files import read_json_dict
 from tola_plugin.utils.process_tree import TreeTimeout, run_tree
 
 GPU_BACKBONE = 'options/demo/train_demo_backbone_gpu.yml'
@@ -227,7 +228,9 @@ def demo_model_step(root: str, data: str, work: str, dry_run: bool, out: str, se
         'stages': stages, 'backbone_seconds': round(time.monotonic() - start, 1)
     }
     adaptation = None
-    if rc == 0:
+    if rc == 0:  # the frozen one step on the held-out pool as the backbone's run measured it (float32), then TOLA
+        record['held_out_one_step'] = read_json_dict(os.path.join(opt['output_dir'],
+                                                                  MANIFEST_FILE))['held_out_one_step']
         carried = os.path.join(state, ADAPTATION_FILE)
         begin = (carried if os.path.isfile(carried) else demo_adaptation_path() if 'idm' in shipped else None)
         if renderer is not None:
