@@ -1,8 +1,8 @@
 #!/usr/bin/env python
 """Interpreter start-up with and without the plugin installed: ``python -c pass`` in fresh virtualenvs that share this
 environment's dependencies, without the plugin, with a regular install (``pip install .``) and with an editable one
-(``pip install -e .``), run interleaved (README, "Installing into an existing environment"); then ``import basicsr`` in
-the regular install with the plugin, without it, and with every class of the plugin imported (README, "A light plugin").
+(``pip install -e .``), run interleaved; then ``import basicsr`` in the regular install with the plugin, without it, and
+with every class of the plugin imported (the figures: docs/architecture.md, "A light plugin").
 
 The plugin's .pth file runs at every interpreter start (tola_plugin_hook.py: a finder waiting for basicsr, nothing
 imported); setuptools' editable install adds its own path finder, measured alone in a fourth venv whose hook .pth is

@@ -1,13 +1,8 @@
-"""Interpreter start-up with and without the plugin installed (tools/benchmark_startup.py; README, "Installing into an
-existing environment"): ``python -c pass`` in fresh virtualenvs that share this environment's dependencies, without the
-plugin, with a regular install (``pip install .``) and with an editable one (``pip install -e .``), run interleaved;
-then ``import basicsr`` in the regular install, with the plugin, without it, and with every class of the plugin imported
-(what each such process paid before the plugin registered names only: README, "A light plugin").
-
-The plugin's .pth file runs at every interpreter start (tola_plugin_hook.py: a finder waiting for basicsr, nothing
-imported); setuptools' editable install adds its own path finder, measured alone in a fourth venv whose hook .pth is
-removed. Byte-code is written and used, as in an installed environment (``PYTHONDONTWRITEBYTECODE`` is cleared for
-the timed runs).
+"""Interpreter start-up with and without the plugin installed (tools/benchmark_startup.py; the figures: docs/
+architecture.md, "A light plugin"): ``python -c pass`` in fresh virtualenvs that share this environment's dependencies,
+without the plugin, with a regular install (``pip install .``) and with an editable one (``pip install -e .``), run
+interleaved; then ``import basicsr`` in the regular install, with the plugin, without it, and with every class of the
+plugin imported (what each such process paid before the plugin registered names only).
 """
 import json
 import os
