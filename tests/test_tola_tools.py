@@ -13,7 +13,7 @@ import tola_plugin  # noqa: F401
 from tola_plugin.archs.tola_arch import TOLANet
 from tola_plugin.checkpoints.tola import MERGED_FORMAT
 from tola_plugin.inference.prior_csv import read_prior_csv
-from inference_testing import tiny_adapted_net
+from inference_testing import TINY_LRC, tiny_adapted_net
 from tola_testing import REPO, one_thread, tiny_net_opt  # noqa: F401
 
 sys.path.insert(0, os.path.join(REPO, 'tools'))
@@ -34,7 +34,7 @@ def trained(tmp_path_factory):
     checkpoint = root / 'net_g_1.pth'
     torch.save({'params': net.adaptation_state_dict()}, checkpoint)
     opt = {
-        'network_g': dict(type='TOLANet', **tiny_net_opt()),
+        'network_g': dict(type='TOLANet', **tiny_net_opt(lrc=TINY_LRC)),
         'path': {'pretrain_network_g': str(checkpoint), 'param_key_g': 'params'}
     }
     opt_path = root / 'tiny.yml'

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 r"""Where a one-step restoration's error comes from: the IDM's ε error amplified ~102x at t = 999, next to the
 error of the LR latent itself, what the LRC leaves of it, and the VAE's ceilings (docs/demo_backbone.md,
-"Why the demo cannot beat its input").
+"Why the CPU-trained backbone could not beat its input").
 
     python tools/one_step_error.py -opt options/demo/test_TOLA_demo.yml              # the demo's TOLA model
     python tools/one_step_error.py -opt options/demo/test_TOLA_demo.yml --frozen     # the backbone alone

@@ -5,7 +5,7 @@
   (rendered + degraded lines generated once into .npy files), ``training_stages`` (the VAE, TransOCR and IDM/MoM
   stages), ``latents`` (the VAE latents and TransOCR priors the IDM stage reads) and ``scores`` (held-out scores);
 - ``report``: ``make demo``'s report (tools/demo_report.py): LR | TOLA | HR, metrics.json, the grid;
-- ``one_step_error``: why the demo cannot beat its input (tools/one_step_error.py);
+- ``one_step_error``: where a one-step restoration's error comes from (tools/one_step_error.py);
 - ``restore_figure``: the figure of docs/restore.md, lines of any aspect and a photo restored
   (tools/plot_restore_figure.py).
 
