@@ -41,6 +41,9 @@ def converted(tmp_path_factory):
     said = io.StringIO()
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv('XDG_CACHE_HOME', str(tmp_path_factory.mktemp('ov_cache')))
+        home = os.path.join(os.path.dirname(path), 'home')  # where OpenVINO's telemetry would write
+        os.mkdir(home)
+        patch.setenv('HOME', home)
         patch.setattr(qualification.CACHE, 'memory', {})
         try:
             with pytest.MonkeyPatch.context() as quick, contextlib.redirect_stderr(said):
@@ -146,6 +149,13 @@ def test_converted_stages_are_reused(converted, monkeypatch):
     cache = OVS.StageCache(file_sha256(path))
     assert cache.valid() and sorted(os.listdir(cache.folder)) == sorted(cache.files() + [OVS.MANIFEST])
     assert os.listdir(OVS.compiled_cache_dir())  # OpenVINO's own cache of the compiled stages
+
+
+def test_the_conversion_sends_no_telemetry(converted):
+    """OpenVINO's converter, left alone, writes a client id into ~/intel/ and posts usage events: the conversion
+    child blocks its telemetry package, so the home folder it ran with stays empty."""
+    home = os.path.join(os.path.dirname(converted[0]), 'home')
+    assert os.path.isdir(home) and os.listdir(home) == []
 
 
 def test_the_conversion_shows_its_progress_with_the_time_left(converted):

@@ -12,8 +12,11 @@ import warnings
 import torch
 
 from tola_plugin.runtime.image_stages import STAGES, stage_modules
+from tola_plugin.runtime.openvino_backend.no_telemetry import block_openvino_telemetry
 from tola_plugin.runtime.stage_source import load_modules
 from tola_plugin.runtime.text_prior_stages import TextEncoderStage, prior_stage_modules
+
+block_openvino_telemetry()  # before OpenVINO is imported (no_telemetry.py says why)
 
 
 def conversion_jobs(idm, vae, context_dim: int, transocr):

@@ -11,9 +11,10 @@ Messages (pickled dicts over ``multiprocessing.connection``): {'op': 'load', 'st
 'keep': None} -> {'ok': True, 'output': float32 array}; with 'keep': a name, the output stays here under that name
 (-> {'ok': True, 'shape': its shape}) and a later run's input may be that name (the text prior's encoder output, read
 by each decoding step); {'op': 'exit'}. A failure is {'ok': False, 'error': message}. End of input (the parent gone)
-ends the worker. Imports numpy, OpenVINO, the standard library and two stdlib-only modules of the package
-(``resident_memory``, ``utils/procfs``; the package's ``__init__`` imports nothing heavy), so it starts in well under a
-second. A thread keeps the weights files OpenVINO maps out of its resident memory (``resident_memory.PageTrimmer``).
+ends the worker. Imports numpy, OpenVINO, the standard library and three stdlib-only modules of the package
+(``resident_memory``, ``utils/procfs``, ``no_telemetry``; the package's ``__init__`` imports nothing heavy), so it
+starts in well under a second. A thread keeps the weights files OpenVINO maps out of its resident memory
+(``resident_memory.PageTrimmer``).
 
 Each stage runs on one request with every thread on it (``compile_config``: one stream, LATENCY).
 """
@@ -21,8 +22,11 @@ import sys
 import time
 from multiprocessing.connection import Connection
 
+from tola_plugin.runtime.openvino_backend.no_telemetry import block_openvino_telemetry
 from tola_plugin.runtime.resident_memory import PageTrimmer
 from tola_plugin.utils.procfs import mappings
+
+block_openvino_telemetry()  # before OpenVINO is imported (no_telemetry.py says why)
 
 #: the layers that do a stage's arithmetic (OpenVINO's runtime model names them so): their precision is the stage's
 COMPUTE_LAYERS = ('Convolution', 'GroupConvolution', 'Deconvolution', 'MatMul', 'FullyConnected')
