@@ -153,7 +153,7 @@ def test_converted_stages_are_reused(converted, monkeypatch):
 
 def test_the_conversion_sends_no_telemetry(converted):
     """OpenVINO's converter, left alone, writes a client id into ~/intel/ and posts usage events: the conversion
-    child blocks its telemetry package, so the home folder it ran with stays empty."""
+    child and the worker block its telemetry package, so the home folder they ran with stays empty."""
     home = os.path.join(os.path.dirname(converted[0]), 'home')
     assert os.path.isdir(home) and os.listdir(home) == []
 
