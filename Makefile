@@ -36,6 +36,7 @@ lint: setup
 	$(PY) -m isort --check-only --diff $(LINT_PATHS)
 	$(PY) -m yapf --diff --recursive $(LINT_PATHS)
 	$(PY) lint/line_budget.py
+	$(PY) lint/doc_references.py
 
 # Two worker processes (pytest-xdist) that steal queued tests from each other (no idle worker at the end): the suite
 # is CPU-bound and CI has 2 cores. OpenVINO runs in worker processes of its own (tola_plugin/runtime), never in a test

@@ -397,3 +397,26 @@ def test_a_wing_may_name_a_top_level_folder_outside_the_package(tmp_path):
     assert 'tola_lab is in two wings (model, lab) in docs/architecture.md' in lint().stderr
     (package / 'extra.py').write_text('e = 1\n')
     assert 'tola_plugin/extra.py is in no wing of docs/architecture.md' in lint().stderr
+
+
+def test_a_reference_to_a_section_that_is_not_there_fails_the_lint(tmp_path):
+    """lint/doc_references.py: `docs/X.md, "Section"` must name a heading of X or a paragraph's bold title (their first
+    words will do), else `make lint` fails naming the line; a reference to a missing page fails too."""
+    (tmp_path / 'docs').mkdir()
+    (tmp_path / 'docs' / 'a.md').write_text('# A\n\n## Option files: strict in every block\n\n'
+                                            '**Where it runs.** Here.\n')
+    (tmp_path / 'README.md').write_text('See docs/a.md, "Option files" and docs/a.md ("Where it\nruns").\n')
+
+    def lint():
+        return subprocess.run(
+            [sys.executable, os.path.join(REPO, 'lint', 'doc_references.py'),
+             str(tmp_path)], capture_output=True, text=True, timeout=60)
+
+    assert lint().returncode == 0 and lint().stderr == ''
+    (tmp_path / 'docs' / 'b.md').write_text('Read docs/a.md, "Strict options" and docs/c.md ("Anything").\n')
+    dead = lint()
+    assert dead.returncode == 1
+    assert 'docs/b.md:1: docs/a.md "Strict options": no heading or bold paragraph title' in dead.stderr
+    assert 'docs/b.md:1: docs/c.md "Anything": no such page' in dead.stderr
+    (tmp_path / 'docs' / 'b.md').write_text('Read docs/a.md, "Option file".\n')  # a word cut short is no match
+    assert lint().returncode == 1

@@ -36,7 +36,8 @@ for name in lmdb rapidfuzz; do                                     # the wheels 
   for wheel in "${WHEELS[@]}"; do [[ "$(basename "$wheel")" == "$name"-* ]] && found=1; done
   if [ "$found" = 0 ]; then
     echo "error: the carry has no $name wheel for $TAG ($PYTHON); it carries:" \
-         "$(cd "$CARRY/wheels" && ls $name-* | tr '\n' ' ') (set PYTHON to a CPython 3.10-3.12)" >&2
+         "$(cd "$CARRY/wheels" && ls $name-* | tr '\n' ' ') (build the carry for this Python: make gpu-carry" \
+         "GPU_PYTHONS=${TAG:2:1}.${TAG:3}; or set PYTHON to a CPython the carry has)" >&2
     exit 2
   fi
 done
