@@ -13,6 +13,7 @@ from tola_lab.gpu_check.configs import read_yaml
 from tola_lab.gpu_check.demo_model_step import (ADAPTATION_FILE, DRY_RUN_BACKBONE, GPU_BACKBONE, MAX_FILE_BYTES,
                                                 MAX_FILES, RECORD_FILE, STATE, carried_fonts, demo_model_step,
                                                 shipped_start)
+from tola_lab.gpu_check.report import SECTIONS
 from tola_plugin.commands.data_preparation.image_checks import sha256_file
 from tola_testing import REPO, one_thread  # noqa: F401  (fixture)
 
@@ -89,7 +90,11 @@ def test_dry_run_packs_what_a_lease_brings_back_and_the_next_lease_resumes(carry
     stages = json.loads((out / 'stages.json').read_text(encoding='utf-8'))
     assert stages['idm']['inputs']['vae'] == sha256_file(str(out / 'vae.safetensors'))  # the packed file's digest
     record = json.loads((out / RECORD_FILE).read_text(encoding='utf-8'))
-    assert set(record['held_out']) == {'psnr_lr', 'psnr_tola', 'transocr_acc_lr', 'transocr_acc_tola'}
+    assert set(record['held_out']) == {
+        'psnr_lr', 'psnr_tola', 'transocr_acc_lr', 'transocr_acc_tola', 'psnr_tola_null_prior',
+        'transocr_acc_tola_null_prior'
+    }
+    assert any(line.startswith('| TOLA, null text prior | ') for line in SECTIONS['demo_model'](result))  # the report
     assert set(record['held_out_one_step']) == {'psnr_lr', 'psnr_one_step', 'transocr_acc_lr', 'transocr_acc_one_step'}
     assert any('idm' in line for line in record['backbone_log_tail'])
 

@@ -11,7 +11,7 @@ what the next lease or this repository needs into ``out`` (at most ``MAX_FILES``
    iterations that fit the time left; from the carried adaptation when there is one, else from the shipped one when
    the backbone started from the shipped stages), through BasicSR's launcher. Its lines render in a second process
    while the backbone trains.
-3. Held-out scores of what was trained (the backbone's held-out pool: LR against TOLA, PSNR and TransOCR accuracy).
+3. Held-out scores (the backbone's held-out pool: LR, TOLA, TOLA without its text; PSNR and TransOCR accuracy).
 4. ``out``: the stage files (``pack_state``: float16, the IDM float32), the adaptation, ``demo_model.json`` (the
    record) and the log.
 
@@ -160,8 +160,7 @@ def adaptation_options(root: str, work: str, backbone_out: str, lines: str, star
     size = DRY_ADAPTATION if dry_run else GPU_ADAPTATION
     total = min(size['max_iter'], max(size['min_iter'], int(seconds / size['seconds_per_iteration'])))
     opt = read_yaml(os.path.join(root, ADAPTATION))
-    opt['name'] = 'demo_TOLA_gpu'
-    opt['num_gpu'] = 0 if dry_run else 1
+    opt.update(name='demo_TOLA_gpu', num_gpu=0 if dry_run else 1)
     train_set = opt['datasets']['train']
     train_set.update(dataroot_gt=lines, labels=os.path.join(lines, 'labels.tsv'), batch_size_per_gpu=size['batch'],
                      num_worker_per_gpu=0 if dry_run else 12, dataset_enlarge_ratio=100)
@@ -169,9 +168,8 @@ def adaptation_options(root: str, work: str, backbone_out: str, lines: str, star
                             transocr_checkpoint=os.path.join(backbone_out, TRANSOCR_FILE))
     opt['path']['pretrain_network_g'] = start
     train = opt['train']
-    train['total_iter'] = total
+    train.update(total_iter=total, warmup_iter=min(int(train.get('warmup_iter', 0)), total // 10))
     train['scheduler']['periods'] = [total]
-    train['warmup_iter'] = min(int(train.get('warmup_iter', 0)), total // 10)
     opt['logger'].update(print_freq=max(1, total // 20), save_checkpoint_freq=size['checkpoint_every'])
     return {'option_file': write_yaml(os.path.join(work, 'adaptation.yml'), opt), 'total_iter': total}
 
@@ -187,7 +185,8 @@ def latest_adaptation(experiment: str) -> Optional[str]:
 
 
 def held_out_scores(backbone_out: str, adaptation: str, network: Dict, val_pool: str, device: str) -> Dict:
-    """The trained model on the backbone's held-out pool: PSNR and TransOCR accuracy of the LR input and of TOLA."""
+    """The trained model on the backbone's held-out pool: PSNR and TransOCR accuracy of the LR input, of TOLA and of
+    TOLA with the null text prior (``*_tola_null_prior``: how much the IDM uses the text)."""
     from tola_lab.demo.pool import open_pool
     from tola_lab.demo.scores import one_step_scores
     from tola_plugin.archs.tola_arch import TOLANet
@@ -196,7 +195,10 @@ def held_out_scores(backbone_out: str, adaptation: str, network: Dict, val_pool:
     net = TOLANet(**dict(network, backbone_init='checkpoint', difftsr_checkpoint=os.path.join(
         backbone_out, DIFFTSR_FILE), transocr_checkpoint=os.path.join(backbone_out, TRANSOCR_FILE)))
     net.load_adaptation_checkpoint(adaptation)
-    scores = one_step_scores(net.to(device).eval(), open_pool(val_pool))
+    pool = open_pool(val_pool)
+    scores = one_step_scores(net.to(device).eval(), pool)
+    blind = one_step_scores(net.set_switches(text_prior='null'), pool)
+    scores.update({f'{k}_null_prior': blind[k] for k in ('psnr_one_step', 'transocr_acc_one_step')})
     return {k.replace('one_step', 'tola'): round(v, 4) for k, v in scores.items()}
 
 

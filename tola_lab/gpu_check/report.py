@@ -168,12 +168,10 @@ def _demo_model(s: Dict) -> List[str]:
         f'{adaptation.get("exit_status", "")} ({adaptation.get("seconds", 0)} s), from '
         f'{adaptation.get("started_from", "-")}.', ''
     ]
-    if s.get('held_out'):
+    held, rows = s.get('held_out'), [('LR', 'lr'), ('TOLA', 'tola'), ('TOLA, null text prior', 'tola_null_prior')]
+    if held:
         lines += table(['held-out pool', 'PSNR (dB)', 'TransOCR ACC'],
-                       [['LR', _g(s['held_out']['psnr_lr'], 4),
-                         _g(s['held_out']['transocr_acc_lr'])],
-                        ['TOLA', _g(s['held_out']['psnr_tola'], 4),
-                         _g(s['held_out']['transocr_acc_tola'])]]) + ['']
+                       [[name, _g(held[f'psnr_{k}'], 4), _g(held[f'transocr_acc_{k}'])] for name, k in rows]) + ['']
     return lines + [
         'Files to bring back (demo_model/): ' + ', '.join(f'{k} ({v / 2**20:.1f} MiB)'
                                                           for k, v in sorted(s['files'].items()))
