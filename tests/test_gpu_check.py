@@ -466,6 +466,7 @@ def test_a_python_without_its_abi_wheels_is_refused_naming_them(carry, tmp_path)
                            str(tmp_path / 'r')], capture_output=True, text=True,
                           env=dict(os.environ, PYTHON=str(fake), TOLA_GPU_CHECK_CARRY=str(carry)))
     assert proc.returncode == 2 and 'no lmdb wheel for cp39' in proc.stderr and 'cp312' in proc.stderr
+    assert 'make gpu-carry GPU_PYTHONS=3.9;' in proc.stderr  # the command that builds a carry for this Python
 
 
 def test_versions_other_than_tested_lead_the_report(tmp_path):
