@@ -88,25 +88,31 @@ def test_the_shipped_adaptation_is_make_demos_and_says_how_it_was_made():
 
 
 def test_manifest_says_how_the_backbone_was_made():
-    """The shipped backbone's manifest names how it was made: a GPU check's run (its stages trained by
-    options/demo/train_demo_backbone_gpu.yml, each started from the backbone shipped before it, whose manifest it keeps
-    as ``previous``) or the CPU's (options/demo/train_demo_backbone.yml and the stages trained on from it)."""
+    """The shipped backbone's manifest names how it was made: a GPU check's run (its stages trained with the options
+    of options/demo/train_demo_backbone_gpu.yml at the time, recorded, each started from the backbone shipped before
+    it, whose manifest it keeps as ``previous``) or the CPU's (options/demo/train_demo_backbone.yml and the stages
+    trained on from it)."""
     manifest = demo_manifest()
     folder = os.path.dirname(demo_checkpoint_paths()[0])
     sizes = {f: os.path.getsize(os.path.join(folder, f)) for f in (DIFFTSR_FILE, TRANSOCR_FILE)}
     assert sum(sizes.values()) <= 30e6
     assert manifest['file_mb'] == {f: round(s / 1e6, 3) for f, s in sizes.items()}
     if 'trained_from' in manifest:
-        gpu = load_yaml(os.path.join(REPO, 'options', 'demo', 'train_demo_backbone_gpu.yml'))
+        from tola_plugin.checkpoints.difftsr import read_converted
+        from tola_plugin.checkpoints.transocr import read_transocr_safetensors
+        configs = read_converted(demo_checkpoint_paths()[0], ('vae', 'idm'))[1]
+        configs['transocr'] = read_transocr_safetensors(demo_checkpoint_paths()[1])[1]
         assert manifest['command'].startswith('python tools/ship_demo_model.py --backbone-state ')
         assert manifest['trained_on'] and manifest['stored'] == STORED
         one_step = manifest['held_out_one_step_float32']  # the run's frozen one step on its held-out pool
         assert one_step['psnr_one_step'] > one_step['psnr_lr'] > 0
         for stage in ('vae', 'transocr', 'idm'):
             record = manifest['stages'][stage]
-            assert record['made_with'][0] == gpu[stage]  # trained by the committed GPU option file ...
-            assert 0 < record['iterations_done'] == record['iterations'] <= gpu[stage]['iterations']  # ... finished
-            assert manifest['started_from'][stage] == f'the shipped demo {stage}'
+            made_with = record['made_with'][0]  # the stage's options in the GPU recipe of that run
+            assert all(configs[stage][k] == v for k, v in made_with['config'].items())  # the files' architecture
+            if not made_with.get('keep'):  # a kept stage is the previous manifest's
+                assert 0 < record['iterations_done'] == record['iterations'] <= made_with['iterations']  # finished
+            assert manifest['started_from'][stage].startswith(f'the shipped demo {stage}')
         manifest = manifest['previous']  # the backbone it started from
     assert_cpu_manifest(manifest, folder)
 
@@ -244,6 +250,41 @@ def test_training_stops_at_its_deadline_keeps_the_stage_and_resumes_it(tmp_path,
     assert record['iterations_done'] == options['transocr']['iterations']
     assert 0 <= record['val_acc_lr'] <= 1 and record['stored'] == 'float16' and record['command'] == 'cmd'
     assert manifest['file_mb'][TRANSOCR_FILE] == round(os.path.getsize(folder / TRANSOCR_FILE) / 1e6, 3)
+
+
+def test_a_kept_stage_is_its_init_file_untrained_and_scored(tmp_path, one_thread, capsys):  # noqa: F811
+    """``keep: true`` (a lease's time to the other stages): the stage is init_dir's file, tensor for tensor, with its
+    held-out scores recorded; training options beside it, or no file to keep, are errors naming the stage."""
+    from tola_lab.demo.training import train_demo_backbone as train
+    options = load_yaml(os.path.join(REPO, 'tests', 'data', 'demo_backbone', 'tiny_backbone.yml'))
+    options['data']['fonts'] = [cjk_font()]
+    from tola_plugin.archs.backbone_builder import save_converted
+    from tola_plugin.archs.transocr_arch import TransOCR
+    from tola_plugin.archs.vae_arch import DiffTSRVAE
+    from tola_plugin.checkpoints.transocr import save_transocr
+    first = tmp_path / 'first'  # an earlier run's stage files (here untrained ones)
+    first.mkdir()
+    save_converted({'vae': DiffTSRVAE(**options['vae']['config'])}, str(first / 'vae.safetensors'))
+    save_transocr(TransOCR(**options['transocr']['config']), str(first / 'transocr.safetensors'))
+    for stage in ('vae', 'transocr'):
+        options[stage] = {'config': options[stage]['config'], 'keep': True}
+    opt = write_options(tmp_path / 'kept.yml', options)
+    assert train(opt, str(tmp_path / 'work'), str(tmp_path / 'out2'), init_dir=str(first)) == 0
+    log = capsys.readouterr().out
+    assert 'vae: kept as it is' in log and 'transocr: kept as it is' in log and 'idm 1/1' in log
+    records = json.loads((tmp_path / 'work' / 'stages.json').read_text(encoding='utf-8'))
+    for stage in ('vae', 'transocr'):
+        kept, init = (load_file(os.path.join(d, f'{stage}.safetensors')) for d in (str(tmp_path / 'work'), str(first)))
+        assert kept.keys() == init.keys() and all(torch.equal(kept[k], init[k]) for k in kept)
+        assert records[stage]['kept'] and records[stage]['iterations_done'] == 0
+    assert 'val_psnr_reconstruction' in records['vae'] and 0 <= records['transocr']['val_acc_lr'] <= 1
+    with pytest.raises(FileNotFoundError, match=r'vae: keep: true .*init_dir'):
+        train(opt, str(tmp_path / 'work3'), str(tmp_path / 'out3'))
+    options['vae']['lr'] = 1e-3
+    with pytest.raises(ValueError, match=r"vae: keep: true trains nothing, so \['lr'\] would be ignored"):
+        train(
+            write_options(tmp_path / 'bad.yml', options), str(tmp_path / 'work4'), str(tmp_path / 'out4'),
+            init_dir=first)
 
 
 def test_demo_chinese_pool_is_what_the_renderer_draws(tmp_path):

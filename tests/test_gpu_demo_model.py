@@ -43,11 +43,13 @@ def test_missing_fonts_name_the_folder_and_the_command(tmp_path):
 
 def test_the_gpu_backbone_starts_every_stage_from_the_shipped_one(tmp_path):
     """The GPU option file builds the shipped architectures: each stage starts from the shipped weights (which the CPU
-    trained for hours), written as stage files the training loads strictly; the dry run's tiny backbone cannot, and
-    starts from random weights."""
+    trained for hours), written as stage files the training loads strictly (a kept stage needs them: ``keep: true``
+    fails without); the dry run's tiny backbone cannot, and starts from random weights."""
     from tola_plugin.archs.backbone_builder import load_difftsr
     from tola_plugin.checkpoints.demo_backbone import demo_checkpoint_paths
-    started = shipped_start(read_yaml(os.path.join(REPO, GPU_BACKBONE)), str(tmp_path))
+    opt = read_yaml(os.path.join(REPO, GPU_BACKBONE))
+    started = shipped_start(opt, str(tmp_path))
+    assert [s for s in ('vae', 'transocr') if opt[s].get('keep')]  # the lease's time to the IDM: these are kept ...
     assert {k: v
             for k, v in started.items()
             if k != 'folder'} == {s: f'the shipped demo {s}'

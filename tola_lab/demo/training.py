@@ -7,7 +7,6 @@ priors). The result goes to ``output_dir``: ``difftsr_demo.safetensors``, ``tran
 ``manifest.json`` (how they were made). Deterministic given ``seed`` and ``num_threads``.
 """
 import datetime
-import hashlib
 import json
 import os
 import platform
@@ -29,6 +28,7 @@ from tola_plugin.archs.transocr_arch import TransOCR
 from tola_plugin.archs.vae_arch import DiffTSRVAE
 from tola_plugin.checkpoints.demo_backbone import DIFFTSR_FILE, MANIFEST_FILE, TRANSOCR_FILE
 from tola_plugin.checkpoints.transocr import save_transocr
+from tola_plugin.commands.data_preparation.image_checks import sha256_file
 from tola_plugin.options.reader import read_option_file
 from tola_plugin.utils.checkpoint_io import require_file
 from tola_plugin.utils.user_text import say
@@ -94,8 +94,7 @@ class StageRecords:
 
     def digest(self, stage: str) -> str:
         """sha256 of a stage file (the identity of the inputs of the stages after it)."""
-        with open(self.file(stage), 'rb') as f:
-            return hashlib.sha256(f.read()).hexdigest()
+        return sha256_file(self.file(stage))
 
     def reusable(self, stage: str, inputs: dict = None) -> bool:
         """True if the stage file exists and was made with the current options (and ``inputs``)."""
@@ -112,8 +111,8 @@ class StageRecords:
         """Merge ``result`` under ``key`` (a stage, or ``<stage>_partial`` with ``stage`` given)."""
         stage = stage or key
         records = self._read()
-        records[key] = dict(result, iterations=int(result.get('iterations', self.opt[stage]['iterations'])),
-                            made_with=self.made_with(stage), inputs=inputs)
+        total = result['iterations'] if 'iterations' in result else self.opt[stage]['iterations']
+        records[key] = dict(result, iterations=int(total), made_with=self.made_with(stage), inputs=inputs)
         tmp = self.path + f'.{os.getpid()}.tmp'
         with open(tmp, 'w', encoding='utf-8') as f:
             json.dump(records, f, indent=1)
@@ -144,18 +143,18 @@ class StageTrainer:
 
     def inputs(self, stage: str, inputs=None):
         init = self.init_file(stage)
-        if init is None:
-            return inputs
-        with open(init, 'rb') as f:
-            return dict(inputs or {}, init=hashlib.sha256(f.read()).hexdigest())
+        return inputs if init is None else dict(inputs or {}, init=sha256_file(init))
 
-    def __call__(self, stage: str, build, load, save, train, inputs=None):
+    def __call__(self, stage: str, build, load, save, train, inputs=None, score=None):
         """-> the stage's modules (on ``device``), reused, or trained and saved: ``build()`` new modules, ``load(path)``
-        modules from a file, ``save(modules, path)``, ``train(modules, run) -> result`` (its 'iterations_done')."""
+        modules from a file, ``save(modules, path)``, ``train(modules, run) -> result`` (its 'iterations_done'); with
+        ``keep: true`` in the stage's options, ``init_dir``'s file as it is, scored by ``score(modules)``."""
         inputs = self.inputs(stage, inputs)
         records = self.records
         if records.reusable(stage, inputs):
             return self._to(load(records.file(stage)))
+        if records.opt[stage].get('keep'):
+            return self._kept(stage, load, save, score, inputs)
         partial = records.get(f'{stage}_partial')
         partial_file = records.file(f'{stage}.partial')
         start = 0
@@ -185,16 +184,26 @@ class StageTrainer:
             os.remove(partial_file)
         return self._to(modules)
 
+    def _kept(self, stage: str, load, save, score, inputs):
+        """``keep: true``: the stage is ``init_dir``'s file, untrained (a lease's time goes to the other stages)."""
+        ignored = sorted(set(self.records.opt[stage]) - {'config', 'keep'})
+        if ignored:
+            raise ValueError(f'{stage}: keep: true trains nothing, so {ignored} would be ignored; remove them')
+        if self.init_file(stage) is None:
+            raise FileNotFoundError(f'{stage}: keep: true keeps init_dir\'s {stage}.safetensors, and there is none '
+                                    f'(init_dir {self.init_dir!r})')
+        modules = load(self.init_file(stage))
+        self.log(f'{stage}: kept as it is ({self.init_file(stage)})')
+        save(modules, self.records.file(stage))
+        scored = score(self._to(modules)) if score else {}
+        self.records.record(stage, dict(scored, kept=True, iterations=0, iterations_done=0, seconds=0.0), inputs)
+        return self._to(modules)
+
     def _to(self, modules):
         return tuple(m.to(self.device) for m in modules)
 
     def _cpu(self, modules):
         return tuple(m.cpu() for m in modules)
-
-
-def _digest(path: str) -> str:
-    with open(path, 'rb') as f:
-        return hashlib.sha256(f.read()).hexdigest()
 
 
 def _frozen_vae(path: Optional[str], init_dir: Optional[str], device: str):
@@ -273,7 +282,8 @@ def train_demo_backbone(opt_path: str, work_dir: str = None, output_dir: str = N
         if only == 'idm':  # the IDM alone, on latents of init_dir's VAE as it is (the shipped one, say)
             vae = _frozen_vae(trainer.init_file('vae'), init_dir, device)
         elif only in (None, 'vae'):
-            vae, = trainer('vae', build_vae, load_vae, save_vae, train_vae)
+            vae, = trainer('vae', build_vae, load_vae, save_vae, train_vae,
+                           score=lambda m: {'val_psnr_reconstruction': scores.vae_psnr(m[0], val)})
             log(f'vae: held-out reconstruction PSNR {stages_run.get("vae")["val_psnr_reconstruction"]:.2f} dB')
 
         def load_ocr(path):
@@ -286,18 +296,21 @@ def train_demo_backbone(opt_path: str, work_dir: str = None, output_dir: str = N
             torch.manual_seed(seed + 2)
             return (TransOCR(**topt['config']), )
 
+        def score_ocr(modules):
+            return dict(
+                val_acc_hr=scores.transocr_accuracy(modules[0], val.hr, val.labels),
+                val_acc_lr=scores.transocr_accuracy(modules[0], val.lr, val.labels))
+
         def train_ocr(modules, run):
             result = stages.train_transocr(modules[0], pool, int(topt['iterations']), int(topt['batch_size']),
                                            float(topt['lr']), float(topt.get('hr_fraction', 0.3)), seed=seed + 2,
                                            log=log, log_every=int(topt.get('log_every', 50)), run=run)
             if result['iterations_done'] == result['iterations']:
-                result.update(
-                    val_acc_hr=scores.transocr_accuracy(modules[0], val.hr, val.labels),
-                    val_acc_lr=scores.transocr_accuracy(modules[0], val.lr, val.labels))
+                result.update(score_ocr(modules))
             return result
 
         def transocr_stage():
-            model, = trainer('transocr', build_ocr, load_ocr, save_ocr, train_ocr)
+            model, = trainer('transocr', build_ocr, load_ocr, save_ocr, train_ocr, score=score_ocr)
             record_t = stages_run.get('transocr')
             log(f'transocr: held-out accuracy HR {record_t["val_acc_hr"]:.3f}, LR {record_t["val_acc_lr"]:.3f}')
             return model
@@ -315,7 +328,7 @@ def train_demo_backbone(opt_path: str, work_dir: str = None, output_dir: str = N
             log(f'--only {only}: done')
             return 0
 
-        inputs = ({'vae': _digest(trainer.init_file('vae'))} if only == 'idm' else
+        inputs = ({'vae': sha256_file(trainer.init_file('vae'))} if only == 'idm' else
                   {s: stages_run.digest(s)
                    for s in (('vae', 'transocr') if needs_prior else ('vae', ))})
         t0 = time.time()

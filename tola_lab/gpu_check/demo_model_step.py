@@ -184,16 +184,14 @@ def latest_adaptation(experiment: str) -> Optional[str]:
     return max(numbered, key=lambda p: int(os.path.basename(p)[6:-4]), default=None)
 
 
-def held_out_scores(backbone_out: str, adaptation: str, network: Dict, val_pool: str, device: str) -> Dict:
-    """The trained model on the backbone's held-out pool: PSNR and TransOCR accuracy of the LR input, of TOLA and of
-    TOLA with the null text prior (``*_tola_null_prior``: how much the IDM uses the text)."""
+def held_out_scores(adaptation: str, network: Dict, val_pool: str, device: str) -> Dict:
+    """The trained model (``network``: the adaptation's network_g, on the trained backbone's files) on the backbone's
+    held-out pool: PSNR and TransOCR accuracy of the LR input, of TOLA and of TOLA with the null text prior
+    (``*_tola_null_prior``: how much the IDM uses the text)."""
     from tola_lab.demo.pool import open_pool
     from tola_lab.demo.scores import one_step_scores
     from tola_plugin.archs.tola_arch import TOLANet
-    from tola_plugin.checkpoints.demo_backbone import DIFFTSR_FILE, TRANSOCR_FILE
-    network = {k: v for k, v in network.items() if k != 'type'}
-    net = TOLANet(**dict(network, backbone_init='checkpoint', difftsr_checkpoint=os.path.join(
-        backbone_out, DIFFTSR_FILE), transocr_checkpoint=os.path.join(backbone_out, TRANSOCR_FILE)))
+    net = TOLANet(**{k: v for k, v in network.items() if k != 'type'})
     net.load_adaptation_checkpoint(adaptation)
     pool = open_pool(val_pool)
     scores = one_step_scores(net.to(device).eval(), pool)
@@ -257,8 +255,7 @@ def demo_model_step(root: str, data: str, work: str, dry_run: bool, out: str, se
         adaptation = latest_adaptation(os.path.join(work, 'experiments', 'demo_TOLA_gpu'))
         if adaptation is not None:
             network = read_yaml(sized['option_file'])['network_g']
-            record['held_out'] = held_out_scores(opt['output_dir'], adaptation, network,
-                                                 os.path.join(opt['work_dir'], 'val_pool'), device)
+            record['held_out'] = held_out_scores(adaptation, network, os.path.join(opt['work_dir'], 'val_pool'), device)
     pack_state(opt['work_dir'], out)
     if adaptation is not None:
         shutil.copy2(adaptation, os.path.join(out, ADAPTATION_FILE))
