@@ -49,7 +49,7 @@ def test_the_gpu_backbone_starts_every_stage_from_the_shipped_one(tmp_path):
     from tola_plugin.checkpoints.demo_backbone import demo_checkpoint_paths
     opt = read_yaml(os.path.join(REPO, GPU_BACKBONE))
     started = shipped_start(opt, str(tmp_path))
-    assert [s for s in ('vae', 'transocr') if opt[s].get('keep')]  # the lease's time to the IDM: these are kept ...
+    assert [s for s in ('vae', 'transocr', 'idm') if opt[s].get('keep')] == ['vae', 'transocr']  # the time: the IDM's
     assert {k: v
             for k, v in started.items()
             if k != 'folder'} == {s: f'the shipped demo {s}'
