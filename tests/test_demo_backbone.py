@@ -256,12 +256,12 @@ def test_a_kept_stage_is_its_init_file_untrained_and_scored(tmp_path, one_thread
     """``keep: true`` (a lease's time to the other stages): the stage is init_dir's file, tensor for tensor, with its
     held-out scores recorded; training options beside it, or no file to keep, are errors naming the stage."""
     from tola_lab.demo.training import train_demo_backbone as train
-    options = load_yaml(os.path.join(REPO, 'tests', 'data', 'demo_backbone', 'tiny_backbone.yml'))
-    options['data']['fonts'] = [cjk_font()]
     from tola_plugin.archs.backbone_builder import save_converted
     from tola_plugin.archs.transocr_arch import TransOCR
     from tola_plugin.archs.vae_arch import DiffTSRVAE
     from tola_plugin.checkpoints.transocr import save_transocr
+    options = load_yaml(os.path.join(REPO, 'tests', 'data', 'demo_backbone', 'tiny_backbone.yml'))
+    options['data']['fonts'] = [cjk_font()]
     first = tmp_path / 'first'  # an earlier run's stage files (here untrained ones)
     first.mkdir()
     save_converted({'vae': DiffTSRVAE(**options['vae']['config'])}, str(first / 'vae.safetensors'))
@@ -284,7 +284,7 @@ def test_a_kept_stage_is_its_init_file_untrained_and_scored(tmp_path, one_thread
     with pytest.raises(ValueError, match=r"vae: keep: true trains nothing, so \['lr'\] would be ignored"):
         train(
             write_options(tmp_path / 'bad.yml', options), str(tmp_path / 'work4'), str(tmp_path / 'out4'),
-            init_dir=first)
+            init_dir=str(first))
 
 
 def test_demo_chinese_pool_is_what_the_renderer_draws(tmp_path):
