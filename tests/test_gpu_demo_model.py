@@ -1,8 +1,10 @@
 """The GPU check's demo_model step (tola_lab/gpu_check/demo_model_step.py) in a dry run on the CPU: the tests'
 tiny backbone and a few adaptation iterations, rendered with the carried font subsets only; what it packs fits what a
-lease brings back, and a second lease that carries the packed files in resumes from them instead of starting over."""
+lease brings back, and a second lease that carries the packed files in resumes from them instead of starting over.
+And the rrdb_baseline step (the demo's plain CNN with a GPU's compute), sized and dry-run the same way."""
 import json
 import os
+import shutil
 
 import pytest
 import torch
@@ -10,12 +12,19 @@ from safetensors import safe_open
 
 from tola_lab.demo.fonts import demo_characters, write_font_subsets
 from tola_lab.gpu_check.configs import read_yaml
-from tola_lab.gpu_check.demo_model_step import (ADAPTATION_FILE, DRY_RUN_BACKBONE, GPU_BACKBONE, MAX_FILE_BYTES,
-                                                MAX_FILES, RECORD_FILE, STATE, carried_fonts, demo_model_step,
-                                                shipped_start)
+from tola_lab.gpu_check.demo_model_step import (ADAPTATION_FILE, DRY_RUN_BACKBONE, GPU_ADAPTATION, GPU_BACKBONE,
+                                                MAX_FILE_BYTES, MAX_FILES, RECORD_FILE, STATE, carried_fonts,
+                                                demo_model_step, shipped_start)
 from tola_lab.gpu_check.report import SECTIONS
+from tola_lab.gpu_check.rrdb_baseline_step import OPTIONS as RRDB_OPTIONS
+from tola_lab.gpu_check.rrdb_baseline_step import RECORD_FILE as RRDB_RECORD
+from tola_lab.gpu_check.rrdb_baseline_step import WEIGHTS_FILE as RRDB_WEIGHTS
+from tola_lab.gpu_check.rrdb_baseline_step import rrdb_baseline_step, rrdb_options
 from tola_plugin.commands.data_preparation.image_checks import sha256_file
+from conftest import run_launcher
 from tola_testing import REPO, one_thread  # noqa: F401  (fixture)
+
+RRDB_TEST_OPTIONS = 'options/demo/test_RRDB_demo_same_data.yml'
 
 pytestmark = pytest.mark.usefixtures('one_thread')
 
@@ -112,3 +121,36 @@ def test_dry_run_packs_what_a_lease_brings_back_and_the_next_lease_resumes(carry
     log = '\n'.join(record['backbone_log_tail'])
     assert all(f'{s}: reusing' in log for s in ('vae', 'idm', 'transocr')), log
     assert record['adaptation']['started_from'].endswith(os.path.join(STATE, ADAPTATION_FILE))
+
+
+def test_the_plain_cnn_on_a_gpu_is_the_cpu_row_s_network_at_the_adaptation_s_batch_sized_to_its_time(tmp_path):
+    """The rrdb_baseline step trains the CPU row's RRDBNet (the same option file) on the GPU adaptation's lines and
+    batch, its cosine schedule ending where the step's time does."""
+    sized = rrdb_options(REPO, str(tmp_path), str(tmp_path / 'lines'), False, seconds=400)
+    opt, cpu_row = read_yaml(sized['option_file']), read_yaml(os.path.join(REPO, RRDB_OPTIONS))
+    assert opt['network_g'] == cpu_row['network_g'] and opt['train']['pixel_opt'] == cpu_row['train']['pixel_opt']
+    assert sized['total_iter'] == 8000 == opt['train']['total_iter'] and opt['train']['scheduler']['periods'] == [8000]
+    train_set = opt['datasets']['train']
+    assert train_set['batch_size_per_gpu'] == GPU_ADAPTATION['batch'] and opt['num_gpu'] == 1
+    assert train_set['dataroot_gt'] == str(tmp_path / 'lines') and train_set['scales'] == [4]
+
+
+@pytest.mark.gpu_dry_run
+def test_dry_run_of_the_plain_cnn_brings_back_its_weights_and_record(carry, tmp_path, monkeypatch):
+    monkeypatch.setenv('FONTCONFIG_FILE', os.devnull)
+    out = tmp_path / 'out'
+    result = rrdb_baseline_step(REPO, str(carry), str(tmp_path / 'work'), True, str(out), seconds=300)
+    assert result['passed'] and result['exit_status'] == 0, result
+    assert sorted(os.listdir(out)) == sorted([RRDB_WEIGHTS, RRDB_RECORD])
+    state = torch.load(str(out / RRDB_WEIGHTS), weights_only=True)['params']
+    assert state['conv_first.weight'].shape == (32, 3, 3, 3)  # the CPU row's RRDBNet, 32 features
+    assert 'iterations planned' in SECTIONS['rrdb_baseline'](result)[0]
+    # back here: docs/demo_backbone.md's scoring command on the returned weights (make demo's folder layout)
+    val = shutil.copytree(tmp_path / 'work' / 'adaptation_lines', tmp_path / 'here' / 'demo_data' / 'tola_val')
+    run_launcher([
+        '-m', 'tola_plugin.test', '-opt',
+        os.path.join(REPO, RRDB_TEST_OPTIONS), '--force_yml', 'name=demo_RRDB_gpu_test',
+        f'path:pretrain_network_g={out / RRDB_WEIGHTS}'
+    ], cwd=tmp_path / 'here')
+    restored = tmp_path / 'here' / 'results' / 'demo_RRDB_gpu_test' / 'visualization' / 'rendered_val'
+    assert len(os.listdir(restored)) == len(os.listdir(val)) - 1  # every line but labels.tsv

@@ -209,11 +209,15 @@ def test_a_worker_that_crashes_or_hangs_is_passed_over(model, verdicts, monkeypa
     monkeypatch.setenv('FAILING_WORKER', mode)
     if mode == 'hang-on-load':  # only a worker that never answers meets the timeout: no healthy start races it
         monkeypatch.setitem(openvino_client.TIMEOUTS, 'load', 3.0)
-    rebuilt = []
+    rebuilt, asked = [], []
     monkeypatch.setattr(openvino_stages.StageCache, 'remove', lambda self: rebuilt.append(1))  # keep the shared IR
+    close = openvino_client.OpenVINOWorker.close
+    monkeypatch.setattr(openvino_client.OpenVINOWorker, 'close',
+                        lambda self, ask=True: asked.append(ask) or close(self, ask))
     pipe = TOLAPipeline.from_merged(model, batch_size=1)  # auto: OpenVINO fp32 fails to start -> torch
     assert pipe.plan.path.name == 'torch fp32' and how in pipe.plan.passed_over[0][1]
     assert rebuilt == [1]  # a cached entry that cannot be loaded is converted again once before giving up
+    assert asked.count(False) == (2 if mode == 'hang-on-load' else 0)  # a hung worker is killed, not asked to exit
     assert np.isfinite(pipe(LINE).image).all()
     assert how in capsys.readouterr().err
     assert not [v for v in entries(verdicts).values() if v['qualified']]

@@ -16,8 +16,9 @@ import sys
 from tola_cli.command import run_command
 
 # tola_lab.gpu_check.run's (the tool parses before the heavy imports)
-STEPS = ('smoke', 'demo_model', 'memory', 'precision', 'inference', 'cuda_tests', 'resume', 'shared_gpu')
-DEFAULT_STEPS = tuple(s for s in STEPS if s != 'demo_model')  # demo_model takes all the time it is given
+STEPS = ('smoke', 'demo_model', 'rrdb_baseline', 'memory', 'precision', 'inference', 'cuda_tests', 'resume',
+         'shared_gpu')
+DEFAULT_STEPS = tuple(s for s in STEPS if s not in ('demo_model', 'rrdb_baseline'))  # they take all the time given
 
 
 def parse_steps(value: str):
@@ -47,7 +48,7 @@ def parse_args(argv=None):
     parser.add_argument(
         '--steps', type=parse_steps, default=list(DEFAULT_STEPS),
         help=f'comma-separated steps to run, in their fixed order (of {",".join(STEPS)}; default: all '
-        f'but demo_model, which trains the demo model with all the time left)')
+        f'but demo_model and rrdb_baseline, which train with all the time left)')
     args = parser.parse_args(argv)
     if args.deadline <= 0:
         parser.error(f'--deadline must be positive, got {args.deadline:g}')

@@ -174,8 +174,20 @@ def adaptation_options(root: str, work: str, backbone_out: str, lines: str, star
     return {'option_file': write_yaml(os.path.join(work, 'adaptation.yml'), opt), 'total_iter': total}
 
 
-def latest_adaptation(experiment: str) -> Optional[str]:
-    """The newest adaptation checkpoint BasicSR saved (``net_g_latest.pth`` or the highest ``net_g_N.pth``)."""
+def launch_training(option_file: str, seconds: float, cwd: str) -> Dict:
+    """BasicSR's launcher (``tola_plugin.train``) on ``option_file`` in ``cwd``, killed with its workers after
+    ``seconds``. -> {'exit_status', 'output_tail' (why it failed, else ''), 'seconds'}."""
+    t0, record = time.monotonic(), {'output_tail': ''}
+    try:
+        proc = run_tree([sys.executable, '-m', 'tola_plugin.train', '-opt', option_file], timeout=seconds, cwd=cwd)
+        record.update(exit_status=proc.returncode, output_tail=proc.stderr[-1500:] if proc.returncode else '')
+    except TreeTimeout:
+        record['exit_status'] = 'stopped at the deadline (its last checkpoint kept)'
+    return dict(record, seconds=round(time.monotonic() - t0, 1))
+
+
+def latest_checkpoint(experiment: str) -> Optional[str]:
+    """The newest network checkpoint BasicSR saved (``net_g_latest.pth`` or the highest ``net_g_N.pth``)."""
     models = os.path.join(experiment, 'models')
     latest = os.path.join(models, 'net_g_latest.pth')
     if os.path.isfile(latest):
@@ -238,21 +250,13 @@ def demo_model_step(root: str, data: str, work: str, dry_run: bool, out: str, se
             renderer.terminate()
         sized = adaptation_options(root, work, opt['output_dir'], lines, begin, dry_run, max(left() - 30, 1.0))
         record['adaptation'] = dict(sized, started_from=begin or 'fresh adapters')
-        t0 = time.monotonic()
-        try:
-            if not os.path.isfile(os.path.join(lines, 'labels.tsv')):
-                raise RuntimeError(f'the adaptation\'s lines were not rendered in time ({lines}; the renderer\'s '
-                                   f'exit code {renderer.exitcode})')
-            proc = run_tree([sys.executable, '-m', 'tola_plugin.train', '-opt', sized['option_file']],
-                            timeout=max(left(), 1.0), cwd=work)
-            record['adaptation']['exit_status'] = proc.returncode
-            record['adaptation']['output_tail'] = proc.stderr[-1500:] if proc.returncode else ''
-        except TreeTimeout:
-            record['adaptation']['exit_status'] = 'stopped at the deadline (its last checkpoint kept)'
-        except RuntimeError as error:
-            record['adaptation']['exit_status'] = str(error)
-        record['adaptation']['seconds'] = round(time.monotonic() - t0, 1)
-        adaptation = latest_adaptation(os.path.join(work, 'experiments', 'demo_TOLA_gpu'))
+        if os.path.isfile(os.path.join(lines, 'labels.tsv')):
+            record['adaptation'].update(launch_training(sized['option_file'], max(left(), 1.0), work))
+        else:
+            record['adaptation'].update(
+                exit_status=f'the adaptation\'s lines were not rendered in time ({lines}; the '
+                f'renderer\'s exit code {renderer.exitcode})', seconds=0.0)
+        adaptation = latest_checkpoint(os.path.join(work, 'experiments', 'demo_TOLA_gpu'))
         if adaptation is not None:
             network = read_yaml(sized['option_file'])['network_g']
             record['held_out'] = held_out_scores(adaptation, network, os.path.join(opt['work_dir'], 'val_pool'), device)

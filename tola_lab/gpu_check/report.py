@@ -13,6 +13,7 @@ JSON_FILE, MARKDOWN_FILE = 'gpu_check.json', 'gpu_check.md'
 STEP_TITLES = {
     'smoke': '1. Smoke: one training step and one restore of the tiny network',
     'demo_model': 'The demo model trained for the package (backbone, then TOLA; files in demo_model/)',
+    'rrdb_baseline': 'The demo\'s plain CNN (RRDBNet x4) with a GPU\'s compute (files in rrdb_baseline/)',
     'memory': '2. Peak GPU memory and seconds per training iteration (batch 16, full size)',
     'precision': '3. Each precision where TOLA amplifies its error (demo backbone, frozen route)',
     'inference': '4. Inference in each precision (full size)', 'cuda_tests': '5. Tests marked cuda',
@@ -178,6 +179,14 @@ def _demo_model(s: Dict) -> List[str]:
     ]
 
 
+def _rrdb_baseline(s: Dict) -> List[str]:
+    return [
+        f'{s["total_iter"]} iterations planned ({s["option_file"]}), {s["exit_status"]} after {s["train_seconds"]} s '
+        f'of training ({s["render_seconds"]} s of rendering before it); weights {s["weights"]}: score them on make '
+        f'demo\'s lines with docs/demo_backbone.md\'s commands.'
+    ]
+
+
 def _shared_gpu(s: Dict) -> List[str]:
     runs = [[name, run.get('seconds', 'failed')] for name, run in s['runs'].items()]
     m = s['moved_after_resume_point']
@@ -191,8 +200,9 @@ def _shared_gpu(s: Dict) -> List[str]:
 
 
 SECTIONS = {
-    'smoke': _smoke, 'demo_model': _demo_model, 'memory': _memory, 'precision': _precision, 'inference': _inference,
-    'cuda_tests': _cuda_tests, 'resume': _resume, 'shared_gpu': _shared_gpu
+    'smoke': _smoke, 'demo_model': _demo_model, 'rrdb_baseline': _rrdb_baseline, 'memory': _memory,
+    'precision': _precision, 'inference': _inference, 'cuda_tests': _cuda_tests, 'resume': _resume,
+    'shared_gpu': _shared_gpu
 }
 
 

@@ -41,6 +41,10 @@ def step_functions(root: str, data: str, work: str, dry_run: bool, seconds: floa
         from tola_lab.gpu_check.demo_model_step import demo_model_step
         return demo_model_step(root, data, work, dry_run, os.path.join(report_dir, 'demo_model'), seconds)
 
+    def rrdb_baseline():
+        from tola_lab.gpu_check.rrdb_baseline_step import rrdb_baseline_step
+        return rrdb_baseline_step(root, data, work, dry_run, os.path.join(report_dir, 'rrdb_baseline'), seconds)
+
     def resume():
         from tola_lab.gpu_check.resume_step import resume_step
         return resume_step(root, data, os.path.join(work, 'resume'), dry_run)
@@ -50,8 +54,9 @@ def step_functions(root: str, data: str, work: str, dry_run: bool, seconds: floa
         return shared_gpu_step(root, data, os.path.join(work, 'shared_gpu'), dry_run)
 
     return {
-        'smoke': smoke, 'demo_model': demo_model, 'memory': memory, 'precision': precision, 'inference': inference,
-        'cuda_tests': cuda_tests, 'resume': resume, 'shared_gpu': shared_gpu
+        'smoke': smoke, 'demo_model': demo_model, 'rrdb_baseline': rrdb_baseline, 'memory': memory,
+        'precision': precision, 'inference': inference, 'cuda_tests': cuda_tests, 'resume': resume,
+        'shared_gpu': shared_gpu
     }
 
 

@@ -96,7 +96,7 @@ class OpenVINOWorker:
         try:
             self.writer.send(message)
             if not self.reader.poll(timeout):
-                self.close()
+                self.close(ask=False)  # a worker that does not answer would not answer 'exit' either
                 raise ChildFailure(self.what, f'hung: no answer after {timeout:g} s, killed')
             reply = self.reader.recv()
         except (EOFError, OSError):
@@ -127,15 +127,17 @@ class OpenVINOWorker:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def close(self) -> None:
-        """End the worker (asked, then killed) and free its pipes."""
-        if self.proc.poll() is None:
+    def close(self, ask: bool = True) -> None:
+        """End the worker (asked, then killed after 5 s; ``ask`` false: killed at once) and free its pipes."""
+        if ask and self.proc.poll() is None:
             try:
                 self.writer.send({'op': 'exit'})
                 self.proc.wait(timeout=5)
             except (OSError, subprocess.TimeoutExpired):
-                self.proc.kill()
-                self.proc.wait()
+                pass
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
         for conn in (self.writer, self.reader):
             conn.close()
         self.stderr.close()
