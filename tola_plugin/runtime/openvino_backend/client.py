@@ -10,6 +10,7 @@ Everything OpenVINO does happens in the worker: a kernel that crashes there (SIG
 ``ChildFailure`` here, and the runtime moves on to the next path (``serving.Runtime.fail``). The worker's stderr
 goes to a temporary file whose tail is part of the message.
 """
+import contextlib
 import os
 import subprocess
 import tempfile
@@ -130,11 +131,9 @@ class OpenVINOWorker:
     def close(self, ask: bool = True) -> None:
         """End the worker (asked, then killed after 5 s; ``ask`` false: killed at once) and free its pipes."""
         if ask and self.proc.poll() is None:
-            try:
+            with contextlib.suppress(OSError, subprocess.TimeoutExpired):  # then killed below
                 self.writer.send({'op': 'exit'})
                 self.proc.wait(timeout=5)
-            except (OSError, subprocess.TimeoutExpired):
-                pass
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
