@@ -244,6 +244,15 @@ def test_the_help_shows_the_deadline_and_the_steps():
         gpu_check.parse_args(['out', '--steps', 'smoke,nonsense'])
 
 
+def test_every_step_has_its_process_its_estimates_and_its_report_section():
+    """A step added to STEPS but not wired would fail only on a lease: each has its call in the step's process, its
+    estimate on a GPU and in a dry run, and its title and section in the report."""
+    from tola_lab.gpu_check.step_child import step_functions
+    for wired in (step_functions('root', 'data', 'work',
+                                 True), G.ESTIMATES_S, G.DRY_RUN_ESTIMATES_S, R.STEP_TITLES, R.SECTIONS):
+        assert set(wired) == set(G.STEPS), set(wired) ^ set(G.STEPS)
+
+
 class HandClock:
     """A monotonic clock that moves only when the test moves it (``now``): a deadline test's outcome does not depend on
     how fast the machine is."""

@@ -139,7 +139,7 @@ def test_the_plain_cnn_on_a_gpu_is_the_cpu_row_s_network_at_the_adaptation_s_bat
 def test_dry_run_of_the_plain_cnn_brings_back_its_weights_and_record(carry, tmp_path, monkeypatch):
     monkeypatch.setenv('FONTCONFIG_FILE', os.devnull)
     out = tmp_path / 'out'
-    result = rrdb_baseline_step(REPO, str(carry), str(tmp_path / 'work'), True, str(out), seconds=300)
+    result = rrdb_baseline_step(REPO, str(carry), str(tmp_path / 'work'), True, str(out), seconds=600)
     assert result['passed'] and result['exit_status'] == 0, result
     assert sorted(os.listdir(out)) == sorted([RRDB_WEIGHTS, RRDB_RECORD])
     state = torch.load(str(out / RRDB_WEIGHTS), weights_only=True)['params']
